@@ -1,0 +1,1 @@
+"""rlconnect: fast, safe RL experience collection on composable connector pipelines."""
