@@ -1,0 +1,290 @@
+"""Pipelines: ordered, named, editable chains of connectors whose spaces must compose."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+import gymnasium as gym
+
+from rlconnect.connectors.base import (
+    ActionConnector,
+    ActionData,
+    AgentConnector,
+    AgentData,
+    Connector,
+    ConnectorContext,
+)
+from rlconnect.connectors.registry import get_connector_class
+
+__all__ = ["ActionConnectorPipeline", "AgentConnectorPipeline", "ConnectorPipeline"]
+
+C = TypeVar("C", bound=Connector)
+
+PIPELINE_STATE_VERSION = 1
+
+
+def _describe(space: gym.Space) -> str:
+    from rlconnect.spaces import describe_space
+
+    return describe_space(space)
+
+
+class ConnectorPipeline(Generic[C]):
+    """Shared behaviour of agent and action pipelines.
+
+    Members are named by their registered name, made unique by a suffix (``FrameStack``,
+    ``FrameStack_1``); names never change once given, and saved state is keyed by them.
+    Every edit re-checks that the members' spaces chain, and is undone if they do not.
+    """
+
+    member_type: type[Connector] = Connector
+    _ctx_space = "observation_space"
+
+    def __init__(self, ctx: ConnectorContext, connectors: Iterable[C] = ()) -> None:
+        self.ctx = ctx
+        self._members: list[tuple[str, C]] = []
+        for c in connectors:
+            self._members.append((self._unique_name(c.name), self._check_type(c)))
+        self._output_space = self._rebind(self._members)
+        #: accumulated seconds spent in each member, by name (see ``timings``)
+        self._seconds: dict[str, float] = {name: 0.0 for name, _ in self._members}
+        self._calls = 0
+
+    # -- composition ----------------------------------------------------------------------
+    def _check_type(self, c: Any) -> C:
+        if not isinstance(c, self.member_type):
+            raise TypeError(
+                f"{type(self).__name__} takes {self.member_type.__name__}s, got {c!r}"
+            )
+        return c
+
+    def _unique_name(self, base: str, members: list[tuple[str, C]] | None = None) -> str:
+        taken = {n for n, _ in (self._members if members is None else members)}
+        if base not in taken:
+            return base
+        i = 1
+        while f"{base}_{i}" in taken:
+            i += 1
+        return f"{base}_{i}"
+
+    def _rebind(self, members: list[tuple[str, C]]) -> gym.Space:
+        space = getattr(self.ctx, self._ctx_space)
+        prev = "the input"
+        for name, c in members:
+            try:
+                out = c.bind(space)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(
+                    f"connector {name!r} cannot take {_describe(space)} output by {prev}: {exc}"
+                ) from None
+            space, prev = out, repr(name)
+        return space
+
+    def _edit(self, members: list[tuple[str, C]]) -> None:
+        out = self._rebind(members)  # raises before anything changes
+        self._members = members
+        self._output_space = out
+        for name, _ in members:
+            self._seconds.setdefault(name, 0.0)
+
+    def _index(self, name: str) -> int:
+        for i, (n, _) in enumerate(self._members):
+            if n == name:
+                return i
+        raise ValueError(f"no connector named {name!r} in the pipeline; members: {self.names}")
+
+    def _insert(self, index: int, c: C) -> str:
+        self._check_type(c)
+        name = self._unique_name(c.name)
+        members = list(self._members)
+        members.insert(index, (name, c))
+        self._edit(members)
+        return name
+
+    def append(self, connector: C) -> str:
+        """Add at the end; returns the member's name."""
+        return self._insert(len(self._members), connector)
+
+    def prepend(self, connector: C) -> str:
+        """Add at the front; returns the member's name."""
+        return self._insert(0, connector)
+
+    def insert_before(self, name: str, connector: C) -> str:
+        """Insert before member ``name`` (ValueError naming the members if there is none)."""
+        return self._insert(self._index(name), connector)
+
+    def insert_after(self, name: str, connector: C) -> str:
+        """Insert after member ``name`` (ValueError naming the members if there is none)."""
+        return self._insert(self._index(name) + 1, connector)
+
+    def remove(self, name: str) -> C:
+        """Remove member ``name`` and return it."""
+        i = self._index(name)
+        members = list(self._members)
+        _, c = members.pop(i)
+        self._edit(members)
+        return c
+
+    # -- access ---------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        """Member names in order."""
+        return [n for n, _ in self._members]
+
+    @property
+    def output_space(self) -> gym.Space:
+        """What the last member outputs: for an agent pipeline, what the policy sees."""
+        return self._output_space
+
+    @property
+    def input_space(self) -> gym.Space:
+        """What the first member receives."""
+        return getattr(self.ctx, self._ctx_space)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __iter__(self) -> Iterator[C]:
+        return (c for _, c in self._members)
+
+    def items(self) -> list[tuple[str, C]]:
+        """``(name, connector)`` pairs in order."""
+        return list(self._members)
+
+    def __getitem__(self, key: str | int) -> C:
+        if isinstance(key, int):
+            try:
+                return self._members[key][1]
+            except IndexError:
+                raise IndexError(
+                    f"pipeline index {key} out of range ({len(self)} members)"
+                ) from None
+        for n, c in self._members:
+            if n == key:
+                return c
+        raise KeyError(f"no connector named {key!r}; members: {self.names}")
+
+    def __contains__(self, name: object) -> bool:
+        return any(n == name for n, _ in self._members)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({' -> '.join(self.names) or 'empty'})"
+
+    # -- running --------------------------------------------------------------------------
+    def _run(self, data: Any) -> Any:
+        clock = time.perf_counter
+        seconds = self._seconds
+        for name, c in self._members:
+            t0 = clock()
+            data = c(data)
+            seconds[name] += clock() - t0
+        self._calls += 1
+        return data
+
+    def timings(self, reset: bool = False) -> dict[str, float]:
+        """Mean milliseconds per pipeline call spent in each member, by name."""
+        calls = max(self._calls, 1)
+        out = {n: 1000.0 * self._seconds.get(n, 0.0) / calls for n in self.names}
+        if reset:
+            self._seconds = dict.fromkeys(self.names, 0.0)
+            self._calls = 0
+        return out
+
+    def reset(self, env_id: int) -> None:
+        """Tell every member that the episode in sub-env ``env_id`` ended."""
+        for _, c in self._members:
+            c.reset(env_id)
+
+    def in_training(self) -> None:
+        """Switch every member (and the context) to training mode."""
+        self.ctx.is_training = True
+        for _, c in self._members:
+            c.in_training()
+
+    def in_eval(self) -> None:
+        """Switch every member (and the context) to evaluation mode: statistics freeze."""
+        self.ctx.is_training = False
+        for _, c in self._members:
+            c.in_eval()
+
+    @property
+    def is_training(self) -> bool:
+        """The pipeline's mode."""
+        return self.ctx.is_training
+
+    # -- state ----------------------------------------------------------------------------
+    def get_statistics(self) -> dict[str, dict[str, Any]]:
+        """Statistics of the members that keep some, keyed by member name."""
+        out = {}
+        for n, c in self._members:
+            s = c.get_statistics()
+            if s:
+                out[n] = s
+        return out
+
+    def set_statistics(self, stats: Mapping[str, Mapping[str, Any]], strict: bool = True) -> None:
+        """Load statistics by member name; with ``strict`` an unknown name is a ValueError."""
+        unknown = [n for n in stats if n not in self]
+        if unknown and strict:
+            raise ValueError(f"statistics for unknown members {unknown}; members: {self.names}")
+        for n, s in stats.items():
+            if n in self:
+                self[n].set_statistics(s)
+
+    def to_state(self) -> dict[str, Any]:
+        """The whole pipeline as JSON values and arrays: members by name, params, statistics."""
+        members = []
+        for n, c in self._members:
+            reg, params = c.to_state()
+            members.append({"name": n, "connector": reg, "params": params})
+        return {"kind": type(self).__name__, "version": PIPELINE_STATE_VERSION, "members": members}
+
+    @classmethod
+    def from_state(cls, ctx: ConnectorContext, state: Mapping[str, Any]) -> ConnectorPipeline:
+        """Rebuild a pipeline from ``to_state`` output, through the registry only."""
+        if not isinstance(state, Mapping) or not isinstance(state.get("members"), list):
+            raise ValueError("pipeline state must be a mapping with a 'members' list")
+        kind = state.get("kind", cls.__name__)
+        if kind != cls.__name__:
+            raise ValueError(f"state holds a {kind}, not a {cls.__name__}")
+        pipe = cls(ctx, [])
+        members: list[tuple[str, Any]] = []
+        for m in state["members"]:
+            if not isinstance(m, Mapping) or not isinstance(m.get("name"), str):
+                raise ValueError(f"malformed pipeline member {m!r}")
+            params = m.get("params", {})
+            if not isinstance(params, Mapping):
+                raise ValueError(f"params of member {m['name']!r} must be a mapping")
+            klass = get_connector_class(m.get("connector"))
+            conn = klass.from_state(ctx, params)
+            if m["name"] in {n for n, _ in members}:
+                raise ValueError(f"duplicate member name {m['name']!r}")
+            members.append((m["name"], pipe._check_type(conn)))
+        pipe._edit(members)
+        return pipe
+
+
+class AgentConnectorPipeline(ConnectorPipeline[AgentConnector]):
+    """Agent connectors in order; callable on an ``AgentData`` like a single connector."""
+
+    member_type = AgentConnector
+
+    def __call__(self, data: AgentData) -> AgentData:
+        return self._run(data)
+
+    def on_policy_output(self, output: ActionData) -> None:
+        """Pass the policy's raw output to members that buffer actions or RNN state."""
+        for _, c in self._members:
+            c.on_policy_output(output)
+
+
+class ActionConnectorPipeline(ConnectorPipeline[ActionConnector]):
+    """Action connectors in order; callable on an ``ActionData`` like a single connector."""
+
+    member_type = ActionConnector
+    _ctx_space = "action_space"
+
+    def __call__(self, data: ActionData) -> ActionData:
+        return self._run(data)

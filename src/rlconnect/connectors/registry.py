@@ -1,0 +1,116 @@
+"""Connectors and lambdas registered by name: the only way a saved pipeline is rebuilt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, overload
+
+from rlconnect.connectors.base import Connector, ConnectorContext
+from rlconnect.errors import UnknownConnectorError
+
+__all__ = [
+    "get_connector",
+    "get_connector_class",
+    "get_lambda",
+    "register_connector",
+    "register_lambda",
+    "registered_connectors",
+    "registered_lambdas",
+]
+
+C = TypeVar("C", bound=type[Connector])
+
+_CONNECTORS: dict[str, type[Connector]] = {}
+_LAMBDAS: dict[str, Callable[..., Any]] = {}
+
+
+def _same_definition(a: Any, b: Any) -> bool:
+    """True for the same object, or the same definition imported twice (module reloads)."""
+    return a is b or (
+        getattr(a, "__module__", None) == getattr(b, "__module__", None)
+        and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
+    )
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a registered name must be an identifier string, got {name!r}")
+    return name
+
+
+@overload
+def register_connector(name: str, *, override: bool = False) -> Callable[[C], C]: ...
+@overload
+def register_connector(name: str, cls: C, *, override: bool = False) -> C: ...
+def register_connector(name: str, cls: Any = None, *, override: bool = False) -> Any:
+    """Register a connector class under ``name`` (decorator or direct call).
+
+    A second, different class under a taken name raises ValueError unless ``override``.
+    """
+    _check_name(name)
+
+    def _register(klass: C) -> C:
+        if not (isinstance(klass, type) and issubclass(klass, Connector)):
+            raise TypeError(f"register_connector({name!r}) needs a Connector subclass, got {klass!r}")
+        existing = _CONNECTORS.get(name)
+        if existing is not None and not _same_definition(existing, klass) and not override:
+            raise ValueError(
+                f"connector name {name!r} is taken by {existing.__module__}."
+                f"{existing.__qualname__}; pass override=True to replace it"
+            )
+        _CONNECTORS[name] = klass
+        klass.registered_name = name  # set on the class itself: subclasses must register anew
+        return klass
+
+    return _register if cls is None else _register(cls)
+
+
+def get_connector_class(name: str) -> type[Connector]:
+    """The class registered under ``name``; UnknownConnectorError lists the known names."""
+    try:
+        return _CONNECTORS[name]
+    except (KeyError, TypeError):
+        raise UnknownConnectorError(
+            f"no connector registered as {name!r}; registered: {', '.join(registered_connectors())}"
+            ". Import the module that registers it (rc.register_connector) before loading."
+        ) from None
+
+
+def get_connector(
+    name: str, ctx: ConnectorContext, params: Mapping[str, Any] | None = None
+) -> Connector:
+    """Build the connector registered as ``name`` from saved ``params``."""
+    return get_connector_class(name).from_state(ctx, params or {})
+
+
+def registered_connectors() -> list[str]:
+    """Sorted names of all registered connectors."""
+    return sorted(_CONNECTORS)
+
+
+def register_lambda(name: str, fn: Callable[..., Any], *, override: bool = False) -> None:
+    """Register a plain function so AgentLambda / ActionLambda can name it in a saved pipeline."""
+    _check_name(name)
+    if not callable(fn):
+        raise TypeError(f"register_lambda({name!r}) needs a callable, got {fn!r}")
+    existing = _LAMBDAS.get(name)
+    if existing is not None and not _same_definition(existing, fn) and not override:
+        raise ValueError(f"lambda name {name!r} is taken; pass override=True to replace it")
+    _LAMBDAS[name] = fn
+
+
+def get_lambda(name: str) -> Callable[..., Any]:
+    """The function registered as ``name``; UnknownConnectorError lists the known ones."""
+    try:
+        return _LAMBDAS[name]
+    except (KeyError, TypeError):
+        known = ", ".join(registered_lambdas()) or "(none)"
+        raise UnknownConnectorError(
+            f"no lambda registered as {name!r}; registered lambdas: {known}. "
+            "Call rc.register_lambda(name, fn) before building or loading the pipeline."
+        ) from None
+
+
+def registered_lambdas() -> list[str]:
+    """Sorted names of all registered lambdas."""
+    return sorted(_LAMBDAS)
