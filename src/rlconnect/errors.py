@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "UnknownConnectorError", "EnvError"]
+__all__ = ["CheckpointError", "EnvCheckError", "EnvError", "UnknownConnectorError"]
 
 
 class CheckpointError(Exception):
@@ -18,3 +18,7 @@ class UnknownConnectorError(KeyError):
 
 class EnvError(RuntimeError):
     """An environment misbehaved (raised, returned bad data); the message names env and agent."""
+
+
+class EnvCheckError(EnvError, ValueError):
+    """An env returned data that does not fit its spaces (shape, dtype, bounds, NaN)."""

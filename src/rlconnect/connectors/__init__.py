@@ -1,1 +1,87 @@
-"""rlconnect.connectors."""
+"""rlconnect.connectors: connector interfaces, pipelines, the registry and the built-ins.
+
+Importing this package registers every built-in connector.
+"""
+
+from rlconnect.connectors.action import (
+    ActionLambda,
+    ClipActions,
+    ConvertToNumpy,
+    ImmutableActions,
+    UnsquashActions,
+)
+from rlconnect.connectors.agent import (
+    AgentLambda,
+    ClipReward,
+    FlattenObservations,
+    FrameStack,
+    MeanStdFilter,
+    PrevActionsRewards,
+    StateBuffer,
+    merge_statistics,
+)
+from rlconnect.connectors.base import (
+    ActionConnector,
+    ActionData,
+    AgentConnector,
+    AgentData,
+    ColumnActionConnector,
+    Connector,
+    ConnectorContext,
+    ObservationConnector,
+    RewardConnector,
+    RowKey,
+)
+from rlconnect.connectors.defaults import default_action_pipeline, default_agent_pipeline
+from rlconnect.connectors.pipeline import (
+    ActionConnectorPipeline,
+    AgentConnectorPipeline,
+    ConnectorPipeline,
+)
+from rlconnect.connectors.registry import (
+    get_connector,
+    get_connector_class,
+    get_lambda,
+    register_connector,
+    register_lambda,
+    registered_connectors,
+    registered_lambdas,
+)
+
+__all__ = [
+    "ActionConnector",
+    "ActionConnectorPipeline",
+    "ActionData",
+    "ActionLambda",
+    "AgentConnector",
+    "AgentConnectorPipeline",
+    "AgentData",
+    "AgentLambda",
+    "ClipActions",
+    "ClipReward",
+    "ColumnActionConnector",
+    "Connector",
+    "ConnectorContext",
+    "ConnectorPipeline",
+    "ConvertToNumpy",
+    "FlattenObservations",
+    "FrameStack",
+    "ImmutableActions",
+    "MeanStdFilter",
+    "ObservationConnector",
+    "PrevActionsRewards",
+    "RewardConnector",
+    "RowKey",
+    "StateBuffer",
+    "UnsquashActions",
+    "default_action_pipeline",
+    "default_agent_pipeline",
+    "get_connector",
+    "get_connector_class",
+    "get_lambda",
+    "merge_statistics",
+    "register_connector",
+    "register_lambda",
+    "registered_connectors",
+    "registered_lambdas",
+]

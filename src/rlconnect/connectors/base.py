@@ -54,7 +54,8 @@ STATE_KEY = "__state__"
 def _is_space(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, gym.Space):
         raise TypeError(
-            f"ConnectorContext.{attribute.name} must be a gymnasium Space, got {type(value).__name__}"
+            f"ConnectorContext.{attribute.name} must be a gymnasium Space, "
+            f"got {type(value).__name__}"
         )
 
 
@@ -117,9 +118,7 @@ class _RowData:
             self[name] = value
 
     @classmethod
-    def trusted(
-        cls, env_ids: np.ndarray, agent_ids: tuple, columns: dict[str, Any]
-    ) -> _RowData:
+    def trusted(cls, env_ids: np.ndarray, agent_ids: tuple, columns: dict[str, Any]) -> _RowData:
         """Build without validation: for the runner's hot path, whose inputs are known good."""
         obj = cls.__new__(cls)
         obj.env_ids = env_ids

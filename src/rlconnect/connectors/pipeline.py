@@ -55,9 +55,7 @@ class ConnectorPipeline(Generic[C]):
     # -- composition ----------------------------------------------------------------------
     def _check_type(self, c: Any) -> C:
         if not isinstance(c, self.member_type):
-            raise TypeError(
-                f"{type(self).__name__} takes {self.member_type.__name__}s, got {c!r}"
-            )
+            raise TypeError(f"{type(self).__name__} takes {self.member_type.__name__}s, got {c!r}")
         return c
 
     def _unique_name(self, base: str, members: list[tuple[str, C]] | None = None) -> str:

@@ -51,7 +51,9 @@ def register_connector(name: str, cls: Any = None, *, override: bool = False) ->
 
     def _register(klass: C) -> C:
         if not (isinstance(klass, type) and issubclass(klass, Connector)):
-            raise TypeError(f"register_connector({name!r}) needs a Connector subclass, got {klass!r}")
+            raise TypeError(
+                f"register_connector({name!r}) needs a Connector subclass, got {klass!r}"
+            )
         existing = _CONNECTORS.get(name)
         if existing is not None and not _same_definition(existing, klass) and not override:
             raise ValueError(

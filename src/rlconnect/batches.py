@@ -1,0 +1,484 @@
+"""Column batches of experience: `SampleBatch`, `MultiAgentBatch` and `concat_samples`.
+
+A `SampleBatch` maps column names to columns. A column is a numpy array whose first axis
+is the row axis, or a nest (dicts and tuples) of such arrays for structured spaces; every
+leaf has the same number of rows. Row operations (slicing, `take`, concatenation, splitting
+by episode) act on all leaves at once with numpy, never row by row in Python.
+
+>>> import numpy as np
+>>> b = SampleBatch({"obs": np.zeros((4, 2), np.float32), "eps_id": [7, 7, 9, 9]})
+>>> len(b), len(b[1:3])
+(4, 2)
+>>> [len(e) for e in b.split_by_episode()]
+[2, 2]
+>>> len(concat_samples([b, b]))
+8
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import numbers
+from collections.abc import (
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    MutableMapping,
+    Sequence,
+    ValuesView,
+)
+from typing import Any, overload
+
+import numpy as np
+import tree
+
+__all__ = [
+    "DEFAULT_AGENT_ID",
+    "DEFAULT_POLICY_ID",
+    "MultiAgentBatch",
+    "SampleBatch",
+    "batches_equal",
+    "concat_samples",
+]
+
+DEFAULT_POLICY_ID = "default_policy"
+DEFAULT_AGENT_ID = "agent0"
+
+Column = Any  # np.ndarray, or a dict/tuple nest of np.ndarray
+
+_PLAIN_SCALARS = (numbers.Number, np.generic, str, bytes)
+
+
+def _list_to_array(values: list) -> np.ndarray:
+    """Convert a Python list of rows; dicts/objects become a 1-D object array."""
+    plain = all(isinstance(v, (*_PLAIN_SCALARS, np.ndarray, list, tuple)) for v in values)
+    if plain:
+        try:
+            arr = np.asarray(values)
+        except ValueError:  # ragged rows
+            arr = None
+        if arr is not None and arr.dtype != object:
+            return arr
+    return _object_array(values)
+
+
+def _object_array(values: list) -> np.ndarray:
+    """1-D object array of `values`, filled element-wise so numpy never broadcasts a row."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _normalize(value: Any, name: str = "") -> Column:
+    """Turn a user-given column into dict/tuple nests of numpy arrays (lists are rows)."""
+    if name == SampleBatch.INFOS and isinstance(value, list):
+        return _object_array(value)  # infos rows are objects, even when empty
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, Mapping):
+        return {k: _normalize(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        items = [_normalize(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return _list_to_array(value)
+    return np.asarray(value)
+
+
+def _leaf_lengths(name: str, column: Column) -> list[tuple[str, int]]:
+    """`(leaf name, leading length)` for each leaf; 0-d and leafless columns are errors."""
+    out = []
+    for path, leaf in tree.flatten_with_path(column):
+        leaf_name = "/".join([name, *map(str, path)])
+        if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
+            raise ValueError(
+                f"column {leaf_name!r} must be an array with a leading row axis, got {leaf!r}"
+            )
+        out.append((leaf_name, leaf.shape[0]))
+    if not out:
+        raise ValueError(f"column {name!r} holds no arrays")
+    return out
+
+
+def _check_lengths(lengths: list[tuple[str, int]]) -> int:
+    """Return the common row count, or raise ValueError naming every column and length."""
+    if not lengths:
+        return 0
+    first_name, rows = lengths[0]
+    bad = [f"{name}={n}" for name, n in lengths if n != rows]
+    if bad:
+        listing = ", ".join([f"{first_name}={rows}", *bad])
+        raise ValueError(f"columns must all have the same number of rows, got {listing}")
+    return rows
+
+
+def _map_rows(column: Column, index: Any) -> Column:
+    if isinstance(column, np.ndarray):
+        return column[index]
+    return tree.map_structure(lambda leaf: leaf[index], column)
+
+
+class SampleBatch(MutableMapping):
+    """Rows of experience stored column-wise; see the module docstring."""
+
+    OBS = "obs"
+    NEXT_OBS = "new_obs"
+    ACTIONS = "actions"
+    REWARDS = "rewards"
+    TERMINATEDS = "terminateds"
+    TRUNCATEDS = "truncateds"
+    INFOS = "infos"
+    EPS_ID = "eps_id"
+    ENV_ID = "env_id"
+    AGENT_INDEX = "agent_index"
+    T = "t"
+    PREV_ACTIONS = "prev_actions"
+    PREV_REWARDS = "prev_rewards"
+    ACTION_LOGP = "action_logp"
+    ACTION_DIST_INPUTS = "action_dist_inputs"
+    VF_PREDS = "vf_preds"
+    ENV_ACTIONS = "env_actions"
+    RAW_OBS = "raw_obs"
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __init__(self, columns: Mapping[str, Any] | None = None, *, meta: dict | None = None):
+        self._columns: dict[str, Column] = {}
+        self._count = 0
+        self.meta: dict = dict(meta) if meta else {}
+        if columns:
+            normalized = {}
+            for key, value in columns.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"column names must be str, got {key!r}")
+                normalized[key] = _normalize(value, key)
+            lengths = [ln for k, v in normalized.items() for ln in _leaf_lengths(k, v)]
+            self._count = _check_lengths(lengths)
+            self._columns = normalized
+
+    @staticmethod
+    def state_in(i: int) -> str:
+        """Name of the i-th RNN input-state column."""
+        return f"state_in_{i}"
+
+    @staticmethod
+    def state_out(i: int) -> str:
+        """Name of the i-th RNN output-state column."""
+        return f"state_out_{i}"
+
+    @classmethod
+    def _from_normalized(cls, columns: dict[str, Column], count: int, meta: dict) -> SampleBatch:
+        """Build without re-validating (columns come from an already valid batch)."""
+        out = cls.__new__(cls)
+        out._columns, out._count, out.meta = columns, count, dict(meta)
+        return out
+
+    # --- mapping protocol -------------------------------------------------------------
+    @overload
+    def __getitem__(self, key: str) -> Column: ...
+    @overload
+    def __getitem__(self, key: slice) -> SampleBatch: ...
+    def __getitem__(self, key: str | slice) -> Column | SampleBatch:
+        if isinstance(key, str):
+            return self._columns[key]
+        if isinstance(key, slice):
+            count = len(range(*key.indices(self._count)))
+            cols = {k: _map_rows(v, key) for k, v in self._columns.items()}
+            return self._from_normalized(cols, count, self.meta)
+        raise TypeError(
+            f"SampleBatch indices must be column names or slices, got {type(key).__name__};"
+            " use batch.take(indices) for index arrays"
+        )
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"column names must be str, got {key!r}")
+        column = _normalize(value, key)
+        lengths = _leaf_lengths(key, column)
+        if any(k != key for k in self._columns):
+            lengths = [(f"existing rows ({self._count})", self._count), *lengths]
+        self._count = _check_lengths(lengths)
+        self._columns[key] = column
+
+    def __delitem__(self, key: str) -> None:
+        del self._columns[key]
+        if not self._columns:
+            self._count = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._columns)
+
+    def __len__(self) -> int:
+        """Number of rows (not columns)."""
+        return self._count
+
+    # The Mapping mixin views would use __len__ (rows); return the column dict's views.
+    def keys(self) -> KeysView[str]:
+        """Column names (a live, read-only view)."""
+        return self._columns.keys()
+
+    def values(self) -> ValuesView[Column]:
+        """Columns (a live, read-only view)."""
+        return self._columns.values()
+
+    def items(self) -> ItemsView[str, Column]:
+        """`(name, column)` pairs (a live, read-only view)."""
+        return self._columns.items()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._columns
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SampleBatch):
+            return NotImplemented
+        return batches_equal(self, other)
+
+    @property
+    def count(self) -> int:
+        """Number of rows."""
+        return self._count
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all leaf arrays (object arrays: 8 bytes per element pointer)."""
+        return sum(int(leaf.nbytes) for leaf in tree.flatten(list(self._columns.values())))
+
+    # --- row operations ---------------------------------------------------------------
+    def take(self, indices: Any) -> SampleBatch:
+        """New batch of the rows selected by an int index array or a boolean mask."""
+        idx = np.asarray(indices)
+        if idx.dtype == bool:
+            if idx.shape != (self._count,):
+                raise IndexError(
+                    f"boolean mask has shape {idx.shape}, batch has {self._count} rows"
+                )
+        elif idx.size == 0:
+            idx = idx.astype(np.intp)
+        elif not np.issubdtype(idx.dtype, np.integer):
+            raise IndexError(f"take() needs integer or boolean indices, got dtype {idx.dtype}")
+        idx = np.atleast_1d(idx)
+        count = int(idx.sum()) if idx.dtype == bool else len(idx)
+        cols = {k: _map_rows(v, idx) for k, v in self._columns.items()}
+        return self._from_normalized(cols, count, self.meta)
+
+    def copy(self, deep: bool = False) -> SampleBatch:
+        """Shallow copy (shares arrays), or deep copy (new arrays, copied objects and meta)."""
+        if not deep:
+            return self._from_normalized(dict(self._columns), self._count, self.meta)
+
+        def copy_leaf(leaf: np.ndarray) -> np.ndarray:
+            return _copy.deepcopy(leaf) if leaf.dtype == object else leaf.copy()
+
+        cols = {k: tree.map_structure(copy_leaf, v) for k, v in self._columns.items()}
+        return self._from_normalized(cols, self._count, _copy.deepcopy(self.meta))
+
+    def split_by_episode(self) -> list[SampleBatch]:
+        """One batch per `eps_id`, in order of first appearance, rows in time order."""
+        if self.EPS_ID not in self._columns:
+            raise KeyError(
+                f"split_by_episode() needs an {self.EPS_ID!r} column; "
+                f"batch has {sorted(self._columns)}"
+            )
+        eps = self._columns[self.EPS_ID]
+        if not isinstance(eps, np.ndarray) or eps.ndim != 1:
+            raise ValueError(f"{self.EPS_ID!r} must be a 1-D array to split by episode")
+        if self._count == 0:
+            return []
+        _, first, inverse = np.unique(eps, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.intp)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+        group = rank[inverse.ravel()]
+        t = self._columns.get(self.T)
+        if isinstance(t, np.ndarray) and t.ndim == 1:
+            order = np.lexsort((t, group))  # stable: by episode, then t, then row
+        else:
+            order = np.argsort(group, kind="stable")
+        ordered = self.take(order)
+        ends = np.cumsum(np.bincount(group))
+        starts = np.concatenate(([0], ends[:-1]))
+        return [ordered[int(s) : int(e)] for s, e in zip(starts, ends)]
+
+    def __repr__(self) -> str:
+        parts = []
+        for name, column in self._columns.items():
+            for path, leaf in tree.flatten_with_path(column):
+                label = "/".join([name, *map(str, path)])
+                shape = str(leaf.shape[1:]) if leaf.ndim > 1 else ""
+                parts.append(f"{label}{shape} {leaf.dtype}")
+        body = ": " + ", ".join(parts) if parts else ""
+        return f"SampleBatch({self._count} rows{body})"
+
+
+def _values_equal(x: Any, y: Any) -> bool:
+    """`==` on arbitrary objects (infos), treating NaN as equal to NaN."""
+    if x is y:
+        return True
+    if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
+        return True
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return _leaves_equal(np.asarray(x), np.asarray(y))
+    if isinstance(x, Mapping) and isinstance(y, Mapping):
+        return x.keys() == y.keys() and all(_values_equal(x[k], y[k]) for k in x)
+    try:
+        return bool(x == y)
+    except (ValueError, TypeError):
+        return False
+
+
+def _leaves_equal(x: np.ndarray, y: np.ndarray) -> bool:
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    if x.dtype == object:
+        return all(_values_equal(u, v) for u, v in zip(x.ravel(), y.ravel()))
+    nan_ok = x.dtype.kind in "fc"
+    return bool(np.array_equal(x, y, equal_nan=nan_ok))
+
+
+def batches_equal(a: SampleBatch | MultiAgentBatch, b: SampleBatch | MultiAgentBatch) -> bool:
+    """True if both have the same columns, nest structures, dtypes and values (NaN == NaN).
+
+    `meta` is not compared. MultiAgentBatches compare `env_steps` and each policy batch.
+    """
+    if isinstance(a, MultiAgentBatch) and isinstance(b, MultiAgentBatch):
+        return (
+            a.env_steps() == b.env_steps()
+            and a.policy_batches.keys() == b.policy_batches.keys()
+            and all(batches_equal(v, b.policy_batches[k]) for k, v in a.policy_batches.items())
+        )
+    if not (isinstance(a, SampleBatch) and isinstance(b, SampleBatch)):
+        return False
+    if len(a) != len(b) or set(a.keys()) != set(b.keys()):
+        return False
+    for key in a:
+        try:
+            tree.assert_same_structure(a[key], b[key], check_types=True)
+        except (ValueError, TypeError):
+            return False
+        if not all(map(_leaves_equal, tree.flatten(a[key]), tree.flatten(b[key]))):
+            return False
+    return True
+
+
+class MultiAgentBatch:
+    """Per-policy SampleBatches collected over `env_steps` environment steps."""
+
+    def __init__(self, policy_batches: Mapping[str, SampleBatch], env_steps: int):
+        if isinstance(env_steps, bool) or not isinstance(env_steps, (int, np.integer)):
+            raise TypeError(f"env_steps must be an int, got {env_steps!r}")
+        if env_steps < 0:
+            raise ValueError(f"env_steps must be >= 0, got {env_steps}")
+        for pid, batch in policy_batches.items():
+            if not isinstance(batch, SampleBatch):
+                raise TypeError(
+                    f"policy_batches[{pid!r}] must be a SampleBatch, got {type(batch).__name__}"
+                )
+        self.policy_batches: dict[str, SampleBatch] = dict(policy_batches)
+        self._env_steps = int(env_steps)
+
+    def env_steps(self) -> int:
+        """Environment steps these rows were collected over."""
+        return self._env_steps
+
+    def agent_steps(self) -> int:
+        """Total rows over all policies."""
+        return sum(len(b) for b in self.policy_batches.values())
+
+    @property
+    def count(self) -> int:
+        """Same as `env_steps()`."""
+        return self._env_steps
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all policy batches."""
+        return sum(b.nbytes for b in self.policy_batches.values())
+
+    def copy(self, deep: bool = False) -> MultiAgentBatch:
+        """Copy with each policy batch copied (see `SampleBatch.copy`)."""
+        return MultiAgentBatch(
+            {pid: b.copy(deep=deep) for pid, b in self.policy_batches.items()}, self._env_steps
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MultiAgentBatch):
+            return NotImplemented
+        return batches_equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        per_policy = ", ".join(f"{pid}: {len(b)}" for pid, b in self.policy_batches.items())
+        return (
+            f"MultiAgentBatch(env_steps={self._env_steps}, "
+            f"agent_steps={self.agent_steps()}, rows={{{per_policy}}})"
+        )
+
+
+def _merge_meta(metas: Sequence[dict]) -> dict:
+    """Keep keys whose values agree; conflicting values become a list of distinct values."""
+    seen: dict[str, list] = {}
+    for meta in metas:
+        for key, value in meta.items():
+            values = seen.setdefault(key, [])
+            if not any(_values_equal(value, v) for v in values):
+                values.append(value)
+    return {k: v[0] if len(v) == 1 else v for k, v in seen.items()}
+
+
+def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
+    meta = _merge_meta([b.meta for b in batches])
+    full = [b for b in batches if len(b) > 0]
+    if not full:  # keep the columns (schema) of the first empty batch that has any
+        schema = next((b for b in batches if b.keys()), SampleBatch())
+        return SampleBatch._from_normalized(dict(schema._columns), 0, meta)
+    names = list(full[0].keys())
+    for b in full[1:]:
+        if set(b.keys()) != set(names):
+            differ = sorted(set(names).symmetric_difference(b.keys()))
+            raise ValueError(
+                f"cannot concatenate batches with different columns; differing: {differ}"
+            )
+    columns = {}
+    for name in names:
+        parts = [b[name] for b in full]
+        try:
+            columns[name] = tree.map_structure(lambda *xs: np.concatenate(xs), *parts)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"cannot concatenate column {name!r}: {err}") from err
+    return SampleBatch._from_normalized(columns, sum(len(b) for b in full), meta)
+
+
+@overload
+def concat_samples(batches: Iterable[SampleBatch]) -> SampleBatch: ...
+@overload
+def concat_samples(batches: Iterable[MultiAgentBatch]) -> MultiAgentBatch: ...
+def concat_samples(batches: Iterable[Any]) -> SampleBatch | MultiAgentBatch:
+    """Concatenate rows: SampleBatches -> SampleBatch, MultiAgentBatches -> MultiAgentBatch.
+
+    Empty SampleBatches are skipped; the others must have the same column names. No batches
+    gives an empty SampleBatch. MultiAgentBatches concatenate per policy id (union of
+    ids) and sum `env_steps`.
+    """
+    items = list(batches)
+    kinds = {type(b) for b in items}
+    bad = [k.__name__ for k in kinds if not issubclass(k, (SampleBatch, MultiAgentBatch))]
+    if bad:
+        raise TypeError(f"concat_samples() takes SampleBatch or MultiAgentBatch, got {bad}")
+    is_multi = [isinstance(b, MultiAgentBatch) for b in items]
+    if any(is_multi) and not all(is_multi):
+        raise TypeError("cannot concatenate a mix of SampleBatch and MultiAgentBatch")
+    if not items or not is_multi[0]:
+        return _concat_sample_batches(items)
+    policy_ids: dict[str, None] = {}
+    for b in items:
+        policy_ids.update(dict.fromkeys(b.policy_batches))
+    merged = {
+        pid: _concat_sample_batches(
+            [b.policy_batches[pid] for b in items if pid in b.policy_batches]
+        )
+        for pid in policy_ids
+    }
+    return MultiAgentBatch(merged, sum(b.env_steps() for b in items))

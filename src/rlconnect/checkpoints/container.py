@@ -1,0 +1,167 @@
+"""One checkpoint file: a safetensors file whose header carries a JSON structure.
+
+Layout (a plain safetensors file, readable by any safetensors tool)::
+
+    8 bytes   little-endian u64 N: length of the JSON header
+    N bytes   JSON header: {"__metadata__": {...}, "arr_0": {dtype, shape, data_offsets}, ...}
+    rest      raw little-endian array bytes
+
+``__metadata__`` holds four strings: ``format`` (e.g. ``"rlconnect.pipeline"``),
+``format_version`` (a decimal integer), ``structure`` (the nest as JSON, arrays replaced
+by ``{"__array__": "arr_<i>"}``, see ``rlconnect.checkpoints.nest``) and ``sha256`` (a
+digest over format, version, structure and every array's key, dtype, shape and bytes, so
+flipped bytes anywhere are caught).
+
+Reading never unpickles and never imports anything named in the file. Every check runs
+before any array is built, and all arrays are slices of the bytes already read, so a
+header claiming a huge size allocates nothing. Any defect raises ``CheckpointError`` naming
+the file; a missing file raises ``FileNotFoundError`` (other ``OSError`` s propagate too).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+import safetensors.numpy
+
+from rlconnect.checkpoints.atomic import atomic_write_bytes
+from rlconnect.checkpoints.nest import decode_nest, encode_nest
+from rlconnect.errors import CheckpointError
+
+__all__ = ["load_nest", "save_nest"]
+
+_LENGTH_BYTES = 8
+_METADATA = "__metadata__"
+_TENSOR_DTYPES = frozenset(
+    {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "F32", "F64", "C64"}
+)
+
+
+def save_nest(
+    path: str | os.PathLike[str],
+    nest: Any,
+    *,
+    format_name: str,
+    format_version: int,
+    where: str = "nest",
+) -> None:
+    """Write ``nest`` (JSON values and numpy arrays) atomically to exactly ``path``.
+
+    Raises ValueError / TypeError (naming ``where`` and the offending path) before touching
+    the disk if the nest holds something that cannot be saved without pickle.
+    """
+    obj, arrays = encode_nest(nest, where=where)
+    data = pack(obj, arrays, format_name=format_name, format_version=format_version)
+    atomic_write_bytes(path, data)
+
+
+def pack(
+    obj: Any, arrays: dict[str, np.ndarray], *, format_name: str, format_version: int
+) -> bytes:
+    """The file's bytes for an already encoded nest (``encode_nest`` output)."""
+    structure = json.dumps(obj, allow_nan=True, separators=(",", ":"))
+    metadata = {
+        "format": format_name,
+        "format_version": str(int(format_version)),
+        "structure": structure,
+        "sha256": _digest(format_name, int(format_version), structure, arrays),
+    }
+    return safetensors.numpy.save(arrays, metadata=metadata)
+
+
+def load_nest(
+    path: str | os.PathLike[str], *, format_name: str, versions: Collection[int]
+) -> tuple[int, Any]:
+    """Read a file written by ``save_nest``: ``(format_version, nest)``.
+
+    ``versions`` are the format versions the caller can read; any other raises
+    ``CheckpointError`` listing them.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    return unpack(data, format_name=format_name, versions=versions, source=os.fspath(path))
+
+
+def unpack(
+    data: bytes, *, format_name: str, versions: Collection[int], source: str = "<bytes>"
+) -> tuple[int, Any]:
+    """Parse and verify the bytes of a checkpoint file; see ``load_nest``."""
+
+    def fail(msg: str) -> CheckpointError:
+        return CheckpointError(f"cannot load {format_name} file {source!r}: {msg}")
+
+    header = _read_header(data, fail)
+    meta = header.pop(_METADATA, None)
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise fail("no rlconnect metadata in the header (not an rlconnect checkpoint)")
+    if meta.get("format") != format_name:
+        raise fail(f"its format is {meta.get('format')!r}, expected {format_name!r}")
+    version = _check_version(meta.get("format_version"), versions, fail)
+    structure, digest = meta.get("structure"), meta.get("sha256")
+    if structure is None or digest is None:
+        raise fail("the header lacks the 'structure' or 'sha256' entry")
+    for key, entry in header.items():
+        if not isinstance(entry, dict) or entry.get("dtype") not in _TENSOR_DTYPES:
+            raise fail(f"array {key[:40]!r} has a malformed entry or unsupported dtype")
+    try:
+        arrays = safetensors.numpy.load(data)
+    except Exception as exc:  # a third-party parser: any failure means a damaged file
+        raise fail(f"invalid array data ({exc})") from None
+    arrays = {k: (a if a.flags.writeable else a.copy()) for k, a in arrays.items()}
+    if _digest(format_name, version, structure, arrays) != digest:
+        raise fail("checksum mismatch: the file is corrupted")
+    try:
+        obj = json.loads(structure)
+    except (ValueError, RecursionError) as exc:
+        raise fail(f"the structure is not valid JSON ({type(exc).__name__})") from None
+    try:
+        return version, decode_nest(obj, arrays, where="structure")
+    except CheckpointError as exc:
+        raise fail(str(exc)) from None
+
+
+def _read_header(data: bytes, fail: Any) -> dict[str, Any]:
+    if not data:
+        raise fail("the file is empty")
+    if len(data) < _LENGTH_BYTES:
+        raise fail(f"only {len(data)} bytes, too short for a header (truncated file?)")
+    length = int.from_bytes(data[:_LENGTH_BYTES], "little")
+    available = len(data) - _LENGTH_BYTES
+    if length > available:
+        raise fail(
+            f"the header claims {length} bytes but only {available} follow "
+            "(truncated file, or not an rlconnect checkpoint)"
+        )
+    try:
+        header = json.loads(data[_LENGTH_BYTES : _LENGTH_BYTES + length].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise fail("the header is not valid JSON (damaged, or not a checkpoint)") from None
+    if not isinstance(header, dict):
+        raise fail(f"the header is a JSON {type(header).__name__}, expected an object")
+    return header
+
+
+def _check_version(raw: Any, versions: Collection[int], fail: Any) -> int:
+    supported = ", ".join(str(v) for v in sorted(versions))
+    if not isinstance(raw, str) or not raw.isdecimal() or len(raw) > 9:
+        raise fail(f"malformed format version {str(raw)[:20]!r}; supported versions: {supported}")
+    version = int(raw)
+    if version not in versions:
+        raise fail(f"format version {version} is not supported; supported versions: {supported}")
+    return version
+
+
+def _digest(format_name: str, version: int, structure: str, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for part in (format_name, str(version), structure):
+        h.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    for key in sorted(arrays):
+        a = arrays[key]
+        h.update(f"{key}\0{a.dtype.name}\0{tuple(a.shape)}\0".encode("utf-8", "surrogatepass"))
+        h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    return h.hexdigest()

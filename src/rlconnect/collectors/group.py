@@ -1,0 +1,157 @@
+"""The policy collectors of one runner, the env-step log, and building MultiAgentBatches.
+
+The group keeps one *event* per env step (poll index, sub-env, episode, agent steps it
+completed). Batch boundaries are decided on events, then applied to every policy's rows:
+
+- ``truncate_episodes``: the first ``target`` events (or enough to reach ``target`` agent
+  steps) are taken; each sub-env is cut after its last taken event. Open trajectories
+  keep their cut row, so the next batch continues them (``t`` and ``eps_id`` go on).
+- ``complete_episodes``: every event of a finished episode is taken, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from rlconnect.batches import SampleBatch, concat_samples
+from rlconnect.collectors.policy_collector import PolicyCollector
+from rlconnect.collectors.store import ColumnStore
+
+__all__ = ["PolicyCollectorGroup"]
+
+
+class PolicyCollectorGroup:
+    """One PolicyCollector per policy id, plus the env-step log that sizes batches."""
+
+    def __init__(self, policy_ids: Iterable[str], num_envs: int) -> None:
+        self.collectors = {pid: PolicyCollector(pid) for pid in policy_ids}
+        self.num_envs = num_envs
+        self._events = ColumnStore()
+        self._finished: set[int] = set()
+        self._finished_steps = 0  # env steps of finished episodes still in the log
+        self._finished_agent_steps = 0
+
+    def __getitem__(self, policy_id: str) -> PolicyCollector:
+        return self.collectors[policy_id]
+
+    # -- recording ------------------------------------------------------------------------
+    def add_env_steps(
+        self, poll: int, env_ids: np.ndarray, eps_ids: np.ndarray, agent_steps: np.ndarray
+    ) -> None:
+        """Log one env step for each of ``env_ids`` at ``poll``."""
+        n = len(env_ids)
+        if n:
+            self._events.append(
+                {
+                    "poll": np.full(n, poll, dtype=np.int64),
+                    "env": np.asarray(env_ids, dtype=np.int64),
+                    "eps": np.asarray(eps_ids, dtype=np.int64),
+                    "agent_steps": np.asarray(agent_steps, dtype=np.int64),
+                },
+                n,
+            )
+
+    def finish_episode(self, eps_id: int) -> None:
+        """The episode ended: its steps now count for ``complete_episodes``."""
+        self._finished.add(int(eps_id))
+        if self._events.size:
+            mine = self._events.column("eps") == eps_id
+            self._finished_steps += int(mine.sum())
+            self._finished_agent_steps += int(self._events.column("agent_steps")[mine].sum())
+
+    def drop_episode(self, eps_id: int) -> None:
+        """Forget everything of a faulty episode: its rows and its env steps."""
+        for c in self.collectors.values():
+            if len(c):
+                c.drop(c.column("eps_id") == eps_id)
+        if self._events.size:
+            self._events.keep(np.flatnonzero(self._events.column("eps") != eps_id))
+        self._finished.discard(int(eps_id))
+
+    # -- counting -------------------------------------------------------------------------
+    def env_steps(self) -> int:
+        """Env steps logged and not yet handed out."""
+        return self._events.size
+
+    def agent_steps(self) -> int:
+        """Agent steps (transitions) logged and not yet handed out."""
+        return int(self._events.column("agent_steps").sum()) if self._events.size else 0
+
+    def ready(self, mode: str, target: int, count_by: str) -> bool:
+        """True when a batch of ``target`` steps can be built."""
+        if mode == "complete_episodes":
+            have = self._finished_steps if count_by == "env_steps" else self._finished_agent_steps
+        else:
+            have = self.env_steps() if count_by == "env_steps" else self.agent_steps()
+        return have >= target
+
+    # -- building -------------------------------------------------------------------------
+    def _take_events(self, mode: str, target: int, count_by: str) -> np.ndarray:
+        ev = self._events
+        if mode == "complete_episodes":
+            return np.isin(ev.column("eps"), np.fromiter(self._finished, np.int64))
+        taken = np.zeros(ev.size, dtype=bool)
+        if count_by == "env_steps":
+            k = min(target, ev.size)
+        else:
+            k = int(np.searchsorted(np.cumsum(ev.column("agent_steps")), target)) + 1
+            k = min(k, ev.size)
+        taken[:k] = True
+        return taken
+
+    def build(
+        self, mode: str, target: int, count_by: str
+    ) -> tuple[dict[str, tuple[SampleBatch, np.ndarray]], int]:
+        """Hand out one batch: per policy (transitions, trajectory id of each row), env steps."""
+        ev = self._events
+        taken = self._take_events(mode, target, count_by)
+        env_steps = int(taken.sum())
+        if mode == "complete_episodes":
+            eps = np.fromiter(self._finished, np.int64)
+            select = lambda c: np.isin(c.column("eps_id"), eps)  # noqa: E731
+            done_eps = eps
+        else:
+            cut = np.full(self.num_envs, -1, dtype=np.int64)
+            np.maximum.at(cut, ev.column("env")[taken], ev.column("poll")[taken])
+            select = lambda c: c.column("_poll") <= cut[c.column("env_id")]  # noqa: E731
+            done_eps = np.asarray(
+                sorted(self._finished & set(ev.column("eps")[taken].tolist())), dtype=np.int64
+            )
+        batches = {}
+        for pid, c in self.collectors.items():
+            if len(c):
+                b, traj = c.build(select(c))
+                if len(b):
+                    batches[pid] = (b, traj)
+        left = np.flatnonzero(~taken)
+        ev.keep(left)
+        self._finished -= set(done_eps.tolist()) if mode == "complete_episodes" else set()
+        if mode != "complete_episodes":
+            alive = set(ev.column("eps").tolist())
+            self._finished &= alive
+        self._recount()
+        return batches, env_steps
+
+    def _recount(self) -> None:
+        if not self._events.size or not self._finished:
+            self._finished_steps = self._finished_agent_steps = 0
+            return
+        mine = np.isin(self._events.column("eps"), np.fromiter(self._finished, np.int64))
+        self._finished_steps = int(mine.sum())
+        self._finished_agent_steps = int(self._events.column("agent_steps")[mine].sum())
+
+    @staticmethod
+    def concat(batches: list[SampleBatch]) -> SampleBatch:
+        """Concatenate per-trajectory batches (after postprocessing)."""
+        return concat_samples(batches)
+
+    def nbytes(self) -> int:
+        """Bytes held by all row stores."""
+        return sum(c.store.nbytes() for c in self.collectors.values())
+
+    def describe(self) -> dict[str, Any]:
+        """Sizes, for debugging."""
+        return {pid: len(c) for pid, c in self.collectors.items()} | {"env_steps": self.env_steps()}

@@ -1,0 +1,105 @@
+"""Per-policy trajectory storage: observation rows in, transition batches out, vectorized.
+
+Every observation an agent of the policy receives is one *row* (what the agent pipeline
+output, plus bookkeeping); the policy's answer is written into the same row. A transition
+is two consecutive rows of one agent trajectory: ``obs``/``actions``/fetches come from the
+first, ``rewards``/``terminateds``/``truncateds``/``infos``/``new_obs`` from the second.
+Building a batch is therefore a stable sort by trajectory and a shift by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlconnect.batches import SampleBatch
+from rlconnect.collectors.store import ColumnStore
+
+__all__ = ["NEXT_COLUMNS", "PolicyCollector"]
+
+TRAJ, POLL, LAST = "_traj", "_poll", "_last"
+BOOKKEEPING = (TRAJ, POLL, LAST)
+#: columns a transition takes from the row that followed its observation
+NEXT_COLUMNS = ("rewards", "terminateds", "truncateds", "infos")
+
+
+class PolicyCollector:
+    """Rows of every agent trajectory mapped to one policy, in arrival order."""
+
+    def __init__(self, policy_id: str) -> None:
+        self.policy_id = policy_id
+        self.store = ColumnStore()
+
+    def __len__(self) -> int:
+        return self.store.size
+
+    def add_rows(
+        self,
+        traj_ids: np.ndarray,
+        poll: int | np.ndarray,
+        columns: dict[str, Any],
+        last: Any = False,
+    ) -> np.ndarray:
+        """Append observation rows of ``traj_ids``; returns their row indices."""
+        n = len(traj_ids)
+        cols = dict(columns)
+        cols[TRAJ] = np.asarray(traj_ids, dtype=np.int64)
+        cols[POLL] = np.broadcast_to(np.asarray(poll, dtype=np.int64), (n,))
+        cols[LAST] = np.broadcast_to(np.asarray(last, dtype=bool), (n,))
+        return self.store.append(cols, n)
+
+    def add_outputs(self, rows: np.ndarray, columns: dict[str, Any]) -> None:
+        """Write the policy's outputs (actions, fetches, state_out) for ``rows``."""
+        for name, value in columns.items():
+            self.store.write(name, rows, value)
+
+    def copy_rows(self, rows: np.ndarray) -> dict[str, Any]:
+        """Every non-bookkeeping column at ``rows`` (to build closing rows)."""
+        return {n: self.store.take(n, rows) for n in self.store.names if n not in BOOKKEEPING}
+
+    def drop(self, mask: np.ndarray) -> None:
+        """Forget the rows where ``mask`` is true (a faulty episode)."""
+        self.store.keep(np.flatnonzero(~mask))
+
+    def column(self, name: str) -> Any:
+        """A live column."""
+        return self.store.column(name)
+
+    def build(self, selected: np.ndarray) -> tuple[SampleBatch, np.ndarray]:
+        """Transitions between selected rows, trajectories contiguous and in time order.
+
+        Afterwards the store keeps the rows that were not selected, plus the last
+        selected row of each trajectory that is still open (its action is pending and it
+        starts the next batch). Returns the batch and the trajectory id of each row.
+        """
+        n = self.store.size
+        traj_all = self.store.column(TRAJ)
+        order = np.argsort(traj_all, kind="stable")
+        traj = traj_all[order]
+        sel = selected[order]
+        same = traj[:-1] == traj[1:] if n else np.zeros(0, dtype=bool)
+        pair = same & sel[:-1] & sel[1:]
+        rows, nxt = order[:-1][pair], order[1:][pair]
+        batch = self._transitions(rows, nxt)
+        # keep unselected rows and the last selected row of every open trajectory
+        next_selected = np.zeros(n, dtype=bool)
+        next_selected[:-1] = same & sel[1:]
+        last_sel = sel & ~next_selected
+        closed = self.store.column(LAST)[order]
+        keep = ~sel | (last_sel & ~closed)
+        self.store.keep(np.sort(order[keep]))
+        return batch, traj_all[rows]
+
+    def _transitions(self, rows: np.ndarray, nxt: np.ndarray) -> SampleBatch:
+        cols: dict[str, Any] = {}
+        for name in self.store.names:
+            if name in BOOKKEEPING:
+                continue
+            if name in NEXT_COLUMNS:
+                cols[name] = self.store.take(name, nxt)
+            else:
+                cols[name] = self.store.take(name, rows)
+        if "obs" in self.store:
+            cols[SampleBatch.NEXT_OBS] = self.store.take("obs", nxt)
+        return SampleBatch(cols)

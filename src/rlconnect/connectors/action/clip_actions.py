@@ -1,0 +1,28 @@
+"""ClipActions: actions clipped into the Box bounds of the action space."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from rlconnect.connectors.base import ColumnActionConnector
+from rlconnect.connectors.registry import register_connector
+from rlconnect.spaces import clip_to_space
+
+__all__ = ["ClipActions"]
+
+
+@register_connector("ClipActions")
+class ClipActions(ColumnActionConnector):
+    """Clips ``actions`` into the bounds of the bound Box space, cast to its dtype.
+
+    Identity for any other space (Discrete, MultiDiscrete, Tuple, Dict...). Integer Boxes
+    round to the nearest integer first.
+    """
+
+    def transform(self, value: Any) -> Any:
+        space = self.input_space  # bound by the pipeline, else the context's action space
+        if not isinstance(space, gym.spaces.Box):
+            return value
+        return clip_to_space(space, value)

@@ -1,0 +1,43 @@
+"""ClipReward: rewards reduced to their sign, or clipped to [-limit, limit]."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from rlconnect.connectors.base import AgentData, RewardConnector
+from rlconnect.connectors.registry import register_connector
+
+__all__ = ["ClipReward"]
+
+
+@register_connector("ClipReward")
+class ClipReward(RewardConnector):
+    """Maps the ``rewards`` column: ``np.sign`` when ``limit`` is None, else clip to ±limit.
+
+    Rows without a ``rewards`` column (e.g. right after a reset) pass through unchanged.
+
+    Args:
+        limit: None for the sign of the reward (-1, 0 or 1), or a positive number.
+    """
+
+    def __init__(self, ctx: Any, limit: float | None = None) -> None:
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0
+        ):
+            raise ValueError(f"ClipReward: limit must be None or a positive number, got {limit!r}")
+        super().__init__(ctx, limit=None if limit is None else float(limit))
+        self.limit = None if limit is None else float(limit)
+
+    def transform(self, value: Any) -> np.ndarray:
+        rewards = np.asarray(value)
+        if self.limit is None:
+            return np.sign(rewards)
+        return np.clip(rewards, -self.limit, self.limit)
+
+    def __call__(self, data: AgentData) -> AgentData:
+        if self.column in data:
+            data[self.column] = self.transform(data[self.column])
+        return data

@@ -1,0 +1,85 @@
+"""FrameStack: each row's observation becomes its agent's last ``num_frames`` observations."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.connectors.agent._slots import SlotTable
+from rlconnect.connectors.base import AgentConnector, AgentData
+from rlconnect.connectors.registry import register_connector
+from rlconnect.spaces import describe_space
+
+__all__ = ["FrameStack"]
+
+
+@register_connector("FrameStack")
+class FrameStack(AgentConnector):
+    """Stacks each agent's last ``num_frames`` observations: ``(B, k, *obs_shape)``.
+
+    The newest frame is last. An agent's first row of an episode (a new ``(env_id,
+    agent_id)``, or the first after ``reset(env_id)``) fills the whole stack with copies of
+    that observation. Needs a Box input; outputs a Box of shape ``(k, *shape)`` with the
+    input's bounds repeated and the input's dtype. The frames are per-episode state and are
+    not saved in a checkpoint.
+
+    Args:
+        num_frames: how many frames to stack (k >= 1).
+    """
+
+    num_frames: int
+
+    def __init__(self, ctx: Any, num_frames: int = 4) -> None:
+        if (
+            isinstance(num_frames, bool)
+            or not isinstance(num_frames, numbers.Integral)
+            or num_frames < 1
+        ):
+            raise ValueError(f"FrameStack: num_frames must be an int >= 1, got {num_frames!r}")
+        super().__init__(ctx, num_frames=int(num_frames))
+        self.num_frames = int(num_frames)
+        self._slots: SlotTable | None = None
+        self._dtype: np.dtype = np.dtype(np.float32)
+
+    def output_space(self, input_space: gym.Space) -> gym.Space:
+        if not isinstance(input_space, gym.spaces.Box):
+            raise ValueError(
+                f"FrameStack needs a Box, got {describe_space(input_space)}; "
+                "add FlattenObservations before it"
+            )
+        k = self.num_frames
+        low = np.broadcast_to(input_space.low, (k, *input_space.shape))
+        high = np.broadcast_to(input_space.high, (k, *input_space.shape))
+        return gym.spaces.Box(low, high, (k, *input_space.shape), input_space.dtype)
+
+    def setup(self, input_space: gym.Space) -> None:
+        shape = (self.num_frames, *(input_space.shape or ()))
+        if self._slots is not None and self._slots["frames"].shape[1:] == shape:
+            return  # re-bound to the same space (a pipeline edit): keep the frames
+        self._dtype = np.dtype(input_space.dtype)
+        self._slots = SlotTable()
+        self._slots.add("frames", np.zeros((0, *shape), self._dtype))
+
+    def __call__(self, data: AgentData) -> AgentData:
+        if self._slots is None:
+            self.input_space  # noqa: B018  (binds to the context's observation space)
+        table = self._slots
+        assert table is not None
+        obs = np.asarray(data["obs"], self._dtype)
+        slots, new = table.lookup(data.row_keys())
+        frames = table["frames"]  # read after lookup: it may have grown
+        stacked = np.empty((len(slots), *frames.shape[1:]), self._dtype)
+        stacked[:, :-1] = frames[slots, 1:]
+        stacked[:, -1] = obs
+        if new.any():
+            stacked[new] = obs[new][:, None]
+        frames[slots] = stacked
+        data["obs"] = stacked
+        return data
+
+    def reset(self, env_id: int) -> None:
+        if self._slots is not None:
+            self._slots.reset(env_id)

@@ -1,0 +1,279 @@
+"""MeanStdFilter: observations normalised by a running mean and standard deviation per feature.
+
+Statistics are ``{"count", "mean", "m2"}`` (float64; ``m2`` is the sum of squared deviations
+from the mean, so ``var = m2 / count``). Two sets of statistics merge exactly
+(Chan et al.'s parallel update), which is how filters on several runners are synced::
+
+    deltas = [f.get_delta() for f in filters]     # data each runner saw since the last sync
+    for f in filters:
+        f.reset_delta()
+    total = merge_statistics([total, *deltas])    # exact: as if one filter saw everything
+    for f in filters:
+        f.set_statistics(total)
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.connectors.base import AgentData, ObservationConnector
+from rlconnect.connectors.registry import register_connector
+from rlconnect.spaces import describe_space
+
+__all__ = ["MeanStdFilter", "empty_statistics", "merge_statistics"]
+
+_MAX_ROWS_SHOWN = 5
+_MAX_FEATURES_SHOWN = 6
+
+
+def empty_statistics(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Statistics of no data: count 0, zero mean and m2."""
+    return {
+        "count": np.zeros((), np.float64),
+        "mean": np.zeros(shape, np.float64),
+        "m2": np.zeros(shape, np.float64),
+    }
+
+
+def _combine(
+    a: tuple[float, np.ndarray, np.ndarray], b: tuple[float, np.ndarray, np.ndarray]
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """Chan et al.: statistics of the union of two data sets from those of each."""
+    n_a, mean_a, m2_a = a
+    n_b, mean_b, m2_b = b
+    if n_b == 0:
+        return a
+    if n_a == 0:
+        return b
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    mean = mean_a + delta * (n_b / n)
+    m2 = m2_a + m2_b + delta * delta * (n_a * n_b / n)
+    return n, mean, m2
+
+
+def _unpack(stats: Mapping[str, Any], where: str) -> tuple[float, np.ndarray, np.ndarray]:
+    missing = {"count", "mean", "m2"} - set(stats)
+    if missing:
+        raise ValueError(f"{where}: statistics lack {sorted(missing)}; got {sorted(stats)}")
+    count = float(np.asarray(stats["count"]))
+    mean = np.asarray(stats["mean"], np.float64)
+    m2 = np.asarray(stats["m2"], np.float64)
+    if mean.shape != m2.shape:
+        raise ValueError(f"{where}: mean has shape {mean.shape} but m2 has {m2.shape}")
+    if not count >= 0:
+        raise ValueError(f"{where}: count must be >= 0, got {count}")
+    return count, mean, m2
+
+
+def _pack(count: float, mean: np.ndarray, m2: np.ndarray) -> dict[str, np.ndarray]:
+    return {
+        "count": np.asarray(count, np.float64),
+        "mean": np.array(mean, np.float64),
+        "m2": np.array(m2, np.float64),
+    }
+
+
+def merge_statistics(stats: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """Combine statistics exactly: the result equals one filter fed all their data.
+
+    Raises:
+        ValueError: for an empty list, missing keys or differing feature shapes.
+    """
+    if not stats:
+        raise ValueError("merge_statistics needs at least one set of statistics")
+    parts = [_unpack(s, f"merge_statistics[{i}]") for i, s in enumerate(stats)]
+    shapes = {p[1].shape for p in parts}
+    if len(shapes) > 1:
+        raise ValueError(f"merge_statistics: feature shapes differ: {sorted(shapes)}")
+    total = parts[0]
+    for p in parts[1:]:
+        total = _combine(total, p)
+    return _pack(*total)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _more(total: int, shown: int, what: str) -> str:
+    return f" and {total - shown} more{what}" if total > shown else ""
+
+
+def _batch_moments(x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    mean = x.mean(axis=0)
+    dev = x - mean
+    return float(len(x)), mean, np.einsum("i...,i...->...", dev, dev)
+
+
+@register_connector("MeanStdFilter")
+class MeanStdFilter(ObservationConnector):
+    """Normalises ``obs`` per feature: ``clip((obs - mean) / (std + epsilon), -clip, clip)``.
+
+    The statistics are updated with the batch first, then the batch is normalised with the
+    updated statistics (so the first batch is normalised by its own mean and std). They
+    update only when ``update`` is true and the connector is in training mode
+    (``in_eval()`` freezes them). With no data yet (count 0) mean is 0 and std 1. The
+    variance is the population variance ``m2 / count``.
+
+    Needs a float Box input (put FlattenObservations before it for other spaces); outputs
+    ``Box(-clip, clip, shape, float32)``. A NaN or inf in ``obs`` raises ValueError naming
+    the rows' (env_id, agent_id) and features, and leaves the statistics untouched.
+
+    Args:
+        clip: bound of the normalised output (a positive number).
+        epsilon: added to the standard deviation before dividing.
+        update: False keeps the statistics fixed (e.g. loaded from a checkpoint).
+    """
+
+    def __init__(
+        self, ctx: Any, clip: float = 10.0, epsilon: float = 1e-8, update: bool = True
+    ) -> None:
+        if not (_is_number(clip) and clip > 0):
+            raise ValueError(f"MeanStdFilter: clip must be a positive number, got {clip!r}")
+        if not (_is_number(epsilon) and epsilon >= 0):
+            raise ValueError(f"MeanStdFilter: epsilon must be a number >= 0, got {epsilon!r}")
+        if not isinstance(update, bool):
+            raise ValueError(f"MeanStdFilter: update must be a bool, got {update!r}")
+        super().__init__(ctx, clip=float(clip), epsilon=float(epsilon), update=update)
+        self.clip, self.epsilon, self.update = float(clip), float(epsilon), update
+        self._shape: tuple[int, ...] | None = None
+        self._total = (0.0, np.zeros(()), np.zeros(()))
+        self._delta = (0.0, np.zeros(()), np.zeros(()))
+        self._pending: Mapping[str, Any] | None = None  # statistics set before binding
+
+    # -- spaces ---------------------------------------------------------------------------
+    def output_space(self, input_space: gym.Space) -> gym.Space:
+        if not (isinstance(input_space, gym.spaces.Box) and input_space.dtype.kind == "f"):
+            raise ValueError(
+                f"MeanStdFilter needs a float Box, got {describe_space(input_space)}; "
+                "add FlattenObservations before it"
+            )
+        return gym.spaces.Box(-self.clip, self.clip, input_space.shape, np.float32)
+
+    def setup(self, input_space: gym.Space) -> None:
+        shape = tuple(input_space.shape or ())
+        if shape != self._shape:
+            self._shape = shape
+            self._total = _unpack(empty_statistics(shape), "MeanStdFilter")
+            self._delta = self._total
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.set_statistics(pending)
+
+    def _ensure_bound(self) -> tuple[int, ...]:
+        if self._shape is None:
+            self.input_space  # noqa: B018  (binds to the context's observation space)
+        assert self._shape is not None
+        return self._shape
+
+    # -- running --------------------------------------------------------------------------
+    def __call__(self, data: AgentData) -> AgentData:
+        shape = self._ensure_bound()
+        obs = np.asarray(data[self.column], np.float64)
+        if obs.shape[1:] != shape:
+            raise ValueError(
+                f"MeanStdFilter: obs rows have shape {obs.shape[1:]}, expected {shape}"
+            )
+        finite = np.isfinite(obs)
+        if not finite.all():
+            raise ValueError(self._non_finite_message(data, obs, finite))
+        if self.update and self.is_training and len(obs):
+            batch = _batch_moments(obs)
+            self._total = _combine(self._total, batch)
+            self._delta = _combine(self._delta, batch)
+        data[self.column] = self._normalize(obs)
+        return data
+
+    def transform(self, value: Any) -> np.ndarray:
+        """Normalise with the current statistics, without updating them."""
+        self._ensure_bound()
+        return self._normalize(np.asarray(value, np.float64))
+
+    def _normalize(self, obs: np.ndarray) -> np.ndarray:
+        count, mean, m2 = self._total
+        std = np.ones_like(mean) if count == 0 else np.sqrt(m2 / count)
+        out = (obs - mean) / (std + self.epsilon)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+    def _non_finite_message(self, data: AgentData, obs: np.ndarray, finite: np.ndarray) -> str:
+        bad = ~finite.reshape(len(obs), -1)
+        rows = np.flatnonzero(bad.any(axis=1))
+        keys = data.row_keys()
+        parts = []
+        for r in rows[:_MAX_ROWS_SHOWN]:
+            feats = np.flatnonzero(bad[r])
+            flat = obs[r].reshape(-1)
+            shown = ", ".join(
+                f"{self._feature_name(int(f))}={flat[f]}" for f in feats[:_MAX_FEATURES_SHOWN]
+            )
+            more = _more(len(feats), _MAX_FEATURES_SHOWN, "")
+            env_id, agent_id = keys[r]
+            parts.append(f"(env_id={env_id}, agent_id={agent_id!r}): features {shown}{more}")
+        more_rows = _more(len(rows), _MAX_ROWS_SHOWN, " rows")
+        return (
+            f"{self.name}: non-finite observation values in {len(rows)} row(s): "
+            + "; ".join(parts)
+            + more_rows
+            + ". The statistics were left unchanged."
+        )
+
+    def _feature_name(self, flat_index: int) -> str:
+        shape = self._shape or ()
+        if len(shape) <= 1:
+            return f"[{flat_index}]"
+        return str(list(np.unravel_index(flat_index, shape)))
+
+    # -- statistics -----------------------------------------------------------------------
+    def get_statistics(self) -> dict[str, np.ndarray]:
+        """``{"count": () float64, "mean": shape float64, "m2": shape float64}``."""
+        self._ensure_bound()
+        return _pack(*self._total)
+
+    def set_statistics(self, stats: Mapping[str, Any]) -> None:
+        """Replace the statistics (e.g. from a checkpoint or a sync) and clear the delta."""
+        if self._shape is None:  # not bound yet: apply once the input space is known
+            _unpack(stats, "MeanStdFilter.set_statistics")
+            self._pending = dict(stats)
+            return
+        count, mean, m2 = _unpack(stats, "MeanStdFilter.set_statistics")
+        if mean.shape != self._shape:
+            raise ValueError(
+                f"MeanStdFilter.set_statistics: mean has shape {mean.shape}, "
+                f"the observations have {self._shape}"
+            )
+        self._total = (count, mean.copy(), m2.copy())
+        self._delta = _unpack(empty_statistics(self._shape), "MeanStdFilter")
+
+    def get_delta(self) -> dict[str, np.ndarray]:
+        """Statistics of the data seen since the last ``reset_delta`` / ``set_statistics``."""
+        self._ensure_bound()
+        return _pack(*self._delta)
+
+    def reset_delta(self) -> None:
+        """Forget the delta (after it was sent for merging); the totals are kept."""
+        shape = self._ensure_bound()
+        self._delta = _unpack(empty_statistics(shape), "MeanStdFilter")
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Current running mean per feature."""
+        self._ensure_bound()
+        return np.array(self._total[1])
+
+    @property
+    def std(self) -> np.ndarray:
+        """Current population standard deviation per feature (1 with no data)."""
+        self._ensure_bound()
+        count, mean, m2 = self._total
+        return np.ones_like(mean) if count == 0 else np.sqrt(m2 / count)
+
+    @property
+    def count(self) -> float:
+        """Number of rows the statistics were computed from."""
+        return float(self._total[0])

@@ -1,0 +1,76 @@
+"""PrevActionsRewards: adds each agent's previous action and the reward it just received."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import tree
+
+from rlconnect.connectors.action.convert_to_numpy import to_numpy
+from rlconnect.connectors.agent._slots import SlotTable
+from rlconnect.connectors.base import ActionData, AgentConnector, AgentData
+from rlconnect.connectors.registry import register_connector
+from rlconnect.spaces import zeros_batch
+
+__all__ = ["PrevActionsRewards"]
+
+
+@register_connector("PrevActionsRewards")
+class PrevActionsRewards(AgentConnector):
+    """Adds ``prev_actions`` and ``prev_rewards`` columns from each agent's own history.
+
+    ``prev_actions`` is the action the agent took at its previous step, as recorded by
+    ``on_policy_output`` from ``output["actions"]`` (the policy's raw output, before the
+    action pipeline); at an agent's first row of an episode it is
+    ``spaces.zeros_batch(ctx.action_space, ...)`` (zeros; ``start`` for Discrete).
+    ``prev_rewards`` (float32) is the ``rewards`` column of the row, i.e. the reward the
+    agent received with its current observation, and 0 at its first row of an episode (or
+    when there is no ``rewards`` column). ``obs`` and its space are unchanged.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        try:
+            template = zeros_batch(ctx.action_space, 0)
+        except TypeError as exc:
+            raise ValueError(f"PrevActionsRewards: {exc}") from None
+        self._table = SlotTable()
+        self._table.add("actions", template)
+
+    def __call__(self, data: AgentData) -> AgentData:
+        slots, new = self._table.lookup(data.row_keys())
+        prev = tree.map_structure(lambda store: store[slots], self._table["actions"])
+        if new.any():  # Discrete/MultiDiscrete "zero" is their start value
+            zeros = zeros_batch(self.ctx.action_space, int(new.sum()))
+            tree.map_structure(lambda out, z: out.__setitem__(new, z), prev, zeros)
+        rewards = data.get("rewards")
+        if rewards is None:
+            prev_rewards = np.zeros(len(data), np.float32)
+        else:
+            prev_rewards = np.asarray(rewards, np.float32).copy()
+            prev_rewards[new] = 0.0
+        data["prev_actions"] = prev
+        data["prev_rewards"] = prev_rewards
+        return data
+
+    def on_policy_output(self, output: ActionData) -> None:
+        slots = self._table.find(output.row_keys())
+        known = slots >= 0
+        if not known.any():
+            return
+        actions = to_numpy(output["actions"])
+        rows = slots if known.all() else slots[known]
+
+        def scatter(store: np.ndarray, value: Any) -> None:
+            value = np.asarray(value)
+            store[rows] = value if known.all() else value[known]
+
+        tree.map_structure(scatter, self._table["actions"], actions)
+
+    def reset(self, env_id: int) -> None:
+        self._table.reset(env_id)
+
+    def output_space(self, input_space: gym.Space) -> gym.Space:
+        return input_space

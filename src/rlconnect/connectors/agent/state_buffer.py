@@ -1,0 +1,76 @@
+"""StateBuffer: keeps each agent's RNN state between steps and feeds it back as ``state_in_*``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlconnect.connectors.action.convert_to_numpy import to_numpy
+from rlconnect.connectors.agent._slots import SlotTable
+from rlconnect.connectors.base import ActionData, AgentConnector, AgentData
+from rlconnect.connectors.registry import register_connector
+
+__all__ = ["StateBuffer"]
+
+
+@register_connector("StateBuffer")
+class StateBuffer(AgentConnector):
+    """Adds ``state_in_0 .. state_in_{n-1}`` columns, one per ``ctx.initial_states`` entry.
+
+    ``state_in_i`` of a row is the ``state_out_i`` its agent's previous row produced
+    (recorded by ``on_policy_output``), or ``ctx.initial_states[i]`` at the agent's first
+    row of an episode (a new ``(env_id, agent_id)``, or the first after ``reset(env_id)``).
+    With no initial states (a feed-forward policy) it adds nothing. ``on_policy_output``
+    raises ValueError when a ``state_out_i`` column is missing or mis-shaped. The states
+    are per-episode and are not saved in a checkpoint. ``obs`` and its space are unchanged.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self._initial = [np.asarray(s) for s in ctx.initial_states]
+        self._table = SlotTable()
+        for i, s in enumerate(self._initial):
+            self._table.add(f"state_{i}", s[None])
+
+    @property
+    def num_states(self) -> int:
+        """How many state tensors the policy keeps."""
+        return len(self._initial)
+
+    def __call__(self, data: AgentData) -> AgentData:
+        if not self._initial:
+            return data
+        slots, new = self._table.lookup(data.row_keys())
+        any_new = bool(new.any())
+        for i, init in enumerate(self._initial):
+            state = self._table[f"state_{i}"][slots]
+            if any_new:
+                state[new] = init
+            data[f"state_in_{i}"] = state
+        return data
+
+    def on_policy_output(self, output: ActionData) -> None:
+        if not self._initial:
+            return
+        slots = self._table.find(output.row_keys())
+        known = slots >= 0
+        every = bool(known.all())
+        rows = slots if every else slots[known]
+        for i, init in enumerate(self._initial):
+            name = f"state_out_{i}"
+            if name not in output:
+                raise ValueError(
+                    f"{self.name}: the policy output has no {name!r} column but the policy "
+                    f"has {len(self._initial)} initial states; columns: {sorted(output.keys())}"
+                )
+            value = np.asarray(to_numpy(output[name]))
+            if value.shape[1:] != init.shape:
+                raise ValueError(
+                    f"{self.name}: {name!r} rows have shape {value.shape[1:]}, "
+                    f"the initial state has {init.shape}"
+                )
+            self._table[f"state_{i}"][rows] = value if every else value[known]
+
+    def reset(self, env_id: int) -> None:
+        self._table.reset(env_id)

@@ -1,0 +1,117 @@
+"""The standard agent and action pipelines, built from a few ``ctx.config`` keys.
+
+Agent pipeline, in order (each only when it applies):
+
+1. ``FlattenObservations`` when the observation space is not a Box (Dict, Tuple,
+   Discrete, MultiDiscrete, MultiBinary); Box observations (vectors, images) pass unchanged.
+2. ``MeanStdFilter`` when ``observation_filter="MeanStdFilter"`` (default ``"NoFilter"``).
+3. ``ClipReward`` when ``clip_rewards`` is True (sign) or a positive number (default None;
+   False also means off).
+4. ``FrameStack(num_frames=framestack)`` when ``framestack`` is an int >= 1 (default None).
+5. ``StateBuffer`` when the policy is recurrent (``ctx.initial_states`` is not empty).
+
+Action pipeline: ``ConvertToNumpy``; then ``UnsquashActions`` when
+``normalize_actions=True`` (the default) and the action space is a Box; then
+``ClipActions`` when ``clip_actions=True`` (default False) and it is a Box.
+
+Other config keys are ignored (the config is shared with the runner). A bad value of one
+of these keys raises ValueError naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from rlconnect.connectors.action import ClipActions, ConvertToNumpy, UnsquashActions
+from rlconnect.connectors.agent import (
+    ClipReward,
+    FlattenObservations,
+    FrameStack,
+    MeanStdFilter,
+    StateBuffer,
+)
+from rlconnect.connectors.base import ActionConnector, AgentConnector, ConnectorContext
+from rlconnect.connectors.pipeline import ActionConnectorPipeline, AgentConnectorPipeline
+
+__all__ = ["OBSERVATION_FILTERS", "default_action_pipeline", "default_agent_pipeline"]
+
+OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")
+
+
+def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"config[{key!r}] must be True or False, got {value!r}")
+    return value
+
+
+def _observation_filter(config: Mapping[str, Any]) -> str:
+    value = config.get("observation_filter", "NoFilter")
+    if value not in OBSERVATION_FILTERS:
+        raise ValueError(
+            f"config['observation_filter'] must be one of {list(OBSERVATION_FILTERS)}, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _reward_limit(config: Mapping[str, Any]) -> tuple[bool, float | None]:
+    """``(clip?, limit)`` from ``clip_rewards``: None/False off, True sign, x > 0 clip."""
+    value = config.get("clip_rewards")
+    if value is None or value is False:
+        return False, None
+    if value is True:
+        return True, None
+    if isinstance(value, numbers.Real) and float(value) > 0:
+        return True, float(value)
+    raise ValueError(
+        "config['clip_rewards'] must be None (off), True (keep the sign) or a positive "
+        f"number (clip to [-x, x]), got {value!r}"
+    )
+
+
+def _framestack(config: Mapping[str, Any]) -> int | None:
+    value = config.get("framestack")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"config['framestack'] must be None or an int >= 1, got {value!r}")
+    return int(value)
+
+
+def default_agent_pipeline(ctx: ConnectorContext) -> AgentConnectorPipeline:
+    """The standard agent pipeline for ``ctx`` (see the module docstring for the order)."""
+    config = ctx.config
+    obs_filter = _observation_filter(config)
+    clip_rewards, reward_limit = _reward_limit(config)
+    framestack = _framestack(config)
+
+    members: list[AgentConnector] = []
+    if not isinstance(ctx.observation_space, gym.spaces.Box):
+        members.append(FlattenObservations(ctx))
+    if obs_filter == "MeanStdFilter":
+        members.append(MeanStdFilter(ctx))
+    if clip_rewards:
+        members.append(ClipReward(ctx, limit=reward_limit))
+    if framestack is not None:
+        members.append(FrameStack(ctx, num_frames=framestack))
+    if ctx.initial_states:
+        members.append(StateBuffer(ctx))
+    return AgentConnectorPipeline(ctx, members)
+
+
+def default_action_pipeline(ctx: ConnectorContext) -> ActionConnectorPipeline:
+    """The standard action pipeline for ``ctx`` (see the module docstring for the order)."""
+    normalize = _bool(ctx.config, "normalize_actions", True)
+    clip = _bool(ctx.config, "clip_actions", False)
+    is_box = isinstance(ctx.action_space, gym.spaces.Box)
+    members: list[ActionConnector] = [ConvertToNumpy(ctx)]
+    if normalize and is_box:
+        members.append(UnsquashActions(ctx))
+    if clip and is_box:
+        members.append(ClipActions(ctx))
+    return ActionConnectorPipeline(ctx, members)

@@ -1,0 +1,110 @@
+"""Turn whatever the user passed as ``env`` into a BaseEnv with ``num_envs`` sub-envs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from rlconnect.envs.base import BaseEnv
+from rlconnect.envs.gym_envs import EnvContext, GymEnvs, VectorEnvAdapter
+from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
+
+__all__ = ["make_base_env"]
+
+
+def _is_pettingzoo(obj: Any) -> bool:
+    mod = type(obj).__module__ or ""
+    names = {c.__name__ for c in type(obj).__mro__}
+    return mod.startswith("pettingzoo") or bool(names & {"ParallelEnv", "AECEnv"})
+
+
+def _wrap_instance(env: Any) -> Any:
+    """PettingZoo envs are adapted to the MultiAgentEnv dict API."""
+    if _is_pettingzoo(env):
+        from rlconnect.envs.pettingzoo import from_pettingzoo
+
+        return from_pettingzoo(env)
+    return env
+
+
+def _async_vector(
+    creator: Callable[[EnvContext], gym.Env],
+    num_envs: int,
+    seed: int | None,
+    env_config: dict,
+    worker_index: int,
+) -> BaseEnv:
+    fns = [
+        (lambda i=i: creator(EnvContext(i, num_envs, worker_index, None, env_config)))
+        for i in range(num_envs)
+    ]
+    venv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    return VectorEnvAdapter(venv, seed=seed)
+
+
+def make_base_env(
+    env: Any,
+    *,
+    num_envs: int = 1,
+    seed: int | None = None,
+    env_config: dict | None = None,
+    worker_index: int = 0,
+    remote_envs: bool = False,
+) -> BaseEnv:
+    """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv)."""
+    env_config = dict(env_config or {})
+    if isinstance(env, BaseEnv):
+        return env
+    if isinstance(env, gym.vector.VectorEnv):
+        return VectorEnvAdapter(env, seed=seed)
+    if isinstance(env, str):
+        env_id = env
+
+        def creator(ctx: EnvContext) -> gym.Env:
+            return gym.make(env_id, **ctx.config)
+    elif isinstance(env, gym.Env | MultiAgentEnv) or _is_pettingzoo(env):
+        if num_envs != 1:
+            raise ValueError(
+                f"got one env instance but num_envs={num_envs}: pass an env creator "
+                "(a function EnvContext -> env) or a gymnasium id to build several"
+            )
+        instance = _wrap_instance(env)
+
+        def creator(ctx: EnvContext) -> Any:
+            raise RuntimeError(
+                "this env was passed as an instance, so it cannot be rebuilt after a "
+                "failure: pass an env creator to use restart_failed_sub_environments"
+            )
+
+        if isinstance(instance, gym.Env):
+            return GymEnvs(creator, 1, seed=seed, envs=[instance], worker_index=worker_index)
+        return MultiAgentEnvs(creator, 1, seed=seed, envs=[instance], worker_index=worker_index)
+    elif callable(env):
+        user_creator = env
+
+        def creator(ctx: EnvContext) -> Any:
+            return _wrap_instance(user_creator(ctx))
+    else:
+        raise TypeError(
+            f"cannot make an env from {type(env).__name__}: pass a gymnasium id, a gymnasium.Env,"
+            " an env creator, a VectorEnv, an rc.MultiAgentEnv, a PettingZoo env or an rc.BaseEnv"
+        )
+    if remote_envs:
+        return _async_vector(creator, num_envs, seed, env_config, worker_index)
+    first = creator(EnvContext(0, num_envs, worker_index, seed, env_config))
+    if isinstance(first, BaseEnv):
+        return first
+    kwargs = {"seed": seed, "worker_index": worker_index, "env_config": env_config}
+    rest = [
+        creator(
+            EnvContext(i, num_envs, worker_index, None if seed is None else seed + i, env_config)
+        )
+        for i in range(1, num_envs)
+    ]
+    if isinstance(first, gym.Env):
+        return GymEnvs(creator, num_envs, envs=[first, *rest], **kwargs)
+    if hasattr(first, "observation_spaces") and hasattr(first, "step"):
+        return MultiAgentEnvs(creator, num_envs, envs=[first, *rest], **kwargs)
+    raise TypeError(f"env creator returned {type(first).__name__}, which is not an env")

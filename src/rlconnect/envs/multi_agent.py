@@ -1,0 +1,201 @@
+"""Multi-agent envs: the ``MultiAgentEnv`` base class users subclass, and its adapter."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.gym_envs import EnvContext, sub_env_seed
+
+__all__ = ["MultiAgentEnv", "MultiAgentEnvs"]
+
+
+class MultiAgentEnv:
+    """Base class of multi-agent envs, dict in and dict out.
+
+    Subclasses set ``possible_agents`` and the dicts ``observation_spaces`` /
+    ``action_spaces`` keyed by agent id, and implement ``reset(*, seed=None, options=None)
+    -> (obs, infos)`` and ``step(actions) -> (obs, rewards, terminateds, truncateds, infos)``.
+    ``obs`` holds the agents that act next (any subset, agents may join or leave);
+    ``rewards`` may name agents without an observation (they are added to the agent's next
+    transition); ``terminateds`` / ``truncateds`` carry ``"__all__"`` to end the episode.
+    """
+
+    possible_agents: list[Any] = []
+    observation_spaces: dict[Any, gym.Space] = {}
+    action_spaces: dict[Any, gym.Space] = {}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Start an episode; returns observations and infos of the agents that act first."""
+        raise NotImplementedError
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        """Apply one action per acting agent."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+def _episode_flags(flags: dict, key: str = "__all__") -> bool:
+    return bool(flags.get(key, False))
+
+
+class MultiAgentEnvs(BaseEnv):
+    """N copies of an ``rc.MultiAgentEnv`` (or anything with its dict API) as one BaseEnv."""
+
+    is_multi_agent = True
+
+    def __init__(
+        self,
+        creator: Callable[[EnvContext], Any],
+        num_envs: int,
+        *,
+        seed: int | None = None,
+        worker_index: int = 0,
+        env_config: dict[str, Any] | None = None,
+        envs: list[Any] | None = None,
+    ) -> None:
+        self.num_envs = num_envs
+        self._creator = creator
+        self._seed = seed
+        self._worker_index = worker_index
+        self._env_config = dict(env_config or {})
+        self._restarts = [0] * num_envs
+        self.envs = envs if envs is not None else [self._make(i) for i in range(num_envs)]
+        first = self.envs[0]
+        self.possible_agents = tuple(getattr(first, "possible_agents", ()))
+        self._obs_spaces = dict(first.observation_spaces)
+        self._act_spaces = dict(first.action_spaces)
+        self._needs_reset = set(range(num_envs))
+        self._seeded = [False] * num_envs
+        self._actions: dict[int, dict] = {}
+        self._idle: set[int] = set()  # stepped, no agent to act, not done: step with {}
+
+    def _make(self, index: int) -> Any:
+        return self._creator(
+            EnvContext(
+                vector_index=index,
+                num_envs=self.num_envs,
+                worker_index=self._worker_index,
+                seed=sub_env_seed(self._seed, index, self._restarts[index]),
+                config=self._env_config,
+            )
+        )
+
+    def observation_space(self, agent_id: Any) -> gym.Space:
+        try:
+            return self._obs_spaces[agent_id]
+        except KeyError:
+            raise KeyError(
+                f"agent {agent_id!r} has no observation space; known: {list(self._obs_spaces)}"
+            ) from None
+
+    def action_space(self, agent_id: Any) -> gym.Space:
+        try:
+            return self._act_spaces[agent_id]
+        except KeyError:
+            raise KeyError(
+                f"agent {agent_id!r} has no action space; known: {list(self._act_spaces)}"
+            ) from None
+
+    def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        from rlconnect.spaces import unstack_batch
+
+        rows = actions if isinstance(actions, list | np.ndarray) else unstack_batch(actions)
+        for i, a, act in zip(env_ids.tolist(), agent_ids, rows):
+            self._actions.setdefault(i, {})[a] = act
+
+    def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        self._needs_reset.add(env_id)
+        self._actions.pop(env_id, None)
+        self._idle.discard(env_id)
+
+    def try_restart(self, env_id: int) -> None:
+        with contextlib.suppress(Exception):  # closing must not mask an earlier error
+            self.envs[env_id].close()
+        self._restarts[env_id] += 1
+        self.envs[env_id] = self._make(env_id)
+        self._seeded[env_id] = False
+        self.try_reset(env_id)
+
+    def poll(self) -> EnvRows:
+        ids: list[int] = []
+        agents: list[Any] = []
+        obs: list[Any] = []
+        rew: list[float] = []
+        term: list[bool] = []
+        trunc: list[bool] = []
+        infos: list[dict] = []
+        first: list[bool] = []
+        stepped: list[int] = []
+        done_envs: dict[int, tuple[bool, bool]] = {}
+        extra: list[tuple[int, Any, float, bool, bool]] = []
+        errors: dict[int, BaseException] = {}
+        for i in range(self.num_envs):
+            resetting = i in self._needs_reset
+            if not resetting and i not in self._actions and i not in self._idle:
+                continue
+            try:
+                if resetting:
+                    seed = None
+                    if not self._seeded[i]:
+                        seed = sub_env_seed(self._seed, i, self._restarts[i])
+                        self._seeded[i] = True
+                    o, inf = self.envs[i].reset(seed=seed)
+                    r, te, tr = {}, {}, {}
+                else:
+                    o, r, te, tr, inf = self.envs[i].step(self._actions.pop(i, {}))
+            except Exception as exc:  # reported per sub-env, never lost
+                errors[i] = exc
+                self._actions.pop(i, None)
+                continue
+            self._needs_reset.discard(i)
+            self._idle.discard(i)
+            if not resetting:
+                stepped.append(i)
+            for a, ob in o.items():
+                ids.append(i)
+                agents.append(a)
+                obs.append(ob)
+                rew.append(float(r.get(a, 0.0)))
+                term.append(bool(te.get(a, False)))
+                trunc.append(bool(tr.get(a, False)))
+                infos.append(inf.get(a, {}) if isinstance(inf, dict) else {})
+                first.append(resetting)
+            for a, val in r.items():
+                if a not in o:
+                    extra.append((i, a, float(val), bool(te.get(a, False)), bool(tr.get(a, False))))
+            for a in set(te) | set(tr):
+                if a != "__all__" and a not in o and a not in r and (te.get(a) or tr.get(a)):
+                    extra.append((i, a, 0.0, bool(te.get(a, False)), bool(tr.get(a, False))))
+            all_te, all_tr = _episode_flags(te), _episode_flags(tr)
+            if all_te or all_tr:
+                done_envs[i] = (all_te, all_tr)
+            elif not o:
+                self._idle.add(i)
+        return EnvRows(
+            np.asarray(ids, dtype=np.int64),
+            tuple(agents),
+            obs,
+            np.asarray(rew, dtype=np.float64),
+            np.asarray(term, dtype=bool),
+            np.asarray(trunc, dtype=bool),
+            infos,
+            np.asarray(first, dtype=bool),
+            stacked=False,
+            stepped=np.asarray(stepped, dtype=np.int64),
+            done_envs=done_envs,
+            extra_rewards=extra,
+            errors=errors,
+        )
+
+    def close(self) -> None:
+        for env in self.envs:
+            with contextlib.suppress(Exception):  # closing must not mask an earlier error
+                env.close()

@@ -1,0 +1,207 @@
+"""The policy interface: one batched call per step, numpy in and numpy out.
+
+A policy maps a batch of rows (all agents of one policy that act in this step, across all
+sub-environments) to actions. The runner calls it like this::
+
+    batch = {"obs": obs}                             # (B, *obs_shape), agent pipeline output
+    for i, s in enumerate(states):                   # recurrent policies only
+        batch[f"state_in_{i}"] = s                   # (B, *state_shape_i)
+    actions, state_outs, extra = policy.compute_actions(batch, explore=True)
+    # actions: (B, *action_shape) numpy (a nest of arrays for Tuple/Dict spaces)
+    # state_outs[i]: (B, *state_shape_i), becomes column f"state_out_{i}"
+    # extra: e.g. "action_logp" (B,), "action_dist_inputs" (B, n), "vf_preds" (B,)
+
+Every policy owns its random generators, seeded from ``seed``: sampling is deterministic for
+a given seed and sequence of calls, and independent of global numpy/torch RNG state.
+"""
+
+from __future__ import annotations
+
+import abc
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import tree
+
+__all__ = ["Policy", "PolicyOutput", "check_seed", "validate_weights"]
+
+#: ``(actions, state_outs, extra_fetches)`` as returned by :meth:`Policy.compute_actions`.
+PolicyOutput = tuple[Any, list[np.ndarray], dict[str, np.ndarray]]
+
+
+def check_seed(seed: int | None) -> int | None:
+    """Return ``seed`` as a plain int (or None); raise if it is not a non-negative integer."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be a non-negative int or None, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+    return int(seed)
+
+
+def validate_weights(
+    expected: Mapping[str, tuple[int, ...]], weights: Mapping[str, Any], owner: str
+) -> None:
+    """Check that ``weights`` has exactly the names and shapes of ``expected``.
+
+    Raises:
+        ValueError: naming every missing, unexpected and mis-shaped entry.
+    """
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"{owner}.set_weights expects a dict of arrays, got {type(weights)}")
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    misshaped = {
+        name: (tuple(np.shape(weights[name])), shape)
+        for name, shape in expected.items()
+        if name in weights and tuple(np.shape(weights[name])) != tuple(shape)
+    }
+    if not (missing or unexpected or misshaped):
+        return
+    parts = []
+    if missing:
+        parts.append(f"missing entries {missing}")
+    if unexpected:
+        parts.append(f"unexpected entries {unexpected}")
+    if misshaped:
+        desc = ", ".join(f"{n!r}: got {g}, expected {e}" for n, (g, e) in misshaped.items())
+        parts.append(f"mis-shaped entries {{{desc}}}")
+    raise ValueError(f"{owner}.set_weights: " + "; ".join(parts))
+
+
+def batch_size(input_batch: Mapping[str, Any]) -> int:
+    """Number of rows of ``input_batch`` (the leading length of its ``obs`` column)."""
+    try:
+        obs = input_batch["obs"]
+    except KeyError:
+        raise KeyError(
+            f"compute_actions needs an 'obs' column; got columns {sorted(input_batch)}"
+        ) from None
+    if isinstance(obs, np.ndarray):
+        return int(obs.shape[0])
+    leaves = tree.flatten(obs)
+    if not leaves:
+        raise ValueError("the 'obs' column is an empty nest: cannot tell the batch size")
+    return len(leaves[0])
+
+
+class Policy(abc.ABC):
+    """Abstract base of all policies.
+
+    Subclasses implement :meth:`compute_actions`; recurrent ones also
+    :meth:`get_initial_state`, and those with parameters :meth:`get_weights` /
+    :meth:`set_weights`. Subclasses that own more generators than ``self.np_random``
+    extend :meth:`seed`.
+
+    Args:
+        observation_space: the space of one row of ``obs`` (the agent pipeline's output).
+        action_space: the space of one action.
+        config: free-form, JSON-able policy options (copied).
+        seed: seeds the policy's own generators; None draws fresh OS entropy.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: dict | None = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(observation_space, gym.Space):
+            raise TypeError(
+                f"observation_space must be a gymnasium Space, got {observation_space!r}"
+            )
+        if not isinstance(action_space, gym.Space):
+            raise TypeError(f"action_space must be a gymnasium Space, got {action_space!r}")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.config: dict = dict(config or {})
+        self._seed: int | None = None
+        self.np_random: np.random.Generator = np.random.default_rng()
+        self.seed(seed)
+
+    # -- inference -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
+        """Compute one action per row of ``input_batch``.
+
+        Args:
+            input_batch: columns with a common leading length B: ``obs`` (B, *obs_shape);
+                recurrent policies need ``state_in_0, state_in_1, ...``; may hold
+                ``prev_actions`` / ``prev_rewards``.
+            explore: sample from the action distribution (True) or take its mode (False).
+
+        Returns:
+            ``(actions, state_outs, extra_fetches)``: actions with B rows, a list of
+            state-out arrays (B, ...) (empty if not recurrent), and a dict of (B, ...) arrays.
+        """
+
+    def compute_single_action(
+        self, obs: Any, state: list[np.ndarray] | None = None, explore: bool = True
+    ) -> tuple[Any, list[np.ndarray], dict[str, np.ndarray]]:
+        """Unbatched convenience: one observation in, one action (and state, fetches) out."""
+        batch: dict[str, Any] = {"obs": tree.map_structure(lambda x: np.asarray(x)[None], obs)}
+        for i, s in enumerate(state if state is not None else self.get_initial_state()):
+            batch[f"state_in_{i}"] = np.asarray(s)[None]
+        actions, state_outs, extra = self.compute_actions(batch, explore=explore)
+        return (
+            tree.map_structure(lambda x: x[0], actions),
+            [s[0] for s in state_outs],
+            {k: v[0] for k, v in extra.items()},
+        )
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """One unbatched array per state tensor; an empty list for non-recurrent policies."""
+        return []
+
+    def is_recurrent(self) -> bool:
+        """True if the policy has state (needs ``state_in_*`` and returns ``state_outs``)."""
+        return len(self.get_initial_state()) > 0
+
+    def num_state_tensors(self) -> int:
+        """How many ``state_in_*`` columns :meth:`compute_actions` expects."""
+        return len(self.get_initial_state())
+
+    # -- weights -------------------------------------------------------------------------
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Copies of the policy's weights by name (empty for weightless policies)."""
+        return {}
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Load weights by name; names and shapes must match :meth:`get_weights` exactly."""
+        validate_weights({}, weights, type(self).__name__)
+
+    # -- training hooks ------------------------------------------------------------------
+
+    def postprocess_trajectory(
+        self,
+        batch: Any,
+        other_agent_batches: Mapping[Any, Any] | None = None,
+        episode: Any = None,
+    ) -> Any:
+        """Post-process one agent trajectory (e.g. compute advantages); identity by default."""
+        return batch
+
+    # -- seeding and specs -----------------------------------------------------------------
+
+    def seed(self, seed: int | None = None) -> None:
+        """Re-seed the policy's own generators (``None``: fresh OS entropy)."""
+        self._seed = check_seed(seed)
+        self.np_random = np.random.default_rng(self._seed)
+
+    def get_config(self) -> dict[str, Any]:
+        """JSON-able constructor keyword arguments (besides the spaces) to rebuild the policy."""
+        return {"config": dict(self.config), "seed": self._seed}
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(observation_space={self.observation_space}, "
+            f"action_space={self.action_space})"
+        )

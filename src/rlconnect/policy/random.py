@@ -1,0 +1,100 @@
+"""RandomPolicy: batched, seeded sampling from the action space."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.policy.base import Policy, PolicyOutput, batch_size
+
+__all__ = ["RandomPolicy", "sample_space_batch"]
+
+
+def _sample_box(space: gym.spaces.Box, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` samples of a Box, vectorized, following gymnasium's rules per element.
+
+    Bounded elements are uniform, half-bounded ones shifted exponentials, unbounded ones
+    standard normal; integer Boxes sample integers in ``[low, high]``.
+    """
+    shape = (n, *space.shape)
+    low, high = space.low, space.high
+    is_int = np.issubdtype(space.dtype, np.integer)
+    if space.is_bounded("both"):
+        if is_int:
+            return rng.integers(low, high, size=shape, endpoint=True, dtype=np.int64).astype(
+                space.dtype
+            )
+        if np.issubdtype(space.dtype, np.floating):
+            return rng.uniform(low, high, size=shape).astype(space.dtype)
+    low_b, up_b = space.bounded_below, space.bounded_above
+    out = rng.standard_normal(shape)
+    only_low = low_b & ~up_b
+    only_up = up_b & ~low_b
+    both = low_b & up_b
+    if only_low.any():
+        out = np.where(only_low, rng.exponential(size=shape) + low, out)
+    if only_up.any():
+        out = np.where(only_up, high - rng.exponential(size=shape), out)
+    if both.any():
+        top = high + 1 if is_int else high  # floor() below maps [high, high + 1) to high
+        uniform = rng.uniform(np.where(both, low, 0), np.where(both, top, 1), shape)
+        out = np.where(both, uniform, out)
+    if is_int:
+        out = np.clip(np.floor(out), low, high)
+    return out.astype(space.dtype)
+
+
+def sample_space_batch(space: gym.Space, n: int, rng: np.random.Generator) -> Any:
+    """Draw ``n`` samples of ``space`` with ``rng``, batched along a new leading axis.
+
+    Discrete, MultiDiscrete, MultiBinary and Box are vectorized; Tuple and Dict recurse and
+    return a tuple / dict of batched arrays; any other space falls back to per-row
+    ``space.sample()`` on a private copy seeded from ``rng`` (an object array).
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        start = int(space.start)
+        return rng.integers(start, start + int(space.n), size=n, dtype=np.int64).astype(space.dtype)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        start = np.asarray(space.start, dtype=np.int64)
+        high = start + np.asarray(space.nvec, dtype=np.int64)
+        out = rng.integers(start, high, size=(n, *space.shape), dtype=np.int64)
+        return out.astype(space.dtype)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return rng.integers(0, 2, size=(n, *space.shape), dtype=np.int8).astype(space.dtype)
+    if isinstance(space, gym.spaces.Box):
+        return _sample_box(space, n, rng)
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(sample_space_batch(s, n, rng) for s in space.spaces)
+    if isinstance(space, gym.spaces.Dict):
+        return {k: sample_space_batch(s, n, rng) for k, s in space.spaces.items()}
+    private = copy.deepcopy(space)
+    private.seed(int(rng.integers(2**31 - 1)))
+    out = np.empty(n, dtype=object)
+    for i in range(n):
+        out[i] = private.sample()
+    return out
+
+
+class RandomPolicy(Policy):
+    """Samples uniformly (per gymnasium's rules) from the action space; ignores observations.
+
+    Batched: one vectorized draw per call for all rows, from the policy's own
+    ``np.random.Generator`` (seeded by ``seed``). Has no weights and no extra fetches.
+
+    >>> import gymnasium as gym, numpy as np
+    >>> p = RandomPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4, start=1), seed=0)
+    >>> actions, states, extra = p.compute_actions({"obs": np.zeros((5, 3), np.float32)})
+    >>> actions.shape, states, extra
+    ((5,), [], {})
+    >>> bool(((actions >= 1) & (actions <= 4)).all())
+    True
+    """
+
+    def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
+        """Draw one action per row of ``input_batch["obs"]`` (``explore`` is ignored)."""
+        n = batch_size(input_batch)
+        return sample_space_batch(self.action_space, n, self.np_random), [], {}

@@ -1,0 +1,91 @@
+"""A registry of policy kinds, so checkpoints can rebuild policies by name, never by pickle.
+
+A saved policy spec is ``{"kind": name, "kwargs": policy.get_config()}`` plus its spaces and
+weights; :func:`policy_from_spec` rebuilds it through this registry only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import gymnasium as gym
+
+from rlconnect.policy.base import Policy
+
+__all__ = [
+    "UnknownPolicyError",
+    "get_policy_class",
+    "policy_from_spec",
+    "policy_kind",
+    "register_policy",
+    "registered_policies",
+]
+
+P = TypeVar("P", bound=type[Policy])
+_REGISTRY: dict[str, type[Policy]] = {}
+
+
+class UnknownPolicyError(KeyError):
+    """A policy kind is not registered; the message lists the known kinds."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+def register_policy(name: str, cls: type[Policy] | None = None, *, override: bool = False) -> Any:
+    """Register a Policy subclass under ``name``; usable as ``@register_policy("Name")``.
+
+    Raises:
+        ValueError: if ``name`` is taken by a different class and ``override`` is False.
+        TypeError: if ``cls`` is not a Policy subclass.
+    """
+
+    def _register(c: P) -> P:
+        if not (isinstance(c, type) and issubclass(c, Policy)):
+            raise TypeError(f"register_policy({name!r}) needs a Policy subclass, got {c!r}")
+        if _REGISTRY.get(name, c) is not c and not override:
+            raise ValueError(
+                f"policy kind {name!r} is already registered to {_REGISTRY[name]!r}; "
+                "pass override=True to replace it"
+            )
+        _REGISTRY[name] = c
+        return c
+
+    return _register if cls is None else _register(cls)  # type: ignore[arg-type]
+
+
+def registered_policies() -> list[str]:
+    """Sorted names of the registered policy kinds."""
+    return sorted(_REGISTRY)
+
+
+def get_policy_class(name: str) -> type[Policy]:
+    """The class registered as ``name``; :class:`UnknownPolicyError` lists known kinds."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownPolicyError(
+            f"unknown policy kind {name!r}; registered kinds: {registered_policies()}"
+        ) from None
+
+
+def policy_kind(policy: Policy) -> str | None:
+    """The registered name of ``type(policy)``, or None if its class is not registered."""
+    for name, cls in _REGISTRY.items():
+        if type(policy) is cls:
+            return name
+    return None
+
+
+def policy_from_spec(
+    kind: str,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    factory: Callable[..., Policy] | None = None,
+) -> Policy:
+    """Rebuild a policy: ``get_policy_class(kind)(obs_space, act_space, **kwargs)``."""
+    cls = factory or get_policy_class(kind)
+    return cls(observation_space, action_space, **dict(kwargs or {}))

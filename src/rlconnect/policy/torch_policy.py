@@ -1,0 +1,193 @@
+"""TorchPolicy: wraps a ``torch.nn.Module`` that maps observations to distribution inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlconnect.policy.base import Policy, PolicyOutput, batch_size, validate_weights
+from rlconnect.policy.distributions import ActionDistSpec
+
+__all__ = ["TorchPolicy", "to_float_tensor"]
+
+
+def to_float_tensor(x: Any, device: torch.device | None = None) -> torch.Tensor:
+    """A float32 tensor view of ``x``: no copy when it is a writable, contiguous float32 array."""
+    arr = np.ascontiguousarray(x, dtype=np.float32)
+    if not arr.flags.writeable:  # torch.from_numpy warns on read-only arrays
+        arr = arr.copy()
+    t = torch.from_numpy(arr)
+    return t if device is None or device.type == "cpu" else t.to(device)
+
+
+def _to_numpy_f32(t: torch.Tensor) -> np.ndarray:
+    """A float32 numpy array of ``t`` (no copy for a CPU float32 tensor)."""
+    if t.dtype != torch.float32:
+        t = t.to(torch.float32)
+    return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+
+
+class TorchPolicy(Policy):
+    """A policy around a torch model that outputs action-distribution inputs.
+
+    Model protocol:
+
+    - Non-recurrent: ``model(obs) -> dist_inputs`` or ``-> (dist_inputs, value)``.
+    - Recurrent: the model defines ``get_initial_state() -> list[torch.Tensor]`` (unbatched,
+      one per state tensor) and is called ``model(obs, state) -> (dist_inputs, state_out)``
+      or ``-> (dist_inputs, state_out, value)``, with ``state`` / ``state_out`` lists of
+      (B, *state_shape) tensors.
+
+    ``obs`` is a float32 tensor (B, *obs_shape) made with ``torch.from_numpy`` (no copy for
+    float32 contiguous input). ``dist_inputs`` is (B, width): logits (B, n) for
+    ``Discrete(n)``, the concatenated logits of each component (B, sum(nvec)) for
+    ``MultiDiscrete``, mean and log-std (B, 2 * d) for a d-element ``Box`` (see
+    :mod:`rlconnect.policy.distributions`). ``value`` is (B,) or (B, 1).
+
+    :meth:`compute_actions` reads ``obs`` and, for recurrent models, ``state_in_0 ...``;
+    returns actions (Discrete/MultiDiscrete: int64 with ``start`` added; Box: float32 of the
+    Box's shape, neither clipped nor squashed), state-outs (B, *state_shape) as numpy, and
+    the extra fetches ``action_logp`` (B,) float32 (log-prob of the returned action, for
+    ``explore=False`` too), ``action_dist_inputs`` (B, width) float32 and, when the model
+    returns a value, ``vf_preds`` (B,) float32.
+
+    Everything runs under ``torch.inference_mode()``; the model is put in eval mode once,
+    here. Sampling uses the policy's own ``torch.Generator`` (``self.torch_random``).
+    Override :meth:`forward` to feed a model other columns (e.g. ``prev_actions``).
+
+    Args:
+        model: the ``torch.nn.Module``.
+        observation_space, action_space, config, seed: as for :class:`Policy`.
+
+    Raises:
+        TypeError: if the action space is not Discrete, MultiDiscrete or Box.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: dict | None = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model)}")
+        self.dist = ActionDistSpec(action_space)
+        self.model = model
+        first = next(iter(model.parameters()), None)
+        self.device = first.device if first is not None else torch.device("cpu")
+        self.torch_random = torch.Generator(device=self.device)
+        super().__init__(observation_space, action_space, config, seed=seed)
+        self.model.eval()
+        init = model.get_initial_state() if hasattr(model, "get_initial_state") else []
+        self._initial_state = [np.asarray(s.detach().cpu().numpy()) for s in init]
+
+    # -- seeding -------------------------------------------------------------------------
+
+    def seed(self, seed: int | None = None) -> None:
+        """Re-seed both the numpy and the torch generator."""
+        super().seed(seed)
+        if self._seed is None:
+            self.torch_random.seed()
+        else:
+            self.torch_random.manual_seed(self._seed)
+
+    # -- inference -----------------------------------------------------------------------
+
+    def get_initial_state(self) -> list[np.ndarray]:
+        """Copies of the model's initial state (unbatched numpy); [] if not recurrent."""
+        return [s.copy() for s in self._initial_state]
+
+    def is_recurrent(self) -> bool:
+        """True if the model defines a non-empty ``get_initial_state()``."""
+        return bool(self._initial_state)
+
+    def num_state_tensors(self) -> int:
+        """How many ``state_in_*`` columns :meth:`compute_actions` expects."""
+        return len(self._initial_state)
+
+    def _state_columns(self, input_batch: Mapping[str, Any]) -> list[Any]:
+        n = len(self._initial_state)
+        names = [f"state_in_{i}" for i in range(n)]
+        missing = [k for k in names if k not in input_batch]
+        if missing:
+            raise KeyError(
+                f"recurrent {type(self).__name__} needs columns {names}; missing {missing} "
+                f"(start from get_initial_state(), feed back the previous state_outs)"
+            )
+        return [input_batch[k] for k in names]
+
+    def forward(
+        self, input_batch: Mapping[str, Any]
+    ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
+        """Run the model on a batch; returns (dist_inputs, state_outs, value or None).
+
+        Called inside ``torch.inference_mode()``. Subclasses may override it to pass more
+        columns to their model.
+        """
+        obs = to_float_tensor(input_batch["obs"], self.device)
+        if not self._initial_state:
+            out = self.model(obs)
+            if isinstance(out, tuple):
+                return out[0], [], out[1]
+            return out, [], None
+        state = [to_float_tensor(s, self.device) for s in self._state_columns(input_batch)]
+        out = self.model(obs, state)
+        if not isinstance(out, tuple) or len(out) not in (2, 3):
+            raise TypeError(
+                "a recurrent model must return (dist_inputs, state_out) or "
+                f"(dist_inputs, state_out, value), got {type(out)}"
+            )
+        return out[0], list(out[1]), out[2] if len(out) == 3 else None
+
+    def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
+        """Compute actions for B rows (see the class docstring for columns and outputs)."""
+        b = batch_size(input_batch)
+        with torch.inference_mode():
+            dist_inputs, state_outs, value = self.forward(input_batch)
+            self.dist.check_inputs(dist_inputs.shape, b)
+            raw, logp = self.dist.sample_torch(dist_inputs, explore, self.torch_random)
+            extra = {
+                "action_logp": _to_numpy_f32(logp),
+                "action_dist_inputs": _to_numpy_f32(dist_inputs),
+            }
+            if value is not None:
+                extra["vf_preds"] = _to_numpy_f32(value.reshape(b))
+            actions = self.dist.to_env_actions(raw.cpu().numpy())
+            states = [s.cpu().numpy() for s in state_outs]
+        return actions, states, extra
+
+    # -- weights -------------------------------------------------------------------------
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Copies of the model's ``state_dict`` as numpy arrays, keyed by its names."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Copy ``weights`` into the model in place (names and shapes must match exactly).
+
+        Raises:
+            ValueError: naming missing, unexpected and mis-shaped entries; nothing is
+                changed then.
+        """
+        state = self.model.state_dict()
+        validate_weights(
+            {k: tuple(v.shape) for k, v in state.items()}, weights, type(self).__name__
+        )
+        with torch.no_grad():
+            for name, target in state.items():
+                target.copy_(torch.as_tensor(np.asarray(weights[name])))
+        self._on_weights_changed()
+
+    def _on_weights_changed(self) -> None:
+        """Hook for subclasses that cache derived copies of the weights."""
+
+    def get_config(self) -> dict[str, Any]:
+        """Constructor kwargs besides the model and spaces (the model itself is not JSON)."""
+        return super().get_config()

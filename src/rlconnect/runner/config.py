@@ -1,0 +1,178 @@
+"""RunnerConfig: every knob of the runner, typed and validated at construction."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+__all__ = ["BatchMode", "CountStepsBy", "RunnerConfig"]
+
+
+class BatchMode(str, enum.Enum):
+    """How ``sample()`` cuts episodes."""
+
+    TRUNCATE_EPISODES = "truncate_episodes"
+    COMPLETE_EPISODES = "complete_episodes"
+
+
+class CountStepsBy(str, enum.Enum):
+    """What ``rollout_fragment_length`` counts."""
+
+    ENV_STEPS = "env_steps"
+    AGENT_STEPS = "agent_steps"
+
+
+def _enum(kind: type[enum.Enum]) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        try:
+            return kind(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in kind)  # type: ignore[attr-defined]
+            raise ValueError(f"{value!r} is not one of {allowed}") from None
+
+    return convert
+
+
+def _positive_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be an integer >= 1")
+
+
+def _optional_positive_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _positive_int(inst, attribute, value)
+
+
+def _bool(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be True or False")
+
+
+def _seed(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"RunnerConfig.seed={value!r}: must be None or an integer >= 0")
+
+
+def _filter(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value not in ("NoFilter", "MeanStdFilter"):
+        raise ValueError(
+            f"RunnerConfig.observation_filter={value!r}: allowed are 'NoFilter', 'MeanStdFilter'"
+        )
+
+
+def _clip_rewards(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    ok = (
+        value is None
+        or value is True
+        or (isinstance(value, int | float) and not isinstance(value, bool) and value > 0)
+    )
+    if not ok:
+        raise ValueError(
+            f"RunnerConfig.clip_rewards={value!r}: allowed are None, True (sign) or a float > 0"
+        )
+
+
+def _callable_or_none(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be callable or None")
+
+
+def _preset(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and value != "atari":
+        raise ValueError(f"RunnerConfig.preset={value!r}: allowed are None and 'atari'")
+
+
+def _wrap(kind: type[enum.Enum], name: str) -> Callable[[Any], Any]:
+    conv = _enum(kind)
+
+    def convert(value: Any) -> Any:
+        try:
+            return conv(value)
+        except ValueError as exc:
+            raise ValueError(f"RunnerConfig.{name}: {exc}") from None
+
+    return convert
+
+
+@attrs.define(kw_only=True)
+class RunnerConfig:
+    """How an EnvRunner samples. Every field is checked when the config is built."""
+
+    #: sub-environments stepped together (sub-env i is seeded ``seed + i``)
+    num_envs: int = attrs.field(default=1, validator=_positive_int)
+    #: steps per sub-env in one ``sample()``: a batch holds ``rollout_fragment_length * num_envs``
+    rollout_fragment_length: int = attrs.field(default=200, validator=_positive_int)
+    #: "truncate_episodes" (exact size, episodes continue) or "complete_episodes"
+    batch_mode: BatchMode = attrs.field(
+        default=BatchMode.TRUNCATE_EPISODES, converter=_wrap(BatchMode, "batch_mode")
+    )
+    #: count the fragment in "env_steps" or "agent_steps"
+    count_steps_by: CountStepsBy = attrs.field(
+        default=CountStepsBy.ENV_STEPS, converter=_wrap(CountStepsBy, "count_steps_by")
+    )
+    #: truncate episodes after this many env steps (None: never)
+    horizon: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    #: at the horizon start a new episode id without resetting the env
+    soft_horizon: bool = attrs.field(default=False, validator=_bool)
+    #: base seed of sub-envs and of the policies' samplers (None: not seeded)
+    seed: int | None = attrs.field(default=None, validator=_seed)
+    #: rebuild a sub-env whose step/reset raised, dropping its episode from the data
+    restart_failed_sub_environments: bool = attrs.field(default=False, validator=_bool)
+    #: check what envs return against their spaces on the first polls
+    check_env: bool = attrs.field(default=True, validator=_bool)
+    #: sample actions (True) or take the distribution's mode; False also freezes filters
+    explore: bool = attrs.field(default=True, validator=_bool)
+    #: "NoFilter" or "MeanStdFilter" (default agent pipeline)
+    observation_filter: str = attrs.field(default="NoFilter", validator=_filter)
+    #: None, True (sign) or a float limit (default agent pipeline)
+    clip_rewards: bool | float | None = attrs.field(default=None, validator=_clip_rewards)
+    #: stack this many frames (default agent pipeline)
+    framestack: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    #: clip actions into the Box bounds (default action pipeline)
+    clip_actions: bool = attrs.field(default=False, validator=_bool)
+    #: map policy outputs in [-1, 1] to the Box bounds (default action pipeline)
+    normalize_actions: bool = attrs.field(default=True, validator=_bool)
+    #: also record ``env_actions``, what the env received
+    record_env_actions: bool = attrs.field(default=False, validator=_bool)
+    #: also record ``raw_obs``, the observations before the agent connectors
+    keep_raw_obs: bool = attrs.field(default=False, validator=_bool)
+    #: step sub-envs in worker processes (gymnasium's AsyncVectorEnv)
+    remote_envs: bool = attrs.field(default=False, validator=_bool)
+    #: sample in a background thread; ``sample()`` returns the next ready batch
+    sample_async: bool = attrs.field(default=False, validator=_bool)
+    #: ``fn(agent_obs, worker=, base_env=, policies=, episode=) -> agent_obs`` per env step
+    observation_fn: Callable[..., dict] | None = attrs.field(
+        default=None, validator=_callable_or_none
+    )
+    #: passed to env creators as ``EnvContext.config``
+    env_config: dict[str, Any] = attrs.field(factory=dict)
+    #: index of this runner among remote runners (0: local)
+    worker_index: int = attrs.field(default=0)
+    #: preprocessing preset (None or "atari")
+    preset: str | None = attrs.field(default=None, validator=_preset)
+
+    @worker_index.validator
+    def _check_worker_index(self, attribute: attrs.Attribute, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"RunnerConfig.worker_index={value!r}: must be an integer >= 0")
+
+    def connector_config(self) -> dict[str, Any]:
+        """The keys the default pipelines read (``ctx.config``)."""
+        return {
+            "observation_filter": self.observation_filter,
+            "clip_rewards": self.clip_rewards,
+            "framestack": self.framestack,
+            "clip_actions": self.clip_actions,
+            "normalize_actions": self.normalize_actions,
+            "preset": self.preset,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields (callables left out), for checkpoints and the command line."""
+        out = attrs.asdict(self, filter=lambda a, v: not callable(v) or isinstance(v, enum.Enum))
+        out["batch_mode"] = self.batch_mode.value
+        out["count_steps_by"] = self.count_steps_by.value
+        return out

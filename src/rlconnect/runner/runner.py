@@ -1,0 +1,324 @@
+"""The EnvRunner: steps envs through connector pipelines and policies into batches.
+
+The loop only; env adaptation lives in ``envs/``, trajectory storage in ``collectors/``,
+preprocessing in ``connectors/``, per-agent bookkeeping in ``runner/agents.py``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.batches import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from rlconnect.collectors import PolicyCollectorGroup
+from rlconnect.connectors import (
+    ActionConnectorPipeline,
+    AgentConnectorPipeline,
+    ConnectorContext,
+    default_action_pipeline,
+    default_agent_pipeline,
+)
+from rlconnect.envs.make import make_base_env
+from rlconnect.episodes import Episode
+from rlconnect.policy import Policy
+from rlconnect.runner.callbacks import Callbacks
+from rlconnect.runner.config import RunnerConfig
+from rlconnect.runner.metrics import PerfTimers
+from rlconnect.runner.postprocess import postprocess_batches, state_digest
+from rlconnect.runner.stepper import Stepper
+from rlconnect.spaces import describe_space
+
+__all__ = ["EnvRunner"]
+
+PipelineSpec = Any  # a pipeline, or a callable ctx -> pipeline
+
+
+def _default_mapping(policy_ids: list[str]) -> Callable[..., str]:
+    only = policy_ids[0]
+
+    def mapping(agent_id: Any, episode: Episode, **kwargs: Any) -> str:
+        return only
+
+    return mapping
+
+
+class EnvRunner:
+    """Samples experience from ``env`` with ``policies`` through connector pipelines.
+
+    >>> import rlconnect as rc
+    >>> runner = rc.EnvRunner("CartPole-v1", rc.RandomPolicy(*rc.spaces_of("CartPole-v1")),
+    ...                       config=rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0))
+    >>> len(runner.sample())
+    10
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        policies: Policy | Mapping[str, Policy],
+        policy_mapping_fn: Callable[..., str] | None = None,
+        config: RunnerConfig | None = None,
+        callbacks: Callbacks | None = None,
+        agent_pipelines: Mapping[str, PipelineSpec] | None = None,
+        action_pipelines: Mapping[str, PipelineSpec] | None = None,
+    ) -> None:
+        self.config = config or RunnerConfig()
+        if not isinstance(self.config, RunnerConfig):
+            raise TypeError(f"config must be an rc.RunnerConfig, got {type(self.config).__name__}")
+        self.callbacks = callbacks or Callbacks()
+        cfg = self.config
+        self.policies: dict[str, Policy] = (
+            {DEFAULT_POLICY_ID: policies} if isinstance(policies, Policy) else dict(policies)
+        )
+        if not self.policies or not all(isinstance(p, Policy) for p in self.policies.values()):
+            raise TypeError("policies must be an rc.Policy or a non-empty dict of them")
+        if policy_mapping_fn is None:
+            if len(self.policies) > 1:
+                raise ValueError(
+                    f"{len(self.policies)} policies need a policy_mapping_fn(agent_id, episode)"
+                )
+            policy_mapping_fn = _default_mapping(list(self.policies))
+        self.policy_mapping_fn = policy_mapping_fn
+        self.env = make_base_env(
+            env,
+            num_envs=cfg.num_envs,
+            seed=cfg.seed,
+            env_config=cfg.env_config,
+            worker_index=cfg.worker_index,
+            remote_envs=cfg.remote_envs,
+        )
+        self.num_envs = self.env.num_envs
+        if cfg.seed is not None:
+            seeds = np.random.SeedSequence([cfg.seed, cfg.worker_index]).spawn(len(self.policies))
+            for p, ss in zip(self.policies.values(), seeds):
+                p.seed(int(ss.generate_state(1)[0] % (2**31)))
+        self._agent_pipes: dict[str, AgentConnectorPipeline] = {}
+        self._action_pipes: dict[str, ActionConnectorPipeline] = {}
+        for pid, policy in self.policies.items():
+            self._build_pipelines(pid, policy, agent_pipelines or {}, action_pipelines or {})
+        self.collectors = PolicyCollectorGroup(self.policies, self.num_envs)
+        self.timers = PerfTimers()
+        self._metrics: list[dict[str, Any]] = []
+        self._stepper = Stepper(self)
+        self._async: _AsyncSampler | None = None
+        self._closed = False
+
+    # -- construction ---------------------------------------------------------------------
+    def _env_obs_space(self, pid: str) -> gym.Space:
+        """The raw observation space of the agents mapped to ``pid``."""
+        if not self.env.is_multi_agent:
+            return self.env.observation_space(DEFAULT_AGENT_ID)
+        probe = Episode(-1, -1, self.policy_mapping_fn, worker=self)
+        for agent in self.env.possible_agents:
+            if probe.policy_for(agent) == pid:
+                return self.env.observation_space(agent)
+        return self.policies[pid].observation_space
+
+    def _env_action_space(self, pid: str) -> gym.Space:
+        if not self.env.is_multi_agent:
+            return self.env.action_space(DEFAULT_AGENT_ID)
+        probe = Episode(-1, -1, self.policy_mapping_fn, worker=self)
+        for agent in self.env.possible_agents:
+            if probe.policy_for(agent) == pid:
+                return self.env.action_space(agent)
+        return self.policies[pid].action_space
+
+    def _build_pipelines(
+        self,
+        pid: str,
+        policy: Policy,
+        agent_specs: Mapping[str, PipelineSpec],
+        action_specs: Mapping[str, PipelineSpec],
+    ) -> None:
+        cfg = self.config
+        ctx = ConnectorContext.from_policy(
+            policy,
+            cfg.connector_config(),
+            observation_space=self._env_obs_space(pid),
+            policy_id=pid,
+        )
+        ctx.action_space = self._env_action_space(pid)
+        ctx.is_training = cfg.explore
+        agent = agent_specs.get(pid)
+        action = action_specs.get(pid)
+        agent_pipe = agent(ctx) if callable(agent) and not hasattr(agent, "output_space") else agent
+        action_ctx = ConnectorContext(
+            ctx.observation_space,
+            ctx.action_space,
+            dict(ctx.config),
+            ctx.is_training,
+            list(ctx.initial_states),
+            pid,
+        )
+        action_pipe = (
+            action(action_ctx)
+            if callable(action) and not hasattr(action, "output_space")
+            else action
+        )
+        agent_pipe = agent_pipe if agent_pipe is not None else default_agent_pipeline(ctx)
+        action_pipe = (
+            action_pipe if action_pipe is not None else default_action_pipeline(action_ctx)
+        )
+        out, want = agent_pipe.output_space, policy.observation_space
+        if getattr(out, "shape", None) != getattr(want, "shape", None) or getattr(
+            out, "dtype", None
+        ) != getattr(want, "dtype", None):
+            raise ValueError(
+                f"policy {pid!r} expects observations {describe_space(want)} but its agent "
+                f"pipeline ({' -> '.join(agent_pipe.names) or 'empty'}) outputs "
+                f"{describe_space(out)}; build the policy for the pipeline's output space"
+            )
+        if not cfg.explore:
+            agent_pipe.in_eval()
+            action_pipe.in_eval()
+        self._agent_pipes[pid] = agent_pipe
+        self._action_pipes[pid] = action_pipe
+
+    # -- public API -----------------------------------------------------------------------
+    def agent_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> AgentConnectorPipeline:
+        """The live agent pipeline of ``policy_id`` (edit it in place)."""
+        return self._agent_pipes[policy_id]
+
+    def action_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> ActionConnectorPipeline:
+        """The live action pipeline of ``policy_id`` (edit it in place)."""
+        return self._action_pipes[policy_id]
+
+    @property
+    def is_single_agent(self) -> bool:
+        """True when batches come out as plain SampleBatches."""
+        return not self.env.is_multi_agent and list(self.policies) == [DEFAULT_POLICY_ID]
+
+    def sample(self) -> SampleBatch | MultiAgentBatch:
+        """One batch: exactly ``rollout_fragment_length * num_envs`` steps when truncating."""
+        if self.config.sample_async:
+            if self._async is None:
+                self._async = _AsyncSampler(self._sample_sync)
+            return self._async.next()
+        return self._sample_sync()
+
+    def _sample_sync(self) -> SampleBatch | MultiAgentBatch:
+        cfg = self.config
+        target = cfg.rollout_fragment_length * self.num_envs
+        mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
+        digests = {pid: state_digest(p) for pid, p in self._agent_pipes.items()}
+        while not self.collectors.ready(mode, target, count_by):
+            self._stepper.step()
+        built, env_steps = self.collectors.build(mode, target, count_by)
+        batches = postprocess_batches(self, built)
+        for pid, b in batches.items():
+            b.meta["connector_state"] = digests[pid]
+            b.meta["policy_id"] = pid
+        out: SampleBatch | MultiAgentBatch
+        if self.is_single_agent:
+            out = batches.get(DEFAULT_POLICY_ID, SampleBatch())
+        else:
+            out = MultiAgentBatch(batches, env_steps)
+        if self.callbacks.overrides("on_sample_end"):
+            self.callbacks.on_sample_end(runner=self, samples=out)
+        return out
+
+    def get_metrics(self) -> list[dict[str, Any]]:
+        """Per-episode records since the last call (and clear them)."""
+        out, self._metrics = self._metrics, []
+        return out
+
+    def perf_stats(self) -> dict[str, Any]:
+        """Mean milliseconds per step in each stage, plus ``connectors``: ms per step by name."""
+        stats = self.timers.means()
+        conn: dict[str, float] = {}
+        steps = max(self.timers.steps, 1)
+        for pid, pipe in [*self._agent_pipes.items(), *self._action_pipes.items()]:
+            prefix = "" if len(self.policies) == 1 else f"{pid}/"
+            for name, ms in pipe.timings().items():
+                calls = pipe._calls
+                conn[prefix + name] = conn.get(prefix + name, 0.0) + ms * calls / steps
+        stats["connectors"] = conn
+        return stats
+
+    def get_weights(self) -> dict[str, dict[str, np.ndarray]]:
+        """Weights of every policy, by policy id."""
+        return {pid: p.get_weights() for pid, p in self.policies.items()}
+
+    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        """Load weights by policy id (unknown ids are a ValueError)."""
+        unknown = sorted(set(weights) - set(self.policies))
+        if unknown:
+            raise ValueError(
+                f"weights for unknown policies {unknown}; known: {list(self.policies)}"
+            )
+        for pid, w in weights.items():
+            self.policies[pid].set_weights(w)
+
+    def get_connector_states(self) -> dict[str, dict[str, Any]]:
+        """Connector statistics by policy id: ``{"agent": {...}, "action": {...}}``."""
+        return {
+            pid: {
+                "agent": self._agent_pipes[pid].get_statistics(),
+                "action": self._action_pipes[pid].get_statistics(),
+            }
+            for pid in self.policies
+        }
+
+    def set_connector_states(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+        """Load what ``get_connector_states`` returned (e.g. merged filters from a driver)."""
+        for pid, st in states.items():
+            if pid not in self.policies:
+                raise ValueError(f"connector state for unknown policy {pid!r}")
+            self._agent_pipes[pid].set_statistics(st.get("agent", {}))
+            self._action_pipes[pid].set_statistics(st.get("action", {}))
+
+    def stop(self) -> None:
+        """Stop the background sampler (if any) and close every sub-env."""
+        if self._async is not None:
+            self._async.stop()
+        if not self._closed:
+            self._closed = True
+            self.env.close()
+
+    close = stop
+
+    def __enter__(self) -> EnvRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _AsyncSampler:
+    """Samples in a background thread; ``next()`` returns the next ready batch."""
+
+    def __init__(self, sample: Callable[[], Any]) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(sample,), daemon=True)
+        self._thread.start()
+
+    def _run(self, sample: Callable[[], Any]) -> None:
+        while not self._stop.is_set():
+            try:
+                item: Any = sample()
+            except BaseException as exc:  # handed to the caller of next()
+                item = exc
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if isinstance(item, BaseException):
+                return
+
+    def next(self) -> Any:
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
