@@ -350,12 +350,17 @@ class ObservationConnector(AgentConnector):
     """Maps the whole ``obs`` column: override ``transform(obs) -> obs`` only."""
 
     column: ClassVar[str] = "obs"
+    #: a batch without the column passes through (True) or is an error (False)
+    optional: ClassVar[bool] = False
 
     def transform(self, value: Any) -> Any:
         """Map the column's whole batch to its new value."""
         raise NotImplementedError
 
     def __call__(self, data: AgentData) -> AgentData:
+        if self.optional and self.column not in data:
+            return data
+        self.input_space  # noqa: B018  (binds a standalone connector to the context's space)
         data[self.column] = self.transform(data[self.column])
         return data
 
@@ -364,6 +369,7 @@ class RewardConnector(ObservationConnector):
     """Maps the whole ``rewards`` column: override ``transform(rewards) -> rewards`` only."""
 
     column = "rewards"
+    optional = True
 
 
 class ColumnActionConnector(ActionConnector):

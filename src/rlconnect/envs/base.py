@@ -140,6 +140,14 @@ class BaseEnv:
         """Reset sub-env ``env_id`` at the next poll (its episode ended)."""
         raise NotImplementedError
 
+    def soft_reset(self, env_id: int) -> None:
+        """Start a new episode in ``env_id`` without resetting it (the soft horizon).
+
+        The next poll hands out the sub-env's last observations again as the first rows
+        of the new episode; the env itself keeps running.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support soft resets")
+
     def try_restart(self, env_id: int) -> None:
         """Close and rebuild sub-env ``env_id`` (it raised); it resets at the next poll."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart sub-environments")

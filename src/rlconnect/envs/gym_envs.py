@@ -84,6 +84,8 @@ class GymEnvs(BaseEnv):
         self._needs_reset = set(range(num_envs))
         self._seeded = [False] * num_envs
         self._actions: dict[int, Any] = {}
+        self._last: dict[int, tuple[Any, dict]] = {}
+        self._soft: set[int] = set()
         box = isinstance(self._obs_space, gym.spaces.Box)
         self._obs_shape = self._obs_space.shape if box else None
         self._obs_dtype = self._obs_space.dtype if box else None
@@ -115,6 +117,10 @@ class GymEnvs(BaseEnv):
         self._needs_reset.add(env_id)
         self._actions.pop(env_id, None)
 
+    def soft_reset(self, env_id: int) -> None:
+        self._soft.add(env_id)
+        self._actions.pop(env_id, None)
+
     def try_restart(self, env_id: int) -> None:
         with contextlib.suppress(Exception):  # closing must not mask an earlier error
             self.envs[env_id].close()
@@ -140,11 +146,14 @@ class GymEnvs(BaseEnv):
         first: list[bool] = []
         stepped: list[int] = []
         errors: dict[int, BaseException] = {}
-        envs, actions, resets = self.envs, self._actions, self._needs_reset
+        envs, actions, resets, soft = self.envs, self._actions, self._needs_reset, self._soft
         for i in range(self.num_envs):
             try:
                 if i in resets:
                     o, info = self._reset_one(i)
+                    r, te, tr, f = 0.0, False, False, True
+                elif i in soft:
+                    o, info = self._last[i]
                     r, te, tr, f = 0.0, False, False, True
                 elif i in actions:
                     o, r, te, tr, info = envs[i].step(actions[i])
@@ -157,6 +166,7 @@ class GymEnvs(BaseEnv):
             if not f:
                 stepped.append(i)
             ids.append(i)
+            self._last[i] = (o, info)
             obs.append(o)
             rew.append(r)
             term.append(te)
@@ -165,6 +175,7 @@ class GymEnvs(BaseEnv):
             first.append(f)
         resets.difference_update(ids)
         resets.difference_update(errors)
+        soft.clear()
         actions.clear()
         terminateds = np.array(term, dtype=bool)
         truncateds = np.array(trunc, dtype=bool)

@@ -76,6 +76,8 @@ class MultiAgentEnvs(BaseEnv):
         self._seeded = [False] * num_envs
         self._actions: dict[int, dict] = {}
         self._idle: set[int] = set()  # stepped, no agent to act, not done: step with {}
+        self._last: dict[int, tuple[dict, dict]] = {}
+        self._soft: set[int] = set()
 
     def _make(self, index: int) -> Any:
         return self._creator(
@@ -116,6 +118,11 @@ class MultiAgentEnvs(BaseEnv):
         self._actions.pop(env_id, None)
         self._idle.discard(env_id)
 
+    def soft_reset(self, env_id: int) -> None:
+        self._soft.add(env_id)
+        self._actions.pop(env_id, None)
+        self._idle.discard(env_id)
+
     def try_restart(self, env_id: int) -> None:
         with contextlib.suppress(Exception):  # closing must not mask an earlier error
             self.envs[env_id].close()
@@ -138,11 +145,14 @@ class MultiAgentEnvs(BaseEnv):
         extra: list[tuple[int, Any, float, bool, bool]] = []
         errors: dict[int, BaseException] = {}
         for i in range(self.num_envs):
-            resetting = i in self._needs_reset
+            resetting = i in self._needs_reset or i in self._soft
             if not resetting and i not in self._actions and i not in self._idle:
                 continue
             try:
-                if resetting:
+                if i in self._soft and i not in self._needs_reset:
+                    o, inf = self._last[i]
+                    r, te, tr = {}, {}, {}
+                elif resetting:
                     seed = None
                     if not self._seeded[i]:
                         seed = sub_env_seed(self._seed, i, self._restarts[i])
@@ -156,7 +166,10 @@ class MultiAgentEnvs(BaseEnv):
                 self._actions.pop(i, None)
                 continue
             self._needs_reset.discard(i)
+            self._soft.discard(i)
             self._idle.discard(i)
+            if o:
+                self._last[i] = (o, inf)
             if not resetting:
                 stepped.append(i)
             for a, ob in o.items():

@@ -268,8 +268,7 @@ class Stepper:
         collector = r.collectors[pid]
         row_idx = collector.add_rows(traj, poll, record, last=done)
         np.add.at(agent_steps, env_ids[~new_traj], 1)
-        if r.env.is_multi_agent:
-            self._mark_closed(env_ids, agent_ids, done)
+        self._mark_closed(env_ids, agent_ids, done)
         t1 = clock()
         timers.add("mean_raw_obs_processing_ms", t1 - t0)
         act = ~done

@@ -1,18 +1,6 @@
-"""Column batches of experience: `SampleBatch`, `MultiAgentBatch` and `concat_samples`.
+"""`SampleBatch`: rows of experience stored column-wise, with the column normalization it needs.
 
-A `SampleBatch` maps column names to columns. A column is a numpy array whose first axis
-is the row axis, or a nest (dicts and tuples) of such arrays for structured spaces; every
-leaf has the same number of rows. Row operations (slicing, `take`, concatenation, splitting
-by episode) act on all leaves at once with numpy, never row by row in Python.
-
->>> import numpy as np
->>> b = SampleBatch({"obs": np.zeros((4, 2), np.float32), "eps_id": [7, 7, 9, 9]})
->>> len(b), len(b[1:3])
-(4, 2)
->>> [len(e) for e in b.split_by_episode()]
-[2, 2]
->>> len(concat_samples([b, b]))
-8
+Columns are numpy arrays (first axis = rows) or dict/tuple nests of them; see `rlconnect.batches`.
 """
 
 from __future__ import annotations
@@ -21,12 +9,10 @@ import copy as _copy
 import numbers
 from collections.abc import (
     ItemsView,
-    Iterable,
     Iterator,
     KeysView,
     Mapping,
     MutableMapping,
-    Sequence,
     ValuesView,
 )
 from typing import Any, overload
@@ -34,14 +20,9 @@ from typing import Any, overload
 import numpy as np
 import tree
 
-__all__ = [
-    "DEFAULT_AGENT_ID",
-    "DEFAULT_POLICY_ID",
-    "MultiAgentBatch",
-    "SampleBatch",
-    "batches_equal",
-    "concat_samples",
-]
+from rlconnect.batches.compare import _sample_batches_equal
+
+__all__ = ["DEFAULT_AGENT_ID", "DEFAULT_POLICY_ID", "Column", "SampleBatch"]
 
 DEFAULT_POLICY_ID = "default_policy"
 DEFAULT_AGENT_ID = "agent0"
@@ -234,7 +215,7 @@ class SampleBatch(MutableMapping):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SampleBatch):
             return NotImplemented
-        return batches_equal(self, other)
+        return _sample_batches_equal(self, other)
 
     @property
     def count(self) -> int:
@@ -310,175 +291,3 @@ class SampleBatch(MutableMapping):
                 parts.append(f"{label}{shape} {leaf.dtype}")
         body = ": " + ", ".join(parts) if parts else ""
         return f"SampleBatch({self._count} rows{body})"
-
-
-def _values_equal(x: Any, y: Any) -> bool:
-    """`==` on arbitrary objects (infos), treating NaN as equal to NaN."""
-    if x is y:
-        return True
-    if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
-        return True
-    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-        return _leaves_equal(np.asarray(x), np.asarray(y))
-    if isinstance(x, Mapping) and isinstance(y, Mapping):
-        return x.keys() == y.keys() and all(_values_equal(x[k], y[k]) for k in x)
-    try:
-        return bool(x == y)
-    except (ValueError, TypeError):
-        return False
-
-
-def _leaves_equal(x: np.ndarray, y: np.ndarray) -> bool:
-    if x.dtype != y.dtype or x.shape != y.shape:
-        return False
-    if x.dtype == object:
-        return all(_values_equal(u, v) for u, v in zip(x.ravel(), y.ravel()))
-    nan_ok = x.dtype.kind in "fc"
-    return bool(np.array_equal(x, y, equal_nan=nan_ok))
-
-
-def batches_equal(a: SampleBatch | MultiAgentBatch, b: SampleBatch | MultiAgentBatch) -> bool:
-    """True if both have the same columns, nest structures, dtypes and values (NaN == NaN).
-
-    `meta` is not compared. MultiAgentBatches compare `env_steps` and each policy batch.
-    """
-    if isinstance(a, MultiAgentBatch) and isinstance(b, MultiAgentBatch):
-        return (
-            a.env_steps() == b.env_steps()
-            and a.policy_batches.keys() == b.policy_batches.keys()
-            and all(batches_equal(v, b.policy_batches[k]) for k, v in a.policy_batches.items())
-        )
-    if not (isinstance(a, SampleBatch) and isinstance(b, SampleBatch)):
-        return False
-    if len(a) != len(b) or set(a.keys()) != set(b.keys()):
-        return False
-    for key in a:
-        try:
-            tree.assert_same_structure(a[key], b[key], check_types=True)
-        except (ValueError, TypeError):
-            return False
-        if not all(map(_leaves_equal, tree.flatten(a[key]), tree.flatten(b[key]))):
-            return False
-    return True
-
-
-class MultiAgentBatch:
-    """Per-policy SampleBatches collected over `env_steps` environment steps."""
-
-    def __init__(self, policy_batches: Mapping[str, SampleBatch], env_steps: int):
-        if isinstance(env_steps, bool) or not isinstance(env_steps, (int, np.integer)):
-            raise TypeError(f"env_steps must be an int, got {env_steps!r}")
-        if env_steps < 0:
-            raise ValueError(f"env_steps must be >= 0, got {env_steps}")
-        for pid, batch in policy_batches.items():
-            if not isinstance(batch, SampleBatch):
-                raise TypeError(
-                    f"policy_batches[{pid!r}] must be a SampleBatch, got {type(batch).__name__}"
-                )
-        self.policy_batches: dict[str, SampleBatch] = dict(policy_batches)
-        self._env_steps = int(env_steps)
-
-    def env_steps(self) -> int:
-        """Environment steps these rows were collected over."""
-        return self._env_steps
-
-    def agent_steps(self) -> int:
-        """Total rows over all policies."""
-        return sum(len(b) for b in self.policy_batches.values())
-
-    @property
-    def count(self) -> int:
-        """Same as `env_steps()`."""
-        return self._env_steps
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by all policy batches."""
-        return sum(b.nbytes for b in self.policy_batches.values())
-
-    def copy(self, deep: bool = False) -> MultiAgentBatch:
-        """Copy with each policy batch copied (see `SampleBatch.copy`)."""
-        return MultiAgentBatch(
-            {pid: b.copy(deep=deep) for pid, b in self.policy_batches.items()}, self._env_steps
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, MultiAgentBatch):
-            return NotImplemented
-        return batches_equal(self, other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        per_policy = ", ".join(f"{pid}: {len(b)}" for pid, b in self.policy_batches.items())
-        return (
-            f"MultiAgentBatch(env_steps={self._env_steps}, "
-            f"agent_steps={self.agent_steps()}, rows={{{per_policy}}})"
-        )
-
-
-def _merge_meta(metas: Sequence[dict]) -> dict:
-    """Keep keys whose values agree; conflicting values become a list of distinct values."""
-    seen: dict[str, list] = {}
-    for meta in metas:
-        for key, value in meta.items():
-            values = seen.setdefault(key, [])
-            if not any(_values_equal(value, v) for v in values):
-                values.append(value)
-    return {k: v[0] if len(v) == 1 else v for k, v in seen.items()}
-
-
-def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
-    meta = _merge_meta([b.meta for b in batches])
-    full = [b for b in batches if len(b) > 0]
-    if not full:  # keep the columns (schema) of the first empty batch that has any
-        schema = next((b for b in batches if b.keys()), SampleBatch())
-        return SampleBatch._from_normalized(dict(schema._columns), 0, meta)
-    names = list(full[0].keys())
-    for b in full[1:]:
-        if set(b.keys()) != set(names):
-            differ = sorted(set(names).symmetric_difference(b.keys()))
-            raise ValueError(
-                f"cannot concatenate batches with different columns; differing: {differ}"
-            )
-    columns = {}
-    for name in names:
-        parts = [b[name] for b in full]
-        try:
-            columns[name] = tree.map_structure(lambda *xs: np.concatenate(xs), *parts)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"cannot concatenate column {name!r}: {err}") from err
-    return SampleBatch._from_normalized(columns, sum(len(b) for b in full), meta)
-
-
-@overload
-def concat_samples(batches: Iterable[SampleBatch]) -> SampleBatch: ...
-@overload
-def concat_samples(batches: Iterable[MultiAgentBatch]) -> MultiAgentBatch: ...
-def concat_samples(batches: Iterable[Any]) -> SampleBatch | MultiAgentBatch:
-    """Concatenate rows: SampleBatches -> SampleBatch, MultiAgentBatches -> MultiAgentBatch.
-
-    Empty SampleBatches are skipped; the others must have the same column names. No batches
-    gives an empty SampleBatch. MultiAgentBatches concatenate per policy id (union of
-    ids) and sum `env_steps`.
-    """
-    items = list(batches)
-    kinds = {type(b) for b in items}
-    bad = [k.__name__ for k in kinds if not issubclass(k, (SampleBatch, MultiAgentBatch))]
-    if bad:
-        raise TypeError(f"concat_samples() takes SampleBatch or MultiAgentBatch, got {bad}")
-    is_multi = [isinstance(b, MultiAgentBatch) for b in items]
-    if any(is_multi) and not all(is_multi):
-        raise TypeError("cannot concatenate a mix of SampleBatch and MultiAgentBatch")
-    if not items or not is_multi[0]:
-        return _concat_sample_batches(items)
-    policy_ids: dict[str, None] = {}
-    for b in items:
-        policy_ids.update(dict.fromkeys(b.policy_batches))
-    merged = {
-        pid: _concat_sample_batches(
-            [b.policy_batches[pid] for b in items if pid in b.policy_batches]
-        )
-        for pid in policy_ids
-    }
-    return MultiAgentBatch(merged, sum(b.env_steps() for b in items))
