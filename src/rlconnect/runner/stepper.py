@@ -157,6 +157,8 @@ class Stepper:
                     done_envs[e] = (False, True)
             if over:
                 rows.truncateds = rows.truncateds | np.isin(rows.env_ids, over)
+        if r.env.is_multi_agent and done_envs:
+            self._apply_episode_flags(rows, done_envs)
         if r.env.is_multi_agent:
             self._rewards_multi_agent(rows, poll)
             if cfg.observation_fn is not None:
@@ -198,6 +200,17 @@ class Stepper:
                 r.env.soft_reset(e)
             else:
                 r.env.try_reset(e)
+
+    @staticmethod
+    def _apply_episode_flags(rows: EnvRows, done_envs: dict[int, tuple[bool, bool]]) -> None:
+        """Final rows of an episode ended by ``__all__`` carry the episode's flags."""
+        ended = np.isin(rows.env_ids, list(done_envs))
+        own = rows.terminateds | rows.truncateds
+        fill = ended & ~own
+        if fill.any():
+            flags = np.array([done_envs.get(e, (False, False)) for e in rows.env_ids.tolist()])
+            rows.terminateds = rows.terminateds | (fill & flags[:, 0])
+            rows.truncateds = rows.truncateds | (fill & flags[:, 1])
 
     def _group(self, rows: EnvRows) -> list[tuple[str, np.ndarray | None]]:
         """Row indices per policy (``None``: all rows)."""
