@@ -13,6 +13,7 @@ import torch
 import rlconnect.policy.mlp
 import rlconnect.policy.random
 from rlconnect.policy import MLPPolicy, TorchPolicy
+from rlconnect.policy.mlp import DEFAULT_NUMPY_THRESHOLD
 
 OBS = gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32)
 SPACES = [
@@ -170,7 +171,7 @@ def test_get_config_rebuilds() -> None:
     assert cfg["hiddens"] == [8]
     assert cfg["activation"] == "relu"
     assert cfg["vf_head"] is True
-    assert cfg["numpy_threshold"] == 16
+    assert cfg["numpy_threshold"] == DEFAULT_NUMPY_THRESHOLD
     q = MLPPolicy(OBS, SPACES[1], **cfg)
     q.set_weights(p.get_weights())
     assert q.config == p.config

@@ -45,8 +45,8 @@ class PolicyCollector:
         n = len(traj_ids)
         cols = dict(columns)
         cols[TRAJ] = np.asarray(traj_ids, dtype=np.int64)
-        cols[POLL] = np.broadcast_to(np.asarray(poll, dtype=np.int64), (n,))
-        cols[LAST] = np.broadcast_to(np.asarray(last, dtype=bool), (n,))
+        cols[POLL] = np.full(n, poll, dtype=np.int64) if np.ndim(poll) == 0 else poll
+        cols[LAST] = last if isinstance(last, np.ndarray) else np.full(n, last, dtype=bool)
         return self.store.append(cols, n)
 
     def add_outputs(self, rows: np.ndarray, columns: dict[str, Any]) -> None:

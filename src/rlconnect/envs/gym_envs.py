@@ -12,6 +12,7 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.errors import EnvCheckError, EnvError
 from rlconnect.spaces import stack_samples
 
 __all__ = ["EnvContext", "GymEnvs", "VectorEnvAdapter", "sub_env_seed"]
@@ -86,6 +87,7 @@ class GymEnvs(BaseEnv):
         self._actions: dict[int, Any] = {}
         self._last: dict[int, tuple[Any, dict]] = {}
         self._soft: set[int] = set()
+        self._failures: dict[int, BaseException] = {}
         box = isinstance(self._obs_space, gym.spaces.Box)
         self._obs_shape = self._obs_space.shape if box else None
         self._obs_dtype = self._obs_space.dtype if box else None
@@ -125,7 +127,14 @@ class GymEnvs(BaseEnv):
         with contextlib.suppress(Exception):  # closing must not mask an earlier error
             self.envs[env_id].close()
         self._restarts[env_id] += 1
-        self.envs[env_id] = self._make(env_id)
+        failure = self._failures.pop(env_id, None)
+        try:
+            self.envs[env_id] = self._make(env_id)
+        except Exception as exc:
+            what = f" after it raised {type(failure).__name__}: {failure}" if failure else ""
+            raise EnvError(f"sub-env {env_id} could not be rebuilt{what}; {exc}") from (
+                failure or exc
+            )
         self._seeded[env_id] = False
         self.try_reset(env_id)
 
@@ -161,7 +170,7 @@ class GymEnvs(BaseEnv):
                 else:
                     continue
             except Exception as exc:  # reported per sub-env, never lost
-                errors[i] = exc
+                errors[i] = self._failures[i] = exc
                 continue
             if not f:
                 stepped.append(i)
@@ -188,7 +197,7 @@ class GymEnvs(BaseEnv):
         return EnvRows(
             env_ids,
             self._agent_ids[: len(ids)],
-            self._stack(obs),
+            self._stack(obs, ids),
             np.array(rew, dtype=np.float64),
             terminateds,
             truncateds,
@@ -200,13 +209,31 @@ class GymEnvs(BaseEnv):
             errors=errors,
         )
 
-    def _stack(self, obs: list[Any]) -> Any:
-        if self._obs_shape is not None:
-            out = np.empty((len(obs), *self._obs_shape), dtype=self._obs_dtype)
-            for k, o in enumerate(obs):
-                out[k] = o
-            return out
-        return stack_samples(self._obs_space, obs)
+    def _stack(self, obs: list[Any], ids: list[int]) -> Any:
+        """One array for Box spaces, cast to the space's dtype within the same kind.
+
+        A wrong shape or dtype kind is left as it is, so ``check_env`` can name it; rows
+        that cannot be stacked at all raise ``EnvCheckError`` naming the sub-envs.
+        """
+        if self._obs_shape is None:
+            return stack_samples(self._obs_space, obs)
+        shape, dtype = self._obs_shape, self._obs_dtype
+        if not obs:
+            return np.empty((0, *shape), dtype=dtype)
+        try:
+            arr = np.array(obs)  # the fastest stack of N equal arrays, and it keeps dtypes
+        except (ValueError, TypeError) as exc:
+            bad = [i for i, o in zip(ids, obs) if np.shape(o) != shape] or ids
+            where = ", ".join(f"env {i} / agent {DEFAULT_AGENT_ID!r}" for i in bad[:5])
+            got = ", ".join(str(np.shape(obs[ids.index(i)])) for i in bad[:5])
+            raise EnvCheckError(
+                f"env returned a bad observation: obs of {where} has shape {got}, "
+                f"expected {shape} ({exc})"
+            ) from None
+        if arr.dtype != dtype and arr.shape[1:] == shape:
+            if np.can_cast(arr.dtype, dtype, "same_kind"):
+                arr = arr.astype(dtype)
+        return arr
 
     def close(self) -> None:
         for env in self.envs:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tree
 
-from rlconnect.batches import SampleBatch
+from rlconnect.batches import DEFAULT_AGENT_ID, SampleBatch
 from rlconnect.collectors import AgentCollector
 from rlconnect.connectors import ActionData, AgentData
 from rlconnect.envs.base import EnvRows
@@ -37,8 +37,11 @@ def _take(batch: Any, idx: np.ndarray) -> Any:
 
 def _object_column(values: list) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
+    try:
+        out[:] = values  # dicts are stored as objects in one call
+    except ValueError:  # sequences that numpy tries to broadcast
+        for i, v in enumerate(values):
+            out[i] = v
     return out
 
 
@@ -53,6 +56,9 @@ class Stepper:
         self.agents: list[dict[Any, AgentCollector]] = [{} for _ in range(n)]
         self.ep_len = np.zeros(n, dtype=np.int64)
         self.ep_ret = np.zeros(n, dtype=np.float64)
+        self.eps_of_env = np.full(n, -1, dtype=np.int64)
+        self.traj_of_env = np.full(n, -1, dtype=np.int64)
+        self.multi = runner.env.is_multi_agent
         self.traj_info: dict[int, tuple[Any, Episode]] = {}
         self._closed_trajs: list[int] = []
         self._next_traj = 0
@@ -68,9 +74,12 @@ class Stepper:
         ep = Episode(self._next_eps, env_id, self.r.policy_mapping_fn, worker=self.r)
         self._next_eps += 1
         self.episodes[env_id] = ep
+        self.eps_of_env[env_id] = ep.episode_id
         self.agents[env_id] = {}
         self.ep_len[env_id] = 0
         self.ep_ret[env_id] = 0.0
+        if not self.multi:
+            ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
         if self._cb.overrides("on_episode_created"):
             self._cb.on_episode_created(
                 runner=self.r, base_env=self.r.env, env_index=env_id, episode=ep
@@ -88,6 +97,9 @@ class Stepper:
         ep.faulty = faulty
         for col in self.agents[env_id].values():
             self._closed_trajs.append(col.traj_id)
+        if not self.multi and self.traj_of_env[env_id] >= 0:
+            self._closed_trajs.append(int(self.traj_of_env[env_id]))
+            self.traj_of_env[env_id] = -1
         if faulty:
             self.r.collectors.drop_episode(ep.episode_id)
         else:
@@ -140,13 +152,16 @@ class Stepper:
         if self._checks_left or (cfg.check_env and rows.is_first.any()):
             self._checks_left = max(self._checks_left - 1, 0)
             check_rows(r.env, rows)
-        for e in np.unique(rows.env_ids[rows.is_first]).tolist():
-            if self.episodes[e] is None or self.ep_len[e] > 0:
-                self._end_episode(e) if self.episodes[e] is not None else None
-                self._start_episode(e)
-        for e in np.unique(rows.env_ids).tolist():
-            if self.episodes[e] is None:
-                self._start_episode(e)
+        if rows.is_first.any():
+            for e in np.unique(rows.env_ids[rows.is_first]).tolist():
+                if self.episodes[e] is not None and self.ep_len[e] > 0:
+                    self._end_episode(e)
+                if self.episodes[e] is None:
+                    self._start_episode(e)
+        if self.multi:
+            for e in np.unique(rows.env_ids).tolist():
+                if self.episodes[e] is None:
+                    self._start_episode(e)
         stepped = rows.stepped
         self.ep_len[stepped] += 1
         done_envs = dict(rows.done_envs)
@@ -171,8 +186,7 @@ class Stepper:
             self._process_policy(pid, idx, rows, poll, env_done, agent_steps)
         for e in sorted(done_envs):
             self._close_open_agents(e, done_envs[e], poll, agent_steps)
-        eps = np.array([self.episodes[e].episode_id for e in stepped.tolist()], dtype=np.int64)
-        r.collectors.add_env_steps(poll, stepped, eps, agent_steps[stepped])
+        r.collectors.add_env_steps(poll, stepped, self.eps_of_env[stepped], agent_steps[stepped])
         firsts = rows.env_ids[rows.is_first]
         if len(firsts) and self._cb.overrides("on_episode_start"):
             for e in np.unique(firsts).tolist():
@@ -268,9 +282,7 @@ class Stepper:
         data = AgentData.trusted(env_ids, agent_ids, cols)
         data = pipe(data)
         record = dict(data.columns)
-        record["eps_id"] = np.array(
-            [self.episodes[e].episode_id for e in env_ids.tolist()], dtype=np.int64
-        )
+        record["eps_id"] = self.eps_of_env[env_ids]
         record["env_id"] = env_ids
         record["agent_index"] = agent_index
         if cfg.keep_raw_obs:
@@ -281,7 +293,8 @@ class Stepper:
         collector = r.collectors[pid]
         row_idx = collector.add_rows(traj, poll, record, last=done)
         np.add.at(agent_steps, env_ids[~new_traj], 1)
-        self._mark_closed(env_ids, agent_ids, done)
+        if self.multi:
+            self._mark_closed(env_ids, agent_ids, done)
         t1 = clock()
         timers.add("mean_raw_obs_processing_ms", t1 - t0)
         act = ~done
@@ -323,6 +336,8 @@ class Stepper:
         self, pid: str, env_ids: np.ndarray, agent_ids: tuple, is_first: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Trajectory id, whether it is new, and agent index of every row."""
+        if not self.multi:
+            return self._trajectories_single(env_ids, is_first)
         n = len(env_ids)
         traj = np.empty(n, dtype=np.int64)
         new = np.zeros(n, dtype=bool)
@@ -339,6 +354,16 @@ class Stepper:
             traj[k] = col.traj_id
             index[k] = col.agent_index
         return traj, new, index
+
+    def _trajectories_single(
+        self, env_ids: np.ndarray, is_first: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Single-agent fast path: one trajectory per sub-env episode, kept in an array."""
+        new = is_first | (self.traj_of_env[env_ids] < 0)
+        if new.any():
+            for e in env_ids[new].tolist():
+                self.traj_of_env[e] = self._new_traj(e, DEFAULT_AGENT_ID)
+        return self.traj_of_env[env_ids], new, np.zeros(len(env_ids), dtype=np.int64)
 
     def _mark_closed(self, env_ids: np.ndarray, agent_ids: tuple, done: np.ndarray) -> None:
         for k in np.flatnonzero(done).tolist():

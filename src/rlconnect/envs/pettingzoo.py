@@ -1,0 +1,251 @@
+"""PettingZoo envs (``ParallelEnv`` and turn-based ``AECEnv``) as ``rc.MultiAgentEnv``.
+
+PettingZoo is an optional extra (``pip install rlconnect[pettingzoo]``): this module imports
+without it and only needs it when :func:`from_pettingzoo` is called.
+
+Semantics shared by both adapters
+---------------------------------
+* ``observation_spaces`` / ``action_spaces`` are built once from ``env.observation_space(a)``
+  / ``env.action_space(a)`` for every agent of ``env.possible_agents``.
+* An agent is *done* once PettingZoo reports ``terminations[a]`` or ``truncations[a]``.
+  Both flags are passed through unchanged (PettingZoo's ``TerminateIllegalWrapper`` sets
+  both). A done agent is reported done exactly once per episode, in the step that ends it,
+  together with its final observation; it never gets an observation again.
+* ``"__all__"`` is always present in ``terminateds`` and ``truncateds``. The episode ends
+  when no agent is left: ``env.agents`` is empty, or every agent still listed in it is
+  done. The agents that finish in that last step decide how it ended:
+  ``truncateds["__all__"]`` is True when any of them was truncated without being
+  terminated (the episode was cut short, e.g. by ``max_cycles``), otherwise
+  ``terminateds["__all__"]`` is True (also when no agent finished in the last step).
+  Exactly one of the two is True at the end of an episode, both are False before.
+
+``ParallelEnv``
+---------------
+``reset`` and ``step`` pass PettingZoo's dicts through (observations for every agent that
+was alive in the step, including those that finish in it: their final observation).
+Observations of agents already reported done are dropped; their later rewards, if any, are
+still reported (without observation).
+
+``AECEnv`` (turn based)
+-----------------------
+One call to ``step({agent: action})`` is one move of the selected agent, i.e. one env step.
+``reset`` returns the observation of ``env.agent_selection`` only; ``step`` returns the
+observation of the agent selected next (the only key of ``obs`` that is not done).
+After the move the adapter performs, inside the same call, PettingZoo's ``env.step(None)``
+calls that remove every done agent PettingZoo selects; they are not env steps and produce
+no observation of their own. Each removed agent is reported with its final observation
+(``env.observe(agent)`` just before removal), its ``infos`` entry and its flags.
+
+Rewards follow PettingZoo's own definition of an AEC agent's reward, what ``env.last()``
+returns: ``env._cumulative_rewards[agent]``, the reward accumulated since the agent last
+acted. The adapter reports it *incrementally*: after the move and after every removal it
+reports, for every agent, how much its cumulative reward grew since last reported. The
+agent with an observation gets it as the reward of its row; any other agent gets it in
+``rewards`` without observation (the runner adds it to that agent's next transition, and to
+the episode's metrics at once). Before the selected agent moves, its
+``_cumulative_rewards`` entry (fully reported by then) is set to 0, as PettingZoo's AEC
+convention requires (``last()`` has handed it out): envs that reset it themselves at the
+start of ``step`` (e.g. ``rps``) and envs that do not (e.g. ``tictactoe``) are thus counted
+alike, and each agent's rewards over an episode sum to what the PettingZoo ``agent_iter`` /
+``last()`` loop gives it. ``env.rewards`` (the last step's rewards) is used only for envs
+without ``_cumulative_rewards``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from rlconnect.envs.multi_agent import MultiAgentEnv
+
+__all__ = ["PettingZooAECEnv", "PettingZooParallelEnv", "from_pettingzoo"]
+
+_INSTALL = "PettingZoo support needs the pettingzoo extra: pip install rlconnect[pettingzoo]"
+
+
+def _pettingzoo() -> Any:
+    try:
+        import pettingzoo
+    except ImportError as exc:
+        raise ImportError(_INSTALL) from exc
+    return pettingzoo
+
+
+def from_pettingzoo(env: Any) -> MultiAgentEnv:
+    """Adapt a PettingZoo ``ParallelEnv`` or ``AECEnv`` instance to ``rc.MultiAgentEnv``."""
+    if isinstance(env, PettingZooParallelEnv | PettingZooAECEnv):
+        return env
+    pz = _pettingzoo()
+    if isinstance(env, pz.ParallelEnv):
+        return PettingZooParallelEnv(env)
+    if isinstance(env, pz.AECEnv):
+        return PettingZooAECEnv(env)
+    raise TypeError(
+        f"expected a PettingZoo ParallelEnv or AECEnv instance, got {type(env).__name__}"
+    )
+
+
+def _spaces(env: Any) -> tuple[list[Any], dict[Any, gym.Space], dict[Any, gym.Space]]:
+    agents = list(getattr(env, "possible_agents", None) or getattr(env, "agents", []))
+    obs = {a: env.observation_space(a) for a in agents}
+    act = {a: env.action_space(a) for a in agents}
+    return agents, obs, act
+
+
+def _end_flags(finished: dict[Any, tuple[bool, bool]]) -> tuple[bool, bool]:
+    """``(terminated, truncated)`` of an episode whose last step finished these agents."""
+    truncated = any(tr and not te for te, tr in finished.values())
+    return not truncated, truncated
+
+
+class _PettingZooBase(MultiAgentEnv):
+    def __init__(self, env: Any) -> None:
+        _pettingzoo()
+        self.env = env
+        self.possible_agents, self.observation_spaces, self.action_spaces = _spaces(env)
+        self.metadata = dict(getattr(env, "metadata", {}) or {})
+        self._done: set[Any] = set()
+
+    @property
+    def agents(self) -> list[Any]:
+        """The agents PettingZoo currently lists as alive."""
+        return list(self.env.agents)
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}<{self.env}>"
+
+
+class PettingZooParallelEnv(_PettingZooBase):
+    """A PettingZoo ``ParallelEnv`` as ``rc.MultiAgentEnv`` (see the module docs)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        out = self.env.reset(seed=seed, options=options)
+        obs, infos = out if isinstance(out, tuple) else (out, {})
+        self._done = set()
+        return dict(obs), dict(infos or {})
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rew, te, tr, infos = self.env.step(dict(actions))
+        obs = {a: o for a, o in obs.items() if a not in self._done}
+        rewards = {a: r for a, r in rew.items() if a not in self._done or r}
+        terminateds: dict[Any, bool] = {}
+        truncateds: dict[Any, bool] = {}
+        finished: dict[Any, tuple[bool, bool]] = {}
+        for a in set(te) | set(tr) | set(obs):
+            if a in self._done:
+                continue
+            t, u = bool(te.get(a, False)), bool(tr.get(a, False))
+            terminateds[a], truncateds[a] = t, u
+            if t or u:
+                finished[a] = (t, u)
+        self._done |= set(finished)
+        alive = [a for a in self.env.agents if a not in self._done]
+        over = not alive
+        all_te, all_tr = _end_flags(finished) if over else (False, False)
+        terminateds["__all__"], truncateds["__all__"] = all_te, all_tr
+        infos = {a: i for a, i in (infos or {}).items() if a in obs}
+        return obs, rewards, terminateds, truncateds, infos
+
+
+class PettingZooAECEnv(_PettingZooBase):
+    """A turn-based PettingZoo ``AECEnv`` as ``rc.MultiAgentEnv`` (see the module docs)."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self._reported: dict[Any, float] = {}
+
+    # -- rewards --------------------------------------------------------------------------
+    def _cumulative(self) -> dict[Any, float] | None:
+        try:
+            return self.env._cumulative_rewards
+        except AttributeError:
+            return None
+
+    def _collect_rewards(self, out: dict[Any, float]) -> None:
+        """Add every agent's reward since it was last reported to ``out``."""
+        cum = self._cumulative()
+        if cum is None:  # no AEC bookkeeping: take the last step's rewards as they are
+            for a, r in (getattr(self.env, "rewards", None) or {}).items():
+                if r:
+                    out[a] = out.get(a, 0.0) + float(r)
+            return
+        for a, c in cum.items():
+            delta = float(c) - self._reported.get(a, 0.0)
+            self._reported[a] = float(c)
+            if delta:
+                out[a] = out.get(a, 0.0) + delta
+
+    # -- API ------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.env.reset(seed=seed, options=options)
+        self._done = set()
+        cum = self._cumulative()
+        self._reported = {a: float(c) for a, c in (cum or {}).items()}
+        if not self.env.agents:
+            return {}, {}
+        agent = self.env.agent_selection
+        return {agent: self.env.observe(agent)}, {agent: dict(self.env.infos.get(agent, {}))}
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        env = self.env
+        if not env.agents:
+            raise RuntimeError("step() called on a finished episode: call reset() first")
+        agent = env.agent_selection
+        extra = set(actions) - {agent}
+        if agent not in actions or extra:
+            raise ValueError(
+                f"turn-based PettingZoo env: exactly the selected agent {agent!r} acts now, "
+                f"got actions for {sorted(map(str, actions))}"
+            )
+        cum = self._cumulative()
+        if cum is not None and agent in cum:
+            # last() handed this out (and we reported it): PettingZoo restarts it at 0
+            cum[agent] = 0
+            self._reported[agent] = 0.0
+        env.step(actions[agent])
+        obs: dict[Any, Any] = {}
+        rewards: dict[Any, float] = {}
+        terminateds: dict[Any, bool] = {}
+        truncateds: dict[Any, bool] = {}
+        infos: dict[Any, dict] = {}
+        finished: dict[Any, tuple[bool, bool]] = {}
+        self._collect_rewards(rewards)
+        # remove the done agents PettingZoo selects; not env steps, no rows of their own
+        guard = 2 * len(env.agents) + 2
+        while env.agents:
+            sel = env.agent_selection
+            te, tr = bool(env.terminations.get(sel)), bool(env.truncations.get(sel))
+            if not (te or tr):
+                break
+            if guard <= 0:
+                raise RuntimeError(f"{env}: env.step(None) does not remove done agent {sel!r}")
+            guard -= 1
+            if sel not in self._done:
+                obs[sel] = env.observe(sel)
+                infos[sel] = dict(env.infos.get(sel, {}))
+                terminateds[sel], truncateds[sel] = te, tr
+                finished[sel] = (te, tr)
+                self._done.add(sel)
+            env.step(None)
+            self._reported.pop(sel, None)
+            self._collect_rewards(rewards)
+        alive = [a for a in env.agents if a not in self._done]
+        if alive:
+            nxt = env.agent_selection
+            obs[nxt] = env.observe(nxt)
+            infos[nxt] = dict(env.infos.get(nxt, {}))
+            terminateds[nxt] = truncateds[nxt] = False
+            rewards.setdefault(nxt, 0.0)
+            terminateds["__all__"] = truncateds["__all__"] = False
+        else:
+            terminateds["__all__"], truncateds["__all__"] = _end_flags(finished)
+        for a in obs:
+            rewards.setdefault(a, 0.0)
+        return obs, rewards, terminateds, truncateds, infos
