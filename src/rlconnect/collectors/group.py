@@ -33,6 +33,7 @@ class PolicyCollectorGroup:
         self._finished: set[int] = set()
         self._finished_steps = 0  # env steps of finished episodes still in the log
         self._finished_agent_steps = 0
+        self._agent_steps = 0  # agent steps of the logged events
 
     def __getitem__(self, policy_id: str) -> PolicyCollector:
         return self.collectors[policy_id]
@@ -44,6 +45,7 @@ class PolicyCollectorGroup:
         """Log one env step for each of ``env_ids`` at ``poll``."""
         n = len(env_ids)
         if n:
+            self._agent_steps += int(agent_steps.sum())
             self._events.append(
                 {
                     "poll": np.full(n, poll, dtype=np.int64),
@@ -54,13 +56,12 @@ class PolicyCollectorGroup:
                 n,
             )
 
-    def finish_episode(self, eps_id: int) -> None:
-        """The episode ended: its steps now count for ``complete_episodes``."""
+    def finish_episode(self, eps_id: int, env_steps: int, agent_steps: int) -> None:
+        """The episode ended after ``env_steps`` / ``agent_steps``: they now count for
+        ``complete_episodes`` (where no step of an unfinished episode is ever handed out)."""
         self._finished.add(int(eps_id))
-        if self._events.size:
-            mine = self._events.column("eps") == eps_id
-            self._finished_steps += int(mine.sum())
-            self._finished_agent_steps += int(self._events.column("agent_steps")[mine].sum())
+        self._finished_steps += env_steps
+        self._finished_agent_steps += agent_steps
 
     def drop_episode(self, eps_id: int) -> None:
         """Forget everything of a faulty episode: its rows and its env steps."""
@@ -69,6 +70,7 @@ class PolicyCollectorGroup:
                 c.drop(c.column("eps_id") == eps_id)
         if self._events.size:
             self._events.keep(np.flatnonzero(self._events.column("eps") != eps_id))
+            self._agent_steps = int(self._events.column("agent_steps").sum())
         self._finished.discard(int(eps_id))
 
     # -- counting -------------------------------------------------------------------------
@@ -78,7 +80,7 @@ class PolicyCollectorGroup:
 
     def agent_steps(self) -> int:
         """Agent steps (transitions) logged and not yet handed out."""
-        return int(self._events.column("agent_steps").sum()) if self._events.size else 0
+        return self._agent_steps
 
     def ready(self, mode: str, target: int, count_by: str) -> bool:
         """True when a batch of ``target`` steps can be built."""
@@ -112,36 +114,24 @@ class PolicyCollectorGroup:
         if mode == "complete_episodes":
             eps = np.fromiter(self._finished, np.int64)
             select = lambda c: np.isin(c.column("eps_id"), eps)  # noqa: E731
-            done_eps = eps
         else:
             cut = np.full(self.num_envs, -1, dtype=np.int64)
             np.maximum.at(cut, ev.column("env")[taken], ev.column("poll")[taken])
             select = lambda c: c.column("_poll") <= cut[c.column("env_id")]  # noqa: E731
-            done_eps = np.asarray(
-                sorted(self._finished & set(ev.column("eps")[taken].tolist())), dtype=np.int64
-            )
         batches = {}
         for pid, c in self.collectors.items():
             if len(c):
                 b, traj = c.build(select(c))
                 if len(b):
                     batches[pid] = (b, traj)
-        left = np.flatnonzero(~taken)
-        ev.keep(left)
-        self._finished -= set(done_eps.tolist()) if mode == "complete_episodes" else set()
-        if mode != "complete_episodes":
-            alive = set(ev.column("eps").tolist())
-            self._finished &= alive
-        self._recount()
-        return batches, env_steps
-
-    def _recount(self) -> None:
-        if not self._events.size or not self._finished:
+        ev.keep(np.flatnonzero(~taken))
+        self._agent_steps = int(ev.column("agent_steps").sum()) if ev.size else 0
+        if mode == "complete_episodes":  # every finished episode was handed out
+            self._finished.clear()
             self._finished_steps = self._finished_agent_steps = 0
-            return
-        mine = np.isin(self._events.column("eps"), np.fromiter(self._finished, np.int64))
-        self._finished_steps = int(mine.sum())
-        self._finished_agent_steps = int(self._events.column("agent_steps")[mine].sum())
+        else:
+            self._finished &= set(ev.column("eps").tolist()) if ev.size else set()
+        return batches, env_steps
 
     @staticmethod
     def concat(batches: list[SampleBatch]) -> SampleBatch:

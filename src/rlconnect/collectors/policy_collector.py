@@ -40,8 +40,8 @@ class PolicyCollector:
         poll: int | np.ndarray,
         columns: dict[str, Any],
         last: Any = False,
-    ) -> np.ndarray:
-        """Append observation rows of ``traj_ids``; returns their row indices."""
+    ) -> int:
+        """Append observation rows of ``traj_ids`` (one chunk); returns the first row index."""
         n = len(traj_ids)
         cols = dict(columns)
         cols[TRAJ] = np.asarray(traj_ids, dtype=np.int64)
@@ -49,10 +49,11 @@ class PolicyCollector:
         cols[LAST] = last if isinstance(last, np.ndarray) else np.full(n, last, dtype=bool)
         return self.store.append(cols, n)
 
-    def add_outputs(self, rows: np.ndarray, columns: dict[str, Any]) -> None:
-        """Write the policy's outputs (actions, fetches, state_out) for ``rows``."""
+    def add_outputs(self, columns: dict[str, Any], where: np.ndarray | None = None) -> None:
+        """Write the policy's outputs (actions, fetches, state_out) into the last added rows
+        (all of them, or those where ``where`` is true)."""
         for name, value in columns.items():
-            self.store.write(name, rows, value)
+            self.store.write_last(name, value, where)
 
     def copy_rows(self, rows: np.ndarray) -> dict[str, Any]:
         """Every non-bookkeeping column at ``rows`` (to build closing rows)."""

@@ -1,4 +1,10 @@
-"""Growable column-wise row storage: whole batches of rows appended per step, no per-row work."""
+"""Column-wise row storage that appends a whole step in O(1) and concatenates lazily.
+
+The hot path appends one *chunk* per step (a dict of whole arrays, kept by reference) and
+may complete that chunk's columns afterwards (the policy's outputs). Reading consolidates
+the chunks into one array per column with a single ``np.concatenate``, so the per-step cost
+does not grow with the number of columns' rows, and the per-batch cost is one copy.
+"""
 
 from __future__ import annotations
 
@@ -10,113 +16,123 @@ import tree
 __all__ = ["ColumnStore"]
 
 
-def _alloc(like: np.ndarray, capacity: int) -> np.ndarray:
-    return np.zeros((capacity, *like.shape[1:]), dtype=like.dtype)
+def _is_leaf(value: Any) -> bool:
+    return isinstance(value, np.ndarray)
+
+
+def _zeros_like_rows(template: Any, n: int) -> Any:
+    """``n`` zero rows shaped like ``template``'s rows (a leaf or a nest of leaves)."""
+    if _is_leaf(template):
+        return np.zeros((n, *template.shape[1:]), dtype=template.dtype)
+    return tree.map_structure(lambda t: np.zeros((n, *t.shape[1:]), dtype=t.dtype), template)
+
+
+def _concat(parts: list[Any]) -> Any:
+    if len(parts) == 1:
+        return parts[0]
+    if _is_leaf(parts[0]):
+        return np.concatenate(parts)
+    return tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
+
+
+def _index(col: Any, rows: Any) -> Any:
+    if _is_leaf(col):
+        return col[rows]
+    return tree.map_structure(lambda c: c[rows], col)
 
 
 class ColumnStore:
-    """Named columns (arrays or nests of arrays) sharing one growing row axis.
+    """Named columns (arrays or nests of arrays) sharing one row axis.
 
-    ``append`` adds rows to every given column at once; columns missing from a call are
-    zero-filled for those rows. ``write`` fills a column for some existing rows (e.g. the
-    actions of rows that acted). Capacity doubles, so appends are amortised O(rows).
+    Arrays passed to ``append`` / ``write_last`` are kept by reference until the next
+    consolidation: callers hand over fresh arrays and do not mutate them afterwards.
+    A column missing from some chunk reads as zeros there.
     """
 
-    def __init__(self, capacity: int = 64) -> None:
+    def __init__(self) -> None:
         self.size = 0
-        self._capacity = capacity
-        self._cols: dict[str, Any] = {}  # name -> array or nest of arrays
+        self._chunks: list[dict[str, Any]] = []
+        self._lengths: list[int] = []
+        self._templates: dict[str, Any] = {}  # one example per column: dtype and row shape
 
     def __len__(self) -> int:
         return self.size
 
     def __contains__(self, name: object) -> bool:
-        return name in self._cols
+        return name in self._templates
 
     @property
     def names(self) -> list[str]:
-        """Column names."""
-        return list(self._cols)
+        """Column names, in order of first appearance."""
+        return list(self._templates)
 
-    def _grow(self, needed: int) -> None:
-        cap = self._capacity
-        while cap < needed:
-            cap *= 2
-        if cap == self._capacity:
-            return
-
-        def grow(a: np.ndarray) -> np.ndarray:
-            out = _alloc(a, cap)
-            out[: self.size] = a[: self.size]
-            return out
-
-        for name, col in self._cols.items():
-            self._cols[name] = (
-                grow(col) if isinstance(col, np.ndarray) else tree.map_structure(grow, col)
-            )
-        self._capacity = cap
-
-    def _ensure(self, name: str, value: Any) -> Any:
-        col = self._cols.get(name)
-        if col is None:
-            if isinstance(value, np.ndarray):
-                col = _alloc(value, self._capacity)
-            else:
-                col = tree.map_structure(lambda v: _alloc(np.asarray(v), self._capacity), value)
-            self._cols[name] = col
-        return col
-
-    def append(self, columns: dict[str, Any], n: int) -> np.ndarray:
-        """Append ``n`` rows; returns their row indices."""
+    def append(self, columns: dict[str, Any], n: int) -> int:
+        """Append ``n`` rows (one chunk); returns the index of its first row."""
         start = self.size
-        self._grow(start + n)
-        stop = start + n
         for name, value in columns.items():
-            col = self._ensure(name, value)
-            if isinstance(col, np.ndarray):
-                col[start:stop] = value
-            else:
-                tree.map_structure(lambda c, v: c.__setitem__(slice(start, stop), v), col, value)
-        self.size = stop
-        return np.arange(start, stop)
+            if name not in self._templates:
+                self._templates[name] = value
+        self._chunks.append(dict(columns))
+        self._lengths.append(n)
+        self.size = start + n
+        return start
 
-    def write(self, name: str, rows: np.ndarray, value: Any) -> None:
-        """Set column ``name`` at existing ``rows`` (creating the column if new)."""
-        col = self._ensure(name, value)
-        if isinstance(col, np.ndarray):
-            col[rows] = value
+    def write_last(self, name: str, value: Any, where: np.ndarray | None = None) -> None:
+        """Set column ``name`` of the last chunk: all its rows, or the rows ``where`` is true."""
+        chunk, n = self._chunks[-1], self._lengths[-1]
+        if name not in self._templates:
+            self._templates[name] = value
+        if where is None:
+            chunk[name] = value
+            return
+        col = chunk.get(name)
+        if col is None:
+            col = _zeros_like_rows(value, n)
+            chunk[name] = col
+        if _is_leaf(col):
+            col[where] = value
         else:
-            tree.map_structure(lambda c, v: c.__setitem__(rows, v), col, value)
+            tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
+
+    def _consolidate(self) -> dict[str, Any]:
+        if len(self._chunks) == 1:
+            return self._chunks[0]
+        if not self._chunks:
+            return {}
+        merged = {}
+        for name, template in self._templates.items():
+            parts = [
+                c[name] if name in c else _zeros_like_rows(template, n)
+                for c, n in zip(self._chunks, self._lengths)
+            ]
+            merged[name] = _concat(parts)
+        self._chunks = [merged]
+        self._lengths = [self.size]
+        return merged
 
     def column(self, name: str) -> Any:
-        """The live column (only the first ``size`` rows are meaningful)."""
-        col = self._cols[name]
-        if isinstance(col, np.ndarray):
-            return col[: self.size]
-        return tree.map_structure(lambda c: c[: self.size], col)
+        """The whole column (consolidates pending chunks)."""
+        merged = self._consolidate()
+        if name in merged:
+            return merged[name]
+        return _zeros_like_rows(self._templates[name], self.size)
 
     def take(self, name: str, rows: np.ndarray) -> Any:
         """A copy of column ``name`` at ``rows``."""
-        col = self._cols[name]
-        if isinstance(col, np.ndarray):
-            return col[rows]
-        return tree.map_structure(lambda c: c[rows], col)
+        return _index(self.column(name), rows)
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only ``rows`` (in the given order); everything else is dropped."""
-        n = len(rows)
-        for col in self._cols.values():
-            if isinstance(col, np.ndarray):
-                col[:n] = col[rows]
-            else:
-                tree.map_structure(lambda c: c.__setitem__(slice(0, n), c[rows]), col)
-        # drop references held by object columns beyond the kept rows
-        for col in self._cols.values():
-            for leaf in tree.flatten(col):
-                if leaf.dtype == object:
-                    leaf[n : self.size] = None
-        self.size = n
+        merged = {name: self.take(name, rows) for name in self._templates}
+        self.size = len(rows)
+        self._chunks = [merged] if self.size else []
+        self._lengths = [self.size] if self.size else []
 
     def nbytes(self) -> int:
-        """Bytes allocated by all columns."""
-        return sum(leaf.nbytes for col in self._cols.values() for leaf in tree.flatten(col))
+        """Bytes referenced by all columns."""
+        return sum(
+            leaf.nbytes
+            for chunk in self._chunks
+            for col in chunk.values()
+            for leaf in tree.flatten(col)
+        )

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Stepper"]
 
-CHECKED_POLLS = 3  # check_env inspects this many polls (and every fresh episode's first obs)
+CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones after a restart)
 
 
 def _take(batch: Any, idx: np.ndarray) -> Any:
@@ -57,6 +57,7 @@ class Stepper:
         self.ep_len = np.zeros(n, dtype=np.int64)
         self.ep_ret = np.zeros(n, dtype=np.float64)
         self.eps_of_env = np.full(n, -1, dtype=np.int64)
+        self.ep_agent_steps = np.zeros(n, dtype=np.int64)
         self.traj_of_env = np.full(n, -1, dtype=np.int64)
         self.multi = runner.env.is_multi_agent
         self.traj_info: dict[int, tuple[Any, Episode]] = {}
@@ -78,6 +79,7 @@ class Stepper:
         self.agents[env_id] = {}
         self.ep_len[env_id] = 0
         self.ep_ret[env_id] = 0.0
+        self.ep_agent_steps[env_id] = 0
         if not self.multi:
             ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
         if self._cb.overrides("on_episode_created"):
@@ -103,7 +105,9 @@ class Stepper:
         if faulty:
             self.r.collectors.drop_episode(ep.episode_id)
         else:
-            self.r.collectors.finish_episode(ep.episode_id)
+            self.r.collectors.finish_episode(
+                ep.episode_id, ep.length, int(self.ep_agent_steps[env_id])
+            )
         self.r._metrics.append(ep.to_metrics())
         if self._cb.overrides("on_episode_end"):
             self._cb.on_episode_end(
@@ -134,6 +138,8 @@ class Stepper:
                 ) from exc
             self._end_episode(env_id, faulty=True)
             self.r.env.try_restart(env_id)
+            if self.r.config.check_env:  # a rebuilt env is checked again
+                self._checks_left = max(self._checks_left, 2)
 
     # -- one step -------------------------------------------------------------------------
     def step(self) -> None:
@@ -149,8 +155,8 @@ class Stepper:
             self._handle_errors(rows.errors)
         if not len(rows) and not rows.extra_rewards:
             return
-        if self._checks_left or (cfg.check_env and rows.is_first.any()):
-            self._checks_left = max(self._checks_left - 1, 0)
+        if self._checks_left:
+            self._checks_left -= 1
             check_rows(r.env, rows)
         if rows.is_first.any():
             for e in np.unique(rows.env_ids[rows.is_first]).tolist():
@@ -174,18 +180,19 @@ class Stepper:
                 rows.truncateds = rows.truncateds | np.isin(rows.env_ids, over)
         if r.env.is_multi_agent and done_envs:
             self._apply_episode_flags(rows, done_envs)
+        agent_steps = np.zeros(r.num_envs, dtype=np.int64)
         if r.env.is_multi_agent:
-            self._rewards_multi_agent(rows, poll)
+            self._rewards_multi_agent(rows, poll, agent_steps)
             if cfg.observation_fn is not None:
                 self._apply_observation_fn(rows)
         else:
-            np.add.at(self.ep_ret, rows.env_ids, rows.rewards)
-        agent_steps = np.zeros(r.num_envs, dtype=np.int64)
+            self.ep_ret[rows.env_ids] += rows.rewards  # one row per sub-env
         env_done = np.isin(rows.env_ids, list(done_envs)) if done_envs else None
         for pid, idx in self._group(rows):
             self._process_policy(pid, idx, rows, poll, env_done, agent_steps)
         for e in sorted(done_envs):
             self._close_open_agents(e, done_envs[e], poll, agent_steps)
+        self.ep_agent_steps += agent_steps
         r.collectors.add_env_steps(poll, stepped, self.eps_of_env[stepped], agent_steps[stepped])
         firsts = rows.env_ids[rows.is_first]
         if len(firsts) and self._cb.overrides("on_episode_start"):
@@ -291,8 +298,8 @@ class Stepper:
         if env_done is not None:
             done = done | env_done[sel]
         collector = r.collectors[pid]
-        row_idx = collector.add_rows(traj, poll, record, last=done)
-        np.add.at(agent_steps, env_ids[~new_traj], 1)
+        collector.add_rows(traj, poll, record, last=done)
+        agent_steps += np.bincount(env_ids[~new_traj], minlength=len(agent_steps))
         if self.multi:
             self._mark_closed(env_ids, agent_ids, done)
         t1 = clock()
@@ -302,11 +309,11 @@ class Stepper:
             return
         if act.all():
             inputs: Any = data
-            act_rows, act_env, act_agents = row_idx, env_ids, agent_ids
+            where, act_env, act_agents = None, env_ids, agent_ids
         else:
             ai = np.flatnonzero(act)
             inputs = {k: _take(v, ai) for k, v in data.columns.items() if k != "infos"}
-            act_rows, act_env = row_idx[ai], env_ids[ai]
+            where, act_env = act, env_ids[ai]
             act_agents = tuple(agent_ids[i] for i in ai.tolist())
         actions, state_outs, fetches = policy.compute_actions(inputs, explore=cfg.explore)
         t2 = clock()
@@ -316,10 +323,10 @@ class Stepper:
             outputs[SampleBatch.state_out(i)] = s
         out = ActionData.trusted(act_env, act_agents, dict(outputs))
         pipe.on_policy_output(out)
-        collector.add_outputs(act_rows, outputs)
+        collector.add_outputs(outputs, where)
         env_actions = r._action_pipes[pid](out.copy())["actions"]
         if cfg.record_env_actions:
-            collector.add_outputs(act_rows, {"env_actions": env_actions})
+            collector.add_outputs({"env_actions": env_actions}, where)
         t3 = clock()
         timers.add("mean_action_processing_ms", t3 - t2)
         r.env.send_actions(act_env, act_agents, env_actions)
@@ -373,7 +380,7 @@ class Stepper:
                 self._closed_trajs.append(col.traj_id)
 
     # -- multi-agent rewards --------------------------------------------------------------
-    def _rewards_multi_agent(self, rows: EnvRows, poll: int) -> None:
+    def _rewards_multi_agent(self, rows: EnvRows, poll: int, agent_steps: np.ndarray) -> None:
         for e, a, rew in zip(rows.env_ids.tolist(), rows.agent_ids, rows.rewards.tolist()):
             self.episodes[e].add_rewards([a], [rew])
         for e, a, rew, te, tr in rows.extra_rewards:
@@ -385,7 +392,7 @@ class Stepper:
             if col is not None and not col.closed:
                 col.pending_reward += rew
                 if te or tr:
-                    self._close_agent(col, (te, tr), poll, None)
+                    self._close_agent(col, (te, tr), poll, agent_steps)
 
     def _take_pending(self, env_ids: np.ndarray, agent_ids: tuple) -> np.ndarray:
         out = np.zeros(len(env_ids))
@@ -401,7 +408,7 @@ class Stepper:
         col: AgentCollector,
         flags: tuple[bool, bool],
         poll: int,
-        agent_steps: np.ndarray | None,
+        agent_steps: np.ndarray,
     ) -> None:
         """End a trajectory whose agent got no final observation.
 
@@ -422,10 +429,7 @@ class Stepper:
         cols["t"] = np.asarray([self.ep_len[col.env_id]], dtype=np.int64)
         col.pending_reward = 0.0
         collector.add_rows(np.asarray([col.traj_id]), poll, cols, last=True)
-        if agent_steps is not None:
-            agent_steps[col.env_id] += 1
-        else:
-            self._late_steps = getattr(self, "_late_steps", 0) + 1
+        agent_steps[col.env_id] += 1
 
     def _close_open_agents(
         self, env_id: int, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray
