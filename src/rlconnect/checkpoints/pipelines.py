@@ -42,6 +42,7 @@ from rlconnect.errors import CheckpointError, UnknownConnectorError
 __all__ = [
     "PIPELINE_FORMAT",
     "PIPELINE_FORMAT_VERSIONS",
+    "describe_pipeline_file",
     "load_pipeline",
     "load_statistics",
     "save_pipeline",
@@ -119,6 +120,25 @@ def load_statistics(path: Path) -> dict[str, dict[str, Any]]:
                 )
             out[m["name"]] = stats
     return out
+
+
+def describe_pipeline_file(path: Path) -> dict[str, Any]:
+    """A saved pipeline as JSON values for people: arrays shown by shape, dtype and values
+    (the first 8); nothing is rebuilt, so unregistered connectors can be inspected too."""
+    import numpy as np
+    import tree
+
+    def show(leaf: Any) -> Any:
+        if isinstance(leaf, np.ndarray):
+            flat = leaf.reshape(-1)
+            return {
+                "array": f"{leaf.dtype}{list(leaf.shape)}",
+                "values": flat[:8].tolist() + (["..."] if flat.size > 8 else []),
+            }
+        return leaf
+
+    state = _read_state(path)
+    return {"file": os.fspath(path), "format": PIPELINE_FORMAT, **tree.map_structure(show, state)}
 
 
 def _read_state(path: Path) -> dict[str, Any]:
