@@ -108,7 +108,6 @@ class Stepper:
             self.r.collectors.finish_episode(
                 ep.episode_id, ep.length, int(self.ep_agent_steps[env_id])
             )
-        self.r._metrics.append(ep.to_metrics())
         if self._cb.overrides("on_episode_end"):
             self._cb.on_episode_end(
                 runner=self.r,
@@ -117,6 +116,7 @@ class Stepper:
                 env_index=env_id,
                 episode=ep,
             )
+        self.r._metrics.append(ep.to_metrics())
         for pid in self._pids:
             self.r._agent_pipes[pid].reset(env_id)
             self.r._action_pipes[pid].reset(env_id)
