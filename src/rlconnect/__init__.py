@@ -42,6 +42,7 @@ from rlconnect.connectors import (
     register_lambda,
     registered_connectors,
 )
+from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.envs import BaseEnv, EnvContext, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import CheckpointError, EnvCheckError, EnvError, UnknownConnectorError
@@ -63,6 +64,7 @@ __all__ = [
     "AgentLambda",
     "BaseEnv",
     "Callbacks",
+    "CheckReport",
     "CheckpointError",
     "ClipActions",
     "ClipReward",
@@ -82,6 +84,7 @@ __all__ = [
     "MultiAgentBatch",
     "MultiAgentEnv",
     "ObservationConnector",
+    "PipelineCheckError",
     "Policy",
     "PrevActionsRewards",
     "RandomPolicy",
@@ -92,6 +95,7 @@ __all__ = [
     "TorchPolicy",
     "UnknownConnectorError",
     "UnsquashActions",
+    "check_pipeline",
     "concat_samples",
     "default_action_pipeline",
     "default_agent_pipeline",

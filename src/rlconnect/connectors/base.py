@@ -22,7 +22,7 @@ connector is its registered name plus these two.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import attrs
 import gymnasium as gym
@@ -257,16 +257,14 @@ class Connector:
         """The space this connector receives (the context's, unless a pipeline bound it)."""
         if self._input_space is None:
             self.bind(getattr(self.ctx, self._ctx_space))
-        assert self._input_space is not None
-        return self._input_space
+        return cast(gym.Space, self._input_space)  # set by bind
 
     @property
     def bound_output_space(self) -> gym.Space:
         """The output space for the bound input space."""
         if self._output_space is None:
             self.bind(self.input_space)
-        assert self._output_space is not None
-        return self._output_space
+        return cast(gym.Space, self._output_space)  # set by bind
 
     # -- hooks ----------------------------------------------------------------------------
     def reset(self, env_id: int) -> None:

@@ -54,10 +54,16 @@ def _np_categorical(
 def _torch_categorical(
     logits: torch.Tensor, explore: bool, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``multinomial(softmax)`` sampling or argmax; returns (a, logp)."""
+    """Inverse-CDF sampling (one uniform per row) or argmax; returns (a, logp).
+
+    Equivalent in distribution to ``torch.multinomial(softmax(logits), 1)`` and several
+    times cheaper per call at small batch sizes, where the call overhead dominates.
+    """
     logp_all = torch.log_softmax(logits, dim=1)
     if explore:
-        a = torch.multinomial(logp_all.exp(), 1, generator=gen)
+        cdf = logp_all.exp().cumsum(dim=1)
+        u = torch.rand((logits.shape[0], 1), generator=gen, dtype=cdf.dtype) * cdf[:, -1:]
+        a = (cdf <= u).sum(dim=1, keepdim=True).clamp_(max=logits.shape[1] - 1)
     else:
         a = logp_all.argmax(dim=1, keepdim=True)
     return a[:, 0], logp_all.gather(1, a)[:, 0]

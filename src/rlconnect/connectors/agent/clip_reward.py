@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from rlconnect.connectors.base import AgentData, RewardConnector
+from rlconnect.connectors.base import RewardConnector
 from rlconnect.connectors.registry import register_connector
 
 __all__ = ["ClipReward"]
@@ -36,8 +36,3 @@ class ClipReward(RewardConnector):
         if self.limit is None:
             return np.sign(rewards)
         return np.clip(rewards, -self.limit, self.limit)
-
-    def __call__(self, data: AgentData) -> AgentData:
-        if self.column in data:
-            data[self.column] = self.transform(data[self.column])
-        return data

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -66,8 +66,7 @@ class FrameStack(AgentConnector):
     def __call__(self, data: AgentData) -> AgentData:
         if self._slots is None:
             self.input_space  # noqa: B018  (binds to the context's observation space)
-        table = self._slots
-        assert table is not None
+        table = cast("SlotTable", self._slots)  # bound just above
         obs = np.asarray(data["obs"], self._dtype)
         slots, new = table.lookup(data.row_keys())
         frames = table["frames"]  # read after lookup: it may have grown

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -169,8 +169,7 @@ class MeanStdFilter(ObservationConnector):
     def _ensure_bound(self) -> tuple[int, ...]:
         if self._shape is None:
             self.input_space  # noqa: B018  (binds to the context's observation space)
-        assert self._shape is not None
-        return self._shape
+        return cast("tuple[int, ...]", self._shape)  # bound just above
 
     # -- running --------------------------------------------------------------------------
     def __call__(self, data: AgentData) -> AgentData:

@@ -1,0 +1,593 @@
+"""Check a connector or pipeline against the connector contract, on your own observations.
+
+``check_pipeline(pipe, observations)`` runs four checks and returns a ``CheckReport``, or
+raises ``PipelineCheckError`` naming the check, the member where the problem shows first,
+and what differed::
+
+    output_in_space         every member's output lies in the space it declares
+    eval_freezes_statistics after in_eval(), calls leave get_statistics() unchanged
+    isolation_and_reset     each (env_id, agent_id) keeps its own state; reset(env_id) clears
+                            that env's state only
+    save_load_reproduces    save_pipeline/load_pipeline, then identical inputs -> identical outputs
+
+Every check runs on deep copies: the pipeline you pass is never modified. Agent pipelines
+get ``rewards``, ``terminateds``, ``truncateds`` and ``t`` columns, and between steps an
+``on_policy_output`` with seeded actions (and ``state_out_*`` columns when the context
+has ``initial_states``), so connectors that buffer actions or RNN state are exercised too.
+For an action pipeline, ``observations`` is the batch of policy outputs it transforms.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import gymnasium as gym
+import numpy as np
+import tree
+
+from rlconnect.connectors.action.convert_to_numpy import to_numpy
+from rlconnect.connectors.base import (
+    ActionConnector,
+    ActionData,
+    AgentConnector,
+    AgentData,
+)
+from rlconnect.connectors.pipeline import (
+    ActionConnectorPipeline,
+    AgentConnectorPipeline,
+    ConnectorPipeline,
+)
+from rlconnect.spaces import batch_in_space, check_batch, stack_samples
+
+__all__ = [
+    "CHECKS",
+    "CheckReport",
+    "PipelineCheckError",
+    "check_eval_freezes_statistics",
+    "check_isolation_and_reset",
+    "check_output_in_space",
+    "check_pipeline",
+    "check_save_load_reproduces",
+]
+
+CHECKS = (
+    "output_in_space",
+    "eval_freezes_statistics",
+    "isolation_and_reset",
+    "save_load_reproduces",
+)
+"""The checks ``check_pipeline`` runs, in order: each later one relies on the earlier ones
+(isolation runs in eval mode; save/load compares after ``reset``)."""
+
+_DEFAULT_ROWS = 8
+Trace = list[tuple[str, dict[str, Any]]]  # per member, in order: (name, snapshot of columns)
+
+
+class PipelineCheckError(ValueError):
+    """A pipeline check failed: ``check``, ``member`` (None if not located) and ``detail``."""
+
+    def __init__(self, check: str, detail: str, member: str | None = None, cls: str = "") -> None:
+        where = ""
+        if member is not None:
+            where = f" at member {member!r}" + (f" ({cls})" if cls and cls != member else "")
+        super().__init__(f"check_pipeline: {check} failed{where}: {detail}")
+        self.check = check
+        self.member = member
+        self.detail = detail
+
+
+@attrs.frozen
+class CheckReport:
+    """What ``check_pipeline`` verified: the pipeline's kind, its members and the checks."""
+
+    kind: str
+    members: tuple[str, ...]
+    checks: tuple[str, ...]
+    rows: int
+    steps: int
+
+    def __str__(self) -> str:
+        chain = " -> ".join(self.members) or "empty"
+        done = ", ".join(self.checks)
+        return f"{self.kind}({chain}): passed {done} ({self.rows} rows, {self.steps} steps)"
+
+
+def _fail(
+    check: str, detail: str, pipe: ConnectorPipeline | None = None, member: str | None = None
+) -> PipelineCheckError:
+    cls = ""
+    if pipe is not None and member is not None and member in pipe:
+        cls = type(pipe[member]).__name__
+    return PipelineCheckError(check, detail, member, cls)
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Setup:
+    pipe: ConnectorPipeline
+    is_agent: bool
+    inputs: Any  # B rows of the pipeline's input space (or policy outputs for action pipelines)
+    n: int
+    env_ids: np.ndarray
+    agent_ids: tuple[Any, ...]
+    rewards: np.ndarray
+    actions: Any  # rows of ctx.action_space fed to on_policy_output
+    n_actions: int
+    steps: int
+
+    @property
+    def column(self) -> str:
+        return "obs" if self.is_agent else "actions"
+
+
+def _as_pipeline(obj: Any) -> ConnectorPipeline:
+    if isinstance(obj, ConnectorPipeline):
+        return obj
+    if isinstance(obj, AgentConnector):
+        return AgentConnectorPipeline(obj.ctx, [copy.deepcopy(obj)])
+    if isinstance(obj, ActionConnector):
+        return ActionConnectorPipeline(obj.ctx, [copy.deepcopy(obj)])
+    raise TypeError(f"check_pipeline needs a connector or a pipeline, got {type(obj).__name__}")
+
+
+def _sample(space: gym.Space, n: int, seed: int) -> Any:
+    space = copy.deepcopy(space)
+    space.seed(seed)
+    return stack_samples(space, [space.sample() for _ in range(n)])
+
+
+def _nrows(batch: Any) -> int:
+    leaves = tree.flatten(batch)
+    if not leaves or not getattr(leaves[0], "shape", ()):
+        raise _fail("inputs", "the batch has no array with a leading row axis")
+    return int(leaves[0].shape[0])
+
+
+def _prepare(
+    obj: Any,
+    observations: Any,
+    env_ids: Sequence[int] | None,
+    agent_ids: Sequence[Any] | None,
+    rewards: Any,
+    actions: Any,
+    steps: int,
+    seed: int = 0,
+) -> _Setup:
+    pipe = _as_pipeline(obj)
+    is_agent = isinstance(pipe, AgentConnectorPipeline)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"check_pipeline: steps must be an int >= 1, got {steps!r}")
+    if observations is None:
+        use_actions = not is_agent and actions is not None
+        observations = actions if use_actions else _sample(pipe.input_space, _DEFAULT_ROWS, seed)
+    n = _nrows(observations)
+    if is_agent:
+        try:
+            check_batch(pipe.input_space, observations, field="observations")
+        except ValueError as exc:
+            msg = f"the observations do not fit the context's space: {exc}"
+            raise _fail("inputs", msg) from None
+    env_arr = np.arange(n) if env_ids is None else np.asarray(env_ids, np.int64).reshape(-1)
+    agents = ("agent0",) * n if agent_ids is None else tuple(agent_ids)
+    keys = list(zip(env_arr.tolist(), agents))
+    if len(env_arr) != n or len(agents) != n or len(set(keys)) != n:
+        raise _fail("inputs", f"need {n} distinct (env_id, agent_id) rows, got {keys}")
+    rng = np.random.default_rng(seed)
+    reward_arr = (
+        (rng.normal(size=n) * 3).astype(np.float32) if rewards is None else np.asarray(rewards)
+    )
+    if is_agent and actions is None:
+        actions = _sample(pipe.ctx.action_space, n, seed + 1)
+    n_actions = _nrows(actions) if actions is not None else 0
+    return _Setup(pipe, is_agent, observations, n, env_arr, agents, reward_arr, actions,
+                  n_actions, steps)  # fmt: skip
+
+
+# -- running one step, member by member ---------------------------------------------------------
+
+
+def _copy_leaf(x: Any) -> np.ndarray:
+    return np.array(to_numpy(x), copy=True)
+
+
+def _snapshot(data: Any) -> dict[str, Any]:
+    return {k: tree.map_structure(_copy_leaf, v) for k, v in data.columns.items()}
+
+
+def _take(batch: Any, idx: np.ndarray) -> Any:
+    return tree.map_structure(lambda x: x[idx], batch)
+
+
+def _step(
+    s: _Setup,
+    pipe: ConnectorPipeline,
+    check: str,
+    rows: Sequence[tuple[int, Any, int, float]],
+    t: int,
+) -> Trace:
+    """Feed ``rows`` of ``(env_id, agent_id, input row, tag)`` through ``pipe``; trace members."""
+    env_ids = np.array([r[0] for r in rows], np.int64)
+    agent_ids = tuple(r[1] for r in rows)
+    idx = np.array([r[2] for r in rows], np.intp)
+    tags = np.array([r[3] for r in rows], np.float64)
+    if s.is_agent:
+        m = len(rows)
+        cols = {
+            "obs": _take(s.inputs, idx),
+            "rewards": s.rewards[idx % len(s.rewards)],
+            "terminateds": np.zeros(m, bool),
+            "truncateds": np.zeros(m, bool),
+            "t": np.full(m, t, np.int64),
+        }
+        data: Any = AgentData(env_ids, agent_ids, cols)
+    else:
+        data = ActionData(env_ids, agent_ids, {"actions": _take(s.inputs, idx)})
+    kind = type(data)
+    trace: Trace = []
+    for name, c in pipe.items():
+        try:
+            data = c(data)
+        except Exception as exc:
+            msg = f"raised {type(exc).__name__} at step {t}: {exc}"
+            raise _fail(check, msg, pipe, name) from exc
+        if not isinstance(data, kind):
+            msg = f"returned {type(data).__name__} instead of {kind.__name__}"
+            raise _fail(check, msg, pipe, name)
+        trace.append((name, _snapshot(data)))
+    if s.is_agent:
+        _policy_output(s, pipe, check, data, env_ids, agent_ids, idx, tags)
+    return trace
+
+
+def _policy_output(s, pipe, check, data, env_ids, agent_ids, idx, tags) -> None:
+    cols: dict[str, Any] = {}
+    if s.actions is not None:
+        cols["actions"] = _take(s.actions, idx % s.n_actions)
+    for i, init in enumerate(pipe.ctx.initial_states):
+        init = np.asarray(init)
+        base = data.get(f"state_in_{i}")
+        if base is None:
+            base = np.broadcast_to(init, (len(idx), *init.shape))
+        bump = tags.reshape(-1, *([1] * init.ndim))
+        cols[f"state_out_{i}"] = (np.asarray(to_numpy(base)) + bump).astype(init.dtype)
+    out = ActionData(env_ids, agent_ids, cols)
+    for name, c in pipe.items():
+        try:
+            c.on_policy_output(out)
+        except Exception as exc:
+            msg = f"on_policy_output raised {type(exc).__name__}: {exc}"
+            raise _fail(check, msg, pipe, name) from exc
+
+
+# -- comparing ----------------------------------------------------------------------------------
+
+
+def _path_text(path: tuple) -> str:
+    return "".join(f"[{p!r}]" for p in path)
+
+
+def _diff(a: Any, b: Any) -> str | None:
+    """None when two nests of arrays are exactly equal, else what differs first."""
+    try:
+        tree.assert_same_structure(a, b, check_types=False)
+    except (ValueError, TypeError) as exc:
+        return f": structure differs ({exc})"
+    for (path, x), (_, y) in zip(tree.flatten_with_path(a), tree.flatten_with_path(b)):
+        x, y = np.asarray(x), np.asarray(y)
+        where = _path_text(path)
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"{where}: {x.dtype}{x.shape} vs {y.dtype}{y.shape}"
+        nan = x.dtype.kind in "fc"
+        if np.array_equal(x, y, equal_nan=nan):
+            continue
+        if x.dtype == object:
+            return f"{where}: {x!r} vs {y!r}"
+        same = (x == y) | (np.isnan(x) & np.isnan(y)) if nan else x == y
+        bad = np.argwhere(~np.asarray(same))
+        first = tuple(int(i) for i in bad[0]) if bad.size else ()
+        return (
+            f"{where}: {len(bad)} of {x.size} values differ, e.g. at {first}: "
+            f"{x[first].item()!r} vs {y[first].item()!r}"
+        )
+    return None
+
+
+def _diff_rows(a: dict[str, Any], b: dict[str, Any], rows_a: Any, rows_b: Any) -> str | None:
+    if list(a) != list(b) and set(a) != set(b):
+        return f"columns differ: {sorted(a)} vs {sorted(b)}"
+    for col in a:
+        d = _diff(_take(a[col], rows_a), _take(b[col], rows_b))
+        if d is not None:
+            return f"column {col!r}{d}"
+    return None
+
+
+def _compare(
+    check: str,
+    pipe: ConnectorPipeline,
+    got: Trace,
+    want: Trace,
+    rows: tuple[Any, Any],
+    context: str,
+    hint: str = "",
+) -> None:
+    """Raise at the first member whose output rows differ (its inputs were still equal)."""
+    for (name, snap_a), (other, snap_b) in zip(got, want):
+        if name != other:
+            raise _fail(check, f"{context}: member names differ ({name!r} vs {other!r})")
+        d = _diff_rows(snap_a, snap_b, *rows)
+        if d is not None:
+            raise _fail(check, f"{context}: {d}{hint}", pipe, name)
+
+
+def _clone(pipe: ConnectorPipeline, check: str) -> ConnectorPipeline:
+    try:
+        return copy.deepcopy(pipe)
+    except Exception as exc:
+        raise _fail(check, f"cannot deep-copy the pipeline to check it: {exc}") from exc
+
+
+def _stats(pipe: ConnectorPipeline, check: str) -> dict[str, Any]:
+    try:
+        return tree.map_structure(_copy_leaf, pipe.get_statistics())
+    except Exception as exc:
+        raise _fail(check, f"get_statistics raised {type(exc).__name__}: {exc}") from exc
+
+
+def _stats_diff(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, str] | None:
+    """``(member, what)`` of the first member whose statistics differ."""
+    for name in list(before) + [n for n in after if n not in before]:
+        if name not in before or name not in after:
+            return name, "statistics appeared or disappeared"
+        d = _diff(before[name], after[name])
+        if d is not None:
+            return name, f"statistics{d}"
+    return None
+
+
+def _all_rows(s: _Setup, t: int) -> list[tuple[int, Any, int, float]]:
+    return [(int(s.env_ids[i]), s.agent_ids[i], (i + t) % s.n, i + 1.0) for i in range(s.n)]
+
+
+def _reset_all(pipe: ConnectorPipeline, env_ids: Any) -> None:
+    for e in sorted({int(e) for e in env_ids}):
+        pipe.reset(e)
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+Kw = dict[str, Any]
+
+
+def check_output_in_space(pipeline_or_connector: Any, observations: Any = None, **kw: Any) -> None:
+    """Every member's output column (``obs`` / ``actions``) lies in its declared output space.
+
+    A member answers for the rows it received inside its input space: an action pipeline
+    may be fed policy outputs outside the action space, which e.g. ``ConvertToNumpy``
+    passes on unchanged.
+    """
+    s = _prepare(pipeline_or_connector, observations, **_kw(kw))
+    check = "output_in_space"
+    pipe = _clone(s.pipe, check)
+    _reset_all(pipe, s.env_ids)
+    members = dict(pipe.items())
+    for t in range(s.steps):
+        rows = _all_rows(s, t)
+        prev = tree.map_structure(_copy_leaf, _take(s.inputs, np.array([r[2] for r in rows])))
+        for name, snap in _step(s, pipe, check, rows, t):
+            member = members[name]
+            inside = _rows_inside(member.input_space, prev)
+            prev = snap.get(s.column)
+            try:
+                check_batch(member.bound_output_space, _take(prev, inside), field=s.column)
+            except ValueError as exc:
+                raise _fail(check, f"step {t}: {exc}", pipe, name) from None
+
+
+def _rows_inside(space: gym.Space, batch: Any) -> np.ndarray:
+    try:
+        return np.flatnonzero(batch_in_space(space, batch))
+    except (ValueError, TypeError):
+        return np.zeros(0, np.intp)
+
+
+def check_save_load_reproduces(
+    pipeline_or_connector: Any, observations: Any = None, **kw: Any
+) -> None:
+    """Saved and loaded after a history, then both reset: identical inputs, identical outputs."""
+    from rlconnect.checkpoints import load_pipeline, save_pipeline
+
+    s = _prepare(pipeline_or_connector, observations, **_kw(kw))
+    check = "save_load_reproduces"
+    pipe = _clone(s.pipe, check)
+    _reset_all(pipe, s.env_ids)
+    for t in range(s.steps):
+        _step(s, pipe, check, _all_rows(s, t), t)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "pipeline")
+        try:
+            save_pipeline(pipe, path)
+        except Exception as exc:
+            raise _fail(check, f"save_pipeline raised: {exc}", pipe, _unsaveable(pipe)) from exc
+        try:
+            loaded = load_pipeline(path, copy.deepcopy(pipe.ctx))
+        except Exception as exc:
+            raise _fail(check, f"load_pipeline raised: {exc}") from exc
+    if loaded.names != pipe.names:
+        raise _fail(check, f"members differ after load: {pipe.names} vs {loaded.names}")
+    (loaded.in_training if pipe.is_training else loaded.in_eval)()
+    stats = _stats_diff(_stats(pipe, check), _stats(loaded, check))
+    if stats is not None:
+        raise _fail(check, f"after load, {stats[1]} (original vs loaded)", pipe, stats[0])
+    _reset_all(pipe, s.env_ids)
+    _reset_all(loaded, s.env_ids)
+    everything = (slice(None), slice(None))
+    hint = (
+        ". Are all its statistics in get_statistics(), and does reset() clear "
+        "its per-episode state?"
+    )
+    for t in range(2 * s.steps):  # eval first (frozen statistics), then training
+        mode = "eval" if t < s.steps else "training"
+        for p in (pipe, loaded):
+            (p.in_eval if mode == "eval" else p.in_training)()
+        rows = _all_rows(s, t)
+        got, want = _step(s, pipe, check, rows, t), _step(s, loaded, check, rows, t)
+        ctx = (
+            f"step {t} ({mode} mode) after save/load and reset, outputs differ (original vs loaded)"
+        )
+        _compare(check, pipe, got, want, everything, ctx, hint)
+
+
+def _unsaveable(pipe: ConnectorPipeline) -> str | None:
+    for name, c in pipe.items():
+        try:
+            c.to_state()
+        except Exception:
+            return name
+    return None
+
+
+def check_eval_freezes_statistics(
+    pipeline_or_connector: Any, observations: Any = None, **kw: Any
+) -> None:
+    """After ``in_eval()``, calls leave ``get_statistics()`` unchanged."""
+    s = _prepare(pipeline_or_connector, observations, **_kw(kw))
+    check = "eval_freezes_statistics"
+    pipe = _clone(s.pipe, check)
+    pipe.in_training()
+    _reset_all(pipe, s.env_ids)
+    for t in range(s.steps):
+        _step(s, pipe, check, _all_rows(s, t), t)
+    before = _stats(pipe, check)
+    pipe.in_eval()
+    for t in range(s.steps, 2 * s.steps):
+        _step(s, pipe, check, _all_rows(s, t), t)
+        changed = _stats_diff(before, _stats(pipe, check))
+        if changed is not None:
+            msg = f"step {t} in eval mode changed the {changed[1]} (before vs after)"
+            raise _fail(check, msg, pipe, changed[0])
+    pipe.in_training()
+
+
+def _keys(s: _Setup) -> list[tuple[int, Any]]:
+    """Three keys: two agents in one env, and the first agent again in a second env."""
+    envs = list(dict.fromkeys(s.env_ids.tolist()))
+    agents = list(dict.fromkeys(s.agent_ids))
+    e0 = envs[0]
+    e1 = envs[1] if len(envs) > 1 else e0 + 1
+    a0 = agents[0]
+    other = a0 + 1 if isinstance(a0, int) else f"{a0}_b"
+    a1 = agents[1] if len(agents) > 1 else other
+    return [(e0, a0), (e0, a1), (e1, a0)]
+
+
+def check_isolation_and_reset(
+    pipeline_or_connector: Any, observations: Any = None, **kw: Any
+) -> None:
+    """Rows of several (env, agent) keys fed together equal each fed alone; reset is per env.
+
+    Statistics (a running mean...) are shared by all agents by design, so this check runs
+    in eval mode, where they are frozen; per-episode state works as in training.
+    """
+    s = _prepare(pipeline_or_connector, observations, **_kw(kw))
+    check = "isolation_and_reset"
+    base = _clone(s.pipe, check)
+    base.in_eval()
+    keys = _keys(s)
+    _reset_all(base, [e for e, _ in keys])
+    before = _stats(base, check)
+    together = _clone(base, check)
+    try:
+        _isolation(s, base, together, keys, check)
+    except PipelineCheckError as exc:
+        changed = _stats_diff(before, _stats(together, check))
+        if changed is None or changed[0] != exc.member:
+            raise
+        hint = " (its statistics changed in eval mode: see eval_freezes_statistics)"
+        raise PipelineCheckError(check, exc.detail + hint, changed[0]) from exc
+
+
+def _isolation(s: _Setup, base, together, keys, check: str) -> None:
+    alone = [_clone(base, check) for _ in keys]
+
+    def row(k: int, t: int) -> tuple[int, Any, int, float]:
+        return (keys[k][0], keys[k][1], (t + 2 * k) % s.n, k + 1.0)
+
+    for t in range(s.steps):
+        order = [(k + t) % len(keys) for k in range(len(keys))]  # rotate: no state by position
+        got = _step(s, together, check, [row(k, t) for k in order], t)
+        for pos, k in enumerate(order):
+            want = _step(s, alone[k], check, [row(k, t)], t)
+            others = [keys[j] for j in order if j != k]
+            ctx = f"step {t}: key {keys[k]} fed together with {others} differs from fed alone"
+            _compare(check, together, got, want, ([pos], [0]), ctx)
+    e0, t = keys[0][0], s.steps
+    together.reset(e0)
+    got = _step(s, together, check, [row(k, t) for k in range(len(keys))], t)
+    for k, key in enumerate(keys):
+        if key[0] == e0:
+            want = _step(s, _clone(base, check), check, [row(k, t)], t)
+            ctx = f"after reset({e0}), key {key} differs from a fresh pipeline's output"
+        else:
+            want = _step(s, alone[k], check, [row(k, t)], t)
+            ctx = f"reset({e0}) changed the state of key {key} of another env"
+        _compare(check, together, got, want, ([k], [0]), ctx)
+
+
+_CHECK_FNS: dict[str, Callable[..., None]] = {
+    "output_in_space": check_output_in_space,
+    "eval_freezes_statistics": check_eval_freezes_statistics,
+    "isolation_and_reset": check_isolation_and_reset,
+    "save_load_reproduces": check_save_load_reproduces,
+}
+
+_KW_NAMES = ("env_ids", "agent_ids", "rewards", "actions", "steps")
+
+
+def _kw(kw: Kw) -> Kw:
+    unknown = sorted(set(kw) - set(_KW_NAMES))
+    if unknown:
+        raise TypeError(f"unknown check options {unknown}; allowed: {list(_KW_NAMES)}")
+    out: Kw = dict.fromkeys(_KW_NAMES[:-1])
+    out["steps"] = 3
+    out.update(kw)
+    return out
+
+
+def check_pipeline(
+    pipeline_or_connector: Any,
+    observations: Any = None,
+    *,
+    env_ids: Sequence[int] | None = None,
+    agent_ids: Sequence[Any] | None = None,
+    rewards: Any = None,
+    actions: Any = None,
+    steps: int = 3,
+) -> CheckReport:
+    """Run every check in ``CHECKS`` on a pipeline (or one connector, wrapped in a pipeline).
+
+    Args:
+        pipeline_or_connector: an agent or action pipeline, or a single connector.
+        observations: B rows of the context's ``observation_space`` (a stacked batch); for an
+            action pipeline, B rows of policy outputs. None samples 8 rows (seeded).
+        env_ids, agent_ids: the B rows' identities (default ``range(B)`` and ``"agent0"``).
+        rewards: B rewards (default: seeded normal values times 3).
+        actions: rows of ``ctx.action_space`` given to ``on_policy_output`` (default: seeded
+            samples of it).
+        steps: calls per check.
+
+    Raises:
+        PipelineCheckError: naming the check, the member and what differed.
+    """
+    kw = {"env_ids": env_ids, "agent_ids": agent_ids, "rewards": rewards, "actions": actions}
+    s = _prepare(pipeline_or_connector, observations, steps=steps, **kw)
+    for fn in _CHECK_FNS.values():
+        fn(s.pipe, s.inputs, steps=steps, **kw)
+    return CheckReport(type(s.pipe).__name__, tuple(s.pipe.names), CHECKS, s.n, steps)
