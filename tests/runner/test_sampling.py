@@ -278,6 +278,8 @@ def test_config_errors_name_the_field():
         rc.RunnerConfig(observation_filter="Mean")
     with pytest.raises(ValueError, match="clip_rewards"):
         rc.RunnerConfig(clip_rewards=-1.0)
+    with pytest.raises(ValueError, match="remote_envs=True cannot be combined"):
+        rc.RunnerConfig(remote_envs=True, restart_failed_sub_environments=True)
 
 
 def test_sample_async_returns_the_same_batches():

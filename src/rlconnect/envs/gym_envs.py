@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 import gymnasium as gym
@@ -13,7 +14,7 @@ import numpy as np
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.errors import EnvCheckError, EnvError
-from rlconnect.spaces import stack_samples
+from rlconnect.spaces import describe_space, stack_samples, unstack_batch
 
 __all__ = ["EnvContext", "GymEnvs", "VectorEnvAdapter", "sub_env_seed"]
 
@@ -46,8 +47,6 @@ def _to_env_action(space: gym.Space, batch: Any) -> list:
         return list(batch)
     if isinstance(batch, list):
         return batch
-    from rlconnect.spaces import unstack_batch
-
     return unstack_batch(batch)
 
 
@@ -210,10 +209,11 @@ class GymEnvs(BaseEnv):
         )
 
     def _stack(self, obs: list[Any], ids: list[int]) -> Any:
-        """One array for Box spaces, cast to the space's dtype within the same kind.
+        """One array for Box spaces, in the space's dtype.
 
-        A wrong shape or dtype kind is left as it is, so ``check_env`` can name it; rows
-        that cannot be stacked at all raise ``EnvCheckError`` naming the sub-envs.
+        Observations of another dtype of the same kind are cast (float64 for float32,
+        ints that fit for another int type); a wrong shape or dtype kind raises
+        ``EnvCheckError`` naming the sub-envs that returned it (a cast would hide it).
         """
         if self._obs_shape is None:
             return stack_samples(self._obs_space, obs)
@@ -222,18 +222,28 @@ class GymEnvs(BaseEnv):
             return np.empty((0, *shape), dtype=dtype)
         try:
             arr = np.array(obs)  # the fastest stack of N equal arrays, and it keeps dtypes
-        except (ValueError, TypeError) as exc:
-            bad = [i for i, o in zip(ids, obs) if np.shape(o) != shape] or ids
-            where = ", ".join(f"env {i} / agent {DEFAULT_AGENT_ID!r}" for i in bad[:5])
-            got = ", ".join(str(np.shape(obs[ids.index(i)])) for i in bad[:5])
-            raise EnvCheckError(
-                f"env returned a bad observation: obs of {where} has shape {got}, "
-                f"expected {shape} ({exc})"
-            ) from None
-        if arr.dtype != dtype and arr.shape[1:] == shape:
-            if np.can_cast(arr.dtype, dtype, "same_kind"):
-                arr = arr.astype(dtype)
-        return arr
+        except (ValueError, TypeError):
+            self._raise_bad_obs(obs, ids)
+        if arr.dtype == dtype and arr.shape[1:] == shape:
+            return arr
+        if arr.shape[1:] == shape and _fits_dtype(arr, dtype):
+            return arr.astype(dtype)
+        self._raise_bad_obs(obs, ids)
+
+    def _raise_bad_obs(self, obs: list[Any], ids: list[int]) -> NoReturn:
+        shape, dtype = self._obs_shape, self._obs_dtype
+        problems = []
+        for i, o in zip(ids, obs):
+            got = np.shape(o)
+            if got != shape:
+                problems.append(f"env {i} / agent {DEFAULT_AGENT_ID!r}: wrong shape {got}")
+            elif not _fits_dtype(np.asarray(o), dtype):
+                d = np.asarray(o).dtype
+                problems.append(f"env {i} / agent {DEFAULT_AGENT_ID!r}: wrong dtype {d}")
+        raise EnvCheckError(
+            f"env returned a bad observation: obs does not fit {describe_space(self._obs_space)}"
+            f" (shape {shape}, dtype {dtype}) in " + "; ".join(problems[:5] or map(str, ids))
+        )
 
     def close(self) -> None:
         for env in self.envs:
@@ -244,11 +254,19 @@ class GymEnvs(BaseEnv):
 class VectorEnvAdapter(BaseEnv):
     """A ``gymnasium.vector.VectorEnv`` of any autoreset mode, never recording reset steps.
 
-    DISABLED mode resets finished sub-envs with a reset mask. NEXT_STEP mode feeds a
-    placeholder action to a finished sub-env and reports the step that only resets as the
-    first row of the new episode (not an env step). SAME_STEP mode keeps the reset
-    observation that came with the final one and hands it out at the next poll before
-    the vector steps again (costing one extra runner round per finished episode).
+    A vector step moves every sub-env at once, while the first action of a fresh episode
+    is only known one poll after its reset observation. So:
+
+    - NEXT_STEP: a finished sub-env gets a placeholder action (a fixed valid action, no
+      RNG drawn) and the step that only resets it is reported as the first row of its
+      new episode, not as an env step. Rows come exactly as from N plain envs.
+    - SAME_STEP: the final observation is taken from ``info["final_obs"]`` and the reset
+      observation that came with it is handed out at the next poll, before the vector
+      steps again (one extra round per poll with finished episodes).
+    - DISABLED: finished sub-envs are reset with a ``reset_mask`` in a round of their own.
+
+    In every mode, a sub-env whose episode the runner ends although the vector env did not
+    (``horizon``) is reset with a ``reset_mask`` in such a round of its own.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, *, seed: int | None = None) -> None:
@@ -264,6 +282,10 @@ class VectorEnvAdapter(BaseEnv):
         self._pending_reset: set[int] = set()
         self._stash: dict[int, tuple[Any, dict]] = {}
         self._actions: dict[int, Any] = {}
+        self._done = np.zeros(self.num_envs, dtype=bool)  # finished at the last vector step
+        space = copy.deepcopy(self._act_space)  # the env's own space (and RNG) stays untouched
+        space.seed(0)
+        self._placeholder = space.sample()
 
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
         return self._obs_space
@@ -272,16 +294,15 @@ class VectorEnvAdapter(BaseEnv):
         return self._act_space
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
-        from rlconnect.spaces import unstack_batch
-
         rows = actions if isinstance(actions, np.ndarray) else unstack_batch(actions)
         for i, a in zip(env_ids.tolist(), rows):
             self._actions[i] = a
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         self._pending_reset.add(env_id)
+        self._actions.pop(env_id, None)
 
-    def _rows(self, ids: list[int], obs: list, rew, term, trunc, infos, first, stepped) -> EnvRows:
+    def _rows(self, ids: list[int], obs: Any, rew, term, trunc, infos, first, stepped) -> EnvRows:
         terminateds = np.asarray(term, dtype=bool)
         truncateds = np.asarray(trunc, dtype=bool)
         done_envs = {
@@ -290,7 +311,7 @@ class VectorEnvAdapter(BaseEnv):
         return EnvRows(
             np.asarray(ids, dtype=np.int64),
             (DEFAULT_AGENT_ID,) * len(ids),
-            stack_samples(self._obs_space, obs),
+            obs if not isinstance(obs, list) else stack_samples(self._obs_space, obs),
             np.asarray(rew, dtype=np.float64),
             terminateds,
             truncateds,
@@ -301,75 +322,88 @@ class VectorEnvAdapter(BaseEnv):
             done_envs=done_envs,
         )
 
+    def _first_rows(self, ids: list[int], obs: Any, infos: list[dict]) -> EnvRows:
+        k = len(ids)
+        return self._rows(ids, obs, [0.0] * k, [False] * k, [False] * k, infos, [True] * k, [])
+
     def poll(self) -> EnvRows:
         n = self.num_envs
+        same_step = self._mode is gym.vector.AutoresetMode.SAME_STEP
         if not self._started:
             self._started = True
             obs, info = self.venv.reset(seed=self._seed)
             self._pending_reset.clear()
-            return self._rows(
-                list(range(n)),
-                list(obs),
-                [0.0] * n,
-                [False] * n,
-                [False] * n,
-                _split_infos(info, n),
-                [True] * n,
-                [],
-            )
-        if self._mode is gym.vector.AutoresetMode.SAME_STEP and self._stash:
-            ids = sorted(self._stash)
-            rows = [self._stash.pop(i) for i in ids]
-            self._pending_reset.difference_update(ids)
-            return self._rows(
-                ids,
-                [o for o, _ in rows],
-                [0.0] * len(ids),
-                [False] * len(ids),
-                [False] * len(ids),
-                [inf for _, inf in rows],
-                [True] * len(ids),
-                [],
-            )
-        if self._mode is gym.vector.AutoresetMode.DISABLED and self._pending_reset:
-            mask = np.zeros(n, dtype=bool)
-            mask[list(self._pending_reset)] = True
-            obs, info = self.venv.reset(options={"reset_mask": mask})
-            ids = sorted(self._pending_reset)
-            self._pending_reset.clear()
-            infos = _split_infos(info, n)
-            return self._rows(
-                ids,
-                [obs[i] for i in ids],
-                [0.0] * len(ids),
-                [False] * len(ids),
-                [False] * len(ids),
-                [infos[i] for i in ids],
-                [True] * len(ids),
-                [],
-            )
-        placeholder = self._act_space.sample()
-        acts = [self._actions.pop(i, placeholder) for i in range(n)]
-        obs, rew, term, trunc, info = self.venv.step(np.stack(acts))
+            self._done[:] = False
+            return self._first_rows(list(range(n)), obs, _split_infos(info, n))
+        pending = self._pending_reset
+        if self._mode is gym.vector.AutoresetMode.NEXT_STEP:
+            masked = sorted(i for i in pending if not self._done[i])  # the venv won't reset these
+        elif same_step:
+            masked = sorted(i for i in pending if i not in self._stash)
+        else:
+            masked = sorted(pending)
+        if masked or (same_step and self._stash):
+            firsts: dict[int, tuple[Any, dict]] = {}
+            if masked:
+                mask = np.zeros(n, dtype=bool)
+                mask[masked] = True
+                obs, info = self.venv.reset(options={"reset_mask": mask})
+                infos = _split_infos(info, n)
+                rows = unstack_batch(obs)
+                for i in masked:
+                    firsts[i] = (rows[i], infos[i])
+                    self._done[i] = False
+            if same_step:
+                firsts.update(self._stash)
+                self._stash.clear()
+            ids = sorted(firsts)
+            pending.difference_update(ids)
+            return self._first_rows(ids, [firsts[i][0] for i in ids], [firsts[i][1] for i in ids])
+        acts = []
+        for i in range(n):
+            a = self._actions.pop(i, None)
+            if a is None:
+                if i not in pending:
+                    raise RuntimeError(f"sub-env {i} of the vector env has no action to step")
+                a = self._placeholder  # NEXT_STEP: ignored, the vector env resets this one
+            acts.append(a)
+        obs, rew, term, trunc, info = self.venv.step(stack_samples(self._act_space, acts))
         infos = _split_infos(info, n)
-        resetting = self._pending_reset
-        self._pending_reset = set()
-        first = [i in resetting for i in range(n)]
-        stepped = [i for i in range(n) if not first[i]]
-        obs_rows = list(obs)
-        if self._mode is gym.vector.AutoresetMode.SAME_STEP:
-            done = np.asarray(term) | np.asarray(trunc)
-            for i in np.flatnonzero(done).tolist():
-                self._stash[i] = (obs[i], infos[i])
-                obs_rows[i] = info["final_obs"][i]
-                infos[i] = info.get("final_info", {}) and _split_infos(info["final_info"], n)[i]
-        rew = [0.0 if first[i] else float(rew[i]) for i in range(n)]
-        term = [False if first[i] else bool(term[i]) for i in range(n)]
-        trunc = [False if first[i] else bool(trunc[i]) for i in range(n)]
-        return self._rows(list(range(n)), obs_rows, rew, term, trunc, infos, first, stepped)
+        first = np.zeros(n, dtype=bool)
+        first[list(pending)] = True
+        pending.clear()
+        term = np.asarray(term, dtype=bool) & ~first
+        trunc = np.asarray(trunc, dtype=bool) & ~first
+        rew = np.where(first, 0.0, np.asarray(rew, dtype=np.float64))
+        self._done = term | trunc
+        if same_step and self._done.any():
+            rows = unstack_batch(obs)
+            finals = _split_infos(info["final_info"], n) if "final_info" in info else None
+            for i in np.flatnonzero(self._done).tolist():
+                reset_info = {
+                    k: v for k, v in infos[i].items() if k not in ("final_obs", "final_info")
+                }
+                self._stash[i] = (rows[i], reset_info)
+                rows[i] = info["final_obs"][i]
+                infos[i] = finals[i] if finals is not None else {}
+            obs = stack_samples(self._obs_space, rows)
+        stepped = np.flatnonzero(~first)
+        return self._rows(list(range(n)), obs, rew, term, trunc, infos, first, stepped)
 
     def close(self) -> None:
         self.venv.close()
+
+
+def _fits_dtype(arr: np.ndarray, dtype: np.dtype) -> bool:
+    """Whether ``arr`` can be cast to ``dtype`` without changing what it means."""
+    if dtype.kind == "f":
+        return arr.dtype.kind in "biuf"
+    if dtype.kind in "iu" and arr.dtype.kind in "biu":
+        if not arr.size or np.can_cast(arr.dtype, dtype):
+            return True
+        info = np.iinfo(dtype)
+        return bool(arr.min() >= info.min and arr.max() <= info.max)
+    return np.can_cast(arr.dtype, dtype)
 
 
 def _split_infos(info: dict, n: int) -> list[dict]:

@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.envs.base import BaseEnv
-from rlconnect.envs.gym_envs import EnvContext, GymEnvs, VectorEnvAdapter
+from rlconnect.envs.gym_envs import EnvContext, GymEnvs, VectorEnvAdapter, sub_env_seed
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 
 __all__ = ["make_base_env"]
@@ -29,6 +29,23 @@ def _wrap_instance(env: Any) -> Any:
     return env
 
 
+class _RemoteEnvFn:
+    """Builds sub-env ``index`` in a worker process, with the context a local one would get."""
+
+    def __init__(self, creator: Callable[[EnvContext], Any], ctx: EnvContext) -> None:
+        self.creator = creator
+        self.ctx = ctx
+
+    def __call__(self) -> gym.Env:
+        env = self.creator(self.ctx)
+        if not isinstance(env, gym.Env):
+            raise TypeError(
+                f"remote_envs=True steps single-agent gymnasium envs in worker processes, but "
+                f"the env creator returned {type(env).__name__}; use remote_envs=False"
+            )
+        return env
+
+
 def _async_vector(
     creator: Callable[[EnvContext], gym.Env],
     num_envs: int,
@@ -36,11 +53,19 @@ def _async_vector(
     env_config: dict,
     worker_index: int,
 ) -> BaseEnv:
+    """N sub-envs in worker processes (gymnasium's AsyncVectorEnv, shared-memory obs).
+
+    NEXT_STEP autoreset lets a finished sub-env reset while the others step, so rows come
+    exactly as from N local envs (sub-env ``i`` seeded ``seed + i`` at its first reset).
+    """
     fns = [
-        (lambda i=i: creator(EnvContext(i, num_envs, worker_index, None, env_config)))
+        _RemoteEnvFn(
+            creator,
+            EnvContext(i, num_envs, worker_index, sub_env_seed(seed, i), env_config),
+        )
         for i in range(num_envs)
     ]
-    venv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    venv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     return VectorEnvAdapter(venv, seed=seed)
 
 

@@ -159,6 +159,14 @@ class RunnerConfig:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"RunnerConfig.worker_index={value!r}: must be an integer >= 0")
 
+    def __attrs_post_init__(self) -> None:
+        if self.remote_envs and self.restart_failed_sub_environments:
+            raise ValueError(
+                "RunnerConfig.remote_envs=True cannot be combined with "
+                "restart_failed_sub_environments=True: a crashed worker process cannot be "
+                "rebuilt alone; use in-process envs to restart single sub-envs"
+            )
+
     def connector_config(self) -> dict[str, Any]:
         """The keys the default pipelines read (``ctx.config``)."""
         return {

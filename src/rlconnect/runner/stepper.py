@@ -136,6 +136,8 @@ class Stepper:
                     f"sub-env {env_id} raised {type(exc).__name__}: {exc} (set "
                     "RunnerConfig(restart_failed_sub_environments=True) to restart it instead)"
                 ) from exc
+            if self.episodes[env_id] is None:  # the reset itself failed: report it too
+                self._start_episode(env_id)
             self._end_episode(env_id, faulty=True)
             self.r.env.try_restart(env_id)
             if self.r.config.check_env:  # a rebuilt env is checked again

@@ -1,0 +1,144 @@
+"""Envs and helpers shared by the env adapter tests (module level, so they pickle)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import gymnasium as gym
+import numpy as np
+
+import rlconnect as rc
+
+
+class StepCountEnv(gym.Env):
+    """obs = [episode_no, t, last_action, start]; never ends by itself (wrap in a TimeLimit).
+
+    ``start`` is drawn from the env's RNG at each reset, so seeding shows in the obs; every
+    transition is checkable in closed form: ``new_obs == [ep, t + 1, action, start]``.
+    """
+
+    observation_space = gym.spaces.Box(-1e7, 1e7, (4,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, offset: float = 0.0) -> None:
+        self.offset = offset
+        self.episode = -1
+        self.t = 0
+        self.start = 0.0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t = 0
+        self.start = float(self.np_random.integers(0, 1000)) + self.offset
+        return self._obs(-1), {"reset": True}
+
+    def _obs(self, action):
+        return np.array([self.episode, self.t, action, self.start], np.float32)
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.t += 1
+        return self._obs(int(action)), 1.0 + float(action), False, False, {"t": self.t}
+
+
+def make_short(ctx: rc.EnvContext | None = None) -> gym.Env:
+    """A short TimeLimit env: StepCountEnv truncated after 5 steps."""
+    return gym.wrappers.TimeLimit(StepCountEnv(), max_episode_steps=5)
+
+
+def make_cartpole(ctx: rc.EnvContext | None = None) -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def make_short_cartpole(ctx: rc.EnvContext | None = None) -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=6)
+
+
+def make_indexed(ctx: rc.EnvContext) -> gym.Env:
+    """StepCountEnv whose obs shows the context it was built with (index and seed)."""
+    offset = 10_000 * ctx.vector_index + (0 if ctx.seed is None else 100_000 * ctx.seed)
+    return gym.wrappers.TimeLimit(StepCountEnv(offset=offset), max_episode_steps=7)
+
+
+ENV_FNS = {"cartpole": make_cartpole, "short_cartpole": make_short_cartpole, "short": make_short}
+
+
+def spaces(make=make_cartpole):
+    env = make(rc.EnvContext())
+    return env.observation_space, env.action_space
+
+
+def runner_for(env, make=make_cartpole, *, n=4, frag=25, seed=5, **cfg) -> rc.EnvRunner:
+    obs_space, act_space = spaces(make)
+    config = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=seed, **cfg)
+    return rc.EnvRunner(env, rc.RandomPolicy(obs_space, act_space), config=config)
+
+
+def row_tuples(batch: rc.SampleBatch) -> dict[int, list[tuple]]:
+    """Per sub-env, its transitions as sorted tuples (eps_id values may differ)."""
+    out: dict[int, list[tuple]] = defaultdict(list)
+    cols = [batch[k] for k in ("t", "obs", "actions", "rewards", "new_obs")]
+    flags = batch["terminateds"], batch["truncateds"]
+    for k, e in enumerate(batch["env_id"].tolist()):
+        t, o, a, r, no = (c[k] for c in cols)
+        row = (int(t), tuple(o.tolist()), int(a), float(r), tuple(no.tolist()))
+        out[e].append((*row, bool(flags[0][k]), bool(flags[1][k])))
+    return {e: sorted(v) for e, v in out.items()}
+
+
+def trajectories(batch: rc.SampleBatch) -> list[rc.SampleBatch]:
+    """Split at every change of eps_id (single-agent trajectories are contiguous)."""
+    key = batch["eps_id"]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    stops = np.r_[starts[1:], len(key)]
+    return [batch[a:b] for a, b in zip(starts, stops)]
+
+
+def first_obs_by_env(batches: list[rc.SampleBatch]) -> dict[int, list[tuple]]:
+    """Per sub-env, the first observations of its episodes, in order."""
+    out: dict[int, list[tuple]] = defaultdict(list)
+    for b in batches:
+        for k in np.flatnonzero(b["t"] == 0).tolist():
+            out[int(b["env_id"][k])].append((int(b["eps_id"][k]), tuple(b["obs"][k].tolist())))
+    return {e: [o for _, o in sorted(v)] for e, v in out.items()}
+
+
+def check_cartpole_truth(batch: rc.SampleBatch) -> None:
+    """Every transition is what CartPole returns for (obs, action) (state replayed)."""
+    sim = gym.make("CartPole-v1").unwrapped
+    sim.reset(seed=0)
+    for i in range(len(batch)):
+        sim.state = batch["obs"][i].astype(np.float64)
+        sim.steps_beyond_terminated = None
+        obs, reward, term, _, _ = sim.step(int(batch["actions"][i]))
+        np.testing.assert_allclose(obs, batch["new_obs"][i], rtol=1e-5, atol=1e-5)
+        assert reward == batch["rewards"][i]
+        assert term == batch["terminateds"][i]
+
+
+def check_count_truth(batch: rc.SampleBatch) -> None:
+    """Every transition is StepCountEnv's: a recorded reset step would break ``t + 1``."""
+    o, no, a = batch["obs"], batch["new_obs"], batch["actions"]
+    np.testing.assert_array_equal(no[:, 0], o[:, 0])
+    np.testing.assert_array_equal(no[:, 1], o[:, 1] + 1)
+    np.testing.assert_array_equal(no[:, 2], a)
+    np.testing.assert_array_equal(no[:, 3], o[:, 3])
+    np.testing.assert_array_equal(batch["rewards"], 1.0 + a)
+    np.testing.assert_array_equal(batch["t"], o[:, 1])
+
+
+def check_truth(kind: str, batch: rc.SampleBatch) -> None:
+    if kind == "short":
+        check_count_truth(batch)
+    else:
+        check_cartpole_truth(batch)
+
+
+def check_continuity(batch: rc.SampleBatch) -> None:
+    """Within a trajectory: t counts up by one, new_obs[t] == obs[t + 1], only the end ends."""
+    for traj in trajectories(batch):
+        assert np.all(np.diff(traj["t"]) == 1)
+        np.testing.assert_array_equal(traj["new_obs"][:-1], traj["obs"][1:])
+        ends = traj["terminateds"] | traj["truncateds"]
+        assert not ends[:-1].any()
