@@ -309,3 +309,36 @@ def test_perf_stats_name_every_connector():
         "mean_action_processing_ms",
     ):
         assert stats[key] > 0
+
+
+def test_bookkeeping_does_not_grow_and_postprocessing_knows_every_agent():
+    seen_agents = []
+
+    class Recorder(rc.Callbacks):
+        def on_postprocess_trajectory(self, *, agent_id, episode, **kw):
+            seen_agents.append((agent_id, episode is not None))
+
+    env = CounterEnv()
+    cfg = rc.RunnerConfig(num_envs=3, rollout_fragment_length=7, seed=0)
+    runner = rc.EnvRunner(
+        lambda ctx: CounterEnv(length=5),
+        rc.RandomPolicy(env.observation_space, env.action_space),
+        config=cfg,
+        callbacks=Recorder(),
+    )
+    for _ in range(30):
+        runner.sample()
+    assert len(runner._stepper.traj_info) <= 2 * 3
+    assert seen_agents and all(a == rc.DEFAULT_AGENT_ID and has_ep for a, has_ep in seen_agents)
+
+
+def test_empty_infos_share_one_read_only_mapping():
+    batch = counter_runner(2, 5).sample()
+    infos = batch["infos"]
+    assert infos[0]["t"] == 1  # real infos are kept
+    obs, act = _spaces("CartPole-v1")
+    cfg = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0)
+    cart = rc.EnvRunner("CartPole-v1", rc.RandomPolicy(obs, act), config=cfg).sample()["infos"]
+    assert len({id(i) for i in cart}) == 1 and dict(cart[0]) == {}
+    with pytest.raises(TypeError):
+        cart[0]["x"] = 1  # batch data is not mutated through a shared mapping

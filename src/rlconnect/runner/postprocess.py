@@ -88,5 +88,4 @@ def postprocess_batches(
                 original_batches=dict(others) | {agent_id: (pid, policy, original)},
             )
         out[pid].append(b)
-    runner._stepper.forget_closed_trajectories()
     return {pid: concat_samples(bs) for pid, bs in out.items() if bs}

@@ -6,6 +6,7 @@ preprocessing in ``connectors/``, per-agent bookkeeping in ``runner/agents.py``.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Mapping
@@ -84,6 +85,7 @@ class EnvRunner:
                 )
             policy_mapping_fn = _default_mapping(list(self.policies))
         self.policy_mapping_fn = policy_mapping_fn
+        self._env_spec = env  # what evaluate() builds its separate sub-envs from
         self.env = make_base_env(
             env,
             num_envs=cfg.num_envs,
@@ -210,6 +212,7 @@ class EnvRunner:
             self._stepper.step()
         built, env_steps = self.collectors.build(mode, target, count_by)
         batches = postprocess_batches(self, built)
+        self._stepper.forget_closed_trajectories()
         for pid, b in batches.items():
             b.meta["connector_state"] = digests[pid]
             b.meta["policy_id"] = pid
@@ -287,6 +290,86 @@ class EnvRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    # -- checkpoints, inference, evaluation (rlconnect.runner.checkpoint / inference /
+    #    evaluation hold the code) -----------------------------------------------------------
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Write policies (spec, weights) and pipelines (with statistics) atomically to the
+        folder ``path`` (layout: ``rlconnect.runner.checkpoint_format``)."""
+        from rlconnect.runner.checkpoint import save_checkpoint
+
+        save_checkpoint(self, path)
+
+    def restore(self, path: str | os.PathLike[str]) -> None:
+        """Load a checkpoint's weights and pipelines into this runner (same policy ids,
+        spaces and architectures, else ``CheckpointError``; nothing changes on error)."""
+        from rlconnect.runner.checkpoint import restore_runner
+
+        restore_runner(self, path)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: Any,
+        policy_mapping_fn: Callable[..., str] | None = None,
+        callbacks: Callbacks | None = None,
+        config_overrides: Mapping[str, Any] | None = None,
+    ) -> EnvRunner:
+        """Rebuild a runner on ``env`` from a checkpoint whose policies are of registered
+        kinds (``rc.register_policy``); ``config_overrides`` replace saved config fields."""
+        from rlconnect.runner.checkpoint import runner_from_checkpoint
+
+        return runner_from_checkpoint(
+            cls,
+            path,
+            env=env,
+            policy_mapping_fn=policy_mapping_fn,
+            callbacks=callbacks,
+            config_overrides=config_overrides,
+        )
+
+    def compute_single_action(
+        self,
+        obs: Any,
+        *,
+        policy_id: str = DEFAULT_POLICY_ID,
+        explore: bool = False,
+        agent_id: Any = DEFAULT_AGENT_ID,
+        env_id: int | None = None,
+    ) -> Any:
+        """The env action for one raw observation, through the agent pipeline, the policy
+        and the action pipeline in eval mode (see ``rlconnect.runner.inference``)."""
+        from rlconnect.runner.inference import compute_actions
+
+        out = compute_actions(
+            self, {agent_id: obs}, policy_id=policy_id, explore=explore, env_id=env_id
+        )
+        return out[agent_id]
+
+    def compute_actions(
+        self,
+        obs_by_agent: Mapping[Any, Any],
+        *,
+        policy_id: str | None = None,
+        explore: bool = False,
+        env_id: int | None = None,
+    ) -> dict[Any, Any]:
+        """Env actions by agent id, like ``compute_single_action`` for several agents
+        (``policy_id=None`` maps agents with ``policy_mapping_fn``)."""
+        from rlconnect.runner.inference import compute_actions
+
+        return compute_actions(
+            self, obs_by_agent, policy_id=policy_id, explore=explore, env_id=env_id
+        )
+
+    def evaluate(self, num_episodes: int = 10, *, env: Any = None) -> list[dict[str, Any]]:
+        """Metric records of ``num_episodes`` whole episodes run in eval mode on separate
+        sub-envs; nothing of them reaches training (see ``rlconnect.runner.evaluation``)."""
+        from rlconnect.runner.evaluation import evaluate
+
+        return evaluate(self, num_episodes, env=env)
 
 
 class _AsyncSampler:

@@ -7,6 +7,8 @@ rows go through the same batched connectors, with a small per-agent handle each.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +37,12 @@ def _take(batch: Any, idx: np.ndarray) -> Any:
     return tree.map_structure(lambda a: a[idx], batch)
 
 
+EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
+"""Stored for every empty info dict: one shared read-only mapping, not a dict per row."""
+
+
 def _object_column(values: list) -> np.ndarray:
+    values = [v if v else EMPTY_INFO for v in values]
     out = np.empty(len(values), dtype=object)
     try:
         out[:] = values  # dicts are stored as objects in one call
@@ -124,10 +131,18 @@ class Stepper:
         self.agents[env_id] = {}
 
     def forget_closed_trajectories(self) -> None:
-        """Drop postprocessing info of trajectories that ended and were handed out."""
+        """Drop the bookkeeping of trajectories that ended and were wholly handed out."""
+        if not self._closed_trajs:
+            return
+        left = [c.column("_traj") for c in self.r.collectors.collectors.values() if len(c)]
+        still = set(np.concatenate(left).tolist()) if left else set()
+        keep = []
         for t in self._closed_trajs:
-            self.traj_info.pop(t, None)
-        self._closed_trajs = []
+            if t in still:
+                keep.append(t)
+            else:
+                self.traj_info.pop(t, None)
+        self._closed_trajs = keep
 
     def _handle_errors(self, errors: dict[int, BaseException]) -> None:
         for env_id, exc in sorted(errors.items()):
