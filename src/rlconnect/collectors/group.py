@@ -40,18 +40,21 @@ class PolicyCollectorGroup:
 
     # -- recording ------------------------------------------------------------------------
     def add_env_steps(
-        self, poll: int, env_ids: np.ndarray, eps_ids: np.ndarray, agent_steps: np.ndarray
+        self, poll: int, env_ids: np.ndarray, eps_ids: np.ndarray, agent_steps: np.ndarray | int
     ) -> None:
-        """Log one env step for each of ``env_ids`` at ``poll``."""
+        """Log one env step for each of ``env_ids`` at ``poll`` (``agent_steps``: the
+        transitions each completed, or one number for all)."""
         n = len(env_ids)
         if n:
-            self._agent_steps += int(agent_steps.sum())
+            self._agent_steps += (
+                int(np.sum(agent_steps)) if np.ndim(agent_steps) else n * agent_steps
+            )
             self._events.append(
                 {
-                    "poll": np.full(n, poll, dtype=np.int64),
-                    "env": np.asarray(env_ids, dtype=np.int64),
-                    "eps": np.asarray(eps_ids, dtype=np.int64),
-                    "agent_steps": np.asarray(agent_steps, dtype=np.int64),
+                    "poll": poll,
+                    "env": env_ids,
+                    "eps": eps_ids,
+                    "agent_steps": agent_steps,
                 },
                 n,
             )

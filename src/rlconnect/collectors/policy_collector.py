@@ -41,17 +41,23 @@ class PolicyCollector:
         columns: dict[str, Any],
         last: Any = False,
     ) -> int:
-        """Append observation rows of ``traj_ids`` (one chunk); returns the first row index."""
+        """Append observation rows of ``traj_ids`` (one chunk); returns the first row index.
+
+        ``columns`` is taken over (not copied): pass a fresh dict of fresh arrays; ``poll``
+        and ``last`` may be scalars shared by all rows.
+        """
         n = len(traj_ids)
-        cols = dict(columns)
-        cols[TRAJ] = np.asarray(traj_ids, dtype=np.int64)
-        cols[POLL] = np.full(n, poll, dtype=np.int64) if np.ndim(poll) == 0 else poll
-        cols[LAST] = last if isinstance(last, np.ndarray) else np.full(n, last, dtype=bool)
-        return self.store.append(cols, n)
+        columns[TRAJ] = traj_ids
+        columns[POLL] = poll
+        columns[LAST] = last
+        return self.store.append(columns, n)
 
     def add_outputs(self, columns: dict[str, Any], where: np.ndarray | None = None) -> None:
         """Write the policy's outputs (actions, fetches, state_out) into the last added rows
         (all of them, or those where ``where`` is true)."""
+        if where is None:
+            self.store.update_last(columns)
+            return
         for name, value in columns.items():
             self.store.write_last(name, value, where)
 

@@ -8,6 +8,7 @@ does not grow with the number of columns' rows, and the per-batch cost is one co
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,36 @@ import tree
 __all__ = ["ColumnStore"]
 
 
+_MISSING = object()
+_SCALARS = {int, float, bool, np.int64, np.float64, np.bool_, np.int32, np.float32}
+
+
 def _is_leaf(value: Any) -> bool:
     return isinstance(value, np.ndarray)
+
+
+def _is_nest(value: Any) -> bool:
+    return isinstance(value, dict | tuple)
+
+
+def _expand(value: Any, n: int) -> Any:
+    """A chunk's value as rows: arrays and nests as they are, a list as an object array,
+    a scalar repeated ``n`` times (cheap to append, expanded only when read)."""
+    if isinstance(value, np.ndarray) or _is_nest(value):
+        return value
+    if isinstance(value, list):
+        out = np.empty(n, dtype=object)
+        for i, v in enumerate(value):  # element-wise: numpy must not broadcast dicts
+            out[i] = v
+        return out
+    return np.full(n, value)
+
+
+def _template(value: Any) -> Any:
+    """One row's worth of ``value``, remembering dtype and row shape."""
+    if isinstance(value, np.ndarray) or _is_nest(value):
+        return value
+    return _expand(value if not isinstance(value, list) else value[:1], 1)
 
 
 def _zeros_like_rows(template: Any, n: int) -> Any:
@@ -67,12 +96,17 @@ class ColumnStore:
         return list(self._templates)
 
     def append(self, columns: dict[str, Any], n: int) -> int:
-        """Append ``n`` rows (one chunk); returns the index of its first row."""
+        """Append ``n`` rows (one chunk, which the store now owns); returns the first row's index.
+
+        A value is an array (or nest of arrays) of ``n`` rows, a list of ``n`` objects, or a
+        scalar that every row shares.
+        """
         start = self.size
+        templates = self._templates
         for name, value in columns.items():
-            if name not in self._templates:
-                self._templates[name] = value
-        self._chunks.append(dict(columns))
+            if name not in templates:
+                templates[name] = _template(value)
+        self._chunks.append(columns)
         self._lengths.append(n)
         self.size = start + n
         return start
@@ -81,7 +115,7 @@ class ColumnStore:
         """Set column ``name`` of the last chunk: all its rows, or the rows ``where`` is true."""
         chunk, n = self._chunks[-1], self._lengths[-1]
         if name not in self._templates:
-            self._templates[name] = value
+            self._templates[name] = _template(value)
         if where is None:
             chunk[name] = value
             return
@@ -95,20 +129,39 @@ class ColumnStore:
             tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
 
     def _consolidate(self) -> dict[str, Any]:
-        if len(self._chunks) == 1:
-            return self._chunks[0]
         if not self._chunks:
             return {}
-        merged = {}
+        if len(self._chunks) == 1 and self._chunks[0].get("__merged__"):
+            return self._chunks[0]
+        merged: dict[str, Any] = {"__merged__": True}
         for name, template in self._templates.items():
-            parts = [
-                c[name] if name in c else _zeros_like_rows(template, n)
-                for c, n in zip(self._chunks, self._lengths)
-            ]
-            merged[name] = _concat(parts)
+            merged[name] = self._merge_column(name, template)
         self._chunks = [merged]
         self._lengths = [self.size]
         return merged
+
+    def _merge_column(self, name: str, template: Any) -> Any:
+        """One column of every chunk as one array: a single numpy call per column in the
+        common cases (all arrays, all lists, all scalars), chunk by chunk otherwise."""
+        values = [c.get(name, _MISSING) for c in self._chunks]
+        kinds = set(map(type, values))
+        if kinds == {np.ndarray, object} and isinstance(template, np.ndarray):
+            values = [
+                _zeros_like_rows(template, n) if v is _MISSING else v
+                for v, n in zip(values, self._lengths)
+            ]
+            kinds = {np.ndarray}
+        if kinds == {np.ndarray}:
+            return np.concatenate(values) if len(values) > 1 else values[0]
+        if kinds == {list}:
+            return np.fromiter(chain.from_iterable(values), dtype=object, count=self.size)
+        if kinds <= _SCALARS:
+            return np.repeat(np.asarray(values), self._lengths)
+        parts = [
+            _zeros_like_rows(template, n) if v is _MISSING else _expand(v, n)
+            for v, n in zip(values, self._lengths)
+        ]
+        return _concat(parts)
 
     def column(self, name: str) -> Any:
         """The whole column (consolidates pending chunks)."""
@@ -121,9 +174,18 @@ class ColumnStore:
         """A copy of column ``name`` at ``rows``."""
         return _index(self.column(name), rows)
 
+    def update_last(self, columns: dict[str, Any]) -> None:
+        """Set several columns for all rows of the last chunk."""
+        templates = self._templates
+        for name, value in columns.items():
+            if name not in templates:
+                templates[name] = _template(value)
+        self._chunks[-1].update(columns)
+
     def keep(self, rows: np.ndarray) -> None:
         """Keep only ``rows`` (in the given order); everything else is dropped."""
-        merged = {name: self.take(name, rows) for name in self._templates}
+        merged: dict[str, Any] = {name: self.take(name, rows) for name in self._templates}
+        merged["__merged__"] = True
         self.size = len(rows)
         self._chunks = [merged] if self.size else []
         self._lengths = [self.size] if self.size else []
@@ -132,7 +194,8 @@ class ColumnStore:
         """Bytes referenced by all columns."""
         return sum(
             leaf.nbytes
-            for chunk in self._chunks
-            for col in chunk.values()
-            for leaf in tree.flatten(col)
+            for chunk, n in zip(self._chunks, self._lengths)
+            for name, col in chunk.items()
+            if name != "__merged__"
+            for leaf in tree.flatten(_expand(col, n))
         )

@@ -41,17 +41,6 @@ EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
 """Stored for every empty info dict: one shared read-only mapping, not a dict per row."""
 
 
-def _object_column(values: list) -> np.ndarray:
-    values = [v if v else EMPTY_INFO for v in values]
-    out = np.empty(len(values), dtype=object)
-    try:
-        out[:] = values  # dicts are stored as objects in one call
-    except ValueError:  # sequences that numpy tries to broadcast
-        for i, v in enumerate(values):
-            out[i] = v
-    return out
-
-
 class Stepper:
     """The mutable state of the sampling loop and the code of one step."""
 
@@ -113,7 +102,9 @@ class Stepper:
             self.r.collectors.drop_episode(ep.episode_id)
         else:
             self.r.collectors.finish_episode(
-                ep.episode_id, ep.length, int(self.ep_agent_steps[env_id])
+                ep.episode_id,
+                ep.length,
+                int(self.ep_agent_steps[env_id]) if self.multi else ep.length,
             )
         if self._cb.overrides("on_episode_end"):
             self._cb.on_episode_end(
@@ -209,8 +200,13 @@ class Stepper:
             self._process_policy(pid, idx, rows, poll, env_done, agent_steps)
         for e in sorted(done_envs):
             self._close_open_agents(e, done_envs[e], poll, agent_steps)
-        self.ep_agent_steps += agent_steps
-        r.collectors.add_env_steps(poll, stepped, self.eps_of_env[stepped], agent_steps[stepped])
+        if self.multi:
+            self.ep_agent_steps += agent_steps
+            r.collectors.add_env_steps(
+                poll, stepped, self.eps_of_env[stepped], agent_steps[stepped]
+            )
+        elif len(stepped):  # one agent: every env step completes one transition
+            r.collectors.add_env_steps(poll, stepped, self.eps_of_env[stepped], 1)
         firsts = rows.env_ids[rows.is_first]
         if len(firsts) and self._cb.overrides("on_episode_start"):
             for e in np.unique(firsts).tolist():
@@ -300,7 +296,7 @@ class Stepper:
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
-            "infos": _object_column(infos),
+            "infos": [i if i else EMPTY_INFO for i in infos],
             "t": t_col,
         }
         data = AgentData.trusted(env_ids, agent_ids, cols)
@@ -316,7 +312,8 @@ class Stepper:
             done = done | env_done[sel]
         collector = r.collectors[pid]
         collector.add_rows(traj, poll, record, last=done)
-        agent_steps += np.bincount(env_ids[~new_traj], minlength=len(agent_steps))
+        if self.multi:
+            agent_steps += np.bincount(env_ids[~new_traj], minlength=len(agent_steps))
         if self.multi:
             self._mark_closed(env_ids, agent_ids, done)
         t1 = clock()
@@ -341,7 +338,7 @@ class Stepper:
         out = ActionData.trusted(act_env, act_agents, dict(outputs))
         pipe.on_policy_output(out)
         collector.add_outputs(outputs, where)
-        env_actions = r._action_pipes[pid](out.copy())["actions"]
+        env_actions = r._action_pipes[pid](out)["actions"]
         if cfg.record_env_actions:
             collector.add_outputs({"env_actions": env_actions}, where)
         t3 = clock()
@@ -358,8 +355,8 @@ class Stepper:
 
     def _trajectories(
         self, pid: str, env_ids: np.ndarray, agent_ids: tuple, is_first: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Trajectory id, whether it is new, and agent index of every row."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | int]:
+        """Trajectory id, whether it is new, and agent index of every row (or one for all)."""
         if not self.multi:
             return self._trajectories_single(env_ids, is_first)
         n = len(env_ids)
@@ -381,13 +378,12 @@ class Stepper:
 
     def _trajectories_single(
         self, env_ids: np.ndarray, is_first: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """Single-agent fast path: one trajectory per sub-env episode, kept in an array."""
-        new = is_first | (self.traj_of_env[env_ids] < 0)
-        if new.any():
-            for e in env_ids[new].tolist():
+        if is_first.any():
+            for e in env_ids[is_first].tolist():
                 self.traj_of_env[e] = self._new_traj(e, DEFAULT_AGENT_ID)
-        return self.traj_of_env[env_ids], new, np.zeros(len(env_ids), dtype=np.int64)
+        return self.traj_of_env[env_ids], is_first, 0
 
     def _mark_closed(self, env_ids: np.ndarray, agent_ids: tuple, done: np.ndarray) -> None:
         for k in np.flatnonzero(done).tolist():
@@ -442,7 +438,7 @@ class Stepper:
         cols["rewards"] = np.asarray([col.pending_reward], dtype=cols["rewards"].dtype)
         cols["terminateds"] = np.asarray([flags[0]])
         cols["truncateds"] = np.asarray([flags[1]])
-        cols["infos"] = _object_column([{}])
+        cols["infos"] = [EMPTY_INFO]
         cols["t"] = np.asarray([self.ep_len[col.env_id]], dtype=np.int64)
         col.pending_reward = 0.0
         collector.add_rows(np.asarray([col.traj_id]), poll, cols, last=True)
