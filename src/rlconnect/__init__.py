@@ -46,6 +46,7 @@ from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_
 from rlconnect.envs import BaseEnv, EnvContext, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import CheckpointError, EnvCheckError, EnvError, UnknownConnectorError
+from rlconnect.offline import BatchWriter, read_batches, write_batches
 from rlconnect.policy import MLPPolicy, Policy, RandomPolicy, TorchPolicy, register_policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 
@@ -63,6 +64,7 @@ __all__ = [
     "AgentData",
     "AgentLambda",
     "BaseEnv",
+    "BatchWriter",
     "Callbacks",
     "CheckReport",
     "CheckpointError",
@@ -104,7 +106,9 @@ __all__ = [
     "register_connector",
     "register_lambda",
     "register_policy",
+    "read_batches",
     "registered_connectors",
     "save_pipeline",
     "spaces",
+    "write_batches",
 ]

@@ -51,10 +51,12 @@ def _default_mapping(policy_ids: list[str]) -> Callable[..., str]:
 class EnvRunner:
     """Samples experience from ``env`` with ``policies`` through connector pipelines.
 
+    >>> import gymnasium as gym
     >>> import rlconnect as rc
-    >>> runner = rc.EnvRunner("CartPole-v1", rc.RandomPolicy(*rc.spaces_of("CartPole-v1")),
-    ...                       config=rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0))
-    >>> len(runner.sample())
+    >>> env = gym.make("CartPole-v1")
+    >>> policy = rc.RandomPolicy(env.observation_space, env.action_space)
+    >>> config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0)
+    >>> len(rc.EnvRunner("CartPole-v1", policy, config=config).sample())
     10
     """
 

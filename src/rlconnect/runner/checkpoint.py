@@ -1,0 +1,335 @@
+"""Runner checkpoints: save, verify and load policies (spec, weights) and their pipelines.
+
+``save_checkpoint(runner, path)`` writes the folder described in
+:mod:`rlconnect.runner.checkpoint_format` atomically. ``load_checkpoint(path)`` verifies
+everything (manifest schema, paths, sizes, SHA-256 of every file, weights parsed from the
+verified bytes, spaces decoded) before anything is built; nothing in a checkpoint can run
+code: policies and connectors are rebuilt only through their registries, by name.
+``restore_runner`` and ``runner_from_checkpoint`` check that the checkpoint fits (policy
+ids, spaces, weight names and shapes) before they change anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import attrs
+import numpy as np
+
+from rlconnect.checkpoints import save_nest, save_pipeline
+from rlconnect.checkpoints.pipelines import load_pipeline
+from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline, ConnectorContext
+from rlconnect.connectors.pipeline import ConnectorPipeline
+from rlconnect.errors import CheckpointError
+from rlconnect.policy import Policy, policy_from_spec, policy_kind, registered_policies
+from rlconnect.runner.checkpoint_format import (
+    CHECKPOINT_FORMAT,
+    CHECKPOINT_FORMAT_VERSION,
+    FILE_ROLES,
+    policy_folder,
+    sha256_hex,
+    write_folder_atomically,
+)
+from rlconnect.runner.checkpoint_load import (
+    WEIGHTS_FORMAT,
+    LoadedCheckpoint,
+    PolicyRecord,
+    load_checkpoint,
+)
+from rlconnect.runner.config import RunnerConfig
+from rlconnect.spaces import describe_space, space_to_json
+
+if TYPE_CHECKING:
+    from rlconnect.runner.runner import EnvRunner
+
+__all__ = [
+    "CheckpointMismatchError",
+    "LoadedCheckpoint",
+    "PolicyRecord",
+    "load_checkpoint",
+    "restore_runner",
+    "runner_from_checkpoint",
+    "save_checkpoint",
+]
+
+_FILE_NAMES = {
+    "weights": "weights.safetensors",
+    "agent_pipeline": "agent_pipeline",
+    "action_pipeline": "action_pipeline",
+}
+
+
+class CheckpointMismatchError(CheckpointError, ValueError):
+    """A sound checkpoint does not fit the runner (policy ids, spaces, architecture)."""
+
+
+# -- saving ---------------------------------------------------------------------------------
+
+
+def save_checkpoint(runner: EnvRunner, path: str | os.PathLike[str]) -> None:
+    """Write ``runner``'s policies (spec, weights) and pipelines atomically to ``path``."""
+    import rlconnect
+
+    config, omitted = _config_json(runner.config)
+    specs = [_policy_spec(runner, pid, i) for i, pid in enumerate(runner.policies)]
+
+    def fill(tmp: str) -> None:
+        entries = []
+        for (pid, folder, spec), policy in zip(specs, runner.policies.values()):
+            os.makedirs(os.path.join(tmp, "policies", folder))
+            files = {}
+            for role in FILE_ROLES:
+                rel = f"policies/{folder}/{_FILE_NAMES[role]}"
+                full = os.path.join(tmp, *rel.split("/"))
+                _write_role(runner, pid, policy, role, full)
+                with open(full, "rb") as f:
+                    data = f.read()
+                files[role] = {"path": rel, "sha256": sha256_hex(data), "size": len(data)}
+            entries.append({"id": pid, **spec, "files": files})
+        manifest = {
+            "format": CHECKPOINT_FORMAT,
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "rlconnect_version": rlconnect.__version__,
+            "config": config,
+            "config_omitted": omitted,
+            "policies": entries,
+        }
+        text = json.dumps(manifest, indent=2, allow_nan=False)
+        with open(os.path.join(tmp, "manifest.json"), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+    write_folder_atomically(path, fill)
+
+
+def _write_role(runner: EnvRunner, pid: str, policy: Policy, role: str, full: str) -> None:
+    if role == "weights":
+        weights = {k: np.asarray(v) for k, v in policy.get_weights().items()}
+        save_nest(
+            full,
+            {"weights": weights},
+            format_name=WEIGHTS_FORMAT,
+            format_version=1,
+            where=f"policy {pid!r} weights",
+        )
+    elif role == "agent_pipeline":
+        save_pipeline(runner.agent_pipeline(pid), full)
+    else:
+        save_pipeline(runner.action_pipeline(pid), full)
+
+
+def _config_json(config: RunnerConfig) -> tuple[dict[str, Any], list[str]]:
+    """The config's JSON-able fields, and the names of those left out."""
+    out, omitted = {}, []
+    for key, value in config.to_dict().items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            omitted.append(key)
+            continue
+        out[key] = value
+    omitted += [a.name for a in attrs.fields(RunnerConfig) if a.name not in out]
+    return out, sorted(set(omitted))
+
+
+def _policy_spec(runner: EnvRunner, pid: str, index: int) -> tuple[str, str, dict[str, Any]]:
+    policy = runner.policies[pid]
+    kwargs = policy.get_config()
+    try:
+        json.dumps(kwargs, allow_nan=False)
+        spaces = {
+            "observation_space": space_to_json(policy.observation_space),
+            "action_space": space_to_json(policy.action_space),
+        }
+        env_spaces = {
+            "env_observation_space": space_to_json(runner.agent_pipeline(pid).input_space),
+            "env_action_space": space_to_json(runner.action_pipeline(pid).input_space),
+        }
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot save policy {pid!r}: {exc}") from exc
+    spec = {"kind": policy_kind(policy), "kwargs": kwargs, **spaces}
+    return pid, policy_folder(pid, index), {"spec": spec, **env_spaces}
+
+
+# -- loading --------------------------------------------------------------------------------
+
+
+# -- fitting a checkpoint to a runner -------------------------------------------------------
+
+
+def _mismatch(ck: LoadedCheckpoint, msg: str) -> CheckpointMismatchError:
+    return CheckpointMismatchError(f"checkpoint {ck.path!r} does not fit this runner: {msg}")
+
+
+def _check_ids(ck: LoadedCheckpoint, runner_ids: list[str]) -> None:
+    only_ck = [p for p in ck.policies if p not in runner_ids]
+    only_runner = [p for p in runner_ids if p not in ck.policies]
+    if only_ck or only_runner:
+        raise _mismatch(
+            ck,
+            f"policy ids differ: checkpoint has {list(ck.policies)}, runner has {runner_ids} "
+            f"(unknown to the runner: {only_ck}; missing from the checkpoint: {only_runner})",
+        )
+
+
+def _check_space(ck: LoadedCheckpoint, pid: str, what: str, saved: Any, live: Any) -> None:
+    if saved != live:
+        raise _mismatch(
+            ck,
+            f"policy {pid!r}: {what} differs: checkpoint {describe_space(saved)}, "
+            f"runner {describe_space(live)}",
+        )
+
+
+def _check_architecture(ck: LoadedCheckpoint, pid: str, policy: Policy) -> None:
+    live = {k: tuple(np.shape(v)) for k, v in policy.get_weights().items()}
+    saved = {k: tuple(v.shape) for k, v in ck.policies[pid].weights.items()}
+    if live == saved:
+        return
+    parts = []
+    if sorted(set(saved) - set(live)):
+        parts.append(f"only in the checkpoint: {sorted(set(saved) - set(live))}")
+    if sorted(set(live) - set(saved)):
+        parts.append(f"only in the runner: {sorted(set(live) - set(saved))}")
+    shapes = {k: (saved[k], live[k]) for k in saved if k in live and saved[k] != live[k]}
+    if shapes:
+        shown = ", ".join(f"{k!r}: checkpoint {a}, runner {b}" for k, (a, b) in shapes.items())
+        parts.append(f"shapes differ: {shown}")
+    raise _mismatch(ck, f"policy {pid!r}: different architecture (weights {'; '.join(parts)})")
+
+
+def _check_fit(ck: LoadedCheckpoint, runner: EnvRunner) -> None:
+    _check_ids(ck, list(runner.policies))
+    for pid, rec in ck.policies.items():
+        policy = runner.policies[pid]
+        _check_space(ck, pid, "observation space", rec.observation_space, policy.observation_space)
+        _check_space(ck, pid, "action space", rec.action_space, policy.action_space)
+        _check_space(
+            ck,
+            pid,
+            "env observation space",
+            rec.env_observation_space,
+            runner.agent_pipeline(pid).input_space,
+        )
+        _check_space(
+            ck,
+            pid,
+            "env action space",
+            rec.env_action_space,
+            runner.action_pipeline(pid).input_space,
+        )
+        _check_architecture(ck, pid, policy)
+
+
+def _load_pipe(file: str, live: ConnectorPipeline) -> ConnectorPipeline:
+    ctx = attrs.evolve(
+        live.ctx, config=dict(live.ctx.config), initial_states=list(live.ctx.initial_states)
+    )
+    pipe = load_pipeline(file, ctx)
+    if not live.is_training:
+        pipe.in_eval()
+    return pipe
+
+
+def _check_pipe_output(ck: LoadedCheckpoint, pid: str, pipe: Any, policy: Policy) -> None:
+    out, want = pipe.output_space, policy.observation_space
+    if (getattr(out, "shape", None), getattr(out, "dtype", None)) != (
+        getattr(want, "shape", None),
+        getattr(want, "dtype", None),
+    ):
+        raise _mismatch(
+            ck,
+            f"policy {pid!r}: the saved agent pipeline outputs {describe_space(out)} but the "
+            f"policy expects {describe_space(want)}",
+        )
+
+
+def restore_runner(runner: EnvRunner, path: str | os.PathLike[str]) -> None:
+    """Load weights and pipelines (with statistics) from ``path`` into ``runner``.
+
+    Everything is verified and checked against the runner first; on any error the runner
+    is unchanged. The runner's pipeline objects are replaced by the saved ones (in the
+    runner's current mode); fetch them again with ``runner.agent_pipeline(pid)``.
+    """
+    ck = load_checkpoint(path)
+    _check_fit(ck, runner)
+    agent: dict[str, AgentConnectorPipeline] = {}
+    action: dict[str, ActionConnectorPipeline] = {}
+    for pid, rec in ck.policies.items():
+        agent[pid] = cast(
+            AgentConnectorPipeline, _load_pipe(rec.agent_pipeline_file, runner.agent_pipeline(pid))
+        )
+        action[pid] = cast(
+            ActionConnectorPipeline,
+            _load_pipe(rec.action_pipeline_file, runner.action_pipeline(pid)),
+        )
+        _check_pipe_output(ck, pid, agent[pid], runner.policies[pid])
+    for pid, rec in ck.policies.items():
+        runner.policies[pid].set_weights(rec.weights)
+        runner._agent_pipes[pid] = agent[pid]
+        runner._action_pipes[pid] = action[pid]
+
+
+def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
+    known = registered_policies()
+    if rec.kind is None or rec.kind not in known:
+        what = "of an unregistered class" if rec.kind is None else f"of kind {rec.kind!r}"
+        raise CheckpointError(
+            f"checkpoint {ck.path!r}: policy {rec.policy_id!r} is {what}, which cannot be "
+            f"rebuilt; registered kinds: {known}. Register its class with "
+            "rc.register_policy(name, cls), or build the runner yourself and call "
+            "runner.restore(path)"
+        )
+    try:
+        return policy_from_spec(rec.kind, rec.observation_space, rec.action_space, rec.kwargs)
+    except Exception as exc:  # the class's own validation of the saved kwargs
+        raise CheckpointError(
+            f"checkpoint {ck.path!r}: policy {rec.policy_id!r}: cannot rebuild {rec.kind} "
+            f"from its saved spec: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _pipeline_loader(
+    ck: LoadedCheckpoint, rec: PolicyRecord, role: str
+) -> Callable[[ConnectorContext], ConnectorPipeline]:
+    file = rec.agent_pipeline_file if role == "agent" else rec.action_pipeline_file
+    saved = rec.env_observation_space if role == "agent" else rec.env_action_space
+
+    def load(ctx: ConnectorContext) -> ConnectorPipeline:
+        live = ctx.observation_space if role == "agent" else ctx.action_space
+        what = "env observation space" if role == "agent" else "env action space"
+        _check_space(ck, rec.policy_id, what, saved, live)
+        return load_pipeline(file, ctx)
+
+    return load
+
+
+def runner_from_checkpoint(
+    cls: type[EnvRunner],
+    path: str | os.PathLike[str],
+    *,
+    env: Any,
+    policy_mapping_fn: Callable[..., str] | None = None,
+    callbacks: Any = None,
+    config_overrides: Mapping[str, Any] | None = None,
+) -> EnvRunner:
+    """Rebuild a whole runner (policies, config, pipelines, weights) from ``path``."""
+    ck = load_checkpoint(path)
+    config = ck.runner_config(config_overrides)
+    policies = {pid: _build_policy(ck, rec) for pid, rec in ck.policies.items()}
+    for pid, policy in policies.items():
+        _check_architecture(ck, pid, policy)
+    runner = cls(
+        env,
+        policies,
+        policy_mapping_fn=policy_mapping_fn,
+        config=config,
+        callbacks=callbacks,
+        agent_pipelines={pid: _pipeline_loader(ck, r, "agent") for pid, r in ck.policies.items()},
+        action_pipelines={pid: _pipeline_loader(ck, r, "action") for pid, r in ck.policies.items()},
+    )
+    for pid, rec in ck.policies.items():
+        runner.policies[pid].set_weights(rec.weights)
+    return runner

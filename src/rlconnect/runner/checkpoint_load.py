@@ -1,0 +1,122 @@
+"""Reading runner checkpoints: everything verified before anything is built.
+
+``load_checkpoint(path)`` checks the manifest (schema, paths, sizes), reads every file and
+checks its SHA-256, parses the weights from the verified bytes and decodes the spaces. The
+pipelines are only verified here; they are built later for a connector context
+(``rlconnect.checkpoints.load_pipeline``), through the connector registry.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.checkpoints.container import unpack
+from rlconnect.errors import CheckpointError
+from rlconnect.runner.checkpoint_format import FILE_ROLES, read_blob, read_manifest
+from rlconnect.runner.config import RunnerConfig
+from rlconnect.spaces import space_from_json
+
+__all__ = ["WEIGHTS_FORMAT", "LoadedCheckpoint", "PolicyRecord", "load_checkpoint"]
+
+WEIGHTS_FORMAT = "rlconnect.weights"
+WEIGHTS_FORMAT_VERSIONS = frozenset({1})
+
+
+@attrs.define
+class PolicyRecord:
+    """One policy of a verified checkpoint."""
+
+    policy_id: str
+    kind: str | None
+    kwargs: dict[str, Any]
+    observation_space: gym.Space
+    action_space: gym.Space
+    env_observation_space: gym.Space
+    env_action_space: gym.Space
+    weights: dict[str, np.ndarray]
+    agent_pipeline_file: str
+    action_pipeline_file: str
+
+
+@attrs.define
+class LoadedCheckpoint:
+    """A checkpoint whose every file was verified; pipelines are built on demand (by ctx)."""
+
+    path: str
+    manifest: dict[str, Any]
+    policies: dict[str, PolicyRecord]
+
+    def runner_config(self, overrides: Mapping[str, Any] | None = None) -> RunnerConfig:
+        """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied."""
+        saved = dict(self.manifest["config"])
+        fields = attrs.fields_dict(RunnerConfig)
+        unknown = sorted(set(saved) - set(fields))
+        if unknown:
+            raise CheckpointError(
+                f"checkpoint {self.path!r}: manifest.json: config has unknown fields {unknown}"
+            )
+        try:
+            config = RunnerConfig(**saved)
+        except (ValueError, TypeError) as exc:
+            raise CheckpointError(
+                f"checkpoint {self.path!r}: manifest.json: invalid config: {exc}"
+            ) from None
+        return attrs.evolve(config, **dict(overrides or {}))
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
+    """Read and verify the checkpoint at ``path`` (see the module docstring)."""
+    root = os.fspath(path)
+    manifest = read_manifest(root)
+    policies = {}
+    for entry in manifest["policies"]:
+        policies[entry["id"]] = _load_policy_record(root, entry)
+    return LoadedCheckpoint(root, manifest, policies)
+
+
+def _load_policy_record(root: str, entry: dict[str, Any]) -> PolicyRecord:
+    pid, spec, files = entry["id"], entry["spec"], entry["files"]
+    blobs = {role: read_blob(root, files[role]) for role in FILE_ROLES}
+    spaces = {}
+    for key, obj in (
+        ("observation_space", spec["observation_space"]),
+        ("action_space", spec["action_space"]),
+        ("env_observation_space", entry["env_observation_space"]),
+        ("env_action_space", entry["env_action_space"]),
+    ):
+        try:
+            spaces[key] = space_from_json(obj)
+        except Exception as exc:  # the codec validates hostile input; any failure is a defect
+            raise CheckpointError(
+                f"checkpoint {root!r}: manifest.json: policy {pid!r}: invalid {key}: {exc}"
+            ) from None
+    weights_path, data = blobs["weights"]
+    return PolicyRecord(
+        policy_id=pid,
+        kind=spec["kind"],
+        kwargs=dict(spec["kwargs"]),
+        weights=_parse_weights(data, weights_path),
+        agent_pipeline_file=blobs["agent_pipeline"][0],
+        action_pipeline_file=blobs["action_pipeline"][0],
+        **spaces,
+    )
+
+
+def _parse_weights(data: bytes, source: str) -> dict[str, np.ndarray]:
+    _, nest = unpack(
+        data, format_name=WEIGHTS_FORMAT, versions=WEIGHTS_FORMAT_VERSIONS, source=source
+    )
+    weights = nest.get("weights") if isinstance(nest, dict) else None
+    if not isinstance(weights, dict) or not all(
+        isinstance(v, np.ndarray) for v in weights.values()
+    ):
+        raise CheckpointError(
+            f"cannot load weights file {source!r}: expected an object 'weights' of arrays"
+        )
+    return weights

@@ -1,0 +1,168 @@
+"""``runner.evaluate``: whole episodes in eval mode on separate sub-envs.
+
+An evaluation builds a short-lived second :class:`EnvRunner` that
+
+- steps its own sub-envs, made from the env the training runner was built from with
+  ``rlconnect.envs.make_base_env`` and seeded ``seed + EVAL_SEED_OFFSET + i`` (the same seeds
+  on every call: a fixed evaluation set; unseeded when the runner's seed is None);
+- shares the training runner's policy objects (current weights, no copy);
+- runs copies of the training pipelines (their statistics as of the call, rebuilt from
+  ``to_state``; a deep copy for unregistered connectors) in eval mode: filters do not update;
+- samples with ``explore=False`` in ``complete_episodes`` mode, and is closed afterwards.
+
+Nothing of it reaches the training runner: not its batches, metrics, connector statistics
+or per-episode connector state, perf timers, or the policies' random streams (the numpy and
+torch generators held as policy attributes are saved before and restored after, so a
+runner that evaluates between ``sample()`` calls samples exactly what one that does not
+evaluate samples). The runner's callbacks are called for evaluation episodes too (so
+``custom_metrics`` are filled), with ``runner=`` the evaluation runner.
+
+Evaluation sub-envs run in parallel (``min(num_envs, num_episodes)`` of them) and the first
+``num_episodes`` episodes to finish are returned, which slightly favours short episodes
+when several sub-envs run. An env passed as ``evaluate(env=instance)`` is stepped as one
+sub-env and left open (its owner closes it); sub-envs built here are closed afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlconnect.connectors.pipeline import ConnectorPipeline
+from rlconnect.envs import BaseEnv, MultiAgentEnv
+from rlconnect.envs.make import make_base_env
+from rlconnect.policy import Policy
+from rlconnect.runner.config import RunnerConfig
+
+if TYPE_CHECKING:
+    from rlconnect.runner.runner import EnvRunner
+
+__all__ = ["EVAL_SEED_OFFSET", "evaluate"]
+
+EVAL_SEED_OFFSET = 10_000
+"""Evaluation sub-env ``i`` is seeded ``seed + EVAL_SEED_OFFSET + i``."""
+
+
+def _rebuildable(env: Any) -> bool:
+    """True for an env spec that can build fresh sub-envs (an id or a creator)."""
+    if isinstance(env, str):
+        return True
+    instance = (gym.Env, gym.vector.VectorEnv, BaseEnv, MultiAgentEnv)
+    module = type(env).__module__ or ""
+    return callable(env) and not isinstance(env, instance) and not module.startswith("pettingzoo")
+
+
+def _copy_pipeline(pipe: ConnectorPipeline, num_envs: int) -> ConnectorPipeline:
+    ctx = attrs.evolve(
+        pipe.ctx,
+        config=dict(pipe.ctx.config),
+        initial_states=list(pipe.ctx.initial_states),
+        is_training=False,
+    )
+    try:
+        state = copy.deepcopy(pipe.to_state())
+    except ValueError:  # an unregistered member cannot be rebuilt by name: copy the object
+        clone = copy.deepcopy(pipe)
+        clone.ctx.is_training = False
+        for env_id in range(num_envs):  # drop the training sub-envs' per-episode state
+            clone.reset(env_id)
+        return clone
+    return type(pipe).from_state(ctx, state)
+
+
+@contextlib.contextmanager
+def preserved_random_state(policies: list[Policy]) -> Iterator[None]:
+    """Save the numpy / torch generators held as policy attributes; restore them after."""
+    saved: list[tuple[Any, Any]] = []
+    for policy in policies:
+        for value in vars(policy).values():
+            if isinstance(value, np.random.Generator):
+                saved.append((value, copy.deepcopy(value.bit_generator.state)))
+            elif isinstance(value, np.random.RandomState | torch.Generator):
+                saved.append((value, value.get_state()))
+    try:
+        yield
+    finally:
+        for gen, state in saved:
+            if isinstance(gen, np.random.Generator):
+                gen.bit_generator.state = state
+            else:
+                gen.set_state(state)
+
+
+def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
+    changes: dict[str, Any] = {
+        "num_envs": num_envs,
+        "rollout_fragment_length": 1,
+        "batch_mode": "complete_episodes",
+        "explore": False,
+        "seed": None,  # the sub-envs are seeded here; None keeps the policies' generators
+        "sample_async": False,
+        "record_env_actions": False,
+        "keep_raw_obs": False,
+    }
+    if "output" in attrs.fields_dict(RunnerConfig):  # never write evaluation batches
+        changes["output"] = None
+    return attrs.evolve(config, **changes)
+
+
+def evaluate(runner: EnvRunner, num_episodes: int = 10, *, env: Any = None) -> list[dict]:
+    """Run ``num_episodes`` whole episodes in eval mode; return their metric records.
+
+    ``env`` evaluates on another env (id, creator or instance) instead of fresh sub-envs of
+    the runner's own env spec, which is required when the runner was built from an env
+    instance (it cannot be rebuilt).
+    """
+    from rlconnect.runner.runner import EnvRunner
+
+    if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
+        raise ValueError(f"num_episodes must be an integer >= 1, got {num_episodes!r}")
+    spec = runner._env_spec if env is None else env
+    if env is None and not _rebuildable(spec):
+        raise ValueError(
+            f"evaluate() needs separate sub-envs, but this runner was built from a "
+            f"{type(spec).__name__} instance, which cannot be rebuilt: build the runner from a "
+            "gymnasium id or an env creator, or pass evaluate(env=...)"
+        )
+    cfg = runner.config
+    num_envs = min(cfg.num_envs, num_episodes) if _rebuildable(spec) else 1
+    seed = None if cfg.seed is None else cfg.seed + EVAL_SEED_OFFSET
+    base_env = make_base_env(
+        spec,
+        num_envs=num_envs,
+        seed=seed,
+        env_config=cfg.env_config,
+        worker_index=cfg.worker_index,
+        remote_envs=cfg.remote_envs,
+    )
+    pids = list(runner.policies)
+    records: list[dict] = []
+    with preserved_random_state(list(runner.policies.values())):
+        evaluator = EnvRunner(
+            base_env,
+            runner.policies,
+            policy_mapping_fn=runner.policy_mapping_fn,
+            config=_eval_config(cfg, base_env.num_envs),
+            callbacks=runner.callbacks,
+            agent_pipelines={
+                p: _copy_pipeline(runner.agent_pipeline(p), runner.num_envs) for p in pids
+            },
+            action_pipelines={
+                p: _copy_pipeline(runner.action_pipeline(p), runner.num_envs) for p in pids
+            },
+        )
+        try:
+            while len(records) < num_episodes:
+                evaluator.sample()
+                records.extend(evaluator.get_metrics())
+        finally:
+            if _rebuildable(spec):
+                evaluator.stop()
+    return records[:num_episodes]
