@@ -85,6 +85,35 @@ def _preset(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ValueError(f"RunnerConfig.preset={value!r}: allowed are None and 'atari'")
 
 
+def _optional_str(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be a path string or None")
+
+
+def _non_negative_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be an integer >= 0")
+
+
+def _input_spec(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, str) and value:
+        return
+    if isinstance(value, dict) and value:
+        probs = list(value.values())
+        if (
+            all(isinstance(k, str) and k for k in value)
+            and all(
+                isinstance(p, int | float) and not isinstance(p, bool) and p >= 0 for p in probs
+            )
+            and abs(sum(probs) - 1.0) < 1e-6
+        ):
+            return
+    raise ValueError(
+        f"RunnerConfig.input={value!r}: allowed are 'sampler', a path or glob, or a dict "
+        "{source: probability} whose probabilities are >= 0 and sum to 1"
+    )
+
+
 def _wrap(kind: type[enum.Enum], name: str) -> Callable[[Any], Any]:
     conv = _enum(kind)
 
@@ -153,6 +182,27 @@ class RunnerConfig:
     worker_index: int = attrs.field(default=0)
     #: preprocessing preset (None or "atari")
     preset: str | None = attrs.field(default=None, validator=_preset)
+
+    # -- offline experience (issue: offline data) --------------------------------------------
+    #: write every sampled batch under this folder (Parquet; None: don't write)
+    output: str | None = attrs.field(default=None, validator=_optional_str)
+    #: roll output files at this size in bytes
+    output_max_file_size: int = attrs.field(default=64 * 1024 * 1024, validator=_positive_int)
+    #: columns stored compressed in output files
+    output_compress_columns: tuple[str, ...] = attrs.field(
+        default=("obs", "new_obs"), converter=tuple
+    )
+    #: "sampler", a path or glob of offline files, or {source: probability}
+    input: Any = attrs.field(default="sampler", validator=_input_spec)
+    #: rows held in the shuffle buffer when reading offline data (0: no shuffling)
+    shuffle_buffer_size: int = attrs.field(default=0, validator=_non_negative_int)
+    #: run the current policy's postprocess_trajectory over episodes read from files
+    postprocess_inputs: bool = attrs.field(default=False, validator=_bool)
+    #: pass observations read from files through the agent connectors
+    input_connectors: bool = attrs.field(default=False, validator=_bool)
+    # -- images (issue: pixels) -----------------------------------------------------------
+    #: store image columns compressed in batches, decompressed on access
+    compress_observations: bool = attrs.field(default=False, validator=_bool)
 
     @worker_index.validator
     def _check_worker_index(self, attribute: attrs.Attribute, value: Any) -> None:
