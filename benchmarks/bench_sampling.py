@@ -17,6 +17,7 @@ Machines are noisy (5-15 % between runs on a 2-core VM): read ratios, not absolu
     python benchmarks/bench_sampling.py            # full (~2 min)
     python benchmarks/bench_sampling.py --quick    # smoke run (~10 s)
     python benchmarks/bench_sampling.py --memory   # bytes per 1M CartPole steps
+    python benchmarks/bench_sampling.py --peers    # SB3, Tianshou, TorchRL, RLlib if installed
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ torch.set_num_threads(1)
 
 def make_model(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2))
+    return nn.Sequential(
+        nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 2)
+    )
 
 
 def hand_loop_torch(n: int, steps: int, model: nn.Module) -> float:
@@ -125,7 +128,9 @@ def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
         model = make_model()
         torch_policy = rc.TorchPolicy(make_model(), obs_space, act_space)
         mlp_policy = rc.MLPPolicy(obs_space, act_space)
-        rates: dict[str, list[float]] = {k: [] for k in ("hand-torch", "runner-torch", "hand-numpy", "runner-mlp")}
+        rates: dict[str, list[float]] = {
+            k: [] for k in ("hand-torch", "runner-torch", "hand-numpy", "runner-mlp")
+        }
         for _ in range(rounds):
             rates["hand-torch"].append(hand_loop_torch(n, steps, model))
             rates["runner-torch"].append(runner_rate(n, steps, torch_policy))
@@ -136,37 +141,155 @@ def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
     return rows
 
 
+def _peer_sb3(n: int, steps: int) -> float:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    venv = make_vec_env("CartPole-v1", n_envs=n, seed=0)
+    n_steps = max(steps // n, 1)
+    model = PPO(
+        "MlpPolicy",
+        venv,
+        n_steps=n_steps,
+        batch_size=n_steps * n,
+        policy_kwargs={"net_arch": [64, 64], "activation_fn": nn.Tanh},
+        device="cpu",
+    )
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Nop(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+    model._setup_learn(n_steps * n, Nop())
+    cb = Nop()
+    cb.init_callback(model)
+    start = time.perf_counter()
+    model.collect_rollouts(venv, cb, model.rollout_buffer, n_rollout_steps=n_steps)
+    return n_steps * n / (time.perf_counter() - start)
+
+
+def _peer_tianshou(n: int, steps: int) -> float:
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.policy import DiscreteActorPolicy  # type: ignore[attr-defined]
+
+    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n)])
+    policy = DiscreteActorPolicy(actor=make_model(), action_space=gym.spaces.Discrete(2))
+    collector = Collector(policy, envs, VectorReplayBuffer(steps, n))
+    collector.reset()
+    start = time.perf_counter()
+    collector.collect(n_step=steps)
+    return steps / (time.perf_counter() - start)
+
+
+def _peer_torchrl(n: int, steps: int) -> float:
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import SyncDataCollector
+    from torchrl.envs import GymEnv, SerialEnv
+    from torchrl.modules import OneHotCategorical, ProbabilisticActor
+
+    env = GymEnv("CartPole-v1") if n == 1 else SerialEnv(n, lambda: GymEnv("CartPole-v1"))
+    module = TensorDictModule(make_model(), in_keys=["observation"], out_keys=["logits"])
+    actor = ProbabilisticActor(
+        module, in_keys=["logits"], distribution_class=OneHotCategorical, spec=env.action_spec
+    )
+    collector = SyncDataCollector(env, actor, frames_per_batch=steps, total_frames=steps)
+    start = time.perf_counter()
+    next(iter(collector))
+    return steps / (time.perf_counter() - start)
+
+
+def _peer_rllib(n: int, steps: int) -> float:
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    cfg = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=n)
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64], fcnet_activation="tanh"))
+    )
+    runner = SingleAgentEnvRunner(config=cfg)
+    runner.sample(num_timesteps=min(steps, 1000))
+    start = time.perf_counter()
+    runner.sample(num_timesteps=steps)
+    return steps / (time.perf_counter() - start)
+
+
+PEERS = {
+    "SB3": _peer_sb3,
+    "Tianshou": _peer_tianshou,
+    "TorchRL": _peer_torchrl,
+    "RLlib": _peer_rllib,
+}
+
+
+def peers_report(ns: list[int], steps: int) -> None:
+    """Time each installed peer on the same workload (not run in CI)."""
+    env = gym.make("CartPole-v1")
+    print("\nenv steps/s on the same workload (peer: not installed = skipped)")
+    for name, fn in PEERS.items():
+        cells = []
+        for n in ns:
+            try:
+                cells.append(f"{fn(n, steps):>9,.0f}")
+            except ImportError:
+                cells = ["not installed"]
+                break
+            except Exception as exc:  # a peer's API moved: report, keep going
+                cells.append(f"error: {type(exc).__name__}")
+        print(f"{name:>10}: " + "  ".join(cells))
+    mlp = rc.MLPPolicy(env.observation_space, env.action_space)
+    print(f"{'rlconnect':>10}: " + "  ".join(f"{runner_rate(n, steps, mlp):>9,.0f}" for n in ns))
+
+
 def memory_report(steps: int = 1_000_000) -> None:
     env = gym.make("CartPole-v1")
     cfg = rc.RunnerConfig(num_envs=64, rollout_fragment_length=steps // 64, seed=0)
-    runner = rc.EnvRunner("CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=cfg)
+    runner = rc.EnvRunner(
+        "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=cfg
+    )
     batch = runner.sample()
     raw = sum(batch[k].nbytes for k in batch if batch[k].dtype != object)
     infos = len(batch) * 8
-    print(f"batch of {len(batch):,} CartPole steps: {batch.nbytes / 1e6:.1f} MB "
-          f"(columns {raw / 1e6:.1f} MB + infos pointers {infos / 1e6:.1f} MB); "
-          f"collector store held {runner.collectors.nbytes() / 1e6:.1f} MB after sampling")
+    print(
+        f"batch of {len(batch):,} CartPole steps: {batch.nbytes / 1e6:.1f} MB "
+        f"(columns {raw / 1e6:.1f} MB + infos pointers {infos / 1e6:.1f} MB); "
+        f"collector store held {runner.collectors.nbytes() / 1e6:.1f} MB after sampling"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--memory", action="store_true", help="report bytes per 1M steps")
+    parser.add_argument("--peers", action="store_true", help="also time installed peers")
     args = parser.parse_args()
     if args.memory:
         memory_report()
         return
+    if args.peers:
+        peers_report([1, 8, 64], 2_000 if args.quick else 20_000)
+        return
     steps, rounds = (2_000, 1) if args.quick else (20_000, 3)
     rows = measure([1, 8, 64], steps, rounds)
     print("\nenv steps/s, CartPole-v1, 64x64 tanh MLP, 1 torch thread (median of rounds)")
-    print(f"{'N':>4} {'hand-torch':>11} {'runner-torch':>13} {'ratio':>6} {'hand-numpy':>11} "
-          f"{'runner-mlp':>11} {'ratio':>6}")
+    print(
+        f"{'N':>4} {'hand-torch':>11} {'runner-torch':>13} {'ratio':>6} {'hand-numpy':>11} "
+        f"{'runner-mlp':>11} {'ratio':>6}"
+    )
     for r in rows:
-        print(f"{r['N']:>4} {r['hand-torch']:>11,.0f} {r['runner-torch']:>13,.0f} "
-              f"{r['runner-torch'] / r['hand-torch']:>6.2f} {r['hand-numpy']:>11,.0f} "
-              f"{r['runner-mlp']:>11,.0f} {r['runner-mlp'] / r['hand-numpy']:>6.2f}")
-    print("targets: runner-torch/hand-torch >= 0.8 (N=1), >= 0.95 (N=64); "
-          "runner-mlp/hand-numpy >= 0.6 (N=1), >= 0.9 (N=64). Noise on this VM: 5-15 %.")
+        print(
+            f"{r['N']:>4} {r['hand-torch']:>11,.0f} {r['runner-torch']:>13,.0f} "
+            f"{r['runner-torch'] / r['hand-torch']:>6.2f} {r['hand-numpy']:>11,.0f} "
+            f"{r['runner-mlp']:>11,.0f} {r['runner-mlp'] / r['hand-numpy']:>6.2f}"
+        )
+    print(
+        "targets: runner-torch/hand-torch >= 0.8 (N=1), >= 0.95 (N=64); "
+        "runner-mlp/hand-numpy >= 0.6 (N=1), >= 0.9 (N=64). Noise on this VM: 5-15 %."
+    )
 
 
 if __name__ == "__main__":
