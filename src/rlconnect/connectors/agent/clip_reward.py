@@ -17,7 +17,9 @@ __all__ = ["ClipReward"]
 class ClipReward(RewardConnector):
     """Maps the ``rewards`` column: ``np.sign`` when ``limit`` is None, else clip to ±limit.
 
-    Rows without a ``rewards`` column (e.g. right after a reset) pass through unchanged.
+    A batch without a ``rewards`` column (e.g. built by hand) passes through unchanged.
+    The runner always sends one; a row that starts an agent's trajectory carries reward 0
+    (it belongs to no transition), so reward statistics should skip those rows.
 
     Args:
         limit: None for the sign of the reward (-1, 0 or 1), or a positive number.

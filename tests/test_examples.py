@@ -1,0 +1,64 @@
+"""Every example in ``examples/`` runs in its ``--smoke`` mode and prints what it shows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+#: example -> lines (substrings) its smoke run must print
+EXPECTED = {
+    "ppo_cartpole.py": [
+        "PPO on CartPole-v1: 8 sub-envs x 128 steps per batch",
+        "iter    2  env_steps    2048",
+        "smoke run done: 2048 env steps",
+    ],
+    "pendulum_unsquash.py": [
+        "action pipeline: ActionConnectorPipeline(ConvertToNumpy -> UnsquashActions)",
+        "OK: every env action lies in [-2, 2] and equals unsquash(clip(action, -1, 1))",
+        "action pipeline: ActionConnectorPipeline(ConvertToNumpy -> ClipActions)",
+        "OK: env actions are the policy outputs clipped into [-2, 2]",
+    ],
+    "multi_agent.py": [
+        "worker_policy: agent pipeline AgentConnectorPipeline(FlattenObservations)",
+        "MultiAgentBatch(env_steps=24, agent_steps=32",
+        "first episode, agent_index 2: t = [5, 7, 9, 11]",
+        "(scout, scout_policy):",
+        "(worker_0, worker_policy):",
+        "(worker_1, worker_policy):",
+        "OK: per-policy batches chain per agent; metrics keyed by (agent, policy)",
+    ],
+    "custom_connector.py": [
+        "AgentConnectorPipeline(MeanStdFilter -> RewardStdScale): passed output_in_space",
+        "reloaded: AgentConnectorPipeline(MeanStdFilter -> RewardStdScale)",
+        "OK: a fresh process gives identical outputs after load_pipeline",
+        "UnknownConnectorError: no connector registered as 'RewardStdScale'",
+        "OK: without the registration, loading fails with UnknownConnectorError",
+    ],
+}
+
+
+def test_every_example_is_covered() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_smoke(name: str, tmp_path: Path) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,  # examples must not depend on (or litter) the working directory
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
+    for line in EXPECTED[name]:
+        assert line in done.stdout, f"{name} did not print {line!r}:\n{done.stdout}"
