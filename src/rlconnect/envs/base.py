@@ -89,6 +89,41 @@ class EnvRows:
         return len(self.env_ids)
 
     @classmethod
+    def from_lists(
+        cls,
+        ids: list[int],
+        agent_ids: tuple,
+        obs: Any,
+        rewards: list[float],
+        terminateds: list[bool],
+        truncateds: list[bool],
+        infos: list[dict],
+        first: list[bool],
+        *,
+        stacked: bool,
+        stepped: list[int],
+        done_envs: dict[int, tuple[bool, bool]] | None = None,
+        extra_rewards: list[tuple[int, Any, float, bool, bool]] | None = None,
+        errors: dict[int, BaseException] | None = None,
+    ) -> EnvRows:
+        """Columnar rows from the per-row lists an adapter collected while polling."""
+        return cls(
+            np.array(ids, dtype=np.int64),
+            agent_ids,
+            obs,
+            np.array(rewards, dtype=np.float64),
+            np.array(terminateds, dtype=bool),
+            np.array(truncateds, dtype=bool),
+            infos,
+            np.array(first, dtype=bool),
+            stacked=stacked,
+            stepped=np.array(stepped, dtype=np.int64),
+            done_envs=done_envs,
+            extra_rewards=extra_rewards,
+            errors=errors,
+        )
+
+    @classmethod
     def empty(cls, errors: dict[int, BaseException] | None = None) -> EnvRows:
         """No rows (e.g. every sub-env is waiting on an external simulator)."""
         z = np.zeros(0)

@@ -185,25 +185,18 @@ class GymEnvs(BaseEnv):
         resets.difference_update(errors)
         soft.clear()
         actions.clear()
-        terminateds = np.array(term, dtype=bool)
-        truncateds = np.array(trunc, dtype=bool)
-        done = terminateds | truncateds
-        env_ids = np.array(ids, dtype=np.int64)
-        done_envs = {}
-        if done.any():
-            for k in np.flatnonzero(done).tolist():
-                done_envs[ids[k]] = (bool(terminateds[k]), bool(truncateds[k]))
-        return EnvRows(
-            env_ids,
+        done_envs = {i: (bool(te), bool(tr)) for i, te, tr in zip(ids, term, trunc) if te or tr}
+        return EnvRows.from_lists(
+            ids,
             self._agent_ids[: len(ids)],
             self._stack(obs, ids),
-            np.array(rew, dtype=np.float64),
-            terminateds,
-            truncateds,
+            rew,
+            term,
+            trunc,
             infos,
-            np.array(first, dtype=bool),
+            first,
             stacked=True,
-            stepped=np.array(stepped, dtype=np.int64),
+            stepped=stepped,
             done_envs=done_envs,
             errors=errors,
         )

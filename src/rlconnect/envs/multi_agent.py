@@ -192,17 +192,17 @@ class MultiAgentEnvs(BaseEnv):
                 done_envs[i] = (all_te, all_tr)
             elif not o:
                 self._idle.add(i)
-        return EnvRows(
-            np.asarray(ids, dtype=np.int64),
+        return EnvRows.from_lists(
+            ids,
             tuple(agents),
             obs,
-            np.asarray(rew, dtype=np.float64),
-            np.asarray(term, dtype=bool),
-            np.asarray(trunc, dtype=bool),
+            rew,
+            term,
+            trunc,
             infos,
-            np.asarray(first, dtype=bool),
+            first,
             stacked=False,
-            stepped=np.asarray(stepped, dtype=np.int64),
+            stepped=stepped,
             done_envs=done_envs,
             extra_rewards=extra,
             errors=errors,
