@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -43,42 +44,9 @@ def make_model(seed: int = 0) -> nn.Module:
     )
 
 
-def hand_loop_torch(n: int, steps: int, model: nn.Module) -> float:
-    """The reference loop (d'): vector env + torch MLP + multinomial + numpy arrays."""
-    venv = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("CartPole-v1") for _ in range(n)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
-    t_len = max(steps // n, 1)
-    obs_buf = np.zeros((t_len, n, 4), np.float32)
-    new_buf = np.zeros((t_len, n, 4), np.float32)
-    act_buf = np.zeros((t_len, n), np.int64)
-    rew_buf = np.zeros((t_len, n), np.float32)
-    term_buf = np.zeros((t_len, n), bool)
-    trunc_buf = np.zeros((t_len, n), bool)
-    obs, _ = venv.reset(seed=0)
-    start = time.perf_counter()
-    with torch.inference_mode():
-        for t in range(t_len):
-            logits = model(torch.from_numpy(obs))
-            act = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1).numpy()
-            nxt, rew, term, trunc, info = venv.step(act)
-            obs_buf[t], act_buf[t], rew_buf[t] = obs, act, rew
-            term_buf[t], trunc_buf[t] = term, trunc
-            new_buf[t] = nxt
-            done = term | trunc
-            if done.any():
-                new_buf[t][done] = np.stack(info["final_obs"][done])
-            obs = nxt
-    elapsed = time.perf_counter() - start
-    venv.close()
-    return t_len * n / elapsed
-
-
-def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> float:
-    """Loop (e): the same with a numpy forward pass and Gumbel-max sampling."""
-    w = [p.detach().numpy().copy() for p in model.parameters()]
-    rng = np.random.default_rng(0)
+def hand_loop(n: int, steps: int, act: Callable[[np.ndarray], np.ndarray]) -> float:
+    """The reference loop: N CartPole envs (SyncVectorEnv, SAME_STEP), ``act(obs)`` once
+    per step, obs/action/reward/terminated/truncated/new_obs into preallocated arrays."""
     venv = gym.vector.SyncVectorEnv(
         [lambda: gym.make("CartPole-v1") for _ in range(n)],
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
@@ -92,12 +60,10 @@ def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> float:
     obs, _ = venv.reset(seed=0)
     start = time.perf_counter()
     for t in range(t_len):
-        h = np.tanh(obs @ w[0].T + w[1])
-        h = np.tanh(h @ w[2].T + w[3])
-        logits = h @ w[4].T + w[5]
-        act = np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=-1)
-        nxt, rew, term, trunc, info = venv.step(act)
-        obs_buf[t], act_buf[t], rew_buf[t], flags[0, t], flags[1, t] = obs, act, rew, term, trunc
+        action = act(obs)
+        nxt, rew, term, trunc, info = venv.step(action)
+        obs_buf[t], act_buf[t], rew_buf[t] = obs, action, rew
+        flags[0, t], flags[1, t] = term, trunc
         new_buf[t] = nxt
         done = term | trunc
         if done.any():
@@ -106,6 +72,31 @@ def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> float:
     elapsed = time.perf_counter() - start
     venv.close()
     return t_len * n / elapsed
+
+
+def hand_loop_torch(n: int, steps: int, model: nn.Module) -> float:
+    """Loop (d'): torch MLP + ``torch.multinomial`` sampling."""
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            logits = model(torch.from_numpy(obs))
+            return torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1).numpy()
+
+    return hand_loop(n, steps, act)
+
+
+def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> float:
+    """Loop (e): the same weights as a numpy MLP, Gumbel-max sampling."""
+    w = [p.detach().numpy().copy() for p in model.parameters()]
+    rng = np.random.default_rng(0)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        h = np.tanh(obs @ w[0].T + w[1])
+        h = np.tanh(h @ w[2].T + w[3])
+        logits = h @ w[4].T + w[5]
+        return np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=-1)
+
+    return hand_loop(n, steps, act)
 
 
 def runner_rate(n: int, steps: int, policy: rc.Policy) -> float:
