@@ -1,0 +1,108 @@
+"""The argument parser of the ``rlconnect`` command and its entry point, ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from rlconnect.cli.describe import cmd_inspect
+from rlconnect.cli.errors import UsageError
+from rlconnect.cli.sample import cmd_sample
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line (plus where to find help), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the command."""
+    parser = _Parser(
+        prog="rlconnect",
+        description="The ``rlconnect`` command: collect experience from an env and show "
+        "what happened.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    s = sub.add_parser(
+        "sample",
+        help="collect experience, show progress and a summary",
+        description="Collect experience with the default pipelines. Flags override the "
+        "--config file, which overrides the defaults.",
+    )
+    s.add_argument("--env", help="gymnasium id or module:function env creator (CartPole-v1)")
+    s.add_argument("--num-envs", type=_positive_int, help="sub-environments (8)")
+    s.add_argument("--steps", type=_positive_int, help="env steps to collect (20000)")
+    s.add_argument(
+        "--fragment", type=_positive_int, help="rollout_fragment_length (200, less for short runs)"
+    )
+    s.add_argument("--policy", choices=("random", "mlp"), help="policy (mlp)")
+    s.add_argument("--observation-filter", choices=("NoFilter", "MeanStdFilter"), help="(NoFilter)")
+    s.add_argument("--config", metavar="TOML", help="file of RunnerConfig keys, env, steps, policy")
+    s.add_argument("--seed", type=_seed, help="base seed (0)")
+    s.add_argument("--out", metavar="DIR", help="write batch files and a checkpoint to DIR")
+    s.add_argument("--plot", metavar="PNG", help="save a plot of episode returns (matplotlib)")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
+    s.set_defaults(func=cmd_sample)
+    i = sub.add_parser(
+        "inspect",
+        help="show a saved pipeline, batch files, a checkpoint or a run folder",
+    )
+    i.add_argument("path")
+    i.add_argument("--json", action="store_true", help="print JSON instead of text")
+    i.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
+    i.set_defaults(func=cmd_inspect)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rlconnect`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    prog = f"rlconnect {args.command}"
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return int(func(args))
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # one line, not a traceback, unless asked for
+        if args.traceback or os.environ.get("RLCONNECT_TRACEBACK"):
+            traceback.print_exc()
+        else:
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            print(
+                f"{prog}: failed: {type(exc).__name__}: {msg} (--traceback shows where)",
+                file=sys.stderr,
+            )
+        return 1
