@@ -3,7 +3,7 @@
 The public names of the API contract; everything else lives in the subpackages.
 """
 
-from rlconnect import spaces
+from rlconnect import serve, spaces
 from rlconnect.batches import (
     DEFAULT_AGENT_ID,
     DEFAULT_POLICY_ID,
@@ -26,14 +26,19 @@ from rlconnect.connectors import (
     ColumnActionConnector,
     ConnectorContext,
     ConvertToNumpy,
+    CropObservations,
     FlattenObservations,
     FrameStack,
+    Grayscale,
     ImmutableActions,
     MeanStdFilter,
     ObservationConnector,
     PrevActionsRewards,
+    Resize,
     RewardConnector,
+    ScalePixels,
     StateBuffer,
+    TransposeImage,
     UnsquashActions,
     default_action_pipeline,
     default_agent_pipeline,
@@ -43,7 +48,7 @@ from rlconnect.connectors import (
     registered_connectors,
 )
 from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
-from rlconnect.envs import BaseEnv, EnvContext, MultiAgentEnv
+from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import CheckpointError, EnvCheckError, EnvError, UnknownConnectorError
 from rlconnect.offline import BatchWriter, read_batches, write_batches
@@ -73,13 +78,17 @@ __all__ = [
     "ColumnActionConnector",
     "ConnectorContext",
     "ConvertToNumpy",
+    "CropObservations",
     "EnvCheckError",
     "EnvContext",
     "EnvError",
     "EnvRunner",
     "Episode",
+    "ExternalEnv",
+    "ExternalMultiAgentEnv",
     "FlattenObservations",
     "FrameStack",
+    "Grayscale",
     "ImmutableActions",
     "MLPPolicy",
     "MeanStdFilter",
@@ -90,11 +99,14 @@ __all__ = [
     "Policy",
     "PrevActionsRewards",
     "RandomPolicy",
+    "Resize",
     "RewardConnector",
     "RunnerConfig",
     "SampleBatch",
+    "ScalePixels",
     "StateBuffer",
     "TorchPolicy",
+    "TransposeImage",
     "UnknownConnectorError",
     "UnsquashActions",
     "check_pipeline",
@@ -109,6 +121,7 @@ __all__ = [
     "register_policy",
     "registered_connectors",
     "save_pipeline",
+    "serve",
     "spaces",
     "write_batches",
 ]

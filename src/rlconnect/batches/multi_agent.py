@@ -9,6 +9,7 @@ import numpy as np
 import tree
 
 from rlconnect.batches.compare import _sample_batches_equal, _values_equal
+from rlconnect.batches.compressed import CompressedColumn
 from rlconnect.batches.sample_batch import SampleBatch
 
 __all__ = ["MultiAgentBatch", "batches_equal", "concat_samples"]
@@ -111,6 +112,10 @@ def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
             )
     columns = {}
     for name in names:
+        stored = [b._columns[name] for b in full]
+        if all(isinstance(p, CompressedColumn) for p in stored):
+            columns[name] = CompressedColumn.concat(stored)  # stays compressed
+            continue
         parts = [b[name] for b in full]
         try:
             columns[name] = tree.map_structure(lambda *xs: np.concatenate(xs), *parts)

@@ -21,6 +21,7 @@ import numpy as np
 import tree
 
 from rlconnect.batches.compare import _sample_batches_equal
+from rlconnect.batches.compressed import CompressedColumn
 
 __all__ = ["DEFAULT_AGENT_ID", "DEFAULT_POLICY_ID", "Column", "SampleBatch"]
 
@@ -57,7 +58,7 @@ def _normalize(value: Any, name: str = "") -> Column:
     """Turn a user-given column into dict/tuple nests of numpy arrays (lists are rows)."""
     if name == SampleBatch.INFOS and isinstance(value, list):
         return _object_array(value)  # infos rows are objects, even when empty
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray | CompressedColumn):
         return value
     if isinstance(value, Mapping):
         return {k: _normalize(v) for k, v in value.items()}
@@ -74,6 +75,9 @@ def _leaf_lengths(name: str, column: Column) -> list[tuple[str, int]]:
     out = []
     for path, leaf in tree.flatten_with_path(column):
         leaf_name = "/".join([name, *map(str, path)])
+        if isinstance(leaf, CompressedColumn):
+            out.append((leaf_name, len(leaf)))
+            continue
         if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
             raise ValueError(
                 f"column {leaf_name!r} must be an array with a leading row axis, got {leaf!r}"
@@ -99,7 +103,23 @@ def _check_lengths(lengths: list[tuple[str, int]]) -> int:
 def _map_rows(column: Column, index: Any) -> Column:
     if isinstance(column, np.ndarray):
         return column[index]
+    if isinstance(column, CompressedColumn):
+        return column.take(index)
     return tree.map_structure(lambda leaf: leaf[index], column)
+
+
+class _DecompressedValues(ValuesView):
+    """Values of a batch holding compressed columns, each read (decompressed) on access."""
+
+    def __len__(self) -> int:
+        return len(self._mapping.keys())  # type: ignore[attr-defined]
+
+
+class _DecompressedItems(ItemsView):
+    """Items of a batch holding compressed columns, each read (decompressed) on access."""
+
+    def __len__(self) -> int:
+        return len(self._mapping.keys())  # type: ignore[attr-defined]
 
 
 class SampleBatch(MutableMapping):
@@ -164,7 +184,10 @@ class SampleBatch(MutableMapping):
     def __getitem__(self, key: slice) -> SampleBatch: ...
     def __getitem__(self, key: str | slice) -> Column | SampleBatch:
         if isinstance(key, str):
-            return self._columns[key]
+            column = self._columns[key]
+            if isinstance(column, CompressedColumn):  # stored compressed: a fresh array
+                return column.decompress()
+            return column
         if isinstance(key, slice):
             count = len(range(*key.indices(self._count)))
             cols = {k: _map_rows(v, key) for k, v in self._columns.items()}
@@ -202,12 +225,23 @@ class SampleBatch(MutableMapping):
         return self._columns.keys()
 
     def values(self) -> ValuesView[Column]:
-        """Columns (a live, read-only view)."""
+        """Columns (a live, read-only view; compressed columns are decompressed)."""
+        if self._has_compressed():
+            return _DecompressedValues(self)
         return self._columns.values()
 
     def items(self) -> ItemsView[str, Column]:
-        """`(name, column)` pairs (a live, read-only view)."""
+        """`(name, column)` pairs (a live, read-only view; compressed columns decompressed)."""
+        if self._has_compressed():
+            return _DecompressedItems(self)
         return self._columns.items()
+
+    def _has_compressed(self) -> bool:
+        return any(isinstance(c, CompressedColumn) for c in self._columns.values())
+
+    def compressed_columns(self) -> list[str]:
+        """Names of the columns held compressed (see `rlconnect.batches.compressed`)."""
+        return [k for k, c in self._columns.items() if isinstance(c, CompressedColumn)]
 
     def __contains__(self, key: object) -> bool:
         return key in self._columns
@@ -251,6 +285,8 @@ class SampleBatch(MutableMapping):
             return self._from_normalized(dict(self._columns), self._count, self.meta)
 
         def copy_leaf(leaf: np.ndarray) -> np.ndarray:
+            if isinstance(leaf, CompressedColumn):
+                return leaf  # immutable
             return _copy.deepcopy(leaf) if leaf.dtype == object else leaf.copy()
 
         cols = {k: tree.map_structure(copy_leaf, v) for k, v in self._columns.items()}

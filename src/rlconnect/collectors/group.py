@@ -26,8 +26,13 @@ __all__ = ["PolicyCollectorGroup"]
 class PolicyCollectorGroup:
     """One PolicyCollector per policy id, plus the env-step log that sizes batches."""
 
-    def __init__(self, policy_ids: Iterable[str], num_envs: int) -> None:
-        self.collectors = {pid: PolicyCollector(pid) for pid in policy_ids}
+    def __init__(
+        self, policy_ids: Iterable[str], num_envs: int, *, compress_observations: bool = False
+    ) -> None:
+        self.collectors = {
+            pid: PolicyCollector(pid, compress_observations=compress_observations)
+            for pid in policy_ids
+        }
         self.num_envs = num_envs
         self._events = ColumnStore()
         self._finished: set[int] = set()

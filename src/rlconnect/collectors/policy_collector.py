@@ -9,26 +9,39 @@ Building a batch is therefore a stable sort by trajectory and a shift by one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 from rlconnect.batches import SampleBatch
+from rlconnect.batches.compressed import CompressedColumn, compressible
 from rlconnect.collectors.store import ColumnStore
 
-__all__ = ["NEXT_COLUMNS", "PolicyCollector"]
+__all__ = ["EMPTY_INFO", "NEXT_COLUMNS", "PolicyCollector"]
+
+EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
+"""Stored for every empty info dict: one shared read-only mapping, not a dict per row."""
 
 TRAJ, POLL, LAST = "_traj", "_poll", "_last"
 BOOKKEEPING = (TRAJ, POLL, LAST)
 #: columns a transition takes from the row that followed its observation
 NEXT_COLUMNS = ("rewards", "terminateds", "truncateds", "infos")
+#: columns stored compressed with ``compress_observations`` when they hold images
+IMAGE_COLUMNS = ("obs", "new_obs", "raw_obs")
 
 
 class PolicyCollector:
-    """Rows of every agent trajectory mapped to one policy, in arrival order."""
+    """Rows of every agent trajectory mapped to one policy, in arrival order.
 
-    def __init__(self, policy_id: str) -> None:
+    With ``compress_observations`` the image columns of built batches (``obs``, ``new_obs``,
+    ``raw_obs`` with at least 2 dims per row) are `CompressedColumn`s.
+    """
+
+    def __init__(self, policy_id: str, *, compress_observations: bool = False) -> None:
         self.policy_id = policy_id
+        self.compress_observations = compress_observations
         self.store = ColumnStore()
 
     def __len__(self) -> int:
@@ -109,4 +122,8 @@ class PolicyCollector:
                 cols[name] = self.store.take(name, rows)
         if "obs" in self.store:
             cols[SampleBatch.NEXT_OBS] = self.store.take("obs", nxt)
+        if self.compress_observations:
+            for name in IMAGE_COLUMNS:
+                if compressible(cols.get(name)):
+                    cols[name] = CompressedColumn.compress(cols[name])
         return SampleBatch(cols)

@@ -10,6 +10,13 @@ Agent pipeline, in order (each only when it applies):
 4. ``FrameStack(num_frames=framestack)`` when ``framestack`` is an int >= 1 (default None).
 5. ``StateBuffer`` when the policy is recurrent (``ctx.initial_states`` is not empty).
 
+With ``preset="atari"`` (the only preset) the agent chain is the DeepMind Atari one instead:
+``Grayscale`` (only for RGB ``(H, W, 3)`` frames) -> ``Resize(84, 84)`` (only when the frames
+are not 84x84 already) -> ``ClipReward`` (sign, or ``clip_rewards`` when set) ->
+``FrameStack(framestack or 4)``, so the policy sees ``Box(0, 255, (4, 84, 84), uint8)``.
+Frame skipping with max-pooling and no-op / FIRE resets are env-side
+(``rlconnect.envs.atari``). ``observation_filter="MeanStdFilter"`` cannot be combined with it.
+
 Action pipeline: ``ConvertToNumpy``; then ``UnsquashActions`` when
 ``normalize_actions=True`` (the default) and the action space is a Box; then
 ``ClipActions`` when ``clip_actions=True`` (default False) and it is a Box.
@@ -31,15 +38,30 @@ from rlconnect.connectors.agent import (
     ClipReward,
     FlattenObservations,
     FrameStack,
+    Grayscale,
     MeanStdFilter,
+    Resize,
     StateBuffer,
 )
 from rlconnect.connectors.base import ActionConnector, AgentConnector, ConnectorContext
 from rlconnect.connectors.pipeline import ActionConnectorPipeline, AgentConnectorPipeline
+from rlconnect.spaces import describe_space
 
-__all__ = ["OBSERVATION_FILTERS", "default_action_pipeline", "default_agent_pipeline"]
+__all__ = [
+    "ATARI_FRAMESTACK",
+    "ATARI_SCREEN",
+    "OBSERVATION_FILTERS",
+    "PRESETS",
+    "default_action_pipeline",
+    "default_agent_pipeline",
+]
 
 OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")
+PRESETS = ("atari",)
+ATARI_SCREEN = (84, 84)
+"""Height and width of the frames the Atari preset outputs."""
+ATARI_FRAMESTACK = 4
+"""Frames the Atari preset stacks unless ``framestack`` says otherwise."""
 
 
 def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -83,9 +105,44 @@ def _framestack(config: Mapping[str, Any]) -> int | None:
     return int(value)
 
 
+def _preset(config: Mapping[str, Any]) -> str | None:
+    value = config.get("preset")
+    if value is not None and value not in PRESETS:
+        raise ValueError(f"config['preset'] must be None or one of {list(PRESETS)}, got {value!r}")
+    return value
+
+
+def _atari_members(ctx: ConnectorContext) -> list[AgentConnector]:
+    """Grayscale -> Resize(84, 84) -> ClipReward -> FrameStack(4), skipping what is done."""
+    space, config = ctx.observation_space, ctx.config
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) not in (2, 3):
+        raise ValueError(
+            "preset='atari' needs image observations, a Box (H, W) or (H, W, 3), got "
+            f"{describe_space(space)}"
+        )
+    if _observation_filter(config) != "NoFilter":
+        raise ValueError(
+            "preset='atari' keeps uint8 frames and cannot be combined with "
+            "observation_filter='MeanStdFilter'"
+        )
+    members: list[AgentConnector] = []
+    if len(space.shape) == 3:
+        members.append(Grayscale(ctx))
+    if tuple(space.shape[:2]) != ATARI_SCREEN:
+        members.append(Resize(ctx, height=ATARI_SCREEN[0], width=ATARI_SCREEN[1]))
+    clip, limit = _reward_limit(config)
+    members.append(ClipReward(ctx, limit=limit if clip else None))
+    members.append(FrameStack(ctx, num_frames=_framestack(config) or ATARI_FRAMESTACK))
+    if ctx.initial_states:
+        members.append(StateBuffer(ctx))
+    return members
+
+
 def default_agent_pipeline(ctx: ConnectorContext) -> AgentConnectorPipeline:
     """The standard agent pipeline for ``ctx`` (see the module docstring for the order)."""
     config = ctx.config
+    if _preset(config) == "atari":
+        return AgentConnectorPipeline(ctx, _atari_members(ctx))
     obs_filter = _observation_filter(config)
     clip_rewards, reward_limit = _reward_limit(config)
     framestack = _framestack(config)

@@ -1,17 +1,33 @@
 """Envs: the BaseEnv contract the runner drives, and adapters for every env kind."""
 
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.external import (
+    BadObservationError,
+    EpisodeError,
+    ExternalEnv,
+    ExternalEnvAdapter,
+    TooManyEpisodesError,
+    UnknownEpisodeError,
+)
+from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, VectorEnvAdapter
 from rlconnect.envs.make import make_base_env
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 
 __all__ = [
+    "BadObservationError",
     "BaseEnv",
     "EnvContext",
     "EnvRows",
+    "EpisodeError",
+    "ExternalEnv",
+    "ExternalEnvAdapter",
+    "ExternalMultiAgentEnv",
     "GymEnvs",
     "MultiAgentEnv",
     "MultiAgentEnvs",
+    "TooManyEpisodesError",
+    "UnknownEpisodeError",
     "VectorEnvAdapter",
     "make_base_env",
 ]

@@ -7,7 +7,9 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlconnect.envs.atari import atari_env_creator, is_atari_id
 from rlconnect.envs.base import BaseEnv
+from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, VectorEnvAdapter, sub_env_seed
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 
@@ -69,6 +71,19 @@ def _async_vector(
     return VectorEnvAdapter(venv, seed=seed)
 
 
+def _external(env: ExternalEnv, num_envs: int, remote_envs: bool) -> BaseEnv:
+    """An ExternalEnv runs its episodes in lanes of one adapter (``max_concurrent`` of them)."""
+    from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
+
+    if num_envs != 1 or remote_envs:
+        raise ValueError(
+            f"an ExternalEnv is one env serving up to max_concurrent={env.max_concurrent} "
+            f"episodes at once: use num_envs=1 and remote_envs=False (got num_envs={num_envs}, "
+            f"remote_envs={remote_envs})"
+        )
+    return ExternalEnvAdapter(env, multi_agent=isinstance(env, ExternalMultiAgentEnv))
+
+
 def make_base_env(
     env: Any,
     *,
@@ -77,14 +92,23 @@ def make_base_env(
     env_config: dict | None = None,
     worker_index: int = 0,
     remote_envs: bool = False,
+    preset: str | None = None,
 ) -> BaseEnv:
-    """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv)."""
+    """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv).
+
+    With ``preset="atari"`` an ale-py game id gets the env-side Atari preprocessing
+    (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it).
+    """
     env_config = dict(env_config or {})
     if isinstance(env, BaseEnv):
         return env
+    if isinstance(env, ExternalEnv):
+        return _external(env, num_envs, remote_envs)
     if isinstance(env, gym.vector.VectorEnv):
         return VectorEnvAdapter(env, seed=seed)
-    if isinstance(env, str):
+    if preset == "atari" and isinstance(env, str) and is_atari_id(env):
+        creator = atari_env_creator(env)
+    elif isinstance(env, str):
         env_id = env
 
         def creator(ctx: EnvContext) -> gym.Env:
@@ -114,13 +138,16 @@ def make_base_env(
     else:
         raise TypeError(
             f"cannot make an env from {type(env).__name__}: pass a gymnasium id, a gymnasium.Env,"
-            " an env creator, a VectorEnv, an rc.MultiAgentEnv, a PettingZoo env or an rc.BaseEnv"
+            " an env creator, a VectorEnv, an rc.MultiAgentEnv, a PettingZoo env, an rc.BaseEnv"
+            " or an rc.ExternalEnv"
         )
     if remote_envs:
         return _async_vector(creator, num_envs, seed, env_config, worker_index)
     first = creator(EnvContext(0, num_envs, worker_index, seed, env_config))
     if isinstance(first, BaseEnv):
         return first
+    if isinstance(first, ExternalEnv):
+        return _external(first, num_envs, remote_envs)
     kwargs = {"seed": seed, "worker_index": worker_index, "env_config": env_config}
     rest = [
         creator(

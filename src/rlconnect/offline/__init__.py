@@ -1,27 +1,74 @@
-"""rlconnect.offline: experience written to disk and read back.
+"""rlconnect.offline: experience written to disk, read back, mixed in, evaluated off-policy.
 
-- ``BatchWriter(dir)`` / ``write_batches(batches, dir)``: one pickle-free file per batch
-  (format ``"rlconnect.batch"``, described in ``rlconnect.offline.batch_files``);
-- ``read_batches(path_or_dir_or_glob)``: the batches back, in the order written.
+- ``ParquetBatchWriter(dir)``: batches to Apache Parquet files (format
+  ``"rlconnect.parquet"``, schema in ``rlconnect.offline.parquet_writer``), rolled at a
+  size limit; ``RunnerConfig(output=DIR)`` uses it while sampling;
+- ``BatchWriter(dir)`` / ``write_batches(batches, dir)``: one pickle-free ``.rlb`` file per
+  batch (format ``"rlconnect.batch"``, described in ``rlconnect.offline.batch_files``);
+- ``read_batches(path_or_dir_or_glob, batch_size=None, on_bad_file="fail")``: the batches
+  back from either format, in the order written (``rlconnect.offline.reader``);
+- ``RunnerConfig(input=...)``: offline data as the runner's input (``rlconnect.offline.input``);
+- ``estimate_off_policy(batches, target)``: importance sampling and weighted importance
+  sampling estimates of a target policy's value (``rlconnect.offline.estimators``).
+
+Parquet support needs pyarrow (``pip install 'rlconnect[offline]'``); the ``.rlb`` format
+does not.
 """
 
+from typing import Any
+
+from rlconnect.offline._common import (
+    PARQUET_FORMAT,
+    PARQUET_FORMAT_VERSION,
+    PARQUET_FORMAT_VERSIONS,
+    OfflineDataError,
+)
 from rlconnect.offline.batch_files import (
     BATCH_FORMAT,
     BATCH_FORMAT_VERSION,
     BATCH_FORMAT_VERSIONS,
     BatchWriter,
-    list_batch_files,
     read_batch_file,
-    read_batches,
-    summarize_batches,
     write_batches,
 )
+from rlconnect.offline.estimators import (
+    ImportanceSampling,
+    WeightedImportanceSampling,
+    estimate_off_policy,
+)
+from rlconnect.offline.reader import (
+    BadFileWarning,
+    BatchReader,
+    list_batch_files,
+    read_batches,
+    summarize_batches,
+)
+
+
+def __getattr__(name: str) -> Any:
+    """``ParquetBatchWriter``, imported on first use (pyarrow is an optional extra)."""
+    if name == "ParquetBatchWriter":
+        from rlconnect.offline.parquet_writer import ParquetBatchWriter
+
+        return ParquetBatchWriter
+    raise AttributeError(f"module 'rlconnect.offline' has no attribute {name!r}")
+
 
 __all__ = [
     "BATCH_FORMAT",
     "BATCH_FORMAT_VERSION",
     "BATCH_FORMAT_VERSIONS",
+    "PARQUET_FORMAT",
+    "PARQUET_FORMAT_VERSION",
+    "PARQUET_FORMAT_VERSIONS",
+    "BadFileWarning",
+    "BatchReader",
     "BatchWriter",
+    "ImportanceSampling",
+    "OfflineDataError",
+    "ParquetBatchWriter",
+    "WeightedImportanceSampling",
+    "estimate_off_policy",
     "list_batch_files",
     "read_batch_file",
     "read_batches",

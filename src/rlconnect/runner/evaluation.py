@@ -141,6 +141,7 @@ def evaluate(runner: EnvRunner, num_episodes: int = 10, *, env: Any = None) -> l
         env_config=cfg.env_config,
         worker_index=cfg.worker_index,
         remote_envs=cfg.remote_envs,
+        preset=cfg.preset,
     )
     pids = list(runner.policies)
     records: list[dict] = []

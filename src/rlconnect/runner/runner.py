@@ -95,8 +95,12 @@ class EnvRunner:
             env_config=cfg.env_config,
             worker_index=cfg.worker_index,
             remote_envs=cfg.remote_envs,
+            preset=cfg.preset,
         )
         self.num_envs = self.env.num_envs
+        #: sub-envs a fragment counts: an ExternalEnv has one slot per concurrent episode
+        #: but sizes batches as ``fragment_envs`` envs
+        self.fragment_envs: int = getattr(self.env, "fragment_envs", self.num_envs)
         if cfg.seed is not None:
             seeds = np.random.SeedSequence([cfg.seed, cfg.worker_index]).spawn(len(self.policies))
             for p, ss in zip(self.policies.values(), seeds):
@@ -105,12 +109,20 @@ class EnvRunner:
         self._action_pipes: dict[str, ActionConnectorPipeline] = {}
         for pid, policy in self.policies.items():
             self._build_pipelines(pid, policy, agent_pipelines or {}, action_pipelines or {})
-        self.collectors = PolicyCollectorGroup(self.policies, self.num_envs)
+        self.collectors = PolicyCollectorGroup(
+            self.policies, self.num_envs, compress_observations=cfg.compress_observations
+        )
         self.timers = PerfTimers()
         self._metrics: list[dict[str, Any]] = []
         self._stepper = Stepper(self)
         self._async: _AsyncSampler | None = None
         self._closed = False
+        self._output: Any = None  # offline I/O (rlconnect.offline.runner_io)
+        self._input: Any = None
+        if cfg.output is not None or cfg.input != "sampler":
+            from rlconnect.offline.runner_io import attach_offline_io
+
+            self._output, self._input = attach_offline_io(self)
 
     # -- construction ---------------------------------------------------------------------
     def _env_obs_space(self, pid: str) -> gym.Space:
@@ -205,15 +217,18 @@ class EnvRunner:
             return self._async.next()
         return self._sample_sync()
 
-    def _sample_sync(self) -> SampleBatch | MultiAgentBatch:
+    def _sample_sync(self, live: bool = False) -> SampleBatch | MultiAgentBatch:
+        if self._input is not None and not live:  # RunnerConfig(input=...): draw a source
+            return self._input.next()
         cfg = self.config
-        target = cfg.rollout_fragment_length * self.num_envs
+        target = cfg.rollout_fragment_length * self.fragment_envs
         mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
         digests = {pid: state_digest(p) for pid, p in self._agent_pipes.items()}
         while not self.collectors.ready(mode, target, count_by):
             self._stepper.step()
         built, env_steps = self.collectors.build(mode, target, count_by)
         batches = postprocess_batches(self, built)
+        agent_ids = self._output.agent_ids(built) if self._output is not None else None
         self._stepper.forget_closed_trajectories()
         for pid, b in batches.items():
             b.meta["connector_state"] = digests[pid]
@@ -225,6 +240,8 @@ class EnvRunner:
             out = MultiAgentBatch(batches, env_steps)
         if self.callbacks.overrides("on_sample_end"):
             self.callbacks.on_sample_end(runner=self, samples=out)
+        if self._output is not None:  # RunnerConfig(output=DIR): in finished files now
+            self._output.write(out, agent_ids)
         return out
 
     def get_metrics(self) -> list[dict[str, Any]]:

@@ -7,8 +7,6 @@ rows go through the same batched connectors, with a small per-agent handle each.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,11 +14,14 @@ import tree
 
 from rlconnect.batches import DEFAULT_AGENT_ID, SampleBatch
 from rlconnect.collectors import AgentCollector
+from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.connectors import ActionData, AgentData
 from rlconnect.envs.base import EnvRows
 from rlconnect.envs.checks import check_rows
+from rlconnect.envs.external import apply_logged_actions
 from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
+from rlconnect.runner.multi_agent_steps import MultiAgentSteps
 from rlconnect.spaces import stack_samples
 
 if TYPE_CHECKING:
@@ -37,11 +38,7 @@ def _take(batch: Any, idx: np.ndarray) -> Any:
     return tree.map_structure(lambda a: a[idx], batch)
 
 
-EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
-"""Stored for every empty info dict: one shared read-only mapping, not a dict per row."""
-
-
-class Stepper:
+class Stepper(MultiAgentSteps):
     """The mutable state of the sampling loop and the code of one step."""
 
     def __init__(self, runner: EnvRunner) -> None:
@@ -65,6 +62,10 @@ class Stepper:
         self._cb = runner.callbacks
         self._on_step = self._cb.overrides("on_episode_step")
         self._soft: set[int] = set()
+        # an ExternalEnv serves its non-recorded episodes with this runner's policies
+        attach = getattr(runner.env, "attach_runner", None)
+        if attach is not None:
+            attach(runner)
 
     # -- episodes -------------------------------------------------------------------------
     def _start_episode(self, env_id: int) -> Episode:
@@ -188,7 +189,7 @@ class Stepper:
                 rows.truncateds = rows.truncateds | np.isin(rows.env_ids, over)
         if r.env.is_multi_agent and done_envs:
             self._apply_episode_flags(rows, done_envs)
-        agent_steps = np.zeros(r.num_envs, dtype=np.int64)
+        agent_steps = np.zeros(len(self.ep_len), dtype=np.int64)
         if r.env.is_multi_agent:
             self._rewards_multi_agent(rows, poll, agent_steps)
             if cfg.observation_fn is not None:
@@ -234,17 +235,6 @@ class Stepper:
                 r.env.soft_reset(e)
             else:
                 r.env.try_reset(e)
-
-    @staticmethod
-    def _apply_episode_flags(rows: EnvRows, done_envs: dict[int, tuple[bool, bool]]) -> None:
-        """Final rows of an episode ended by ``__all__`` carry the episode's flags."""
-        ended = np.isin(rows.env_ids, list(done_envs))
-        own = rows.terminateds | rows.truncateds
-        fill = ended & ~own
-        if fill.any():
-            flags = np.array([done_envs.get(e, (False, False)) for e in rows.env_ids.tolist()])
-            rows.terminateds = rows.terminateds | (fill & flags[:, 0])
-            rows.truncateds = rows.truncateds | (fill & flags[:, 1])
 
     def _group(self, rows: EnvRows) -> list[tuple[str, np.ndarray | None]]:
         """Row indices per policy (``None``: all rows)."""
@@ -330,6 +320,11 @@ class Stepper:
             where, act_env = act, env_ids[ai]
             act_agents = tuple(agent_ids[i] for i in ai.tolist())
         actions, state_outs, fetches = policy.compute_actions(inputs, explore=cfg.explore)
+        logged = getattr(rows, "logged_actions", None)
+        if logged:  # ExternalEnv.log_action: the logged action is what gets recorded
+            actions, fetches = apply_logged_actions(
+                policy, logged, act_env, act_agents, actions, fetches
+            )
         t2 = clock()
         timers.add("mean_inference_ms", t2 - t1)
         outputs = {"actions": actions, **fetches}
@@ -359,22 +354,7 @@ class Stepper:
         """Trajectory id, whether it is new, and agent index of every row (or one for all)."""
         if not self.multi:
             return self._trajectories_single(env_ids, is_first)
-        n = len(env_ids)
-        traj = np.empty(n, dtype=np.int64)
-        new = np.zeros(n, dtype=bool)
-        index = np.empty(n, dtype=np.int64)
-        for k, (e, a) in enumerate(zip(env_ids.tolist(), agent_ids)):
-            col = self.agents[e].get(a)
-            if col is None or col.closed:
-                ep = self.episodes[e]
-                col = AgentCollector(
-                    self._new_traj(e, a), e, a, pid, ep.episode_id, ep.agent_index(a)
-                )
-                self.agents[e][a] = col
-                new[k] = True
-            traj[k] = col.traj_id
-            index[k] = col.agent_index
-        return traj, new, index
+        return self._trajectories_multi(pid, env_ids, agent_ids, is_first)
 
     def _trajectories_single(
         self, env_ids: np.ndarray, is_first: np.ndarray
@@ -384,91 +364,3 @@ class Stepper:
             for e in env_ids[is_first].tolist():
                 self.traj_of_env[e] = self._new_traj(e, DEFAULT_AGENT_ID)
         return self.traj_of_env[env_ids], is_first, 0
-
-    def _mark_closed(self, env_ids: np.ndarray, agent_ids: tuple, done: np.ndarray) -> None:
-        for k in np.flatnonzero(done).tolist():
-            col = self.agents[int(env_ids[k])].get(agent_ids[k])
-            if col is not None:
-                col.closed = True
-                self._closed_trajs.append(col.traj_id)
-
-    # -- multi-agent rewards --------------------------------------------------------------
-    def _rewards_multi_agent(self, rows: EnvRows, poll: int, agent_steps: np.ndarray) -> None:
-        for e, a, rew in zip(rows.env_ids.tolist(), rows.agent_ids, rows.rewards.tolist()):
-            self.episodes[e].add_rewards([a], [rew])
-        for e, a, rew, te, tr in rows.extra_rewards:
-            ep = self.episodes[e]
-            if ep is None:
-                continue
-            ep.add_rewards([a], [rew])
-            col = self.agents[e].get(a)
-            if col is not None and not col.closed:
-                col.pending_reward += rew
-                if te or tr:
-                    self._close_agent(col, (te, tr), poll, agent_steps)
-
-    def _take_pending(self, env_ids: np.ndarray, agent_ids: tuple) -> np.ndarray:
-        out = np.zeros(len(env_ids))
-        for k, (e, a) in enumerate(zip(env_ids.tolist(), agent_ids)):
-            col = self.agents[e].get(a)
-            if col is not None and not col.closed and col.pending_reward:
-                out[k] = col.pending_reward
-                col.pending_reward = 0.0
-        return out
-
-    def _close_agent(
-        self,
-        col: AgentCollector,
-        flags: tuple[bool, bool],
-        poll: int,
-        agent_steps: np.ndarray,
-    ) -> None:
-        """End a trajectory whose agent got no final observation.
-
-        Its last transition repeats the agent's last observation as ``new_obs`` and holds
-        the reward accumulated since its last action (no observation is made up).
-        """
-        collector = self.r.collectors[col.policy_id]
-        rows = np.flatnonzero(collector.column("_traj") == col.traj_id)
-        col.closed = True
-        self._closed_trajs.append(col.traj_id)
-        if not len(rows):
-            return
-        cols = collector.copy_rows(rows[-1:])
-        cols["rewards"] = np.asarray([col.pending_reward], dtype=cols["rewards"].dtype)
-        cols["terminateds"] = np.asarray([flags[0]])
-        cols["truncateds"] = np.asarray([flags[1]])
-        cols["infos"] = [EMPTY_INFO]
-        cols["t"] = np.asarray([self.ep_len[col.env_id]], dtype=np.int64)
-        col.pending_reward = 0.0
-        collector.add_rows(np.asarray([col.traj_id]), poll, cols, last=True)
-        agent_steps[col.env_id] += 1
-
-    def _close_open_agents(
-        self, env_id: int, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray
-    ) -> None:
-        for col in list(self.agents[env_id].values()):
-            if not col.closed:
-                self._close_agent(col, flags, poll, agent_steps)
-
-    def _apply_observation_fn(self, rows: EnvRows) -> None:
-        fn = self.r.config.observation_fn
-        by_env: dict[int, list[int]] = {}
-        for i, e in enumerate(rows.env_ids.tolist()):
-            by_env.setdefault(e, []).append(i)
-        for e, members in by_env.items():
-            agent_obs = {rows.agent_ids[i]: rows.obs[i] for i in members}
-            new = fn(
-                agent_obs=agent_obs,
-                worker=self.r,
-                base_env=self.r.env,
-                policies=self.r.policies,
-                episode=self.episodes[e],
-            )
-            if set(new) != set(agent_obs):
-                raise ValueError(
-                    f"observation_fn must return the same agents {sorted(map(str, agent_obs))}, "
-                    f"got {sorted(map(str, new))}"
-                )
-            for i in members:
-                rows.obs[i] = new[rows.agent_ids[i]]

@@ -9,17 +9,29 @@ from rlconnect.connectors.agent.mean_std_filter import (
     empty_statistics,
     merge_statistics,
 )
+from rlconnect.connectors.agent.pixels import (
+    CropObservations,
+    Grayscale,
+    ScalePixels,
+    TransposeImage,
+)
+from rlconnect.connectors.agent.pixels_resize import Resize
 from rlconnect.connectors.agent.prev_actions_rewards import PrevActionsRewards
 from rlconnect.connectors.agent.state_buffer import StateBuffer
 
 __all__ = [
     "AgentLambda",
     "ClipReward",
+    "CropObservations",
     "FlattenObservations",
     "FrameStack",
+    "Grayscale",
     "MeanStdFilter",
     "PrevActionsRewards",
+    "Resize",
+    "ScalePixels",
     "StateBuffer",
+    "TransposeImage",
     "empty_statistics",
     "merge_statistics",
 ]

@@ -1,0 +1,132 @@
+"""The env side of the Atari preset: frame skip with max-pooling, no-op and FIRE resets.
+
+Where each step of the DeepMind Atari preprocessing lives in rlconnect:
+
+============================  ===========================================================
+step                          where
+============================  ===========================================================
+frame skip (4)                env side: gymnasium's ``AtariPreprocessing(frame_skip=4)``
+                              on a base env built with ``frameskip=1``
+max over the last two frames  env side: the same wrapper (removes sprite flicker)
+no-op reset (1..30 no-ops)    env side: the same wrapper (``noop_max=30``)
+FIRE reset                    env side: ``FireReset`` below (games whose action 1 is FIRE)
+grayscale (BT.601)            connector: ``Grayscale``
+resize to 84x84 (area)        connector: ``Resize(84, 84)``
+reward clipped to its sign    connector: ``ClipReward``
+stack of 4 frames             connector: ``FrameStack(num_frames=4)``
+============================  ===========================================================
+
+The env-side steps must see every emulator frame, which only the env has; the rest are
+batched over all sub-envs by the connectors (``RunnerConfig(preset="atari")``). Episodes
+are whole games: a lost life never ends an episode, so episode metrics (``episode_reward``,
+``episode_len``) count whole games across lives; ``info["lives"]`` reports the lives left.
+
+The base env keeps ALE's v5 defaults otherwise (sticky actions with probability 0.25, the
+minimal action set). ``ale-py`` ships the ROMs in its wheel: nothing is downloaded.
+
+>>> import rlconnect as rc
+>>> from rlconnect.envs.atari import make_atari_env
+>>> env = make_atari_env("ALE/Pong-v5")
+>>> env.observation_space.shape
+(210, 160, 3)
+>>> env.close()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["FireReset", "atari_env_creator", "is_atari_id", "make_atari_env"]
+
+
+def is_atari_id(env_id: str) -> bool:
+    """True for ids of ale-py's games (``"ALE/Pong-v5"``, ``"PongNoFrameskip-v4"``...)."""
+    if env_id.startswith("ALE/"):
+        return True
+    try:
+        _register_ale()
+    except ImportError:
+        return False
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        return False
+    return "ale_py" in str(spec.entry_point)
+
+
+def _register_ale() -> None:
+    try:
+        import ale_py
+    except ImportError as exc:
+        raise ImportError(
+            "Atari games need ale-py: pip install 'rlconnect[atari]' (its wheel carries the ROMs)"
+        ) from exc
+    gym.register_envs(ale_py)
+
+
+class FireReset(gym.Wrapper):
+    """After each reset, presses FIRE (action 1) so games like Breakout start at once.
+
+    Only applied by ``make_atari_env`` when the game's action 1 means ``"FIRE"``. If the
+    press ends the game (it never does in practice), the env is reset again without it.
+    """
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        obs, info = self.env.reset(**kwargs)
+        obs, _, terminated, truncated, info = self.env.step(1)
+        if terminated or truncated:
+            obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+def make_atari_env(
+    env_id: str,
+    *,
+    frame_skip: int = 4,
+    noop_max: int = 30,
+    fire_reset: bool = True,
+    **make_kwargs: Any,
+) -> gym.Env:
+    """An ale-py game with the env-side Atari preprocessing; observations stay RGB frames.
+
+    Args:
+        env_id: a gymnasium id of an ale-py game, e.g. ``"ALE/Pong-v5"``.
+        frame_skip: emulator frames per env step; the observation is the max of the last two.
+        noop_max: at reset, take 1..noop_max no-op actions (0: none).
+        fire_reset: press FIRE after reset when the game's action 1 is FIRE.
+        **make_kwargs: passed on to ``gym.make`` (e.g. ``repeat_action_probability``);
+            ``frameskip`` is always 1 there, the wrapper skips frames.
+    """
+    _register_ale()
+    if make_kwargs.pop("frameskip", 1) != 1:
+        raise ValueError(
+            f"make_atari_env({env_id!r}): pass frame_skip, not frameskip (the base env must "
+            "not skip frames itself, or they would be skipped twice)"
+        )
+    env = gym.make(env_id, frameskip=1, **make_kwargs)
+    height, width = env.observation_space.shape[:2]
+    env = gym.wrappers.AtariPreprocessing(
+        env,
+        noop_max=noop_max,
+        frame_skip=frame_skip,
+        screen_size=(width, height),  # native size: resizing is the Resize connector's job
+        terminal_on_life_loss=False,
+        grayscale_obs=False,
+        scale_obs=False,
+    )
+    meanings = env.unwrapped.get_action_meanings()
+    if fire_reset and len(meanings) > 1 and meanings[1] == "FIRE":
+        env = FireReset(env)
+    return env
+
+
+def atari_env_creator(env_id: str) -> Any:
+    """An env creator ``EnvContext -> env`` for ``env_id``; ``ctx.config`` goes to
+    ``make_atari_env`` (e.g. ``{"noop_max": 0}``)."""
+
+    def creator(ctx: Any) -> gym.Env:
+        return make_atari_env(env_id, **dict(getattr(ctx, "config", {}) or {}))
+
+    return creator

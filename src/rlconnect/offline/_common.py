@@ -1,0 +1,58 @@
+"""Names of the Parquet format that need no pyarrow: constants, file names, the error."""
+
+from __future__ import annotations
+
+import re
+
+from rlconnect.errors import CheckpointError
+
+__all__ = [
+    "AGENT_ID_COLUMN",
+    "METADATA_KEY",
+    "PARQUET_FILE_RE",
+    "PARQUET_FORMAT",
+    "PARQUET_FORMAT_VERSION",
+    "PARQUET_FORMAT_VERSIONS",
+    "POLICY_ID_COLUMN",
+    "RESERVED_COLUMNS",
+    "Malformed",
+    "OfflineDataError",
+    "parquet_file_name",
+]
+
+PARQUET_FORMAT = "rlconnect.parquet"
+"""The format name recorded in every Parquet file's metadata."""
+
+PARQUET_FORMAT_VERSION = 1
+"""The schema version the writer records."""
+
+PARQUET_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
+"""The schema versions the reader accepts."""
+
+METADATA_KEY = "rlconnect"
+POLICY_ID_COLUMN = "policy_id"
+AGENT_ID_COLUMN = "agent_id"
+RESERVED_COLUMNS = frozenset({POLICY_ID_COLUMN, AGENT_ID_COLUMN})
+PARQUET_FILE_RE = re.compile(r"^part-(\d{3,})-(\d{6,})\.parquet$")
+
+
+def parquet_file_name(worker_index: int, number: int) -> str:
+    """``part-000-000042.parquet`` for worker 0, file 42."""
+    return f"part-{int(worker_index):03d}-{int(number):06d}.parquet"
+
+
+class OfflineDataError(CheckpointError):
+    """An offline data file cannot be read; names the file, the row group and the defect.
+
+    Attributes ``path``, ``row_group`` (None when the defect is not in one row group) and
+    ``problem`` hold the parts of the message.
+    """
+
+    def __init__(self, path: str, problem: str, row_group: int | None = None) -> None:
+        self.path, self.problem, self.row_group = path, problem, row_group
+        where = "" if row_group is None else f", row group {row_group}"
+        super().__init__(f"cannot read offline data file {path!r}{where}: {problem}")
+
+
+class Malformed(Exception):
+    """What a file holds contradicts its own metadata (turned into an OfflineDataError)."""

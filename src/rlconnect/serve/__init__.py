@@ -1,0 +1,20 @@
+"""Policy serving over HTTP: external simulators drive episodes, the runner records them.
+
+- ``PolicyServer(runner_or_policy, address, port)``: an ExternalEnv fed over HTTP.
+- ``PolicyClient(url, inference_mode="remote" | "local", update_interval=10.0)``.
+- ``ServingEnv`` / ``ServingMultiAgentEnv``: the ExternalEnvs a server feeds.
+- ``rlconnect.serve.wire``: the msgpack wire format (no pickle).
+"""
+
+from rlconnect.serve.client import PolicyClient, ServerError
+from rlconnect.serve.server import PolicyServer, ServingEnv, ServingMultiAgentEnv
+from rlconnect.serve.wire import WireError
+
+__all__ = [
+    "PolicyClient",
+    "PolicyServer",
+    "ServerError",
+    "ServingEnv",
+    "ServingMultiAgentEnv",
+    "WireError",
+]

@@ -1,0 +1,98 @@
+"""The Atari preset on real ale-py games: parity with gymnasium's own preprocessing,
+whole-game episodes across lives, and the runner's output space and reward clipping."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlconnect as rc
+from rlconnect.connectors import AgentData
+from rlconnect.envs.atari import FireReset, is_atari_id, make_atari_env
+
+pytest.importorskip("ale_py")
+pytest.importorskip("cv2")  # gymnasium's AtariPreprocessing needs OpenCV
+
+STACKED = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+#: the stated tolerance against gymnasium's AtariPreprocessing + FrameStackObservation:
+#: no pixel more than 1 gray level off, and at most 0.1% of pixels off at all (ALE's own
+#: grayscale palette and OpenCV's fixed-point INTER_AREA round differently in rare cases)
+MAX_LEVELS, MAX_FRACTION_OFF = 1, 1e-3
+
+
+def _reference(game: str) -> gym.Env:
+    env = gym.make(game, frameskip=1)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False
+    )
+    return gym.wrappers.FrameStackObservation(FireReset(env), 4)
+
+
+@pytest.mark.parametrize(("game", "steps"), [("ALE/Breakout-v5", 80), ("ALE/Pong-v5", 80)])
+def test_preset_matches_gymnasium_atari_preprocessing(game: str, steps: int):
+    ours = make_atari_env(game)
+    ref = _reference(game)
+    ctx = rc.ConnectorContext(ours.observation_space, ours.action_space, {"preset": "atari"})
+    pipe = rc.default_agent_pipeline(ctx)
+    rng = np.random.default_rng(0)
+
+    def stack(obs: np.ndarray, reward: float = 0.0) -> np.ndarray:
+        data = AgentData([0], ["agent0"], {"obs": obs[None], "rewards": np.array([reward])})
+        return pipe(data)["obs"][0]
+
+    (o1, _), (o2, _) = ours.reset(seed=5), ref.reset(seed=5)
+    diffs = [np.abs(stack(o1).astype(int) - o2)]
+    for _ in range(steps):
+        a = int(rng.integers(ours.action_space.n))
+        o1, r1, t1, tr1, _ = ours.step(a)
+        o2, r2, t2, tr2, _ = ref.step(a)
+        assert (r1, t1, tr1) == (r2, t2, tr2)  # the same emulator frames
+        diffs.append(np.abs(stack(o1, r1).astype(int) - o2))
+        if t1 or tr1:
+            break
+    d = np.stack(diffs)
+    assert d.max() <= MAX_LEVELS
+    assert (d > 0).mean() <= MAX_FRACTION_OFF
+    # negative control: a bilinear resize is visibly different from gymnasium's area resize
+    ctx_bi = rc.ConnectorContext(ours.observation_space, ours.action_space)
+    bilinear = rc.AgentConnectorPipeline(
+        ctx_bi, [rc.connectors.Grayscale(ctx_bi), rc.connectors.Resize(ctx_bi, 84, 84, "bilinear")]
+    )
+    last = bilinear(AgentData([0], ["a"], {"obs": o1[None]}))["obs"][0]
+    assert np.abs(last.astype(int) - o2[-1]).max() > MAX_LEVELS
+
+
+def test_runner_preset_on_breakout_counts_whole_games():
+    policy = rc.RandomPolicy(STACKED, gym.spaces.Discrete(4))
+    config = rc.RunnerConfig(
+        preset="atari", num_envs=1, rollout_fragment_length=50, seed=1,
+        batch_mode="complete_episodes",
+    )  # fmt: skip
+    with rc.EnvRunner("ALE/Breakout-v5", policy, config=config) as runner:
+        assert runner.agent_pipeline().output_space == STACKED
+        batch = runner.sample()
+        metrics = runner.get_metrics()
+    assert batch["obs"].shape[1:] == (4, 84, 84) and batch["obs"].dtype == np.uint8
+    assert set(np.unique(batch["rewards"])) <= {-1.0, 0.0, 1.0}
+    ep = batch.split_by_episode()[0]
+    lives = np.array([info["lives"] for info in ep["infos"]])
+    # one episode spans all five lives: lives are lost inside it, the game ends at 0
+    assert lives[0] == 5 and lives[-1] == 0 and ep["terminateds"][-1]
+    assert not ep["terminateds"][:-1].any()
+    assert metrics[0]["episode_length"] == len(ep)
+    # negative control: a life-loss terminal (terminal_on_life_loss) would have ended an
+    # episode at each of these 5 drops
+    assert (np.diff(lives) < 0).sum() == 5
+
+
+def test_env_side_wrappers_and_ids():
+    env = make_atari_env("ALE/Breakout-v5", noop_max=0)
+    assert isinstance(env, FireReset)  # Breakout's action 1 is FIRE
+    assert env.observation_space.shape == (210, 160, 3)
+    assert env.unwrapped._frameskip == 1  # frames are skipped by the wrapper, max-pooled
+    env.close()
+    with pytest.raises(ValueError, match="frame_skip"):
+        make_atari_env("ALE/Pong-v5", frameskip=4)
+    assert is_atari_id("ALE/Pong-v5") and is_atari_id("PongNoFrameskip-v4")
+    assert not is_atari_id("CartPole-v1")
