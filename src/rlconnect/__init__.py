@@ -48,6 +48,7 @@ from rlconnect.connectors import (
     registered_connectors,
 )
 from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
+from rlconnect.distributed import RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import CheckpointError, EnvCheckError, EnvError, UnknownConnectorError
@@ -102,6 +103,8 @@ __all__ = [
     "Resize",
     "RewardConnector",
     "RunnerConfig",
+    "RunnerFailedError",
+    "RunnerGroup",
     "SampleBatch",
     "ScalePixels",
     "StateBuffer",

@@ -1,0 +1,378 @@
+"""RunnerGroup: one local runner plus K remote runners on Ray actors.
+
+>>> import rlconnect as rc
+>>> import gymnasium as gym
+>>> env = gym.make("CartPole-v1")
+>>> policy = rc.RandomPolicy(env.observation_space, env.action_space)
+>>> config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0)
+>>> group = rc.RunnerGroup("CartPole-v1", policy, config=config, num_runners=0)
+>>> len(group.sample())  # num_runners=0: the local runner samples; Ray is not imported
+10
+>>> group.stop()
+
+With ``num_runners=K > 0`` only the remote runners sample; the local runner holds the
+reference weights and connector statistics (what ``save_checkpoint`` writes). Ray is
+imported only then; call ``ray.init()`` (or ``ray.init(address=...)``) first, or Ray
+starts a local instance itself. See ``docs/scaling.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
+from rlconnect.distributed.faults import (
+    FaultTolerance,
+    RunnerFailedError,
+    RunnerFailure,
+)
+from rlconnect.distributed.pool import RunnerPool
+from rlconnect.distributed.sync import ConnectorDeltas, apply_deltas
+from rlconnect.distributed.worker import RunnerSpec, read_folder
+from rlconnect.policy import Policy
+from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
+
+__all__ = ["RunnerGroup"]
+
+Batch = SampleBatch | MultiAgentBatch
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(
+            "RunnerGroup(num_runners > 0) needs Ray: pip install 'rlconnect[ray]'"
+        ) from exc
+    return ray
+
+
+def _rows(batch: Batch, count_by: str) -> int:
+    if isinstance(batch, MultiAgentBatch):
+        return batch.agent_steps() if count_by == "agent_steps" else batch.env_steps()
+    return len(batch)
+
+
+def _tag(batch: Batch, **meta: Any) -> None:
+    parts = batch.policy_batches.values() if isinstance(batch, MultiAgentBatch) else [batch]
+    for b in parts:
+        b.meta.update(meta)
+
+
+class RunnerGroup:
+    """A local EnvRunner plus ``num_runners`` remote EnvRunners (Ray actors).
+
+    Args:
+        env, policies, policy_mapping_fn, config, callbacks: as for ``rc.EnvRunner``; every
+            runner gets a copy (remote runner ``k`` is seeded ``seed + k * num_envs``).
+        num_runners: remote runners K (0: sample locally; Ray is never imported).
+        runner_resources: Ray resources of each remote runner, passed to
+            ``.options()`` (default ``{"num_cpus": 1}``).
+        restart_failed_runners, max_runner_restarts, ignore_runner_failures,
+            sample_timeout_s, start_timeout_s: what to do when a remote runner fails
+            or does not start (see ``FaultTolerance``).
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        policies: Policy | Mapping[str, Policy],
+        policy_mapping_fn: Callable[..., str] | None = None,
+        config: RunnerConfig | None = None,
+        callbacks: Callbacks | None = None,
+        num_runners: int = 0,
+        runner_resources: Mapping[str, Any] | None = None,
+        *,
+        restart_failed_runners: bool = False,
+        max_runner_restarts: int = 3,
+        ignore_runner_failures: bool = False,
+        sample_timeout_s: float | None = None,
+        start_timeout_s: float | None = 180.0,
+    ) -> None:
+        local = EnvRunner(env, policies, policy_mapping_fn, config=config, callbacks=callbacks)
+        faults = FaultTolerance(
+            restart_failed_runners=restart_failed_runners,
+            max_runner_restarts=max_runner_restarts,
+            ignore_runner_failures=ignore_runner_failures,
+            sample_timeout_s=sample_timeout_s,
+            start_timeout_s=start_timeout_s,
+        )
+        self._setup(local, env, policy_mapping_fn, callbacks, num_runners, runner_resources, faults)
+
+    def _setup(
+        self,
+        local: EnvRunner,
+        env: Any,
+        policy_mapping_fn: Callable[..., str] | None,
+        callbacks: Callbacks | None,
+        num_runners: int,
+        runner_resources: Mapping[str, Any] | None,
+        faults: FaultTolerance,
+        checkpoint_files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        if isinstance(num_runners, bool) or not isinstance(num_runners, int) or num_runners < 0:
+            raise ValueError(f"num_runners={num_runners!r}: must be an integer >= 0")
+        self.local_runner = local
+        self.config = local.config
+        self.faults = faults
+        self.num_runners = num_runners
+        self._pending: dict[int, list[ConnectorDeltas]] = {k: [] for k in range(1, num_runners + 1)}
+        self.last_sample_info: dict[str, Any] = {}
+        self._stopped = False
+        self._pool: RunnerPool | None = None
+        if num_runners == 0:
+            return
+        self._ray = _import_ray()
+        spec = RunnerSpec(env, local.policies, policy_mapping_fn, local.config, callbacks)
+        resources = dict(runner_resources or {"num_cpus": 1})
+        try:
+            self._pool = RunnerPool(
+                self._ray, spec, local, num_runners, resources, faults, checkpoint_files
+            )
+        except BaseException:
+            local.stop()
+            raise
+
+    # -- actors ---------------------------------------------------------------------------
+    @property
+    def healthy_runner_indices(self) -> list[int]:
+        """Indices (1..K) of the remote runners still in use."""
+        return self._pool.indices if self._pool else []
+
+    @property
+    def _remote(self) -> RunnerPool:
+        if self._pool is None:
+            raise RuntimeError("this RunnerGroup has no remote runners (num_runners=0)")
+        return self._pool
+
+    @property
+    def _actors(self) -> dict[int, Any]:
+        return self._pool.actors if self._pool else {}
+
+    def _promised_rows(self) -> int:
+        return self.config.rollout_fragment_length * self.config.num_envs
+
+    # -- sampling -------------------------------------------------------------------------
+    def sample(self) -> Batch:
+        """One batch from every healthy runner, gathered in parallel, concatenated in
+        runner order. Its ``meta`` (of each policy batch) holds ``runner_rows``
+        (rows per runner index) and ``runner_failures`` (records of this call)."""
+        if self.num_runners == 0:
+            return self.local_runner.sample()
+        self._require_runners()
+        inflight = {self._actors[k].sample.remote(): k for k in self.healthy_runner_indices}
+        results: dict[int, Batch] = {}
+        failures: list[RunnerFailure] = []
+        while inflight:
+            k, value = self._remote.next_result(inflight, "sample", failures, resubmit=True)
+            if value is not None:
+                batch, deltas = value
+                results[k] = batch
+                self._pending[k].append(deltas)
+        if not results:
+            raise RunnerFailedError("no remote runner produced a batch in sample()")
+        order = sorted(results)
+        out: Batch = concat_samples([results[k] for k in order])  # type: ignore[misc]
+        count_by = self.config.count_steps_by.value
+        info = {
+            "runner_rows": {k: _rows(results[k], count_by) for k in order},
+            "runner_failures": [f.to_dict() for f in failures],
+            "missing_rows": self._promised_rows() * (self.num_runners - len(order)),
+        }
+        _tag(out, **info)
+        self.last_sample_info = info
+        return out
+
+    def sample_async(self, num_batches: int | None = None) -> Iterator[Batch]:
+        """Yield runners' batches as they finish (each tagged ``meta["runner_index"]``);
+        every runner samples its next batch while the caller works on this one.
+        ``num_batches=None`` runs until the iterator is closed."""
+        if self.num_runners == 0:
+            n = 0
+            while num_batches is None or n < num_batches:
+                n += 1
+                batch = self.local_runner.sample()
+                _tag(batch, runner_index=0)
+                yield batch
+            return
+        self._require_runners()
+        inflight: dict[Any, int] = {}
+        submitted = 0
+        for k in self.healthy_runner_indices:
+            if num_batches is None or submitted < num_batches:
+                inflight[self._actors[k].sample.remote()] = k
+                submitted += 1
+        try:
+            while inflight:
+                failures: list[RunnerFailure] = []
+                k, value = self._remote.next_result(
+                    inflight, "sample_async", failures, resubmit=True
+                )
+                if value is None:
+                    continue
+                batch, deltas = value
+                self._pending[k].append(deltas)
+                if k in self._actors and (num_batches is None or submitted < num_batches):
+                    inflight[self._actors[k].sample.remote()] = k
+                    submitted += 1
+                _tag(batch, runner_index=k)
+                yield batch
+        finally:
+            if inflight:  # closed early: let the runners finish, drop those batches
+                self._ray.wait(list(inflight), num_returns=len(inflight), timeout=60)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self.sample_async()
+
+    def _require_runners(self) -> None:
+        if self._stopped:
+            raise RuntimeError("this RunnerGroup was stopped")
+        if not self._actors:
+            raise RunnerFailedError(
+                f"no healthy remote runner left (all {self.num_runners} failed; see "
+                "fault_metrics())"
+            )
+
+    # -- weights and connector statistics ---------------------------------------------------
+    def get_weights(self) -> dict[str, Any]:
+        """The reference weights (the local runner's), by policy id."""
+        return self.local_runner.get_weights()
+
+    def sync_weights(self, weights: Mapping[str, Any] | None = None) -> None:
+        """Set ``weights`` (default: the local runner's) on every runner; one object-store
+        put is shared by all actors."""
+        if weights is not None:
+            self.local_runner.set_weights(weights)
+        if not self._actors:
+            return
+        self._remote.weights_ref = self._ray.put(self.local_runner.get_weights())
+        self._call_all("set_weights", self._remote.weights_ref)
+
+    def sync_connector_states(self) -> None:
+        """Merge every runner's connector deltas into the reference statistics and send the
+        result to every runner (see ``rlconnect.distributed.sync``). Deltas are merged in
+        runner order, then call order, so the result does not depend on timing."""
+        if self.num_runners == 0:
+            return
+        deltas = [d for k in sorted(self._pending) for d in self._pending[k]]
+        for k in self._pending:
+            self._pending[k] = []
+        merged = apply_deltas(self.local_runner, deltas)
+        if merged and self._actors:
+            self._call_all("set_connector_states", self._ray.put(merged))
+
+    def get_connector_states(self) -> dict[str, Any]:
+        """The reference connector statistics (the local runner's)."""
+        return self.local_runner.get_connector_states()
+
+    def _call_all(self, method: str, *args: Any) -> list[Any]:
+        return self._pool.call_all(method, *args) if self._pool else []
+
+    # -- helpers over all runners ------------------------------------------------------------
+    def foreach_runner(self, fn: Callable[[EnvRunner], Any]) -> list[Any]:
+        """``fn(runner)`` on every healthy remote runner (the local one when K=0), in runner
+        order."""
+        if self.num_runners == 0:
+            return [fn(self.local_runner)]
+        return self._call_all("apply", fn)
+
+    def get_metrics(self) -> list[dict[str, Any]]:
+        """Per-episode records of every runner since the last call, each with
+        ``runner_index`` (0: local)."""
+        if self.num_runners == 0:
+            per_runner = {0: self.local_runner.get_metrics()}
+        else:
+            per_runner = dict(zip(self.healthy_runner_indices, self._call_all("get_metrics")))
+        return [{**r, "runner_index": k} for k, recs in per_runner.items() for r in recs]
+
+    @property
+    def _pool_failures(self) -> list[RunnerFailure]:
+        return self._pool.failures if self._pool else []
+
+    def fault_metrics(self) -> dict[str, Any]:
+        """Health and failure counters of the group (see docs/scaling.md)."""
+        return {
+            "num_remote_runners": self.num_runners,
+            "num_healthy_runners": len(self._actors),
+            "num_runner_failures": len(self._pool_failures),
+            "num_runner_restarts": sum(f.action == "restarted" for f in self._pool_failures),
+            "missing_rows": sum(f.missing_rows for f in self._pool_failures),
+            "failures": [f.to_dict() for f in self._pool_failures],
+        }
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Sync connector statistics, then write the reference runner's checkpoint."""
+        self.sync_connector_states()
+        self.local_runner.save_checkpoint(path)
+
+    def restore(self, path: str | os.PathLike[str]) -> None:
+        """Load a checkpoint into every runner (remote ones get its files through the
+        object store, so ``path`` need only exist on the driver)."""
+        self.local_runner.restore(path)
+        if self.num_runners == 0:
+            return
+        self._remote.checkpoint_ref = self._ray.put(read_folder(path))
+        self._remote.weights_ref = None
+        for k in self._pending:
+            self._pending[k] = []
+        if self._actors:
+            self._call_all("restore_files", self._remote.checkpoint_ref)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        env: Any,
+        num_runners: int = 0,
+        policy_mapping_fn: Callable[..., str] | None = None,
+        callbacks: Callbacks | None = None,
+        config_overrides: Mapping[str, Any] | None = None,
+        runner_resources: Mapping[str, Any] | None = None,
+        **fault_tolerance: Any,
+    ) -> RunnerGroup:
+        """A group whose runners are rebuilt from a checkpoint (``EnvRunner.from_checkpoint``)."""
+        local = EnvRunner.from_checkpoint(
+            path,
+            env=env,
+            policy_mapping_fn=policy_mapping_fn,
+            callbacks=callbacks,
+            config_overrides=config_overrides,
+        )
+        group = cls.__new__(cls)
+        files = read_folder(path) if num_runners else None
+        group._setup(
+            local,
+            env,
+            policy_mapping_fn,
+            callbacks,
+            num_runners,
+            runner_resources,
+            FaultTolerance(**fault_tolerance),
+            checkpoint_files=files,
+        )
+        return group
+
+    # -- lifetime -------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop every runner and release the actors."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._pool is not None:
+            self._pool.kill_all(grace_s=10)
+        self.local_runner.stop()
+
+    close = stop
+
+    def __enter__(self) -> RunnerGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"RunnerGroup(num_runners={self.num_runners}, healthy={self.healthy_runner_indices})"

@@ -1,0 +1,141 @@
+"""The remote runner: an EnvRunner inside a Ray actor, and how each one is built.
+
+Nothing here imports Ray; ``group.py`` wraps :class:`RemoteRunner` with ``ray.remote``.
+Remote runner ``k`` (1..K) gets ``seed + k * num_envs`` and ``worker_index=k``, so its
+sub-env ``j`` is seeded ``seed + k * num_envs + j`` (``EnvRunner`` seeds sub-env ``i`` with
+``seed + i``) and its episode ids start at ``k << 40``. A restarted runner (incarnation
+``r > 0``) gets a fresh seed derived from ``(seed, k, r)`` so it never replays its
+predecessor's data, and episode ids from ``(k << 40) + (r << 32)`` so they stay unique.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from rlconnect.distributed.sync import ConnectorDeltas, pop_connector_deltas
+from rlconnect.runner import EnvRunner, RunnerConfig
+
+__all__ = ["RemoteRunner", "RunnerSpec", "read_folder", "runner_seed", "write_folder"]
+
+
+def runner_seed(seed: int | None, index: int, num_envs: int, incarnation: int = 0) -> int | None:
+    """Base seed of remote runner ``index`` (its sub-env ``j`` gets this + ``j``)."""
+    if seed is None:
+        return None
+    if incarnation == 0:
+        return seed + index * num_envs
+    state = np.random.SeedSequence([seed, index, incarnation]).generate_state(1)[0]
+    return int(state) % (2**31)
+
+
+@attrs.frozen
+class RunnerSpec:
+    """Everything needed to (re)build remote runner ``k`` in any process."""
+
+    env: Any
+    policies: Any
+    policy_mapping_fn: Callable[..., str] | None
+    config: RunnerConfig
+    callbacks: Any
+
+    def config_for(self, index: int, incarnation: int = 0) -> RunnerConfig:
+        seed = runner_seed(self.config.seed, index, self.config.num_envs, incarnation)
+        return attrs.evolve(self.config, seed=seed, worker_index=index)
+
+    def build(self, index: int, incarnation: int = 0) -> EnvRunner:
+        runner = EnvRunner(
+            self.env,
+            self.policies,
+            policy_mapping_fn=self.policy_mapping_fn,
+            config=self.config_for(index, incarnation),
+            callbacks=self.callbacks,
+        )
+        if incarnation:
+            # Episode ids are ``worker_index << 40`` + a counter; a restarted runner must not
+            # reuse its predecessor's ids. The stepper keeps the counter (no episode yet).
+            stepper = runner._stepper
+            stepper._next_eps = (index << 40) + (incarnation << 32)
+        return runner
+
+
+def read_folder(path: str | os.PathLike[str]) -> dict[str, bytes]:
+    """The regular files under ``path`` by '/'-separated relative path (to ship a checkpoint)."""
+    root = os.fspath(path)
+    out: dict[str, bytes] = {}
+    for base, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(base, d))]
+        for name in files:
+            full = os.path.join(base, name)
+            if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            with open(full, "rb") as f:
+                out[rel] = f.read()
+    return out
+
+
+def write_folder(files: Mapping[str, bytes], root: str) -> None:
+    """Write what ``read_folder`` returned under ``root`` (paths must stay inside it)."""
+    real_root = os.path.realpath(root)
+    for rel, data in files.items():
+        full = os.path.realpath(os.path.join(root, *rel.split("/")))
+        if os.path.commonpath([full, real_root]) != real_root:
+            raise ValueError(f"checkpoint file {rel!r} lies outside the checkpoint folder")
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(data)
+
+
+class RemoteRunner:
+    """One remote runner; every public method is a Ray actor method."""
+
+    def __init__(self, spec: RunnerSpec, index: int, incarnation: int = 0) -> None:
+        self.index = index
+        self.incarnation = incarnation
+        self.runner = spec.build(index, incarnation)
+
+    def sample(self) -> tuple[Any, ConnectorDeltas]:
+        """One batch and the connector deltas of its data (reset here, atomically)."""
+        batch = self.runner.sample()
+        return batch, pop_connector_deltas(self.runner)
+
+    def get_weights(self) -> dict[str, Any]:
+        return self.runner.get_weights()
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        self.runner.set_weights(weights)
+
+    def get_connector_states(self) -> dict[str, Any]:
+        return self.runner.get_connector_states()
+
+    def set_connector_states(self, states: Mapping[str, Any]) -> None:
+        self.runner.set_connector_states(states)
+
+    def get_metrics(self) -> list[dict[str, Any]]:
+        return self.runner.get_metrics()
+
+    def restore_files(self, files: Mapping[str, bytes]) -> None:
+        """Restore from a checkpoint shipped as bytes (the driver's path may not exist here)."""
+        tmp = tempfile.mkdtemp(prefix="rlconnect-restore-")
+        try:
+            write_folder(files, os.path.join(tmp, "ckpt"))
+            self.runner.restore(os.path.join(tmp, "ckpt"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def apply(self, fn: Callable[[EnvRunner], Any]) -> Any:
+        return fn(self.runner)
+
+    def ready(self) -> int:
+        """The actor's process id, once it is built."""
+        return os.getpid()
+
+    def stop(self) -> None:
+        self.runner.stop()

@@ -1,0 +1,97 @@
+"""Envs and helpers for the RunnerGroup tests, at module level so Ray actors can import them.
+
+``CountingEnv`` observes ``[seed, episode, t, last_action]``: every transition can be
+checked in closed form (``new_obs == [seed, episode, t + 1, action]``), and ``seed`` tells
+which sub-env of which runner produced a row. Every observation it returns is logged, so a
+test can compute by hand what one filter fed all the data would hold.
+
+Faults follow a fixed schedule from ``env_config`` (no probabilities):
+``crash_worker`` (runner index), ``crash_at`` (its sub-env 0's step count), ``crash_mode``
+("exit": the process dies, as a segfault would; "raise": step raises; "hang": step sleeps
+``hang_s``), ``marker`` (a file path: crash only while it does not exist, and create it,
+so a restarted runner runs clean).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import rlconnect as rc
+
+
+class CountingEnv(gym.Env):
+    def __init__(self, ctx: Any = None) -> None:
+        ctx = ctx or rc.EnvContext()
+        self.observation_space = gym.spaces.Box(-1e12, 1e12, (4,), np.float64)
+        self.action_space = gym.spaces.Discrete(3)
+        self.ctx = ctx
+        cfg = dict(ctx.config)
+        self.length = cfg.get("length", 6)
+        self.sleep = cfg.get("sleep", 0.0)
+        self.crash = (
+            cfg.get("crash_worker") == ctx.worker_index
+            and ctx.vector_index == 0
+            and cfg.get("crash_at") is not None
+        )
+        self.crash_at = cfg.get("crash_at")
+        self.crash_mode = cfg.get("crash_mode", "exit")
+        self.marker = cfg.get("marker")
+        self.hang_s = cfg.get("hang_s", 30.0)
+        self.tag = -1.0
+        self.episode = -1
+        self.t = 0
+        self.steps = 0
+        self.log: list[np.ndarray] = []
+
+    def _obs(self, action: int) -> np.ndarray:
+        obs = np.array([self.tag, self.episode, self.t, action], np.float64)
+        self.log.append(obs)
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.tag = float(seed)
+        self.episode += 1
+        self.t = 0
+        return self._obs(-1), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.sleep:
+            time.sleep(self.sleep)
+        if self.crash and self.steps == self.crash_at:
+            self._fault()
+        self.t += 1
+        return self._obs(int(action)), 1.0, self.t >= self.length, False, {}
+
+    def _fault(self) -> None:
+        if self.marker is not None:
+            if os.path.exists(self.marker):
+                return
+            with open(self.marker, "w") as f:
+                f.write("crashed once\n")
+        if self.crash_mode == "exit":
+            os._exit(1)
+        if self.crash_mode == "hang":
+            time.sleep(self.hang_s)
+            return
+        raise RuntimeError(f"simulated crash at step {self.steps}")
+
+
+def make_env(ctx: Any) -> CountingEnv:
+    return CountingEnv(ctx)
+
+
+def env_logs(runner: Any) -> list[np.ndarray]:
+    """Every observation the runner's sub-envs returned, one array per sub-env."""
+    return [np.array(e.log).reshape(-1, 4) for e in runner.env.envs]
+
+
+def worker_index(runner: Any) -> int:
+    return runner.config.worker_index

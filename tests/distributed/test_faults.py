@@ -1,0 +1,151 @@
+"""Remote runners that die mid-sample: restarted, skipped, or named in the error."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray
+from dist_envs import CountingEnv, env_logs, make_env
+
+import rlconnect as rc
+from rlconnect.distributed import RunnerFailedError, RunnerGroup
+from rlconnect.runner.postprocess import state_digest
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
+
+SPACE = CountingEnv()
+FILTERED = gym.spaces.Box(-10.0, 10.0, (4,), np.float32)
+SMALL = {"num_cpus": 0.25}
+FRAG, N = 5, 2
+PROMISED = 2 * FRAG * N
+
+
+def group(env_config=None, filtered=False, **kw):
+    config = rc.RunnerConfig(
+        num_envs=N,
+        rollout_fragment_length=FRAG,
+        seed=7,
+        env_config=env_config or {},
+        observation_filter="MeanStdFilter" if filtered else "NoFilter",
+    )
+    obs_space = FILTERED if filtered else SPACE.observation_space
+    policy = rc.MLPPolicy(obs_space, SPACE.action_space, hiddens=(8,))
+    return RunnerGroup(make_env, policy, config=config, num_runners=2, runner_resources=SMALL, **kw)
+
+
+def test_killed_runner_is_restarted_with_current_state(tmp_path):
+    # runner 2's process dies at its 8th step: inside the second sample() call
+    crash = {"crash_worker": 2, "crash_at": 8, "crash_mode": "exit", "marker": str(tmp_path / "m")}
+    with group(crash, filtered=True, restart_failed_runners=True) as g:
+        first = g.sample()
+        logs_before = g.foreach_runner(env_logs)
+        g.sync_connector_states()
+        weights = {k: v + 1.0 for k, v in g.get_weights()["default_policy"].items()}
+        g.sync_weights({"default_policy": weights})
+        expected_digest = state_digest(g.local_runner.agent_pipeline())
+        batch = g.sample()
+        assert len(first) == len(batch) == PROMISED  # the promised size, despite the crash
+        # both runners started this batch from the synced statistics (the restarted one too)
+        assert batch.meta["connector_state"] == expected_digest
+        metrics = g.fault_metrics()
+        assert metrics["num_runner_restarts"] == 1 and metrics["num_healthy_runners"] == 2
+        (failure,) = metrics["failures"]
+        assert failure["runner_index"] == 2 and failure["action"] == "restarted"
+        assert failure["error_type"] == "ActorDiedError" and failure["missing_rows"] == 0
+        assert "exit" in failure["cause"].lower()
+        assert batch.meta["runner_failures"] == [failure]
+        for w in g.foreach_runner(lambda r: r.get_weights()):
+            for name, value in weights.items():
+                np.testing.assert_array_equal(w["default_policy"][name], value)
+        # fresh seeds and episode ids: the restarted runner never replays old data
+        eps = np.concatenate([first["eps_id"], batch["eps_id"]])
+        assert len(set(first["eps_id"]) & set(batch["eps_id"][batch["eps_id"] >> 40 == 2])) == 0
+        assert set(batch["obs"][10:, 0]).isdisjoint(first["obs"][:, 0])
+        assert (eps >> 40).min() >= 1
+        # statistics: exactly the data of the batches the caller received
+        g.sync_connector_states()
+        logs_now = g.foreach_runner(env_logs)
+        data = np.concatenate([*logs_before[1], *logs_now[0], *logs_now[1]])
+        st = g.get_connector_states()["default_policy"]["agent"]["MeanStdFilter"]
+        assert float(st["count"]) == len(data)
+        np.testing.assert_allclose(st["mean"], data.mean(axis=0), rtol=1e-6, atol=1e-6)
+
+
+def test_failed_runner_is_restarted_within_budget_then_skipped():
+    crash = {"crash_worker": 2, "crash_at": 3, "crash_mode": "exit"}  # every incarnation
+    with group(
+        crash, restart_failed_runners=True, max_runner_restarts=1, ignore_runner_failures=True
+    ) as g:
+        batch = g.sample()
+        assert len(batch) == PROMISED // 2
+        assert set(batch["obs"][:, 0]) == {9.0, 10.0}  # runner 1 only: seeds 7 + 1 * 2 + j
+        restarted, ignored = batch.meta["runner_failures"]
+        assert restarted["action"] == "restarted" and restarted["incarnation"] == 0
+        assert ignored["action"] == "ignored" and ignored["incarnation"] == 1
+        assert {restarted["runner_index"], ignored["runner_index"]} == {2}
+        assert ignored["missing_rows"] == PROMISED // 2 == batch.meta["missing_rows"]
+        assert "exit" in ignored["cause"].lower()
+        again = g.sample()  # the dropped runner's rows stay counted as missing
+        assert len(again) == PROMISED // 2 and again.meta["missing_rows"] == PROMISED // 2
+        assert again.meta["runner_failures"] == []
+        assert g.healthy_runner_indices == [1]
+        metrics = g.fault_metrics()
+        assert metrics["num_healthy_runners"] == 1 and metrics["num_runner_restarts"] == 1
+
+
+def test_without_flags_the_error_names_runner_and_cause():
+    crash = {"crash_worker": 2, "crash_at": 4, "crash_mode": "raise"}
+    with group(crash) as g:
+        with pytest.raises(RunnerFailedError) as info:
+            g.sample()
+        msg = str(info.value)
+        assert "remote runner 2" in msg and "simulated crash at step 4" in msg
+        assert "restart_failed_runners=True" in msg
+        assert info.value.failure.runner_index == 2
+        # killed actors (no flags): the error names the runner and that its actor died
+        for actor in g._actors.values():
+            ray.kill(actor, no_restart=True)
+        with pytest.raises(RunnerFailedError, match=r"remote runner [12] failed in sample\(\)"):
+            g.sample()
+        assert g.fault_metrics()["failures"][-1]["error_type"] == "ActorDiedError"
+
+
+def test_ray_kill_mid_sample():
+    slow = {"sleep": 0.1}  # 5 steps of 2 sub-envs per runner: about 1 s per sample()
+    with group(slow, restart_failed_runners=True) as g:
+        out = []
+        thread = threading.Thread(target=lambda: out.append(g.sample()))
+        thread.start()
+        time.sleep(0.3)
+
+        ray.kill(g._actors[1], no_restart=True)
+        thread.join(timeout=60)
+        assert len(out[0]) == PROMISED
+        (failure,) = g.fault_metrics()["failures"]
+        assert failure["runner_index"] == 1 and failure["action"] == "restarted"
+
+
+def test_hanging_runner_times_out():
+    hang = {"crash_worker": 2, "crash_at": 2, "crash_mode": "hang", "hang_s": 30}
+    with group(hang, ignore_runner_failures=True, sample_timeout_s=3) as g:
+        start = time.monotonic()
+        batch = g.sample()
+        assert time.monotonic() - start < 15
+        assert len(batch) == PROMISED // 2
+        (failure,) = batch.meta["runner_failures"]
+        assert failure["runner_index"] == 2 and failure["error_type"] == "GetTimeoutError"
+
+
+def test_runner_that_cannot_be_placed_fails_at_start():
+    with pytest.raises(RunnerFailedError, match="not started within"):
+        RunnerGroup(
+            make_env,
+            rc.RandomPolicy(SPACE.observation_space, SPACE.action_space),
+            num_runners=1,
+            runner_resources={"num_cpus": 64},
+            start_timeout_s=2,
+        )

@@ -1,0 +1,227 @@
+"""RunnerGroup on a local Ray instance: parallel sampling, weights, filter sync, checkpoints."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from dist_envs import CountingEnv, env_logs, make_env, worker_index
+
+import rlconnect as rc
+from rlconnect.distributed import RunnerGroup
+from rlconnect.distributed.sync import apply_deltas, pop_connector_deltas
+from rlconnect.distributed.worker import RunnerSpec
+from rlconnect.runner.postprocess import state_digest
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_local")]
+
+SPACE = CountingEnv()
+
+
+def assert_batches_equal(a, b):
+    assert len(a) == len(b)
+    assert a == b, [k for k in a if not np.array_equal(a[k], b[k])]
+
+
+#: fractional CPUs, so that the module's groups fit on the 2-CPU instance together
+SMALL = {"num_cpus": 0.25}
+
+
+def config(**kw):
+    base = {"num_envs": 2, "rollout_fragment_length": 5, "seed": 100}
+    return rc.RunnerConfig(**{**base, **kw})
+
+
+FILTERED = gym.spaces.Box(-10.0, 10.0, (4,), np.float32)  # what MeanStdFilter outputs
+
+
+def random_policy(filtered=False):
+    obs_space = FILTERED if filtered else SPACE.observation_space
+    return rc.RandomPolicy(obs_space, SPACE.action_space)
+
+
+@pytest.fixture(scope="module")
+def filtered_group():
+    """K=2 runners with a MeanStdFilter and an MLP policy, shared by several tests."""
+    policy = rc.MLPPolicy(FILTERED, SPACE.action_space, hiddens=(8,))
+    group = RunnerGroup(
+        make_env,
+        policy,
+        config=config(observation_filter="MeanStdFilter"),
+        num_runners=2,
+        runner_resources=SMALL,
+    )
+    yield group
+    group.stop()
+
+
+def check_transitions(batch):
+    obs, new, act = batch["obs"], batch["new_obs"], batch["actions"]
+    np.testing.assert_array_equal(new[:, 0], obs[:, 0])  # same sub-env
+    np.testing.assert_array_equal(new[:, 1], obs[:, 1])  # same episode
+    np.testing.assert_array_equal(new[:, 2], obs[:, 2] + 1)  # one step later
+    np.testing.assert_array_equal(new[:, 3], act)  # the action taken
+
+
+def test_parallel_sample_is_exact_and_true_to_the_simulator():
+    with RunnerGroup(
+        make_env, random_policy(), config=config(), num_runners=2, runner_resources=SMALL
+    ) as group:
+        for _ in range(3):
+            batch = group.sample()
+            assert len(batch) == 2 * 2 * 5
+            assert batch.meta["runner_rows"] == {1: 10, 2: 10}
+            check_transitions(batch)
+            # sub-env j of runner k is seeded seed + k * num_envs + j
+            assert set(batch["obs"][:, 0]) == {102.0, 103.0, 104.0, 105.0}
+        eps = batch["eps_id"]
+        runner_of = eps >> 40
+        assert list(runner_of[:10]) == [1] * 10 and list(runner_of[10:]) == [2] * 10
+        assert group.foreach_runner(worker_index) == [1, 2]
+        metrics = group.get_metrics()
+        assert metrics and {m["runner_index"] for m in metrics} == {1, 2}
+        assert all(m["episode_length"] == 6 for m in metrics)
+
+
+def test_each_remote_runner_equals_a_local_runner_with_its_seed():
+    """Runner k's data depends on (seed, k) only: not on K, not on scheduling."""
+    cfg = config()
+    spec = RunnerSpec(make_env, random_policy(), None, cfg, None)
+    with RunnerGroup(
+        make_env, random_policy(), config=cfg, num_runners=2, runner_resources=SMALL
+    ) as group:
+        batches = [group.sample() for _ in range(2)]
+        async_batches = list(group.sample_async(num_batches=2))
+    with RunnerGroup(
+        make_env, random_policy(), config=cfg, num_runners=1, runner_resources=SMALL
+    ) as single:
+        alone = [single.sample() for _ in range(2)]
+    for k in (1, 2):
+        local = spec.build(k)
+        for i, batch in enumerate(batches):
+            expected = local.sample()
+            rows = slice((k - 1) * 10, k * 10)
+            assert_batches_equal(batch[rows], expected)
+            if k == 1:
+                assert_batches_equal(alone[i], expected)
+        third = local.sample()
+        got = [b for b in async_batches if b.meta["runner_index"] == k]
+        assert len(got) == 1
+        assert_batches_equal(got[0], third)
+
+
+def test_weights_broadcast_with_one_put(filtered_group, monkeypatch):
+    import ray
+
+    weights = filtered_group.get_weights()
+    new = {pid: {k: v + 0.5 for k, v in w.items()} for pid, w in weights.items()}
+    puts = []
+    real_put = ray.put
+    monkeypatch.setattr(ray, "put", lambda *a, **k: puts.append(1) or real_put(*a, **k))
+    filtered_group.sync_weights(new)
+    assert len(puts) == 1
+    for remote in filtered_group.foreach_runner(lambda r: r.get_weights()):
+        for name, value in new["default_policy"].items():
+            np.testing.assert_array_equal(remote["default_policy"][name], value)
+
+
+def reference_statistics(group):
+    logs = np.concatenate([x for per in group.foreach_runner(env_logs) for x in per])
+    return len(logs), logs.mean(axis=0), logs.var(axis=0) * len(logs)
+
+
+def test_filter_sync_equals_one_filter_fed_all_data(filtered_group):
+    group = filtered_group
+    group.sample()
+    group.sync_connector_states()
+    group.sample()
+    for _ in group.sample_async(num_batches=3):
+        pass
+    group.sync_connector_states()
+    n, mean, m2 = reference_statistics(group)
+    states = [
+        group.get_connector_states(),
+        *group.foreach_runner(lambda r: r.get_connector_states()),
+    ]
+    for st in states:
+        f = st["default_policy"]["agent"]["MeanStdFilter"]
+        assert float(f["count"]) == n
+        np.testing.assert_allclose(f["mean"], mean, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(f["m2"], m2, rtol=1e-6, atol=1e-6)
+    # repeated syncs without new data change nothing (no double counting)
+    before = group.get_connector_states()
+    group.sync_connector_states()
+    group.sync_connector_states()
+    after = group.foreach_runner(lambda r: r.get_connector_states())
+    for st in [group.get_connector_states(), *after]:
+        for key in ("count", "mean", "m2"):
+            np.testing.assert_array_equal(
+                st["default_policy"]["agent"]["MeanStdFilter"][key],
+                before["default_policy"]["agent"]["MeanStdFilter"][key],
+            )
+    # negative control: summing every runner's totals (instead of deltas) double counts
+    totals = [s["default_policy"]["agent"]["MeanStdFilter"]["count"] for s in after]
+    assert float(sum(totals)) != n
+
+
+def test_filtered_data_is_a_deterministic_function_of_the_seed():
+    """The group equals a serial replay of the sync protocol: timing plays no part."""
+    cfg = config(observation_filter="MeanStdFilter")
+
+    # the serial replay: one runner per index, each with its own policy (as actors have)
+    def spec():
+        return RunnerSpec(make_env, random_policy(True), None, cfg, None)
+
+    driver, runners = spec().build(0), {k: spec().build(k) for k in (1, 2)}
+    with RunnerGroup(
+        make_env, random_policy(True), config=cfg, num_runners=2, runner_resources=SMALL
+    ) as group:
+        for _ in range(3):
+            batch = group.sample()
+            group.sync_connector_states()
+            deltas = []
+            for k, r in runners.items():
+                assert_batches_equal(batch[(k - 1) * 10 : k * 10], r.sample())
+                deltas.append(pop_connector_deltas(r))
+            merged = apply_deltas(driver, deltas)
+            for r in runners.values():
+                r.set_connector_states(merged)
+            assert state_digest(driver.agent_pipeline()) == state_digest(
+                group.local_runner.agent_pipeline()
+            )
+
+
+def test_checkpoint_round_trip_of_a_group(filtered_group, tmp_path):
+    group = filtered_group
+    group.sample()
+    group.save_checkpoint(tmp_path / "ck")  # syncs first
+    saved_w, saved_s = group.get_weights(), group.get_connector_states()
+
+    def same(states_a, states_b):
+        a = states_a["default_policy"]["agent"]["MeanStdFilter"]
+        b = states_b["default_policy"]["agent"]["MeanStdFilter"]
+        return all(np.array_equal(a[key], b[key]) for key in ("count", "mean", "m2"))
+
+    with RunnerGroup.from_checkpoint(
+        tmp_path / "ck", env=make_env, num_runners=2, runner_resources=SMALL
+    ) as restored:
+        assert restored.config.seed == 100
+        for w in [restored.get_weights(), *restored.foreach_runner(lambda r: r.get_weights())]:
+            for name, value in saved_w["default_policy"].items():
+                np.testing.assert_array_equal(w["default_policy"][name], value)
+        remote_states = restored.foreach_runner(lambda r: r.get_connector_states())
+        assert all(same(s, saved_s) for s in [restored.get_connector_states(), *remote_states])
+        assert len(restored.sample()) == 20
+    # restore() into a running group: weights and statistics reach every runner
+    group.sample()
+    group.sync_connector_states()
+    group.sync_weights({"default_policy": {k: v * 0 for k, v in saved_w["default_policy"].items()}})
+    group.restore(tmp_path / "ck")
+    for s in [
+        group.get_connector_states(),
+        *group.foreach_runner(lambda r: r.get_connector_states()),
+    ]:
+        assert same(s, saved_s)
+    for w in group.foreach_runner(lambda r: r.get_weights()):
+        for name, value in saved_w["default_policy"].items():
+            np.testing.assert_array_equal(w["default_policy"][name], value)
