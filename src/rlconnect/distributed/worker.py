@@ -58,10 +58,8 @@ class RunnerSpec:
             callbacks=self.callbacks,
         )
         if incarnation:
-            # Episode ids are ``worker_index << 40`` + a counter; a restarted runner must not
-            # reuse its predecessor's ids. The stepper keeps the counter (no episode yet).
-            stepper = runner._stepper
-            stepper._next_eps = (index << 40) + (incarnation << 32)
+            # a restarted runner must not reuse its predecessor's episode ids
+            runner.start_episode_ids_at((index << 40) + (incarnation << 32))
         return runner
 
 

@@ -244,6 +244,16 @@ class EnvRunner:
             self._output.write(out, agent_ids)
         return out
 
+    def start_episode_ids_at(self, first: int) -> None:
+        """Number the episodes this runner starts from ``first`` on (before it samples).
+
+        Episode ids are ``worker_index << 40`` plus a counter by default; a runner that
+        replaces a failed one uses this so it never reuses its predecessor's ids.
+        """
+        if self._stepper.poll_index:
+            raise ValueError("start_episode_ids_at must be called before the first sample()")
+        self._stepper._next_eps = int(first)
+
     def get_metrics(self) -> list[dict[str, Any]]:
         """Per-episode records since the last call (and clear them)."""
         out, self._metrics = self._metrics, []
