@@ -52,7 +52,14 @@ from rlconnect.distributed import RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import CheckpointError, EnvCheckError, EnvError, UnknownConnectorError
-from rlconnect.offline import BatchWriter, read_batches, write_batches
+from rlconnect.offline import (
+    BadFileWarning,
+    BatchWriter,
+    OfflineDataError,
+    estimate_off_policy,
+    read_batches,
+    write_batches,
+)
 from rlconnect.policy import MLPPolicy, Policy, RandomPolicy, TorchPolicy, register_policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 
@@ -69,6 +76,7 @@ __all__ = [
     "AgentConnectorPipeline",
     "AgentData",
     "AgentLambda",
+    "BadFileWarning",
     "BaseEnv",
     "BatchWriter",
     "Callbacks",
@@ -96,6 +104,7 @@ __all__ = [
     "MultiAgentBatch",
     "MultiAgentEnv",
     "ObservationConnector",
+    "OfflineDataError",
     "PipelineCheckError",
     "Policy",
     "PrevActionsRewards",
@@ -116,6 +125,7 @@ __all__ = [
     "concat_samples",
     "default_action_pipeline",
     "default_agent_pipeline",
+    "estimate_off_policy",
     "get_connector",
     "load_pipeline",
     "read_batches",
