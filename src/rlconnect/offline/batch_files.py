@@ -73,12 +73,11 @@ So an ``infos`` row ``{"pos": np.array([1, 2]), "tag": b"x"}`` reads back as
 
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +96,7 @@ __all__ = [
     "BATCH_FORMAT_VERSIONS",
     "BatchWriter",
     "batch_file_name",
-    "list_batch_files",
     "read_batch_file",
-    "read_batches",
-    "summarize_batches",
     "to_json_value",
     "write_batches",
 ]
@@ -120,7 +116,6 @@ BATCH_FILE_PATTERN = "batch-*.rlb"
 _NAME_RE = re.compile(r"^batch-(\d{6,})\.rlb$")
 _DTYPE_RE = re.compile(r"^[<>|=][a-zA-Z]\d+(\[\w+\])?$")
 _MAX_JSON_DEPTH = 64
-_GLOB_CHARS = re.compile(r"[*?\[]")
 
 PathLike = str | os.PathLike[str]
 Batch = SampleBatch | MultiAgentBatch
@@ -306,49 +301,6 @@ def _file_index(path: PathLike) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _sort_key(path: str) -> tuple[str, float, str]:
-    index = _file_index(path)
-    return (os.path.dirname(os.path.abspath(path)), math.inf if index is None else index, path)
-
-
-def _folder_files(directory: str) -> list[str]:
-    files = glob.glob(os.path.join(glob.escape(directory), BATCH_FILE_PATTERN))
-    return sorted((p for p in files if _file_index(p) is not None), key=_sort_key)
-
-
-def list_batch_files(path: PathLike | Iterable[PathLike]) -> list[str]:
-    """The batch files ``read_batches(path)`` reads, in reading order.
-
-    A folder gives its ``batch-NNNNNN.rlb`` files by number (none is fine: an empty list); a
-    file gives itself; a glob pattern its matches (folders among them expanded), sorted by
-    folder and number. A missing path, or a pattern matching nothing, is FileNotFoundError.
-    """
-    if not isinstance(path, str | os.PathLike):
-        return [f for p in path for f in list_batch_files(p)]
-    text = os.fspath(path)
-    if os.path.isdir(text):
-        return _folder_files(text)
-    if os.path.exists(text):
-        return [text]
-    if _GLOB_CHARS.search(text):
-        matches = glob.glob(text)
-        if not matches:
-            raise FileNotFoundError(f"no batch files match {text!r}")
-        files = [p for m in matches for p in (_folder_files(m) if os.path.isdir(m) else [m])]
-        return sorted(dict.fromkeys(files), key=_sort_key)
-    raise FileNotFoundError(f"no such batch file or folder: {text!r}")
-
-
-def read_batches(path: PathLike | Iterable[PathLike]) -> Iterator[Batch]:
-    """Yield the batches stored at ``path`` in the order written (see ``list_batch_files``).
-
-    Raises ``FileNotFoundError`` at once for a missing path; ``CheckpointError`` naming the
-    file, while iterating, for a damaged one.
-    """
-    files = list_batch_files(path)
-    return (read_batch_file(f) for f in files)
-
-
 def read_batch_file(path: PathLike) -> Batch:
     """The batch stored in one file; ``CheckpointError`` naming the file if it is damaged."""
     _, obj = load_nest(path, format_name=BATCH_FORMAT, versions=BATCH_FORMAT_VERSIONS)
@@ -475,43 +427,3 @@ def _decode_column(obj: Any, where: str, depth: int) -> Any:
             out[i] = v
         return out.reshape(shape)
     raise _Malformed(f"{where}: unknown node {node[:40]!r}")
-
-
-# ------------------------------------------------------------------------------- summaries
-def _describe_column(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return f"{value.dtype}{list(value.shape[1:])}" if value.ndim > 1 else str(value.dtype)
-    if isinstance(value, dict):
-        return {k: _describe_column(v) for k, v in value.items()}
-    return [_describe_column(v) for v in value]
-
-
-def summarize_batches(path: PathLike | Iterable[PathLike]) -> dict[str, Any]:
-    """What ``read_batches(path)`` holds, as JSON values for people: files, batches,
-    rows and env steps, and per policy its rows and columns (dtype and per-row shape)."""
-    files = list_batch_files(path)
-    summary: dict[str, Any] = {
-        "format": f"{BATCH_FORMAT} v{BATCH_FORMAT_VERSION}",
-        "files": len(files),
-        "first": files[0] if files else None,
-        "last": files[-1] if files else None,
-        "kinds": {},
-        "env_steps": 0,
-        "policies": {},
-    }
-    for f in files:
-        batch = read_batch_file(f)
-        kind = type(batch).__name__
-        summary["kinds"][kind] = summary["kinds"].get(kind, 0) + 1
-        if isinstance(batch, MultiAgentBatch):
-            summary["env_steps"] += batch.env_steps()
-            per_policy = batch.policy_batches
-        else:
-            summary["env_steps"] += len(batch)
-            per_policy = {str(batch.meta.get("policy_id", "default_policy")): batch}
-        for pid, b in per_policy.items():
-            entry = summary["policies"].setdefault(pid, {"rows": 0, "columns": {}})
-            entry["rows"] += len(b)
-            for name, col in b.items():
-                entry["columns"].setdefault(name, _describe_column(col))
-    return summary
