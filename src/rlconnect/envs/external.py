@@ -385,17 +385,17 @@ class ExternalEnvAdapter(BaseEnv):
                     extra.append((lane, a, r, False, False))
             if ev.kind == "obs":
                 self._awaiting[lane] = (ev, {})
-        rows = ExternalRows(
-            np.asarray(ids, dtype=np.int64),
+        rows = ExternalRows.from_lists(
+            ids,
             tuple(agents),
             obs,
-            np.asarray(rew, dtype=np.float64),
-            np.asarray(term, dtype=bool),
-            np.asarray(trunc, dtype=bool),
+            rew,
+            term,
+            trunc,
             infos,
-            np.asarray(first, dtype=bool),
+            first,
             stacked=False,
-            stepped=np.asarray(stepped, dtype=np.int64),
+            stepped=stepped,
             done_envs=done,
             extra_rewards=extra,
         )
