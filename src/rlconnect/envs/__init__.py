@@ -10,9 +10,10 @@ from rlconnect.envs.external import (
     UnknownEpisodeError,
 )
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
-from rlconnect.envs.gym_envs import EnvContext, GymEnvs, VectorEnvAdapter
+from rlconnect.envs.gym_envs import EnvContext, GymEnvs
 from rlconnect.envs.make import make_base_env
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
+from rlconnect.envs.vector import VectorEnvAdapter
 
 __all__ = [
     "BadObservationError",

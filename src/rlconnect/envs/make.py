@@ -10,8 +10,9 @@ import gymnasium as gym
 from rlconnect.envs.atari import atari_env_creator, is_atari_id
 from rlconnect.envs.base import BaseEnv
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
-from rlconnect.envs.gym_envs import EnvContext, GymEnvs, VectorEnvAdapter, sub_env_seed
+from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
+from rlconnect.envs.vector import VectorEnvAdapter
 
 __all__ = ["make_base_env"]
 

@@ -1,0 +1,171 @@
+"""A ``gymnasium.vector.VectorEnv`` as a BaseEnv, in any of its autoreset modes."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.spaces import stack_samples, unstack_batch
+
+__all__ = ["VectorEnvAdapter"]
+
+
+class VectorEnvAdapter(BaseEnv):
+    """A ``gymnasium.vector.VectorEnv`` of any autoreset mode, never recording reset steps.
+
+    A vector step moves every sub-env at once, while the first action of a fresh episode
+    is only known one poll after its reset observation. So:
+
+    - NEXT_STEP: a finished sub-env gets a placeholder action (a fixed valid action, no
+      RNG drawn) and the step that only resets it is reported as the first row of its
+      new episode, not as an env step. Rows come exactly as from N plain envs.
+    - SAME_STEP: the final observation is taken from ``info["final_obs"]`` and the reset
+      observation that came with it is handed out at the next poll, before the vector
+      steps again (one extra round per poll with finished episodes).
+    - DISABLED: finished sub-envs are reset with a ``reset_mask`` in a round of their own.
+
+    In every mode, a sub-env whose episode the runner ends although the vector env did not
+    (``horizon``) is reset with a ``reset_mask`` in such a round of its own.
+    """
+
+    def __init__(self, venv: gym.vector.VectorEnv, *, seed: int | None = None) -> None:
+        self.venv = venv
+        self.num_envs = venv.num_envs
+        self._seed = seed
+        self._obs_space = venv.single_observation_space
+        self._act_space = venv.single_action_space
+        mode = venv.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        self._mode = gym.vector.AutoresetMode(mode)
+        self.possible_agents = (DEFAULT_AGENT_ID,)
+        self._started = False
+        self._pending_reset: set[int] = set()
+        self._stash: dict[int, tuple[Any, dict]] = {}
+        self._actions: dict[int, Any] = {}
+        self._done = np.zeros(self.num_envs, dtype=bool)  # finished at the last vector step
+        space = copy.deepcopy(self._act_space)  # the env's own space (and RNG) stays untouched
+        space.seed(0)
+        self._placeholder = space.sample()
+
+    def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        return self._obs_space
+
+    def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        return self._act_space
+
+    def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        rows = actions if isinstance(actions, np.ndarray) else unstack_batch(actions)
+        for i, a in zip(env_ids.tolist(), rows):
+            self._actions[i] = a
+
+    def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        self._pending_reset.add(env_id)
+        self._actions.pop(env_id, None)
+
+    def _rows(self, ids: list[int], obs: Any, rew, term, trunc, infos, first, stepped) -> EnvRows:
+        terminateds = np.asarray(term, dtype=bool)
+        truncateds = np.asarray(trunc, dtype=bool)
+        done_envs = {
+            i: (bool(a), bool(b)) for i, a, b in zip(ids, terminateds, truncateds) if a or b
+        }
+        return EnvRows(
+            np.asarray(ids, dtype=np.int64),
+            (DEFAULT_AGENT_ID,) * len(ids),
+            obs if not isinstance(obs, list) else stack_samples(self._obs_space, obs),
+            np.asarray(rew, dtype=np.float64),
+            terminateds,
+            truncateds,
+            infos,
+            np.asarray(first, dtype=bool),
+            stacked=True,
+            stepped=np.asarray(stepped, dtype=np.int64),
+            done_envs=done_envs,
+        )
+
+    def _first_rows(self, ids: list[int], obs: Any, infos: list[dict]) -> EnvRows:
+        k = len(ids)
+        return self._rows(ids, obs, [0.0] * k, [False] * k, [False] * k, infos, [True] * k, [])
+
+    def poll(self) -> EnvRows:
+        n = self.num_envs
+        same_step = self._mode is gym.vector.AutoresetMode.SAME_STEP
+        if not self._started:
+            self._started = True
+            obs, info = self.venv.reset(seed=self._seed)
+            self._pending_reset.clear()
+            self._done[:] = False
+            return self._first_rows(list(range(n)), obs, _split_infos(info, n))
+        pending = self._pending_reset
+        if self._mode is gym.vector.AutoresetMode.NEXT_STEP:
+            masked = sorted(i for i in pending if not self._done[i])  # the venv won't reset these
+        elif same_step:
+            masked = sorted(i for i in pending if i not in self._stash)
+        else:
+            masked = sorted(pending)
+        if masked or (same_step and self._stash):
+            firsts: dict[int, tuple[Any, dict]] = {}
+            if masked:
+                mask = np.zeros(n, dtype=bool)
+                mask[masked] = True
+                obs, info = self.venv.reset(options={"reset_mask": mask})
+                infos = _split_infos(info, n)
+                rows = unstack_batch(obs)
+                for i in masked:
+                    firsts[i] = (rows[i], infos[i])
+                    self._done[i] = False
+            if same_step:
+                firsts.update(self._stash)
+                self._stash.clear()
+            ids = sorted(firsts)
+            pending.difference_update(ids)
+            return self._first_rows(ids, [firsts[i][0] for i in ids], [firsts[i][1] for i in ids])
+        acts = []
+        for i in range(n):
+            a = self._actions.pop(i, None)
+            if a is None:
+                if i not in pending:
+                    raise RuntimeError(f"sub-env {i} of the vector env has no action to step")
+                a = self._placeholder  # NEXT_STEP: ignored, the vector env resets this one
+            acts.append(a)
+        obs, rew, term, trunc, info = self.venv.step(stack_samples(self._act_space, acts))
+        infos = _split_infos(info, n)
+        first = np.zeros(n, dtype=bool)
+        first[list(pending)] = True
+        pending.clear()
+        term = np.asarray(term, dtype=bool) & ~first
+        trunc = np.asarray(trunc, dtype=bool) & ~first
+        rew = np.where(first, 0.0, np.asarray(rew, dtype=np.float64))
+        self._done = term | trunc
+        if same_step and self._done.any():
+            rows = unstack_batch(obs)
+            finals = _split_infos(info["final_info"], n) if "final_info" in info else None
+            for i in np.flatnonzero(self._done).tolist():
+                reset_info = {
+                    k: v for k, v in infos[i].items() if k not in ("final_obs", "final_info")
+                }
+                self._stash[i] = (rows[i], reset_info)
+                rows[i] = info["final_obs"][i]
+                infos[i] = finals[i] if finals is not None else {}
+            obs = stack_samples(self._obs_space, rows)
+        stepped = np.flatnonzero(~first)
+        return self._rows(list(range(n)), obs, rew, term, trunc, infos, first, stepped)
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+def _split_infos(info: dict, n: int) -> list[dict]:
+    """Gymnasium's vector info (dict of arrays with ``_key`` masks) -> one dict per sub-env."""
+    out: list[dict] = [{} for _ in range(n)]
+    for key, value in info.items():
+        if key.startswith("_"):
+            continue
+        mask = info.get(f"_{key}")
+        for i in range(n):
+            if mask is None or mask[i]:
+                out[i][key] = value[i] if not isinstance(value, dict) else _split_infos(value, n)[i]
+    return out
