@@ -16,9 +16,9 @@ lane, so every lane is a sequence of episodes exactly like a stepped sub-env.
 This module holds the user-facing ``ExternalEnv`` and re-exports the rest:
 ``rlconnect.envs.external_hub`` (the episode state shared by both sides, and the episode
 errors) and ``rlconnect.envs.external_adapter`` (the runner side: ``ExternalEnvAdapter``,
-``ExternalRows``, ``apply_logged_actions``).
+``ExternalRows``, ``apply_logged_actions``); every name this module defined before the
+split, private ones included, is still importable from it.
 """
-
 
 from __future__ import annotations
 
@@ -30,13 +30,10 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.batches import DEFAULT_AGENT_ID
-from rlconnect.envs.external_adapter import (
-    ExternalEnvAdapter,
-    ExternalRows,
-    _logp,
-    _unstack,
-    apply_logged_actions,
-)
+from rlconnect.envs.external_adapter import ExternalEnvAdapter, apply_logged_actions
+from rlconnect.envs.external_adapter import ExternalRows as ExternalRows
+from rlconnect.envs.external_adapter import _logp as _logp
+from rlconnect.envs.external_adapter import _unstack as _unstack
 from rlconnect.envs.external_hub import (
     _NO_ACTION,
     BadObservationError,
@@ -44,12 +41,12 @@ from rlconnect.envs.external_hub import (
     EpisodeHub,
     TooManyEpisodesError,
     UnknownEpisodeError,
-    _Episode,
-    _Event,
-    _reset_inference,
-    _Reply,
-    check_obs,
 )
+from rlconnect.envs.external_hub import _Episode as _Episode
+from rlconnect.envs.external_hub import _Event as _Event
+from rlconnect.envs.external_hub import _Reply as _Reply
+from rlconnect.envs.external_hub import _reset_inference as _reset_inference
+from rlconnect.envs.external_hub import check_obs as check_obs
 
 __all__ = [
     "BadObservationError",
@@ -60,7 +57,6 @@ __all__ = [
     "UnknownEpisodeError",
     "apply_logged_actions",
 ]
-
 
 
 class ExternalEnv(threading.Thread):

@@ -22,7 +22,7 @@ file complete and no half-written file under a ``.parquet`` name (only, at worst
 ``sample()``, so everything sampled is in finished files when ``sample()`` returns.
 A ``write`` that fails (an exception, Ctrl-C) takes the folder back to the last
 ``flush()``: the open file and any file rolled since are removed, so no batch is ever
-left in pieces.
+left in pieces. (One file's encoding and writing: ``rlconnect.offline.parquet_file``.)
 
 A file is rolled (finished, and the next one started) before a row group that would take
 it past ``max_file_size`` bytes (estimated from the compression seen so far); a batch
@@ -64,7 +64,6 @@ policy hold nulls in the columns of another.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -73,21 +72,17 @@ from typing import Any
 
 import gymnasium as gym
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from rlconnect.batches import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from rlconnect.batches import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from rlconnect.offline._common import (
     AGENT_ID_COLUMN,
-    METADATA_KEY,
     PARQUET_FILE_RE,
-    PARQUET_FORMAT,
-    PARQUET_FORMAT_VERSION,
     POLICY_ID_COLUMN,
-    RESERVED_COLUMNS,
     parquet_file_name,
 )
-from rlconnect.offline.batch_files import to_json_value
-from rlconnect.offline.parquet_format import encode_column
+from rlconnect.offline.parquet_file import _fsync_dir as _fsync_dir
+from rlconnect.offline.parquet_file import _next_free as _next_free
+from rlconnect.offline.parquet_file import _OpenFile, _PolicyRows
 from rlconnect.spaces import space_to_json
 
 __all__ = ["PARQUET_FILE_RE", "ParquetBatchWriter", "parquet_file_name"]
@@ -96,108 +91,6 @@ _ROW_GROUP_BYTES = 32 * 1024 * 1024
 
 Batch = SampleBatch | MultiAgentBatch
 SpacesArg = Mapping[str, gym.Space] | Mapping[str, Mapping[str, gym.Space]] | None
-
-
-class _PolicyRows:
-    """One policy's rows of one batch, encoded: leaves, nodes, ids."""
-
-    def __init__(self, pid: str, batch: SampleBatch, agent_ids: Any) -> None:
-        self.pid, self.rows, self.meta = pid, len(batch), to_json_value(batch.meta)
-        reserved = RESERVED_COLUMNS & set(batch.keys())
-        if reserved:
-            raise ValueError(f"policy {pid!r}: columns {sorted(reserved)} are reserved")
-        self.leaves: list[tuple[str, pa.Array]] = []
-        self.columns: list[tuple[str, dict[str, Any]]] = [
-            (k, encode_column(v, k, self.leaves)) for k, v in batch.items()
-        ]
-        names = [n for n, _ in self.leaves]
-        if len(set(names)) != len(names):
-            raise ValueError(f"policy {pid!r}: flattened column names collide: {names}")
-        if agent_ids is None:
-            self.agent_ids = pa.repeat(pa.scalar(DEFAULT_AGENT_ID), self.rows)
-        else:
-            ids = [str(a) for a in agent_ids]
-            if len(ids) != self.rows:
-                raise ValueError(f"policy {pid!r}: {len(ids)} agent ids for {self.rows} rows")
-            self.agent_ids = pa.array(ids, pa.string())
-        self.nbytes = sum(a.nbytes for _, a in self.leaves) + self.agent_ids.nbytes
-
-
-class _OpenFile:
-    """A Parquet file being written under its temp name."""
-
-    def __init__(self, tmp: Path, schema: pa.Schema, options: dict[str, Any]) -> None:
-        self.tmp, self.schema = tmp, schema
-        self.sink = open(tmp, "xb")  # noqa: SIM115  (closed in finish / abort)
-        self.writer = pq.ParquetWriter(self.sink, schema, **options)
-        self.row_groups = 0
-        self.rg_rows: list[int] = []
-        self.policies: dict[str, dict[str, Any]] = {}
-        self.batches: list[dict[str, Any]] = []
-
-    def size(self) -> int:
-        return self.sink.tell()
-
-    def write(self, table: pa.Table) -> int:
-        self.writer.write_table(table, row_group_size=max(len(table), 1))
-        self.row_groups += 1
-        self.rg_rows.append(len(table))
-        return self.row_groups - 1
-
-    def entry(self, meta: Any, start_rg: int) -> dict[str, Any]:
-        """A batch's rows of one policy in this file: row groups ``start_rg`` to now."""
-        rows = sum(self.rg_rows[start_rg:])
-        return {"rows": rows, "row_groups": [start_rg, self.row_groups], "meta": meta}
-
-    def finish(self, final: Path) -> Path:
-        doc = {
-            "format": PARQUET_FORMAT,
-            "version": PARQUET_FORMAT_VERSION,
-            "policies": [[pid, p] for pid, p in self.policies.items()],
-            "batches": self.batches,
-        }
-        self.data_end = self.sink.tell()
-        text = json.dumps(doc, allow_nan=True, separators=(",", ":"))
-        self.writer.add_key_value_metadata({METADATA_KEY: text})
-        self.writer.close()
-        self.sink.flush()
-        os.fsync(self.sink.fileno())
-        self.sink.close()
-        target = final
-        while True:  # never overwrite a finished file
-            try:
-                os.link(self.tmp, target)
-                break
-            except FileExistsError:
-                target = _next_free(target)
-        os.unlink(self.tmp)
-        _fsync_dir(target.parent)
-        return target
-
-    def abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
-        with contextlib.suppress(Exception):
-            self.sink.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.tmp)
-
-
-def _next_free(path: Path) -> Path:
-    m = PARQUET_FILE_RE.match(path.name)
-    worker, number = (int(m.group(1)), int(m.group(2)) + 1) if m else (0, 0)
-    return path.with_name(parquet_file_name(worker, number))
-
-
-def _fsync_dir(directory: Path) -> None:
-    if os.name != "posix":
-        return
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class ParquetBatchWriter:

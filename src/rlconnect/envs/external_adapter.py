@@ -1,0 +1,220 @@
+"""The runner side of an ``ExternalEnv``: the BaseEnv adapter, its rows, logged actions.
+
+``ExternalEnvAdapter`` is the BaseEnv face: each running episode holds one *lane* (a
+sub-env id, ``0 .. max_concurrent - 1``); ``poll()`` hands out at most one queued event per
+lane, so every lane is a sequence of episodes exactly like a stepped sub-env. The rows it
+returns are ``ExternalRows``, carrying the actions logged with ``log_action``, which the
+runner's stepper puts in place of the policy's with ``apply_logged_actions``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import tree
+
+from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.external_hub import _NO_ACTION, EpisodeHub, _Event
+from rlconnect.errors import EnvError
+
+__all__ = ["ExternalEnvAdapter", "ExternalRows", "apply_logged_actions"]
+
+
+def _unstack(actions: Any, n: int) -> list[Any]:
+    if isinstance(actions, list):
+        return actions
+    return [tree.map_structure(lambda a, i=i: a[i], actions) for i in range(n)]
+
+
+class ExternalEnvAdapter(BaseEnv):
+    """The BaseEnv face of an ExternalEnv: one lane (sub-env id) per running episode.
+
+    Counts as one env when the runner sizes batches (``fragment_envs``); a
+    ``truncate_episodes`` batch holds ``rollout_fragment_length`` steps over all lanes.
+    """
+
+    fragment_envs = 1
+    poll_timeout_s = 1.0
+
+    def __init__(self, external: Any, *, multi_agent: bool = False) -> None:
+        self.external = external
+        self.hub: EpisodeHub = external._hub
+        self.num_envs = self.hub.max_concurrent
+        self.is_multi_agent = multi_agent
+        self.possible_agents = tuple(getattr(external, "possible_agents", ()) or ())
+        self._awaiting: dict[int, tuple[_Event, dict]] = {}
+        self._runner: Any = None
+
+    def observation_space(self, agent_id: Any) -> gym.Space:
+        return self.external.agent_observation_space(agent_id)
+
+    def action_space(self, agent_id: Any) -> gym.Space:
+        return self.external.agent_action_space(agent_id)
+
+    def attach_runner(self, runner: Any) -> None:
+        """The runner whose policies serve episodes that are not recorded."""
+        self._runner = runner
+
+    def _check_thread(self) -> None:
+        ext = self.external
+        if not ext._launched:
+            ext._launched = True
+            ext.start()
+        if ext._error is not None:
+            raise EnvError(f"the ExternalEnv thread raised {ext._error!r}") from ext._error
+        if self.hub.closed and not any(self.hub.lanes):
+            raise EnvError("the ExternalEnv was closed: no more episodes will come")
+        if not ext.is_alive() and not self.hub.episodes and not any(self.hub.lanes):
+            raise EnvError("the ExternalEnv thread's run() returned: no more episodes will come")
+
+    def poll(self) -> EnvRows:
+        self._check_thread()
+        hub = self.hub
+        deadline = time.monotonic() + self.poll_timeout_s
+        with hub.cond:
+            while True:
+                hub.expire(time.monotonic())
+                events = [lane.popleft() for lane in hub.lanes if lane]
+                tasks = list(hub.tasks)
+                hub.tasks.clear()
+                left = deadline - time.monotonic()
+                if events or tasks or left <= 0 or hub.closed or not self.external.is_alive():
+                    break
+                hub.cond.wait(min(left, 0.1))
+        for fn, reply in tasks:
+            try:
+                reply.value = fn(self._runner)
+            except Exception as exc:  # handed to the waiting simulator call
+                reply.error = exc
+            reply.event.set()
+        return self._rows(events)
+
+    def _rows(self, events: list[_Event]) -> EnvRows:
+        ids: list[int] = []
+        agents: list[Any] = []
+        obs: list[Any] = []
+        rew: list[float] = []
+        term: list[bool] = []
+        trunc: list[bool] = []
+        infos: list[dict] = []
+        first: list[bool] = []
+        stepped: list[int] = []
+        done: dict[int, tuple[bool, bool]] = {}
+        extra: list[tuple[int, Any, float, bool, bool]] = []
+        logged: dict[tuple[int, Any], Any] = {}
+        for ev in events:
+            lane = ev.ep.lane
+            flags = {"obs": (False, False), "end": (True, False), "timeout": (False, True)}[ev.kind]
+            if not ev.first:
+                stepped.append(lane)
+            if ev.kind != "obs":
+                done[lane] = flags
+            for a, o in ev.obs.items():
+                ids.append(lane)
+                agents.append(a)
+                obs.append(o)
+                rew.append(0.0 if ev.first else ev.rewards.get(a, 0.0))
+                term.append(flags[0])
+                trunc.append(flags[1])
+                info = dict(ev.infos.get(a, {}))
+                if ev.kind == "timeout":
+                    info["episode_timeout"] = True
+                infos.append(info)
+                first.append(ev.first)
+                if ev.logged is not _NO_ACTION:
+                    logged[(lane, a)] = ev.logged[a]
+            for a, r in ev.rewards.items():
+                if a not in ev.obs and not ev.first:
+                    extra.append((lane, a, r, False, False))
+            if ev.kind == "obs":
+                self._awaiting[lane] = (ev, {})
+        rows = ExternalRows.from_lists(
+            ids,
+            tuple(agents),
+            obs,
+            rew,
+            term,
+            trunc,
+            infos,
+            first,
+            stacked=False,
+            stepped=stepped,
+            done_envs=done,
+            extra_rewards=extra,
+        )
+        rows.logged_actions = logged
+        return rows
+
+    def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        for lane, agent, act in zip(env_ids.tolist(), agent_ids, _unstack(actions, len(env_ids))):
+            pending = self._awaiting.get(lane)
+            if pending is None:
+                continue
+            ev, got = pending
+            got[agent] = act
+            if len(got) == len(ev.obs):
+                del self._awaiting[lane]
+                ev.ep.touched = time.monotonic()
+                if ev.reply is not None:
+                    ev.reply.value = got
+                    ev.reply.event.set()
+
+    def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        """Nothing to do: the lane's next episode starts when its simulator says so."""
+        self._awaiting.pop(env_id, None)
+
+    def close(self) -> None:
+        self.hub.close()
+
+
+class ExternalRows(EnvRows):
+    """EnvRows plus the actions logged with ``log_action``, by ``(env_id, agent_id)``."""
+
+    __slots__ = ("logged_actions",)
+
+
+def apply_logged_actions(
+    policy: Any,
+    logged: dict[tuple[int, Any], Any],
+    env_ids: np.ndarray,
+    agent_ids: tuple,
+    actions: Any,
+    fetches: dict[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """Replace the policy's actions by logged ones; ``action_logp`` becomes their log-prob.
+
+    Rows without a logged action keep the policy's output. When the policy cannot score an
+    action (no distribution), a logged row's ``action_logp`` is NaN.
+    """
+    rows = [i for i, k in enumerate(zip(env_ids.tolist(), agent_ids)) if k in logged]
+    if not rows:
+        return actions, fetches
+    leaves = [np.array(x, copy=True) for x in tree.flatten(actions)]
+    for i in rows:
+        given = tree.flatten(logged[(int(env_ids[i]), agent_ids[i])])
+        for leaf, val in zip(leaves, given):
+            leaf[i] = np.asarray(val, dtype=leaf.dtype)
+    actions = tree.unflatten_as(actions, leaves)
+    fetches = dict(fetches)
+    if "action_logp" in fetches:
+        logp = np.array(fetches["action_logp"], copy=True)
+        logp[rows] = _logp(policy, fetches, actions, np.asarray(rows))
+        fetches["action_logp"] = logp
+    return actions, fetches
+
+
+def _logp(policy: Any, fetches: dict[str, Any], actions: Any, rows: np.ndarray) -> np.ndarray:
+    dist, inputs = getattr(policy, "dist", None), fetches.get("action_dist_inputs")
+    if dist is None or inputs is None or not isinstance(actions, np.ndarray):
+        return np.full(len(rows), np.nan, dtype=np.float32)
+    import torch
+
+    with torch.inference_mode():
+        out = dist.logp_torch(
+            torch.as_tensor(np.asarray(inputs)[rows], dtype=torch.float32),
+            torch.as_tensor(actions[rows]),
+        )
+    return out.numpy().astype(np.float32)
