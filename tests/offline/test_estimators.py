@@ -133,3 +133,36 @@ def test_callable_targets_and_errors():
 
     with pytest.raises(TypeError, match="log-probabilities"):
         target_logp(rc.RandomPolicy(OBS, ACT), logged)
+
+
+def test_the_runner_reports_estimates_as_metrics_when_reading_files(tmp_path):
+    rewards, gamma = [[1.0, 0.0]], 1.0
+    record(tmp_path, rewards, behaviour_p0=0.3, steps=6, noise=0.5)
+    target_p0 = 0.8
+    config = rc.RunnerConfig(
+        num_envs=4,
+        rollout_fragment_length=100,
+        seed=0,
+        input=str(tmp_path),
+        off_policy_estimation=("is", "wis"),
+        off_policy_gamma=gamma,
+    )
+    runner = rc.EnvRunner(lambda ctx: Chain(rewards), fixed_policy(target_p0), config=config)
+    for _ in range(3):
+        runner.sample()
+    records = runner.get_off_policy_metrics()
+    assert len(records) == 3 and runner.get_off_policy_metrics() == []
+    truth = true_value(rewards, target_p0, gamma)
+    behaviour = true_value(rewards, 0.3, gamma)
+    for name in ("is", "wis"):
+        mean = np.mean([r[name]["v_target"] for r in records])
+        assert abs(mean - truth) < 0.15
+        assert abs(mean - behaviour) > 0.3  # negative control: not the behaviour's value
+    assert {r["input"] for r in records} == {str(tmp_path)}
+
+
+def test_estimation_config_is_validated():
+    with pytest.raises(ValueError, match="needs input= files"):
+        rc.RunnerConfig(off_policy_estimation=("is",))
+    with pytest.raises(ValueError, match="unknown"):
+        rc.RunnerConfig(input="x/*.parquet", off_policy_estimation=("dr",))

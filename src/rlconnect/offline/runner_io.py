@@ -141,9 +141,31 @@ class RunnerInput:
         source = self.sources[name]
         batch = self.runner._sample_sync(live=True) if source is None else source.next()
         self.counts[name] += 1
+        if source is not None and self.runner.config.off_policy_estimation:
+            self._estimate(name, batch)
         for b in batch.policy_batches.values() if isinstance(batch, MultiAgentBatch) else [batch]:
             b.meta["input"] = name
         return batch
+
+    def _estimate(self, source: str, batch: Batch) -> None:
+        """Off-policy estimates of the current policies on the episodes of ``batch``."""
+        from rlconnect.offline.estimators import estimate_off_policy
+
+        cfg = self.runner.config
+        for pid, policy in self.runner.policies.items():
+            if isinstance(batch, MultiAgentBatch) and pid not in batch.policy_batches:
+                continue
+            try:
+                result = estimate_off_policy(
+                    [batch],
+                    policy,
+                    estimators=cfg.off_policy_estimation,
+                    gamma=cfg.off_policy_gamma,
+                    policy_id=pid,
+                )
+            except KeyError as exc:  # e.g. the data has no action_logp
+                raise ValueError(f"off-policy estimation on {source!r}: {exc}") from None
+            self.runner._off_policy_metrics.append({"policy_id": pid, "input": source, **result})
 
 
 class _OfflineSource:

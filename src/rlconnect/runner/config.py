@@ -114,6 +114,19 @@ def _input_spec(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     )
 
 
+def _estimators(inst: Any, attribute: attrs.Attribute, value: tuple) -> None:
+    unknown = [v for v in value if v not in ("is", "wis")]
+    if unknown:
+        raise ValueError(
+            f"RunnerConfig.off_policy_estimation={value!r}: unknown {unknown}; allowed 'is', 'wis'"
+        )
+
+
+def _unit_interval(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be a number in [0, 1]")
+
+
 def _wrap(kind: type[enum.Enum], name: str) -> Callable[[Any], Any]:
     conv = _enum(kind)
 
@@ -200,6 +213,13 @@ class RunnerConfig:
     postprocess_inputs: bool = attrs.field(default=False, validator=_bool)
     #: pass observations read from files through the agent connectors
     input_connectors: bool = attrs.field(default=False, validator=_bool)
+    #: off-policy estimators ("is", "wis") run on batches read from files, for the current
+    #: policies; results come from ``runner.get_off_policy_metrics()``
+    off_policy_estimation: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, validator=_estimators
+    )
+    #: discount of the off-policy estimates
+    off_policy_gamma: float = attrs.field(default=1.0, validator=_unit_interval)
     # -- images (issue: pixels) -----------------------------------------------------------
     #: store image columns compressed in batches, decompressed on access
     compress_observations: bool = attrs.field(default=False, validator=_bool)
@@ -210,6 +230,11 @@ class RunnerConfig:
             raise ValueError(f"RunnerConfig.worker_index={value!r}: must be an integer >= 0")
 
     def __attrs_post_init__(self) -> None:
+        if self.off_policy_estimation and self.input == "sampler":
+            raise ValueError(
+                "RunnerConfig.off_policy_estimation needs input= files to estimate on "
+                "(a path, a glob, or a dict of sources)"
+            )
         if self.remote_envs and self.restart_failed_sub_environments:
             raise ValueError(
                 "RunnerConfig.remote_envs=True cannot be combined with "

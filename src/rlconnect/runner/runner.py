@@ -117,6 +117,7 @@ class EnvRunner:
         self._stepper = Stepper(self)
         self._async: _AsyncSampler | None = None
         self._closed = False
+        self._off_policy_metrics: list[dict[str, Any]] = []
         self._output: Any = None  # offline I/O (rlconnect.offline.runner_io)
         self._input: Any = None
         if cfg.output is not None or cfg.input != "sampler":
@@ -253,6 +254,13 @@ class EnvRunner:
         if self._stepper.poll_index:
             raise ValueError("start_episode_ids_at must be called before the first sample()")
         self._stepper._next_eps = int(first)
+
+    def get_off_policy_metrics(self) -> list[dict[str, Any]]:
+        """Off-policy estimates since the last call (and clear them): one record per policy
+        and batch read from files, ``{"policy_id", "input", "is": {...}, "wis": {...}}``
+        (see ``RunnerConfig.off_policy_estimation``)."""
+        out, self._off_policy_metrics = self._off_policy_metrics, []
+        return out
 
     def get_metrics(self) -> list[dict[str, Any]]:
         """Per-episode records since the last call (and clear them)."""
