@@ -354,3 +354,15 @@ def test_bad_env_in_a_subprocess_has_no_traceback():
     )
     assert res.returncode == 2
     assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_inspect_shows_a_parquet_file(tmp_path, capsys):
+    env = gym.make("CartPole-v1")
+    config = rc.RunnerConfig(rollout_fragment_length=20, seed=0, output=str(tmp_path / "pq"))
+    rc.EnvRunner(
+        "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=config
+    ).sample()
+    (parquet,) = (tmp_path / "pq").glob("*.parquet")
+    assert main(["inspect", str(parquet)]) == 0
+    out = capsys.readouterr().out
+    assert "rlconnect.parquet" in out and "env_steps: 20" in out

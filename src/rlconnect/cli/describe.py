@@ -189,6 +189,10 @@ def describe_path(path: str) -> dict[str, Any]:
     if p.is_file():
         if p.name == "manifest.json":
             return {"checkpoint": _describe_checkpoint(p.parent)}
+        from rlconnect.offline.reader import is_parquet
+
+        if is_parquet(path):
+            return {"batches": summarize_batches(path)}
         return _describe_file(path)
     out: dict[str, Any] = {}
     if (p / "run.json").is_file():
