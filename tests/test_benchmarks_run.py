@@ -1,4 +1,7 @@
-"""The benchmark scripts run to completion (no timing assertions: machines are noisy)."""
+"""Every benchmark script runs to completion in its quick mode and prints its table.
+
+No timing assertions: machines are noisy; the scripts print ratios for people to read.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +13,33 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: script -> (timeout in seconds, words its output must contain)
+BENCHMARKS = {
+    "bench_connectors.py": (
+        120,
+        ("µs/call", "µs/row", "1024 one-row calls / one 1024-row call", " 64 ", " 1024 "),
+    ),
+    "bench_sampling.py": (300, ("hand-torch", "runner-torch", "runner-mlp", "targets")),
+    "bench_offline.py": (300, ("write rows/s", "read MB/s", "disk MB", "cartpole", "atari")),
+    "bench_pixels.py": (
+        240,
+        ("rlconnect preset", "gymnasium loop", "compress_observations=True", "per 1M transitions"),
+    ),
+    "bench_serving.py": (240, ("remote", "local", "p50", "p99")),
+}
+
 
 @pytest.mark.slow
-def test_bench_connectors_quick_prints_the_table():
+@pytest.mark.parametrize("script", sorted(BENCHMARKS))
+def test_benchmark_quick_mode_prints_its_table(script: str) -> None:
+    timeout, words = BENCHMARKS[script]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_connectors.py"), "--quick"],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    out = proc.stdout
-    assert "µs/call" in out
-    assert "µs/row" in out
-    assert "1024 one-row calls / one 1024-row call" in out
-    for rows in ("1", "64", "1024"):
-        assert f" {rows} " in out
+    for word in words:
+        assert word in proc.stdout, f"{script} printed no {word!r}"
