@@ -95,3 +95,62 @@ def env_logs(runner: Any) -> list[np.ndarray]:
 
 def worker_index(runner: Any) -> int:
     return runner.config.worker_index
+
+
+class TwoAgentEnv(rc.MultiAgentEnv):
+    """Agents ``a`` and ``b`` both act every step; each observes
+    ``[agent, seed, episode, t, own last action]``, so every transition can be checked."""
+
+    possible_agents = ["a", "b"]
+
+    def __init__(self, ctx: Any = None) -> None:
+        box = gym.spaces.Box(-1e12, 1e12, (5,), np.float64)
+        self.observation_spaces = dict.fromkeys(self.possible_agents, box)
+        self.action_spaces = dict.fromkeys(self.possible_agents, gym.spaces.Discrete(3))
+        self.length = dict((ctx or rc.EnvContext()).config).get("length", 4)
+        self.tag, self.episode, self.t = -1.0, -1, 0
+
+    def _obs(self, actions: dict) -> dict:
+        return {
+            a: np.array([i, self.tag, self.episode, self.t, actions.get(a, -1)], np.float64)
+            for i, a in enumerate(self.possible_agents)
+        }
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self.tag = float(seed)
+        self.episode += 1
+        self.t = 0
+        return self._obs({}), {}
+
+    def step(self, actions: dict):
+        self.t += 1
+        done = self.t >= self.length
+        rewards = dict.fromkeys(actions, 1.0)
+        return self._obs(actions), rewards, {"__all__": done}, {"__all__": False}, {}
+
+
+def make_two_agent_env(ctx: Any) -> TwoAgentEnv:
+    return TwoAgentEnv(ctx)
+
+
+def map_agent(agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
+    """Agent ``a`` -> policy ``pa``, ``b`` -> ``pb``."""
+    return f"p{agent_id}"
+
+
+class ConstantAction(rc.ColumnActionConnector):
+    """Replaces every action by 2 (so the env's logged action shows the pipeline ran)."""
+
+    def transform(self, value: Any) -> Any:
+        return np.full_like(np.asarray(value), 2)
+
+
+def half_reward_pipeline(ctx: Any) -> Any:
+    """Agent pipeline ``ctx -> pipeline``: rewards clipped to 0.5."""
+    return rc.AgentConnectorPipeline(ctx, [rc.ClipReward(ctx, limit=0.5)])
+
+
+def constant_action_pipeline(ctx: Any) -> Any:
+    """Action pipeline ``ctx -> pipeline``: the env always gets action 2."""
+    return rc.ActionConnectorPipeline(ctx, [ConstantAction(ctx)])

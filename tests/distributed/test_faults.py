@@ -149,3 +149,54 @@ def test_runner_that_cannot_be_placed_fails_at_start():
             runner_resources={"num_cpus": 64},
             start_timeout_s=2,
         )
+
+
+def check_transitions(batch):
+    obs, new = batch["obs"], batch["new_obs"]
+    np.testing.assert_array_equal(new[:, :2], obs[:, :2])  # same sub-env, same episode
+    np.testing.assert_array_equal(new[:, 2], obs[:, 2] + 1)
+    np.testing.assert_array_equal(new[:, 3], batch["actions"])
+
+
+def test_sample_async_skips_a_killed_runner():
+    crash = {"crash_worker": 2, "crash_at": 3, "crash_mode": "exit"}  # dies in its 1st batch
+    with group(crash, ignore_runner_failures=True) as g:
+        batches = list(g.sample_async(num_batches=4))
+        assert len(batches) == 4  # the healthy runner makes up the count
+        assert all(len(b) == PROMISED // 2 for b in batches)
+        assert {b.meta["runner_index"] for b in batches} == {1}
+        for b in batches:
+            check_transitions(b)
+            assert set(b["obs"][:, 0]) == {9.0, 10.0}  # runner 1's sub-envs only
+        (failure,) = [f for b in batches for f in b.meta["runner_failures"]]
+        assert failure["runner_index"] == 2 and failure["action"] == "ignored"
+        assert failure["call"] == "sample_async" and failure["error_type"] == "ActorDiedError"
+        assert failure["missing_rows"] == PROMISED // 2
+        assert g.fault_metrics()["failures"] == [failure]
+        # iterating the group keeps going on the healthy runner
+        it = iter(g)
+        more = [next(it) for _ in range(3)]
+        it.close()
+        assert [b.meta["runner_index"] for b in more] == [1, 1, 1]
+        assert all(b.meta["runner_failures"] == [] for b in more)
+        assert g.healthy_runner_indices == [1]
+
+
+def test_sample_async_restarts_a_killed_runner(tmp_path):
+    crash = {"crash_worker": 2, "crash_at": 3, "crash_mode": "exit", "marker": str(tmp_path / "m")}
+    crash["sleep"] = 0.005  # runner 1 keeps yielding while runner 2 restarts
+    with group(crash, restart_failed_runners=True) as g:
+        batches = []
+        for b in g:  # until the restarted runner has delivered twice (bounded)
+            batches.append(b)
+            if sum(x.meta["runner_index"] == 2 for x in batches) == 2 or len(batches) > 500:
+                break
+        assert sum(b.meta["runner_index"] == 2 for b in batches) == 2
+        assert all(len(b) == PROMISED // 2 for b in batches)  # full-size batches
+        for b in batches:
+            check_transitions(b)
+        (failure,) = [f for b in batches for f in b.meta["runner_failures"]]
+        assert failure["runner_index"] == 2 and failure["action"] == "restarted"
+        assert failure["missing_rows"] == 0
+        metrics = g.fault_metrics()
+        assert metrics["num_runner_restarts"] == 1 and metrics["num_healthy_runners"] == 2

@@ -5,7 +5,17 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from dist_envs import CountingEnv, env_logs, make_env, worker_index
+from dist_envs import (
+    CountingEnv,
+    TwoAgentEnv,
+    constant_action_pipeline,
+    env_logs,
+    half_reward_pipeline,
+    make_env,
+    make_two_agent_env,
+    map_agent,
+    worker_index,
+)
 
 import rlconnect as rc
 from rlconnect.distributed import RunnerGroup
@@ -225,3 +235,64 @@ def test_checkpoint_round_trip_of_a_group(filtered_group, tmp_path):
     for w in group.foreach_runner(lambda r: r.get_weights()):
         for name, value in saved_w["default_policy"].items():
             np.testing.assert_array_equal(w["default_policy"][name], value)
+
+
+def test_multi_agent_group_sample():
+    env = TwoAgentEnv()
+    space, actions = env.observation_spaces["a"], env.action_spaces["a"]
+    policies = {pid: rc.RandomPolicy(space, actions) for pid in ("pa", "pb")}
+    cfg = config(batch_mode="truncate_episodes")
+    with RunnerGroup(
+        make_two_agent_env, policies, map_agent, config=cfg, num_runners=2, runner_resources=SMALL
+    ) as group:
+        for _ in range(2):
+            batch = group.sample()
+            assert isinstance(batch, rc.MultiAgentBatch)
+            assert batch.env_steps() == cfg.rollout_fragment_length * cfg.num_envs * 2
+            assert group.last_sample_info["runner_rows"] == {1: 10, 2: 10}
+            assert set(batch.policy_batches) == {"pa", "pb"}
+            for agent, pid in enumerate(("pa", "pb")):
+                pb = batch.policy_batches[pid]
+                assert len(pb) == 20  # both agents act every env step
+                obs, new = pb["obs"], pb["new_obs"]
+                assert set(obs[:, 0]) == {agent}  # the mapping sent each agent to its policy
+                # sub-env j of runner k is seeded seed + k * num_envs + j
+                assert set(obs[:, 1]) == {102.0, 103.0, 104.0, 105.0}
+                np.testing.assert_array_equal(new[:, :3], obs[:, :3])
+                np.testing.assert_array_equal(new[:, 3], obs[:, 3] + 1)
+                np.testing.assert_array_equal(new[:, 4], pb["actions"])
+                # within each agent trajectory, new_obs[t] == obs[t + 1]
+                keys = set(zip(pb["eps_id"].tolist(), pb["agent_index"].tolist()))
+                chained = 0
+                for eps, idx in keys:
+                    rows = np.flatnonzero((pb["eps_id"] == eps) & (pb["agent_index"] == idx))
+                    rows = rows[np.argsort(pb["t"][rows], kind="stable")]
+                    np.testing.assert_array_equal(np.diff(pb["t"][rows]), 1)
+                    np.testing.assert_array_equal(new[rows[:-1]], obs[rows[1:]])
+                    chained += len(rows) - 1
+                assert chained > 0
+
+
+def test_pipelines_reach_every_runner(tmp_path):
+    crash = {"crash_worker": 2, "crash_at": 3, "crash_mode": "exit", "marker": str(tmp_path / "m")}
+    with RunnerGroup(
+        make_env,
+        random_policy(),
+        config=config(env_config=crash),
+        num_runners=2,
+        runner_resources=SMALL,
+        agent_pipelines={"default_policy": half_reward_pipeline},
+        action_pipelines={"default_policy": constant_action_pipeline},
+        restart_failed_runners=True,  # a restarted runner gets them too
+    ) as group:
+        for _ in range(2):
+            batch = group.sample()
+            assert len(batch) == 20
+            np.testing.assert_array_equal(batch["new_obs"][:, 3], 2)  # the env got action 2
+            np.testing.assert_array_equal(batch["rewards"], 0.5)  # 1.0 clipped
+        assert group.fault_metrics()["num_runner_restarts"] == 1
+
+        def members(runner):
+            return [type(c).__name__ for c in runner.agent_pipeline()]
+
+        assert [members(group.local_runner), *group.foreach_runner(members)] == [["ClipReward"]] * 3

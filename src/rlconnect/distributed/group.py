@@ -70,6 +70,9 @@ class RunnerGroup:
         num_runners: remote runners K (0: sample locally; Ray is never imported).
         runner_resources: Ray resources of each remote runner, passed to
             ``.options()`` (default ``{"num_cpus": 1}``).
+        agent_pipelines, action_pipelines: as for ``rc.EnvRunner`` (by policy id), passed
+            to every runner, local and remote. Give callables ``ctx -> pipeline`` defined
+            at module level (they must pickle), so each runner builds its own pipelines.
         restart_failed_runners, max_runner_restarts, ignore_runner_failures,
             sample_timeout_s, start_timeout_s: what to do when a remote runner fails
             or does not start (see ``FaultTolerance``).
@@ -85,13 +88,23 @@ class RunnerGroup:
         num_runners: int = 0,
         runner_resources: Mapping[str, Any] | None = None,
         *,
+        agent_pipelines: Mapping[str, Any] | None = None,
+        action_pipelines: Mapping[str, Any] | None = None,
         restart_failed_runners: bool = False,
         max_runner_restarts: int = 3,
         ignore_runner_failures: bool = False,
         sample_timeout_s: float | None = None,
         start_timeout_s: float | None = 180.0,
     ) -> None:
-        local = EnvRunner(env, policies, policy_mapping_fn, config=config, callbacks=callbacks)
+        local = EnvRunner(
+            env,
+            policies,
+            policy_mapping_fn,
+            config=config,
+            callbacks=callbacks,
+            agent_pipelines=agent_pipelines,
+            action_pipelines=action_pipelines,
+        )
         faults = FaultTolerance(
             restart_failed_runners=restart_failed_runners,
             max_runner_restarts=max_runner_restarts,
@@ -99,7 +112,16 @@ class RunnerGroup:
             sample_timeout_s=sample_timeout_s,
             start_timeout_s=start_timeout_s,
         )
-        self._setup(local, env, policy_mapping_fn, callbacks, num_runners, runner_resources, faults)
+        self._setup(
+            local,
+            env,
+            policy_mapping_fn,
+            callbacks,
+            num_runners,
+            runner_resources,
+            faults,
+            pipelines=(agent_pipelines, action_pipelines),
+        )
 
     def _setup(
         self,
@@ -111,6 +133,7 @@ class RunnerGroup:
         runner_resources: Mapping[str, Any] | None,
         faults: FaultTolerance,
         checkpoint_files: Mapping[str, bytes] | None = None,
+        pipelines: tuple[Any, Any] = (None, None),
     ) -> None:
         if isinstance(num_runners, bool) or not isinstance(num_runners, int) or num_runners < 0:
             raise ValueError(f"num_runners={num_runners!r}: must be an integer >= 0")
@@ -125,7 +148,9 @@ class RunnerGroup:
         if num_runners == 0:
             return
         self._ray = _import_ray()
-        spec = RunnerSpec(env, local.policies, policy_mapping_fn, local.config, callbacks)
+        spec = RunnerSpec(
+            env, local.policies, policy_mapping_fn, local.config, callbacks, *pipelines
+        )
         resources = dict(runner_resources or {"num_cpus": 1})
         try:
             self._pool = RunnerPool(
@@ -188,7 +213,13 @@ class RunnerGroup:
     def sample_async(self, num_batches: int | None = None) -> Iterator[Batch]:
         """Yield runners' batches as they finish (each tagged ``meta["runner_index"]``);
         every runner samples its next batch while the caller works on this one.
-        ``num_batches=None`` runs until the iterator is closed."""
+        ``num_batches=None`` runs until the iterator is closed.
+
+        A failed runner is handled as in ``sample()``: restarted (its request is sent
+        again, so every batch keeps the promised size) or skipped (the healthy runners
+        make up the count). The next batch yielded carries the failure records in
+        ``meta["runner_failures"]`` (an empty list when there were none); all of them are
+        in ``fault_metrics()``."""
         if self.num_runners == 0:
             n = 0
             while num_batches is None or n < num_batches:
@@ -200,25 +231,37 @@ class RunnerGroup:
         self._require_runners()
         inflight: dict[Any, int] = {}
         submitted = 0
-        for k in self.healthy_runner_indices:
-            if num_batches is None or submitted < num_batches:
-                inflight[self._actors[k].sample.remote()] = k
-                submitted += 1
+
+        def submit_idle() -> None:
+            nonlocal submitted
+            busy = set(inflight.values())
+            for k in self.healthy_runner_indices:
+                if k not in busy and (num_batches is None or submitted < num_batches):
+                    inflight[self._actors[k].sample.remote()] = k
+                    submitted += 1
+
+        submit_idle()
+        failures: list[RunnerFailure] = []
         try:
             while inflight:
-                failures: list[RunnerFailure] = []
                 k, value = self._remote.next_result(
                     inflight, "sample_async", failures, resubmit=True
                 )
                 if value is None:
+                    if k not in self._actors:  # skipped: a healthy runner takes its turn
+                        submitted -= 1
+                        submit_idle()
                     continue
                 batch, deltas = value
                 self._pending[k].append(deltas)
                 if k in self._actors and (num_batches is None or submitted < num_batches):
                     inflight[self._actors[k].sample.remote()] = k
                     submitted += 1
-                _tag(batch, runner_index=k)
+                _tag(batch, runner_index=k, runner_failures=[f.to_dict() for f in failures])
+                failures = []
                 yield batch
+            if num_batches is None or submitted < num_batches:
+                self._require_runners()  # every runner was skipped: say so
         finally:
             if inflight:  # closed early: let the runners finish, drop those batches
                 self._ray.wait(list(inflight), num_returns=len(inflight), timeout=60)

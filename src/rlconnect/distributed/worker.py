@@ -44,6 +44,10 @@ class RunnerSpec:
     policy_mapping_fn: Callable[..., str] | None
     config: RunnerConfig
     callbacks: Any
+    #: ``EnvRunner``'s ``agent_pipelines`` / ``action_pipelines`` (by policy id): callables
+    #: ``ctx -> pipeline`` that pickle, so every runner builds its own pipelines
+    agent_pipelines: Any = None
+    action_pipelines: Any = None
 
     def config_for(self, index: int, incarnation: int = 0) -> RunnerConfig:
         seed = runner_seed(self.config.seed, index, self.config.num_envs, incarnation)
@@ -56,6 +60,8 @@ class RunnerSpec:
             policy_mapping_fn=self.policy_mapping_fn,
             config=self.config_for(index, incarnation),
             callbacks=self.callbacks,
+            agent_pipelines=self.agent_pipelines,
+            action_pipelines=self.action_pipelines,
         )
         if incarnation:
             # a restarted runner must not reuse its predecessor's episode ids
