@@ -12,11 +12,10 @@ completed). Batch boundaries are decided on events, then applied to every policy
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 
-from rlconnect.batches import SampleBatch, concat_samples
+from rlconnect.batches import SampleBatch
 from rlconnect.collectors.policy_collector import PolicyCollector
 from rlconnect.collectors.store import ColumnStore
 
@@ -141,15 +140,6 @@ class PolicyCollectorGroup:
             self._finished &= set(ev.column("eps").tolist()) if ev.size else set()
         return batches, env_steps
 
-    @staticmethod
-    def concat(batches: list[SampleBatch]) -> SampleBatch:
-        """Concatenate per-trajectory batches (after postprocessing)."""
-        return concat_samples(batches)
-
     def nbytes(self) -> int:
         """Bytes held by all row stores."""
         return sum(c.store.nbytes() for c in self.collectors.values())
-
-    def describe(self) -> dict[str, Any]:
-        """Sizes, for debugging."""
-        return {pid: len(c) for pid, c in self.collectors.items()} | {"env_steps": self.env_steps()}

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tree
 
-__all__ = ["ColumnStore"]
+__all__ = ["ColumnStore", "take_rows"]
 
 
 _MISSING = object()
@@ -64,7 +64,8 @@ def _concat(parts: list[Any]) -> Any:
     return tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
 
 
-def _index(col: Any, rows: Any) -> Any:
+def take_rows(col: Any, rows: Any) -> Any:
+    """Rows ``rows`` of a column that is an array or a nest of arrays."""
     if _is_leaf(col):
         return col[rows]
     return tree.map_structure(lambda c: c[rows], col)
@@ -172,7 +173,7 @@ class ColumnStore:
 
     def take(self, name: str, rows: np.ndarray) -> Any:
         """A copy of column ``name`` at ``rows``."""
-        return _index(self.column(name), rows)
+        return take_rows(self.column(name), rows)
 
     def update_last(self, columns: dict[str, Any]) -> None:
         """Set several columns for all rows of the last chunk."""

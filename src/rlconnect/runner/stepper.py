@@ -10,11 +10,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tree
 
 from rlconnect.batches import DEFAULT_AGENT_ID, SampleBatch
 from rlconnect.collectors import AgentCollector
 from rlconnect.collectors.policy_collector import EMPTY_INFO
+from rlconnect.collectors.store import take_rows
 from rlconnect.connectors import ActionData, AgentData
 from rlconnect.envs.base import EnvRows
 from rlconnect.envs.checks import check_rows
@@ -30,12 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["Stepper"]
 
 CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones after a restart)
-
-
-def _take(batch: Any, idx: np.ndarray) -> Any:
-    if isinstance(batch, np.ndarray):
-        return batch[idx]
-    return tree.map_structure(lambda a: a[idx], batch)
 
 
 class Stepper(MultiAgentSteps):
@@ -267,7 +261,7 @@ class Stepper(MultiAgentSteps):
             rows.agent_ids if idx is None else tuple(rows.agent_ids[i] for i in idx.tolist())
         )
         if rows.stacked:
-            obs = rows.obs if idx is None else _take(rows.obs, idx)
+            obs = rows.obs if idx is None else take_rows(rows.obs, idx)
         else:
             obs = stack_samples(
                 pipe.input_space,
@@ -316,7 +310,7 @@ class Stepper(MultiAgentSteps):
             where, act_env, act_agents = None, env_ids, agent_ids
         else:
             ai = np.flatnonzero(act)
-            inputs = {k: _take(v, ai) for k, v in data.columns.items() if k != "infos"}
+            inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
             where, act_env = act, env_ids[ai]
             act_agents = tuple(agent_ids[i] for i in ai.tolist())
         actions, state_outs, fetches = policy.compute_actions(inputs, explore=cfg.explore)
