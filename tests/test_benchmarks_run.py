@@ -26,6 +26,7 @@ BENCHMARKS = {
         ("rlconnect preset", "gymnasium loop", "compress_observations=True", "per 1M transitions"),
     ),
     "bench_serving.py": (240, ("remote", "local", "p50", "p99")),
+    "soak.py": (240, ("steps/s", "RSS MB", "growth", "requests/s", "timed out", "answering True")),
 }
 
 

@@ -120,7 +120,8 @@ class ExternalEnv(threading.Thread):
 
     @property
     def timed_out_episodes(self) -> list[Any]:
-        """Ids of episodes closed because they had no call for ``episode_timeout_s``."""
+        """Ids of episodes closed because they had no call for ``episode_timeout_s`` (the
+        latest 100 000)."""
         with self._hub.cond:
             return list(self._hub.timed_out)
 

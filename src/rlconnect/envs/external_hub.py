@@ -9,6 +9,7 @@ here so both sides can raise them; their public home is ``rlconnect.envs.externa
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import threading
 import time
@@ -61,6 +62,7 @@ class BadObservationError(EpisodeError):
 
 
 _NO_ACTION = object()
+_MAX_IDS = 100_000  # ids of finished (and of timed-out) episodes remembered, oldest dropped
 
 
 def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
@@ -149,7 +151,7 @@ class EpisodeHub:
         ]
         self.lane_owner: list[Any] = [None] * max_concurrent
         self.tasks: collections.deque[tuple[Callable[[Any], Any], _Reply]] = collections.deque()
-        self.timed_out: list[Any] = []
+        self.timed_out: collections.deque[Any] = collections.deque(maxlen=_MAX_IDS)
         self.closed = False
         self._untrained = itertools.count()
 
@@ -229,7 +231,7 @@ class EpisodeHub:
     def _finish(self, ep: _Episode) -> None:
         self.episodes.pop(ep.eid, None)
         self.finished[ep.eid] = None
-        while len(self.finished) > 100_000:
+        while len(self.finished) > _MAX_IDS:
             self.finished.popitem(last=False)
         if ep.lane >= 0:
             self.lane_owner[ep.lane] = None
@@ -252,7 +254,10 @@ class EpisodeHub:
                 continue
             self._finish(ep)
             self.timed_out.append(ep.eid)
-            if ep.training and ep.seen:
+            if not ep.training:  # drop its inference state, as end_episode does
+                reset = functools.partial(_reset_inference, env_id=ep.lane)
+                self.tasks.append((reset, _Reply()))
+            elif ep.seen:
                 ev = _Event(
                     ep, "timeout", ep.last_obs, ep.rewards, ep.infos, _NO_ACTION, None, False
                 )

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -84,6 +85,20 @@ class ServingMultiAgentEnv(_Idle, ExternalMultiAgentEnv):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._stop = threading.Event()
         super().__init__(*args, **kwargs)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """Counts clients that vanish mid-request (``disconnects``) instead of printing them."""
+
+    daemon_threads = True
+    disconnects = 0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):  # reset, broken pipe, ...
+            self.disconnects += 1
+            log.debug("PolicyServer: %s disconnected mid-request", client_address)
+        else:
+            super().handle_error(request, client_address)
 
 
 class BadRequest(ValueError):
@@ -177,8 +192,7 @@ class PolicyServer:
         self.errors = 0
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((address, port), _make_handler(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _HTTPServer((address, port), _make_handler(self))
         self.address, self.port = self._httpd.server_address[:2]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
