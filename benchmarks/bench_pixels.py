@@ -3,26 +3,36 @@
 Timed (env steps per second, each env step = 4 emulator frames, random actions):
 
 - ``rlconnect preset``: ``rc.EnvRunner(game, rc.RandomPolicy, RunnerConfig(preset="atari",
-  num_envs=N))``: env-side frame skip / max-pool / no-op and FIRE resets, then the batched
-  connectors Grayscale -> Resize(84, 84) -> ClipReward -> FrameStack(4), storing every
-  transition in the runner's batches (``obs`` and ``new_obs``).
+  num_envs=N))``: env-side frame skip / max-pool / no-op and FIRE resets on gray screens
+  read from the emulator, then the batched connectors Resize(84, 84) -> ClipReward ->
+  FrameStack(4), storing every transition in the runner's batches (``obs`` and
+  ``new_obs``, each frame once).
 - ``gymnasium loop``: N envs ``AtariPreprocessing(frame_skip=4, screen_size=84,
   noop_max=30)`` + ``FrameStackObservation(4)``, stepped one after another in a Python
   loop, the reward's sign taken, observations kept in a list (the same work, by hand).
 
+The two alternate in rounds in one process (machines are shared and noisy); the table
+shows the median steps/s of each, the median of the per-round ratios, and the same ratio
+of CPU time spent by this process (less disturbed by other programs on the machine).
+
 Memory: bytes per stored transition of the preset's batches (``SampleBatch.nbytes``,
-``obs`` + ``new_obs`` + the small columns) without and with
-``RunnerConfig(compress_observations=True)``, scaled to 1M transitions. One transition
-holds two (4, 84, 84) uint8 stacks, 56,448 bytes, uncompressed.
+``obs`` + ``new_obs`` + the small columns), scaled to 1M transitions, for three layouts:
+``plain`` (every (4, 84, 84) stack stored whole, what reading the columns gives: 56,448
+bytes of stacks per transition), ``frames once`` (the default: each frame once plus an
+index, ``rlconnect.batches.frame_stacks``) and ``frames once + LZ4``
+(``RunnerConfig(compress_observations=True)``); and what reading ``batch["obs"]`` and
+``batch["new_obs"]`` (materialising them) costs per transition.
 
     python benchmarks/bench_pixels.py            # full (~1-2 min)
-    python benchmarks/bench_pixels.py --quick    # smoke run (~10 s)
+    python benchmarks/bench_pixels.py --quick    # smoke run (~20 s)
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -40,25 +50,16 @@ def _policy(game: str) -> rc.RandomPolicy:
     return policy
 
 
-def bench_preset(game: str, num_envs: int, steps: int, compress: bool = False) -> dict:
-    """Env steps/s of the preset runner and bytes per stored transition."""
+def _runner(game: str, num_envs: int, batch_rows: int, compress: bool = False) -> rc.EnvRunner:
+    """The preset runner; one ``sample()`` returns about ``batch_rows`` transitions."""
     config = rc.RunnerConfig(
         preset="atari",
         num_envs=num_envs,
-        rollout_fragment_length=max(steps // num_envs // 4, 8),
+        rollout_fragment_length=max(batch_rows // num_envs, 8),
         seed=0,
         compress_observations=compress,
     )
-    with rc.EnvRunner(game, _policy(game), config=config) as runner:
-        runner.sample()  # warm up: env resets, torch kernels
-        rows = nbytes = 0
-        start = time.perf_counter()
-        while rows < steps:
-            batch = runner.sample()
-            rows += len(batch)
-            nbytes += batch.nbytes
-        elapsed = time.perf_counter() - start
-    return {"steps_per_s": rows / elapsed, "bytes_per_transition": nbytes / rows}
+    return rc.EnvRunner(game, _policy(game), config=config)
 
 
 def _reference_env(game: str) -> gym.Env:
@@ -67,51 +68,132 @@ def _reference_env(game: str) -> gym.Env:
     return gym.wrappers.FrameStackObservation(FireReset(env), 4)
 
 
-def bench_gymnasium(game: str, num_envs: int, steps: int) -> dict:
-    """Env steps/s of the hand-written loop over gymnasium's own wrappers."""
-    envs = [_reference_env(game) for _ in range(num_envs)]
-    rng = np.random.default_rng(0)
-    obs = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
-    n_actions = envs[0].action_space.n
-    for _ in range(8):  # warm up like the preset
-        for env in envs:
-            env.step(0)
-    kept: list[np.ndarray] = []
-    done = 0
-    start = time.perf_counter()
-    while done < steps:
-        actions = rng.integers(n_actions, size=num_envs)
-        for i, env in enumerate(envs):
-            new, reward, terminated, truncated, _ = env.step(int(actions[i]))
-            kept.append(np.sign(reward))
-            kept.append(obs[i])
-            obs[i] = env.reset()[0] if terminated or truncated else new
-        done += num_envs
-    elapsed = time.perf_counter() - start
-    for env in envs:
-        env.close()
-    return {"steps_per_s": done / elapsed}
+class _HandLoop:
+    """N gymnasium envs stepped one after another, observations kept in a list."""
+
+    def __init__(self, game: str, num_envs: int) -> None:
+        self.envs = [_reference_env(game) for _ in range(num_envs)]
+        self.obs = [env.reset(seed=i)[0] for i, env in enumerate(self.envs)]
+        self.n_actions = self.envs[0].action_space.n
+        self.rng = np.random.default_rng(0)
+
+    def run(self, steps: int) -> int:
+        kept: list[np.ndarray] = []
+        done = 0
+        while done < steps:
+            actions = self.rng.integers(self.n_actions, size=len(self.envs))
+            for i, env in enumerate(self.envs):
+                new, reward, terminated, truncated, _ = env.step(int(actions[i]))
+                kept.append(np.sign(reward))
+                kept.append(self.obs[i])
+                self.obs[i] = env.reset()[0] if terminated or truncated else new
+            done += len(self.envs)
+        return done
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def bench_speed(game: str, num_envs: int, steps: int, rounds: int) -> dict:
+    """Median env steps/s of the preset and the hand loop, alternating ``rounds`` times, and
+    the medians of the per-round ratios of wall-clock and of CPU time (the process's own,
+    which other programs on a shared machine disturb less)."""
+    per_round = max(steps // rounds, num_envs)
+    ours, theirs, cpu_ratios = [], [], []
+    with _runner(game, num_envs, per_round) as runner:  # (registers ale-py's games)
+        loop = _HandLoop(game, num_envs)
+        runner.sample()  # warm up: env resets, first batch
+        loop.run(8 * num_envs)
+        for _ in range(rounds):
+            rows, start, cpu = 0, time.perf_counter(), time.process_time()
+            while rows < per_round:
+                rows += len(runner.sample())
+            ours.append(rows / (time.perf_counter() - start))
+            ours_cpu = (time.process_time() - cpu) / rows
+            start, cpu = time.perf_counter(), time.process_time()
+            done = loop.run(per_round)
+            theirs.append(done / (time.perf_counter() - start))
+            cpu_ratios.append((time.process_time() - cpu) / done / ours_cpu)
+    loop.close()
+    return {
+        "preset": statistics.median(ours),
+        "gymnasium": statistics.median(theirs),
+        "ratio": statistics.median(a / b for a, b in zip(ours, theirs)),
+        "cpu_ratio": statistics.median(cpu_ratios),
+    }
+
+
+def bench_memory(game: str, num_envs: int, steps: int) -> dict:
+    """Bytes per stored transition of each layout, and µs per transition to read ``obs``
+    and ``new_obs`` from the compact ones (materialise them; best of 3) or, for scale, to
+    copy them when they are plain arrays."""
+    out: dict = {}
+    for compress in (False, True):
+        with _runner(game, num_envs, steps, compress=compress) as runner:
+            runner.sample()
+            batches, rows = [], 0
+            while rows < steps:
+                batches.append(runner.sample())
+                rows += len(batches[-1])
+        nbytes = sum(b.nbytes for b in batches)
+        read_s = _best_seconds(_read, batches)
+        plain = [rc.SampleBatch({k: b[k] for k in b}) for b in batches]  # stacks whole
+        copy_s = _best_seconds(_copy, plain)
+        out["plain"] = (sum(p.nbytes for p in plain) / rows, copy_s / rows * 1e6)
+        out["frames once + LZ4" if compress else "frames once"] = (
+            nbytes / rows,
+            read_s / rows * 1e6,
+        )
+    return out
+
+
+def _read(batches: list[rc.SampleBatch]) -> list:
+    return [(b["obs"], b["new_obs"]) for b in batches]
+
+
+def _copy(batches: list[rc.SampleBatch]) -> list:
+    return [(b["obs"].copy(), b["new_obs"].copy()) for b in batches]
+
+
+def _best_seconds(fn: Callable[[list], list], batches: list, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(batches)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small step counts (smoke test)")
     parser.add_argument("--game", default="ALE/Pong-v5")
+    parser.add_argument("--rounds", type=int, default=None, help="alternations per N")
     args = parser.parse_args(argv)
     steps = 128 if args.quick else 4000
+    rounds = args.rounds or (2 if args.quick else 10)
 
-    print(f"{args.game}, {steps} env steps per measurement (4 frames each), random actions")
-    print(f"{'N':>3} {'rlconnect preset':>18} {'gymnasium loop':>16} {'ratio':>7}")
+    print(f"{args.game}, {steps} env steps per N (4 frames each) in {rounds} alternating rounds")
+    print(f"{'N':>3} {'rlconnect preset':>18} {'gymnasium loop':>16} {'ratio':>7} {'by CPU':>7}")
     for n in (1, 8):
-        ours = bench_preset(args.game, n, steps)["steps_per_s"]
-        ref = bench_gymnasium(args.game, n, steps)["steps_per_s"]
-        print(f"{n:>3} {ours:>12.0f} st/s {ref:>10.0f} st/s {ours / ref:>6.2f}x")
+        r = bench_speed(args.game, n, steps, rounds)
+        print(
+            f"{n:>3} {r['preset']:>12.0f} st/s {r['gymnasium']:>10.0f} st/s "
+            f"{r['ratio']:>6.2f}x {r['cpu_ratio']:>6.2f}x"
+        )
 
+    mem = bench_memory(args.game, 8, steps)
     print("\nmemory of stored batches (preset, N=8): bytes per transition -> per 1M transitions")
-    for compress in (False, True):
-        per = bench_preset(args.game, 8, steps, compress=compress)["bytes_per_transition"]
-        label = "compress_observations=True " if compress else "compress_observations=False"
-        print(f"  {label}: {per:>9.0f} B -> {per * 1e6 / 2**30:8.2f} GiB per 1M transitions")
+    layouts = [
+        ("plain (stacks stored whole)", *mem["plain"], "copying"),
+        ("frames once (the default)", *mem["frames once"], "reading"),
+        ("frames once + LZ4 (compress_observations=True)", *mem["frames once + LZ4"], "reading"),
+    ]
+    for label, per, us, verb in layouts:
+        gib = per * 1e6 / 2**30
+        print(f"  {label:<47} {per:>7.0f} B -> {gib:6.2f} GiB per 1M transitions", end="")
+        print(f"  ({verb} obs+new_obs: {us:5.1f} µs)")
 
 
 if __name__ == "__main__":

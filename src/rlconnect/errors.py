@@ -2,7 +2,34 @@
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "EnvCheckError", "EnvError", "UnknownConnectorError"]
+__all__ = [
+    "CallbackError",
+    "CheckpointError",
+    "EnvCheckError",
+    "EnvError",
+    "EnvTimeoutError",
+    "PolicyError",
+    "RunnerStateError",
+    "UnknownConnectorError",
+    "describe_exception",
+]
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"TypeName: message"`` for any exception, even one whose ``__str__`` raises.
+
+    Error paths use it so that reporting an odd exception (no args, a constructor that
+    needs extra arguments, a broken ``__str__``) can never fail in turn.
+    """
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not break the error path
+        try:
+            text = repr(exc.args)
+        except Exception:
+            text = "<unprintable>"
+    return f"{name}: {text}" if text else name
 
 
 class CheckpointError(Exception):
@@ -22,3 +49,24 @@ class EnvError(RuntimeError):
 
 class EnvCheckError(EnvError, ValueError):
     """An env returned data that does not fit its spaces (shape, dtype, bounds, NaN)."""
+
+
+class EnvTimeoutError(EnvError, TimeoutError):
+    """A sub-env in a worker process did not answer within ``RunnerConfig.sub_env_timeout_s``."""
+
+
+class PolicyError(RuntimeError):
+    """A policy raised in ``compute_actions`` or returned actions outside the action space;
+    the message names the policy id (and the bad values, env ids and agent ids)."""
+
+
+class CallbackError(RuntimeError):
+    """A user callback raised; the message names the callback class and method."""
+
+
+class RunnerStateError(RuntimeError):
+    """``sample()`` was called on a runner whose earlier ``sample()`` raised midway.
+
+    Its episodes were left half-processed, so it refuses to sample on; ``__cause__`` is
+    the first error. Build a new runner (or restore one from a checkpoint).
+    """

@@ -84,6 +84,22 @@ class TestMeanStdFilter(ConnectorTestMixin):
         return {"steps": 4}
 
 
+class TestMeanStdFilterFrozen(ConnectorTestMixin):
+    """Frozen between syncs, saved between two sync points (frozen != totals)."""
+
+    def make_connector(self):
+        box = gym.spaces.Box(-10.0, 10.0, (4,), np.float32)
+        f = rc.MeanStdFilter(_ctx(box), clip=3.0, freeze_between_syncs=True)
+        f(rc.AgentData([0, 1], ["a", "a"], {"obs": np.array([[1.0, 2, 3, 4], [3, 2, 1, 0]])}))
+        f.refreeze()
+        f(rc.AgentData([0], ["a"], {"obs": np.array([[5.0, -1, 0, 2]])}))
+        assert f.get_statistics()["frozen"]["count"] == 2
+        return f
+
+    def check_options(self):
+        return {"steps": 4}
+
+
 class TestFrameStack(ConnectorTestMixin):
     def make_connector(self):
         return rc.FrameStack(_ctx(), num_frames=3)

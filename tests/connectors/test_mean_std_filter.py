@@ -202,3 +202,180 @@ def test_needs_float_box():
 def test_rejects_bad_params(kw):
     with pytest.raises(ValueError, match="MeanStdFilter"):
         MeanStdFilter(_ctx(), **kw)
+
+
+# -- freeze_between_syncs: normalise with the statistics of the last sync point -----------------
+
+
+def _frozen(**kw):
+    return MeanStdFilter(_ctx(), freeze_between_syncs=True, **kw)
+
+
+def _normalised(stats, x, clip=10.0, eps=1e-8):
+    """What one filter holding ``stats`` outputs for ``x`` (numpy, by hand)."""
+    n = float(stats["count"])
+    mean = stats["mean"] if n else np.zeros(3)
+    std = np.sqrt(stats["m2"] / n) if n else np.ones(3)
+    return np.clip((np.asarray(x, np.float64) - mean) / (std + eps), -clip, clip)
+
+
+def _stats_of(x):
+    x = np.asarray(x, np.float64)
+    return {"count": len(x), "mean": x.mean(0), "m2": x.var(0) * len(x)}
+
+
+def test_frozen_normalises_with_the_last_sync_point_and_still_accumulates():
+    obs = _obs(300, seed=11)
+    f = _frozen()
+    out = f(_data(obs[:100]))["obs"]
+    np.testing.assert_allclose(out, np.clip(obs[:100], -10, 10), rtol=1e-6)  # no sync yet
+    assert float(f.get_statistics()["count"]) == 100  # the totals and the delta grow
+    assert float(f.get_delta()["count"]) == 100
+    assert float(f.get_statistics()["frozen"]["count"]) == 0
+    f.refreeze()  # a lone filter's sync point: it takes in the data it kept
+    second = f(_data(obs[100:200]))["obs"]
+    np.testing.assert_allclose(second, _normalised(_stats_of(obs[:100]), obs[100:200]), atol=1e-6)
+    # negative control: a filter without freezing uses the batch's own data at once
+    g = MeanStdFilter(_ctx())
+    g(_data(obs[:100]))
+    assert not np.allclose(g(_data(obs[100:200]))["obs"], second, atol=1e-3)
+    assert float(f.get_delta()["count"]) == 200  # refreeze leaves the delta alone
+
+
+def test_frozen_sync_points_set_statistics_and_reset_delta():
+    obs = _obs(300, seed=12)
+    f = _frozen()
+    f(_data(obs[:100]))
+    f.reset_delta()  # handed over for merging: it comes back through the sync only
+    f.refreeze()
+    assert float(f.get_statistics()["frozen"]["count"]) == 0
+    merged = _stats_of(obs[:250])  # what a driver merged from every runner
+    f.set_statistics(merged)
+    st = f.get_statistics()
+    for key in ("count", "mean", "m2"):
+        np.testing.assert_allclose(st["frozen"][key], merged[key])
+        np.testing.assert_allclose(st[key], merged[key])
+    assert float(f.get_delta()["count"]) == 0
+    f.refreeze()  # nothing kept since the sync: no change
+    np.testing.assert_array_equal(f.get_statistics()["frozen"]["mean"], st["frozen"]["mean"])
+    x = obs[250:]
+    np.testing.assert_allclose(f(_data(x))["obs"], _normalised(merged, x), atol=1e-6)
+
+
+def test_frozen_eval_mode_neither_updates_nor_refreezes():
+    obs = _obs(200, seed=13)
+    f = _frozen()
+    f(_data(obs[:100]))
+    before = f.get_statistics()
+    f.in_eval()
+    f(_data(obs[100:]))
+    f.refreeze()
+    after = f.get_statistics()
+    assert float(after["count"]) == 100
+    assert float(after["frozen"]["count"]) == 0
+    np.testing.assert_array_equal(before["mean"], after["mean"])
+    f.in_training()
+    f.refreeze()
+    assert float(f.get_statistics()["frozen"]["count"]) == 100
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_outputs_depend_on_how_the_data_was_split_only_without_freezing(freeze):
+    """The group protocol with 1, 2 and 3 filters on the same stream of chunks: frozen
+    filters output what one reference filter, updated only at the sync points, would."""
+    chunks = np.split(_obs(1200, seed=14), 12)
+    rng = np.random.default_rng(0)
+    sync_after = {3, 4, 8}  # sync points, as chunk indices
+    outputs = {}
+    for n in (1, 2, 3):
+        filters = [MeanStdFilter(_ctx(), freeze_between_syncs=freeze) for _ in range(n)]
+        total = merge_statistics([filters[0].get_statistics()])
+        got = []
+        for i, chunk in enumerate(chunks):
+            f = filters[rng.integers(n)]  # any runner may get any chunk
+            got.append(f(_data(chunk))["obs"])
+            if i in sync_after:
+                deltas = [g.get_delta() for g in filters]
+                for g in filters:
+                    g.reset_delta()
+                total = merge_statistics([total, *deltas])
+                for g in filters:
+                    g.set_statistics(total)
+        outputs[n] = np.concatenate(got)
+    # the reference: statistics of every chunk before the last sync point
+    last_sync = [max((s for s in sync_after if s < i), default=-1) for i in range(12)]
+    want = np.concatenate(
+        [
+            _normalised(_stats_of(np.concatenate(chunks[: s + 1])), c)
+            if s >= 0
+            else np.clip(c, -10, 10)
+            for c, s in zip(chunks, last_sync)
+        ]
+    )
+    for n in (1, 2, 3):
+        matches = np.allclose(outputs[n], want, rtol=1e-6, atol=1e-6)
+        assert matches == freeze, n
+
+
+def test_frozen_statistics_survive_saving_and_old_states_still_load(tmp_path):
+    from rlconnect.checkpoints import load_pipeline, save_pipeline
+
+    obs = _obs(150, seed=15)
+    pipe = AgentConnectorPipeline(_ctx(), [_frozen(clip=5.0)])
+    pipe(_data(obs[:50]))
+    pipe["MeanStdFilter"].refreeze()
+    pipe(_data(obs[50:100]))  # totals 100 rows, frozen 50: a checkpoint between syncs
+    save_pipeline(pipe, tmp_path / "p")
+    again = load_pipeline(tmp_path / "p", _ctx())
+    f, g = pipe["MeanStdFilter"], again["MeanStdFilter"]
+    assert g.freeze_between_syncs and g.clip == 5.0
+    for key in ("count", "mean", "m2"):
+        np.testing.assert_array_equal(g.get_statistics()[key], f.get_statistics()[key])
+        np.testing.assert_array_equal(
+            g.get_statistics()["frozen"][key], f.get_statistics()["frozen"][key]
+        )
+    x = obs[100:]
+    np.testing.assert_array_equal(f.transform(x), g.transform(x))
+    f.refreeze()  # the loaded filter still owes the same refreeze
+    g.refreeze()
+    np.testing.assert_array_equal(f.transform(x), g.transform(x))
+    assert float(g.get_statistics()["frozen"]["count"]) == 100
+    # a state saved before this mode existed: no "frozen" key, no param -> it normalises
+    # with the totals as before; loaded into a freezing filter, the totals are the sync point
+    name, params = MeanStdFilter(_ctx()).to_state()
+    assert "freeze_between_syncs" not in params and name == "MeanStdFilter"
+    old = MeanStdFilter(_ctx())
+    old(_data(obs[:60]))
+    state = old.get_statistics()
+    assert "frozen" not in state
+    h = _frozen()
+    h.set_statistics(state)
+    np.testing.assert_array_equal(h.get_statistics()["frozen"]["mean"], state["mean"])
+    np.testing.assert_array_equal(h.transform(x), old.transform(x))
+    old.set_statistics(f.get_statistics())  # a filter without freezing ignores "frozen"
+    np.testing.assert_array_equal(old.mean, f.mean)
+
+
+def test_frozen_mode_from_config_and_bad_values():
+    import rlconnect as rc
+
+    config = {"observation_filter": "MeanStdFilter", "observation_filter_sync": "frozen"}
+    pipe = rc.default_agent_pipeline(ConnectorContext(SPACE, gym.spaces.Discrete(2), config))
+    assert pipe["MeanStdFilter"].freeze_between_syncs
+    plain = rc.default_agent_pipeline(
+        ConnectorContext(SPACE, gym.spaces.Discrete(2), {"observation_filter": "MeanStdFilter"})
+    )
+    assert not plain["MeanStdFilter"].freeze_between_syncs
+    cfg = rc.RunnerConfig(observation_filter="MeanStdFilter", observation_filter_sync="frozen")
+    assert cfg.connector_config()["observation_filter_sync"] == "frozen"
+    assert rc.RunnerConfig().observation_filter_sync == "immediate"
+    with pytest.raises(ValueError, match="observation_filter_sync"):
+        rc.RunnerConfig(observation_filter_sync="lazy")
+    with pytest.raises(ValueError, match="observation_filter_sync"):
+        rc.default_agent_pipeline(
+            ConnectorContext(SPACE, gym.spaces.Discrete(2), {"observation_filter_sync": 1})
+        )
+    with pytest.raises(ValueError, match="freeze_between_syncs"):
+        MeanStdFilter(_ctx(), freeze_between_syncs="yes")
+    with pytest.raises(ValueError, match="frozen"):
+        _frozen().set_statistics({**_stats_of(_obs(5)), "frozen": 3})

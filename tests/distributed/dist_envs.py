@@ -23,6 +23,8 @@ import numpy as np
 
 import rlconnect as rc
 
+DISCRETE3 = gym.spaces.Discrete(3)
+
 
 class CountingEnv(gym.Env):
     def __init__(self, ctx: Any = None) -> None:
@@ -91,6 +93,24 @@ def make_env(ctx: Any) -> CountingEnv:
 def env_logs(runner: Any) -> list[np.ndarray]:
     """Every observation the runner's sub-envs returned, one array per sub-env."""
     return [np.array(e.log).reshape(-1, 4) for e in runner.env.envs]
+
+
+def reference_filter(logs: list[np.ndarray]) -> Any:
+    """One MeanStdFilter fed every observation in ``logs`` (what a group's filters saw, each
+    once, e.g. ``env_logs`` of every runner): the reference for filter sync tests."""
+    obs = np.concatenate(logs) if logs else np.zeros((0, 4))
+    ref = rc.MeanStdFilter(rc.ConnectorContext(CountingEnv().observation_space, DISCRETE3))
+    ref(rc.AgentData(np.zeros(len(obs), int), [0] * len(obs), {"obs": obs}))
+    return ref
+
+
+def first_of_each_sub_env(rows: Any) -> np.ndarray:
+    """Rows whose obs the env returned in the runner's previous sample() call: the first row
+    of each sub-env (in truncate_episodes mode the step that ended the previous batch polled
+    it; rows come ordered by episode, oldest first)."""
+    first = np.zeros(len(rows), bool)
+    first[np.unique(rows["env_id"], return_index=True)[1]] = True
+    return first
 
 
 def worker_index(runner: Any) -> int:

@@ -10,10 +10,12 @@ from dist_envs import (
     TwoAgentEnv,
     constant_action_pipeline,
     env_logs,
+    first_of_each_sub_env,
     half_reward_pipeline,
     make_env,
     make_two_agent_env,
     map_agent,
+    reference_filter,
     worker_index,
 )
 
@@ -172,6 +174,92 @@ def test_filter_sync_equals_one_filter_fed_all_data(filtered_group):
     # negative control: summing every runner's totals (instead of deltas) double counts
     totals = [s["default_policy"]["agent"]["MeanStdFilter"]["count"] for s in after]
     assert float(sum(totals)) != n
+
+
+def _reference_filter(group):
+    """One filter fed every observation the runners' envs returned so far."""
+    return reference_filter([x for per in group.foreach_runner(env_logs) for x in per])
+
+
+def _run_sync_protocol(group, num_runners):
+    """sample, sync, sample, sample_async, sync, sample. Returns, for every batch, how far
+    its processed obs are from the reference's normalisation of its raw obs, where the
+    reference is the one of the last sync before the sample() call in which the env
+    returned the observation."""
+    ref = _reference_filter(group)  # no data yet
+    previous_call_ref = {}  # runner index -> the reference during its previous call
+    ended_last = {}  # runner index -> sub-envs whose last row in the previous batch was done
+    errors = []
+
+    def check(batch):
+        sizes = batch.meta.get("runner_rows") or {batch.meta["runner_index"]: len(batch)}
+        start = 0
+        for k, n in sizes.items():
+            rows = batch[start : start + n]
+            start += n
+            first = first_of_each_sub_env(rows) & (k in previous_call_ref)
+            # a sub-env whose episode ended on the previous batch's last step reset either
+            # in that call or in this one (timing): either reference is right for that row
+            either = first & np.isin(rows["env_id"], list(ended_last.get(k, ())))
+            before = previous_call_ref.get(k, ref)
+            old, new = before.transform(rows["raw_obs"]), ref.transform(rows["raw_obs"])
+            err_old = np.abs(rows["obs"] - old).max(axis=1)
+            err_new = np.abs(rows["obs"] - new).max(axis=1)
+            err = np.where(either, np.minimum(err_old, err_new), np.where(first, err_old, err_new))
+            errors.append(err.max())
+            previous_call_ref[k] = ref
+            done = rows["terminateds"] | rows["truncateds"]
+            last = np.unique(rows["env_id"][::-1], return_index=True)[1]
+            last_rows = len(rows) - 1 - last
+            ended_last[k] = set(rows["env_id"][last_rows][done[last_rows]].tolist())
+
+    check(group.sample())
+    group.sync_connector_states()
+    ref = _reference_filter(group)
+    check(group.sample())
+    for batch in group.sample_async(num_batches=3 * num_runners):  # any schedule
+        check(batch)
+    group.sync_connector_states()
+    ref = _reference_filter(group)
+    check(group.sample())
+    return np.array(errors)
+
+
+@pytest.mark.parametrize(
+    ("num_runners", "sync_mode"),
+    [(1, "frozen"), (2, "frozen"), (3, "frozen"), (1, "immediate")],
+)
+def test_frozen_filters_make_processed_data_independent_of_the_runners(num_runners, sync_mode):
+    """With observation_filter_sync="frozen", processed rows are the raw rows normalised by
+    one filter updated only at the sync points, for 1, 2 or 3 runners and any sample_async
+    schedule; "immediate" (the default) is the negative control."""
+    cfg = config(
+        observation_filter="MeanStdFilter", observation_filter_sync=sync_mode, keep_raw_obs=True
+    )
+    with RunnerGroup(
+        make_env, random_policy(True), config=cfg, num_runners=num_runners, runner_resources=SMALL
+    ) as group:
+        errors = _run_sync_protocol(group, num_runners)
+        if sync_mode == "immediate":
+            assert errors.max() > 0.1, errors  # the default mode does not have the property
+            return
+        assert errors.max() <= 1e-6, errors
+        # the merge is exact and repeated syncs count nothing twice, in this mode too
+        group.sync_connector_states()
+        want = _reference_filter(group).get_statistics()
+        for _ in range(2):
+            states = [group.get_connector_states(), *group.foreach_runner(_filter_states)]
+            for st in states:
+                f = st["default_policy"]["agent"]["MeanStdFilter"]
+                for got in (f, f["frozen"]):
+                    assert float(got["count"]) == float(want["count"])
+                    np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-6, atol=1e-6)
+                    np.testing.assert_allclose(got["m2"], want["m2"], rtol=1e-6, atol=1e-6)
+            group.sync_connector_states()
+
+
+def _filter_states(runner):
+    return runner.get_connector_states()
 
 
 def test_filtered_data_is_a_deterministic_function_of_the_seed():

@@ -1,5 +1,6 @@
-"""The Atari preset on real ale-py games: parity with gymnasium's own preprocessing,
-whole-game episodes across lives, and the runner's output space and reward clipping."""
+"""The Atari preset on real ale-py games: parity with gymnasium's own preprocessing (gray
+screens from the emulator, or RGB + Grayscale), whole-game episodes across lives, and the
+runner's output space, reward clipping and frame storage."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 import rlconnect as rc
 from rlconnect.connectors import AgentData
-from rlconnect.envs.atari import FireReset, is_atari_id, make_atari_env
+from rlconnect.envs.atari import FireReset, ScreenFrames, is_atari_id, make_atari_env
 
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")  # gymnasium's AtariPreprocessing needs OpenCV
@@ -29,12 +30,14 @@ def _reference(game: str) -> gym.Env:
     return gym.wrappers.FrameStackObservation(FireReset(env), 4)
 
 
+@pytest.mark.parametrize("grayscale", [True, False], ids=["ale-gray", "rgb+Grayscale"])
 @pytest.mark.parametrize(("game", "steps"), [("ALE/Breakout-v5", 80), ("ALE/Pong-v5", 80)])
-def test_preset_matches_gymnasium_atari_preprocessing(game: str, steps: int):
-    ours = make_atari_env(game)
+def test_preset_matches_gymnasium_atari_preprocessing(game: str, steps: int, grayscale: bool):
+    ours = make_atari_env(game, grayscale=grayscale)
     ref = _reference(game)
     ctx = rc.ConnectorContext(ours.observation_space, ours.action_space, {"preset": "atari"})
     pipe = rc.default_agent_pipeline(ctx)
+    assert pipe.names[0] == ("Resize" if grayscale else "Grayscale")
     rng = np.random.default_rng(0)
 
     def stack(obs: np.ndarray, reward: float = 0.0) -> np.ndarray:
@@ -56,11 +59,38 @@ def test_preset_matches_gymnasium_atari_preprocessing(game: str, steps: int):
     assert (d > 0).mean() <= MAX_FRACTION_OFF
     # negative control: a bilinear resize is visibly different from gymnasium's area resize
     ctx_bi = rc.ConnectorContext(ours.observation_space, ours.action_space)
+    gray = [rc.connectors.Grayscale(ctx_bi)] if not grayscale else []
     bilinear = rc.AgentConnectorPipeline(
-        ctx_bi, [rc.connectors.Grayscale(ctx_bi), rc.connectors.Resize(ctx_bi, 84, 84, "bilinear")]
+        ctx_bi, [*gray, rc.connectors.Resize(ctx_bi, 84, 84, "bilinear")]
     )
     last = bilinear(AgentData([0], ["a"], {"obs": o1[None]}))["obs"][0]
     assert np.abs(last.astype(int) - o2[-1]).max() > MAX_LEVELS
+
+
+@pytest.mark.parametrize("grayscale", [True, False])
+def test_screen_frames_equal_gymnasium_wrapper_over_a_whole_game(grayscale: bool):
+    """``ScreenFrames`` over a base env that renders nothing (obs_type="ram") gives exactly
+    ``AtariPreprocessing(screen_size=native)`` over the usual RGB base env, including the
+    step that ends the game inside a frame skip."""
+    ours = make_atari_env("ALE/Breakout-v5", grayscale=grayscale, fire_reset=False)
+    base = gym.make("ALE/Breakout-v5", frameskip=1)
+    ref = gym.wrappers.AtariPreprocessing(
+        base, screen_size=(160, 210), grayscale_obs=grayscale, terminal_on_life_loss=False
+    )
+    assert ours.observation_space == ref.observation_space
+    (o1, i1), (o2, i2) = ours.reset(seed=3), ref.reset(seed=3)
+    np.testing.assert_array_equal(o1, o2)
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        a = int(rng.integers(ours.action_space.n))
+        o1, r1, t1, tr1, i1 = ours.step(a)
+        o2, r2, t2, tr2, i2 = ref.step(a)
+        np.testing.assert_array_equal(o1, o2)
+        assert (r1, t1, tr1, i1["lives"]) == (r2, t2, tr2, i2["lives"])
+        if t1 or tr1:
+            break
+    assert t1  # a whole game was compared
+    assert not np.shares_memory(o1, ours.obs_buffer[0])  # a fresh array, not the buffer
 
 
 def test_runner_preset_on_breakout_counts_whole_games():
@@ -71,9 +101,11 @@ def test_runner_preset_on_breakout_counts_whole_games():
     )  # fmt: skip
     with rc.EnvRunner("ALE/Breakout-v5", policy, config=config) as runner:
         assert runner.agent_pipeline().output_space == STACKED
+        assert runner.agent_pipeline().names == ["Resize", "ClipReward", "FrameStack"]
         batch = runner.sample()
         metrics = runner.get_metrics()
     assert batch["obs"].shape[1:] == (4, 84, 84) and batch["obs"].dtype == np.uint8
+    assert batch.lazy_columns() == {"obs": "FrameStackColumn", "new_obs": "FrameStackColumn"}
     assert set(np.unique(batch["rewards"])) <= {-1.0, 0.0, 1.0}
     ep = batch.split_by_episode()[0]
     lives = np.array([info["lives"] for info in ep["infos"]])
@@ -89,10 +121,17 @@ def test_runner_preset_on_breakout_counts_whole_games():
 def test_env_side_wrappers_and_ids():
     env = make_atari_env("ALE/Breakout-v5", noop_max=0)
     assert isinstance(env, FireReset)  # Breakout's action 1 is FIRE
-    assert env.observation_space.shape == (210, 160, 3)
+    assert isinstance(env.env, ScreenFrames)
+    assert env.observation_space.shape == (210, 160)  # gray from the emulator
     assert env.unwrapped._frameskip == 1  # frames are skipped by the wrapper, max-pooled
+    assert env.unwrapped._obs_type == "ram"  # the base env renders no screen
+    assert make_atari_env("ALE/Pong-v5", grayscale=False).observation_space.shape == (
+        210, 160, 3,
+    )  # fmt: skip
     env.close()
     with pytest.raises(ValueError, match="frame_skip"):
         make_atari_env("ALE/Pong-v5", frameskip=4)
+    with pytest.raises(ValueError, match="grayscale"):
+        make_atari_env("ALE/Pong-v5", obs_type="rgb")
     assert is_atari_id("ALE/Pong-v5") and is_atari_id("PongNoFrameskip-v4")
     assert not is_atari_id("CartPole-v1")

@@ -278,8 +278,14 @@ def test_config_errors_name_the_field():
         rc.RunnerConfig(observation_filter="Mean")
     with pytest.raises(ValueError, match="clip_rewards"):
         rc.RunnerConfig(clip_rewards=-1.0)
-    with pytest.raises(ValueError, match="remote_envs=True cannot be combined"):
-        rc.RunnerConfig(remote_envs=True, restart_failed_sub_environments=True)
+    with pytest.raises(ValueError, match=r"sub_env_timeout_s=0.5 needs remote_envs=True"):
+        rc.RunnerConfig(sub_env_timeout_s=0.5)
+    with pytest.raises(ValueError, match=r"sub_env_timeout_s=0: must be None or a number"):
+        rc.RunnerConfig(remote_envs=True, sub_env_timeout_s=0)
+    with pytest.raises(ValueError, match=r"sub_env_restart_limit=-1"):
+        rc.RunnerConfig(sub_env_restart_limit=-1)
+    # sub-envs in worker processes restart one at a time now
+    rc.RunnerConfig(remote_envs=True, restart_failed_sub_environments=True)
 
 
 def test_sample_async_returns_the_same_batches():

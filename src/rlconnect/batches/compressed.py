@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from rlconnect.batches.lazy import LazyColumn
+
 __all__ = ["CHUNK_BYTES", "CompressedColumn", "compressible"]
 
 CHUNK_BYTES = 1 << 20
@@ -51,8 +53,8 @@ def compressible(value: Any) -> bool:
     )
 
 
-class CompressedColumn:
-    """Rows of one array, LZ4-compressed in chunks; immutable.
+class CompressedColumn(LazyColumn):
+    """Rows of one array, LZ4-compressed in chunks; immutable (a `LazyColumn`).
 
     Build with `CompressedColumn.compress(array)`; get the array back with
     `decompress()` (or ``np.asarray(col)``). ``nbytes`` is the compressed size,
@@ -91,24 +93,10 @@ class CompressedColumn:
             counts.append(len(part))
         return cls(chunks, counts, array.shape[1:], array.dtype)
 
-    # -- array-like ----------------------------------------------------------------------
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    @property
-    def ndim(self) -> int:
-        """Dimensions of the array it stands for."""
-        return len(self.shape)
-
     @property
     def nbytes(self) -> int:
         """Compressed bytes held."""
         return sum(len(c) for c in self._chunks)
-
-    @property
-    def raw_nbytes(self) -> int:
-        """Bytes of the decompressed array."""
-        return int(np.prod(self.shape)) * self.dtype.itemsize
 
     def _chunk(self, i: int) -> np.ndarray:
         n = int(self._offsets[i + 1] - self._offsets[i])
@@ -124,9 +112,7 @@ class CompressedColumn:
             out[self._offsets[i] : self._offsets[i + 1]] = self._chunk(i)
         return out
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = self.decompress()
-        return out if dtype is None else out.astype(dtype, copy=False)
+    materialize = decompress
 
     def rows(self, index: Any) -> np.ndarray:
         """The rows at ``index`` (slice, int array or bool mask), decompressing only the
@@ -155,12 +141,10 @@ class CompressedColumn:
         counts = np.diff(self._offsets[first : last + 1]).tolist()
         return CompressedColumn(self._chunks[first:last], counts, self.shape[1:], self.dtype)
 
-    def copy(self) -> CompressedColumn:
-        """Itself: a compressed column is immutable."""
-        return self
-
-    @staticmethod
-    def concat(columns: Sequence[CompressedColumn]) -> CompressedColumn:
+    @classmethod
+    def concat(
+        cls, columns: Sequence[CompressedColumn], memo: dict | None = None
+    ) -> CompressedColumn:
         """Rows of ``columns`` one after another, without recompressing."""
         first = columns[0]
         for c in columns[1:]:

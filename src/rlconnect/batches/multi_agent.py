@@ -9,7 +9,7 @@ import numpy as np
 import tree
 
 from rlconnect.batches.compare import _sample_batches_equal, _values_equal
-from rlconnect.batches.compressed import CompressedColumn
+from rlconnect.batches.lazy import concat_lazy
 from rlconnect.batches.sample_batch import SampleBatch
 
 __all__ = ["MultiAgentBatch", "batches_equal", "concat_samples"]
@@ -111,10 +111,11 @@ def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
                 f"cannot concatenate batches with different columns; differing: {differ}"
             )
     columns = {}
+    memo: dict = {}  # storage shared by columns (a frame pool) is joined once
     for name in names:
-        stored = [b._columns[name] for b in full]
-        if all(isinstance(p, CompressedColumn) for p in stored):
-            columns[name] = CompressedColumn.concat(stored)  # stays compressed
+        lazy = concat_lazy([b._columns[name] for b in full], memo)
+        if lazy is not None:  # all lazy columns of one kind: stays lazy
+            columns[name] = lazy
             continue
         parts = [b[name] for b in full]
         try:

@@ -22,6 +22,7 @@ import tree
 
 from rlconnect.batches.compare import _sample_batches_equal
 from rlconnect.batches.compressed import CompressedColumn
+from rlconnect.batches.lazy import LazyColumn
 
 __all__ = ["DEFAULT_AGENT_ID", "DEFAULT_POLICY_ID", "Column", "SampleBatch"]
 
@@ -58,7 +59,7 @@ def _normalize(value: Any, name: str = "") -> Column:
     """Turn a user-given column into dict/tuple nests of numpy arrays (lists are rows)."""
     if name == SampleBatch.INFOS and isinstance(value, list):
         return _object_array(value)  # infos rows are objects, even when empty
-    if isinstance(value, np.ndarray | CompressedColumn):
+    if isinstance(value, np.ndarray | LazyColumn):
         return value
     if isinstance(value, Mapping):
         return {k: _normalize(v) for k, v in value.items()}
@@ -75,7 +76,7 @@ def _leaf_lengths(name: str, column: Column) -> list[tuple[str, int]]:
     out = []
     for path, leaf in tree.flatten_with_path(column):
         leaf_name = "/".join([name, *map(str, path)])
-        if isinstance(leaf, CompressedColumn):
+        if isinstance(leaf, LazyColumn):
             out.append((leaf_name, len(leaf)))
             continue
         if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
@@ -100,23 +101,28 @@ def _check_lengths(lengths: list[tuple[str, int]]) -> int:
     return rows
 
 
+def _is_compressed(column: Column) -> bool:
+    """An LZ4-compressed column, or frame stacks with an LZ4-compressed pool."""
+    return isinstance(getattr(column, "pool", column), CompressedColumn)
+
+
 def _map_rows(column: Column, index: Any) -> Column:
     if isinstance(column, np.ndarray):
         return column[index]
-    if isinstance(column, CompressedColumn):
+    if isinstance(column, LazyColumn):
         return column.take(index)
     return tree.map_structure(lambda leaf: leaf[index], column)
 
 
 class _DecompressedValues(ValuesView):
-    """Values of a batch holding compressed columns, each read (decompressed) on access."""
+    """Values of a batch holding lazy columns, each read (materialised) on access."""
 
     def __len__(self) -> int:
         return len(self._mapping.keys())  # type: ignore[attr-defined]
 
 
 class _DecompressedItems(ItemsView):
-    """Items of a batch holding compressed columns, each read (decompressed) on access."""
+    """Items of a batch holding lazy columns, each read (materialised) on access."""
 
     def __len__(self) -> int:
         return len(self._mapping.keys())  # type: ignore[attr-defined]
@@ -185,8 +191,8 @@ class SampleBatch(MutableMapping):
     def __getitem__(self, key: str | slice) -> Column | SampleBatch:
         if isinstance(key, str):
             column = self._columns[key]
-            if isinstance(column, CompressedColumn):  # stored compressed: a fresh array
-                return column.decompress()
+            if isinstance(column, LazyColumn):  # stored compactly: a fresh array
+                return column.materialize()
             return column
         if isinstance(key, slice):
             count = len(range(*key.indices(self._count)))
@@ -225,23 +231,29 @@ class SampleBatch(MutableMapping):
         return self._columns.keys()
 
     def values(self) -> ValuesView[Column]:
-        """Columns (a live, read-only view; compressed columns are decompressed)."""
-        if self._has_compressed():
+        """Columns (a live, read-only view; lazy columns are materialised)."""
+        if self._has_lazy():
             return _DecompressedValues(self)
         return self._columns.values()
 
     def items(self) -> ItemsView[str, Column]:
-        """`(name, column)` pairs (a live, read-only view; compressed columns decompressed)."""
-        if self._has_compressed():
+        """`(name, column)` pairs (a live, read-only view; lazy columns materialised)."""
+        if self._has_lazy():
             return _DecompressedItems(self)
         return self._columns.items()
 
-    def _has_compressed(self) -> bool:
-        return any(isinstance(c, CompressedColumn) for c in self._columns.values())
+    def _has_lazy(self) -> bool:
+        return any(isinstance(c, LazyColumn) for c in self._columns.values())
 
     def compressed_columns(self) -> list[str]:
-        """Names of the columns held compressed (see `rlconnect.batches.compressed`)."""
-        return [k for k, c in self._columns.items() if isinstance(c, CompressedColumn)]
+        """Names of the columns held LZ4-compressed, or with an LZ4-compressed frame pool
+        (see `rlconnect.batches.compressed`)."""
+        return [k for k, c in self._columns.items() if _is_compressed(c)]
+
+    def lazy_columns(self) -> dict[str, str]:
+        """``{name: kind}`` of the columns not held as plain arrays (``"CompressedColumn"``,
+        ``"FrameStackColumn"``; see `rlconnect.batches.lazy`)."""
+        return {k: type(c).__name__ for k, c in self._columns.items() if isinstance(c, LazyColumn)}
 
     def __contains__(self, key: object) -> bool:
         return key in self._columns
@@ -258,8 +270,16 @@ class SampleBatch(MutableMapping):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by all leaf arrays (object arrays: 8 bytes per element pointer)."""
-        return sum(int(leaf.nbytes) for leaf in tree.flatten(list(self._columns.values())))
+        """Bytes held by all leaf arrays (object arrays: 8 bytes per element pointer); lazy
+        columns count what they hold, storage they share (a frame pool) once."""
+        total = 0
+        shared: dict[int, Any] = {}  # storage of lazy columns, by identity
+        for leaf in tree.flatten(list(self._columns.values())):
+            if isinstance(leaf, LazyColumn):
+                shared.update((id(part), part) for part in leaf.storage())
+            else:
+                total += int(leaf.nbytes)
+        return total + sum(int(part.nbytes) for part in shared.values())
 
     # --- row operations ---------------------------------------------------------------
     def take(self, indices: Any) -> SampleBatch:
@@ -285,7 +305,7 @@ class SampleBatch(MutableMapping):
             return self._from_normalized(dict(self._columns), self._count, self.meta)
 
         def copy_leaf(leaf: np.ndarray) -> np.ndarray:
-            if isinstance(leaf, CompressedColumn):
+            if isinstance(leaf, LazyColumn):
                 return leaf  # immutable
             return _copy.deepcopy(leaf) if leaf.dtype == object else leaf.copy()
 

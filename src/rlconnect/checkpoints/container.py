@@ -106,7 +106,8 @@ def unpack(
     if structure is None or digest is None:
         raise fail("the header lacks the 'structure' or 'sha256' entry")
     for key, entry in header.items():
-        if not isinstance(entry, dict) or entry.get("dtype") not in _TENSOR_DTYPES:
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        if not isinstance(dtype, str) or dtype not in _TENSOR_DTYPES:  # a list is unhashable
             raise fail(f"array {key[:40]!r} has a malformed entry or unsupported dtype")
     try:
         arrays = safetensors.numpy.load(data)

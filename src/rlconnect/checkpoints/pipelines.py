@@ -150,7 +150,7 @@ def _read_state(path: Path) -> dict[str, Any]:
 
     if not isinstance(state, dict) or not isinstance(state.get("members"), list):
         raise fail("the structure is not an object with a 'members' list")
-    if state.get("kind") not in _KINDS:
+    if not isinstance(state.get("kind"), str) or state["kind"] not in _KINDS:
         kind = str(state.get("kind"))[:40]
         raise fail(f"unknown pipeline kind {kind!r}; expected one of {sorted(_KINDS)}")
     if state.get("version") != PIPELINE_STATE_VERSION:

@@ -99,10 +99,15 @@ def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
         elif isinstance(node, dict):
             path, digest = node.get("path"), node.get("sha256")
             if isinstance(path, str) and isinstance(digest, str):
-                target = (folder / path).resolve()
-                if folder.resolve() not in target.parents:
+                try:
+                    target = (folder / path).resolve()
+                    inside = folder.resolve() in target.parents
+                    present = inside and target.is_file()
+                except (ValueError, OSError):  # a NUL byte, a name too long ...
+                    inside = present = False
+                if not inside:
                     out[path] = "BAD PATH (outside the checkpoint)"
-                elif not target.is_file():
+                elif not present:
                     out[path] = "MISSING"
                 else:
                     h = hashlib.sha256(target.read_bytes()).hexdigest()
@@ -148,10 +153,15 @@ def _describe_checkpoint(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"folder": str(folder), "manifest": shown, "files": {}}
     out["integrity"] = _verify_manifest_files(folder, manifest) or "no checksums in the manifest"
     problems: list[str] = []
+    real_folder = folder.resolve()
     for p in sorted(folder.rglob("*")):
         if not p.is_file() or p.name.startswith(".") or p == manifest_path:
             continue
         rel = str(p.relative_to(folder))
+        if real_folder not in p.resolve().parents:  # a symlink: never read files elsewhere
+            out["files"][rel] = "BAD PATH (links outside the checkpoint; not read)"
+            problems.append(f"{rel} (links outside the checkpoint)")
+            continue
         fmt = peek_format(str(p))
         try:
             if fmt is None:

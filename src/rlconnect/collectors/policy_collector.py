@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import SampleBatch
-from rlconnect.batches.compressed import CompressedColumn, compressible
+from rlconnect.batches.frame_stacks import pack_image_columns, transition_observations
 from rlconnect.collectors.store import ColumnStore
 
 __all__ = ["EMPTY_INFO", "NEXT_COLUMNS", "PolicyCollector"]
@@ -35,8 +35,9 @@ IMAGE_COLUMNS = ("obs", "new_obs", "raw_obs")
 class PolicyCollector:
     """Rows of every agent trajectory mapped to one policy, in arrival order.
 
-    With ``compress_observations`` the image columns of built batches (``obs``, ``new_obs``,
-    ``raw_obs`` with at least 2 dims per row) are `CompressedColumn`s.
+    Frame-stacked ``obs`` / ``new_obs`` of built batches are `FrameStackColumn`s (each frame
+    stored once); with ``compress_observations`` the image columns (``obs``, ``new_obs``,
+    ``raw_obs`` with at least 2 dims per row, or their frame pool) are LZ4-compressed.
     """
 
     def __init__(self, policy_id: str, *, compress_observations: bool = False) -> None:
@@ -113,17 +114,16 @@ class PolicyCollector:
 
     def _transitions(self, rows: np.ndarray, nxt: np.ndarray) -> SampleBatch:
         cols: dict[str, Any] = {}
+        if "obs" in self.store:  # frame stacks: each frame once (rlconnect.batches.frame_stacks)
+            obs = transition_observations(self.store.column("obs"), rows, nxt)
         for name in self.store.names:
             if name in BOOKKEEPING:
                 continue
             if name in NEXT_COLUMNS:
                 cols[name] = self.store.take(name, nxt)
             else:
-                cols[name] = self.store.take(name, rows)
+                cols[name] = obs[0] if name == "obs" else self.store.take(name, rows)
         if "obs" in self.store:
-            cols[SampleBatch.NEXT_OBS] = self.store.take("obs", nxt)
-        if self.compress_observations:
-            for name in IMAGE_COLUMNS:
-                if compressible(cols.get(name)):
-                    cols[name] = CompressedColumn.compress(cols[name])
+            cols[SampleBatch.NEXT_OBS] = obs[1]
+        pack_image_columns(cols, IMAGE_COLUMNS, compress=self.compress_observations)
         return SampleBatch(cols)

@@ -4,7 +4,9 @@ Agent pipeline, in order (each only when it applies):
 
 1. ``FlattenObservations`` when the observation space is not a Box (Dict, Tuple,
    Discrete, MultiDiscrete, MultiBinary); Box observations (vectors, images) pass unchanged.
-2. ``MeanStdFilter`` when ``observation_filter="MeanStdFilter"`` (default ``"NoFilter"``).
+2. ``MeanStdFilter`` when ``observation_filter="MeanStdFilter"`` (default ``"NoFilter"``);
+   ``observation_filter_sync="frozen"`` (default ``"immediate"``) builds it with
+   ``freeze_between_syncs=True``.
 3. ``ClipReward`` when ``clip_rewards`` is True (sign) or a positive number (default None;
    False also means off).
 4. ``FrameStack(num_frames=framestack)`` when ``framestack`` is an int >= 1 (default None).
@@ -51,12 +53,14 @@ __all__ = [
     "ATARI_FRAMESTACK",
     "ATARI_SCREEN",
     "OBSERVATION_FILTERS",
+    "OBSERVATION_FILTER_SYNCS",
     "PRESETS",
     "default_action_pipeline",
     "default_agent_pipeline",
 ]
 
 OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")
+OBSERVATION_FILTER_SYNCS = ("immediate", "frozen")
 PRESETS = ("atari",)
 ATARI_SCREEN = (84, 84)
 """Height and width of the frames the Atari preset outputs."""
@@ -79,6 +83,17 @@ def _observation_filter(config: Mapping[str, Any]) -> str:
             f"got {value!r}"
         )
     return value
+
+
+def _freeze_filter(config: Mapping[str, Any]) -> bool:
+    """``observation_filter_sync``: "frozen" freezes the filter between sync points."""
+    value = config.get("observation_filter_sync", "immediate")
+    if value not in OBSERVATION_FILTER_SYNCS:
+        raise ValueError(
+            f"config['observation_filter_sync'] must be one of {list(OBSERVATION_FILTER_SYNCS)}, "
+            f"got {value!r}"
+        )
+    return value == "frozen"
 
 
 def _reward_limit(config: Mapping[str, Any]) -> tuple[bool, float | None]:
@@ -144,6 +159,7 @@ def default_agent_pipeline(ctx: ConnectorContext) -> AgentConnectorPipeline:
     if _preset(config) == "atari":
         return AgentConnectorPipeline(ctx, _atari_members(ctx))
     obs_filter = _observation_filter(config)
+    freeze = _freeze_filter(config)
     clip_rewards, reward_limit = _reward_limit(config)
     framestack = _framestack(config)
 
@@ -151,7 +167,7 @@ def default_agent_pipeline(ctx: ConnectorContext) -> AgentConnectorPipeline:
     if not isinstance(ctx.observation_space, gym.spaces.Box):
         members.append(FlattenObservations(ctx))
     if obs_filter == "MeanStdFilter":
-        members.append(MeanStdFilter(ctx))
+        members.append(MeanStdFilter(ctx, freeze_between_syncs=freeze))
     if clip_rewards:
         members.append(ClipReward(ctx, limit=reward_limit))
     if framestack is not None:

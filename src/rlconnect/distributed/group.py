@@ -29,7 +29,7 @@ from rlconnect.distributed.faults import (
     RunnerFailure,
 )
 from rlconnect.distributed.pool import RunnerPool
-from rlconnect.distributed.sync import ConnectorDeltas, apply_deltas
+from rlconnect.distributed.sync import ConnectorDeltas, apply_deltas, check_frozen_filters
 from rlconnect.distributed.worker import RunnerSpec, read_folder
 from rlconnect.policy import Policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
@@ -153,6 +153,7 @@ class RunnerGroup:
         )
         resources = dict(runner_resources or {"num_cpus": 1})
         try:
+            check_frozen_filters(local)
             self._pool = RunnerPool(
                 self._ray, spec, local, num_runners, resources, faults, checkpoint_files
             )
@@ -296,7 +297,9 @@ class RunnerGroup:
     def sync_connector_states(self) -> None:
         """Merge every runner's connector deltas into the reference statistics and send the
         result to every runner (see ``rlconnect.distributed.sync``). Deltas are merged in
-        runner order, then call order, so the result does not depend on timing."""
+        runner order, then call order, so the result does not depend on timing. With
+        ``observation_filter_sync="frozen"`` this is when what remote runners normalise
+        with changes (docs/scaling.md, "The staleness rule")."""
         if self.num_runners == 0:
             return
         deltas = [d for k in sorted(self._pending) for d in self._pending[k]]

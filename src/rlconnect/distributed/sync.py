@@ -12,6 +12,11 @@ The protocol, for remote runners ``1..K`` and the driver's reference statistics 
 
 Deltas travel with the batches they describe, so the statistics hold exactly the data of
 the batches the caller received, each once, however often ``sync`` runs.
+
+Filters built with ``freeze_between_syncs=True`` (``RunnerConfig(observation_filter_sync=
+"frozen")``) normalise with ``T`` as of the last sync: a remote runner hands its data over
+with every batch (``reset_delta``), so it never folds its own data in between syncs, and
+what it outputs depends on the raw data and the sync points only.
 """
 
 from __future__ import annotations
@@ -19,9 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rlconnect.connectors.agent.mean_std_filter import merge_statistics
+from rlconnect.connectors.agent.mean_std_filter import MeanStdFilter, merge_statistics
 
-__all__ = ["ConnectorDeltas", "apply_deltas", "pop_connector_deltas"]
+__all__ = ["ConnectorDeltas", "apply_deltas", "check_frozen_filters", "pop_connector_deltas"]
 
 #: ``{policy_id: {"agent" | "action": {member_name: delta_statistics}}}``
 ConnectorDeltas = dict[str, dict[str, dict[str, Any]]]
@@ -65,3 +70,19 @@ def apply_deltas(reference: Any, deltas: Iterable[Mapping[str, Any]]) -> Connect
                 conn.set_statistics(total)  # also clears the reference's own delta
                 merged.setdefault(pid, {}).setdefault(role, {})[name] = total
     return merged
+
+
+def check_frozen_filters(runner: Any) -> None:
+    """Raise ValueError if ``runner`` has filters frozen between syncs and samples in a
+    background thread: that thread starts the next batch (a sync point of a runner on its
+    own) before the group takes the delta, so the runner would fold in its own data."""
+    if not runner.config.sample_async:
+        return
+    for pid in runner.policies:
+        for pipe in _pipelines(runner, pid).values():
+            if any(isinstance(c, MeanStdFilter) and c.freeze_between_syncs for c in pipe):
+                raise ValueError(
+                    "RunnerGroup: filters frozen between syncs (observation_filter_sync="
+                    "'frozen') need RunnerConfig(sample_async=False) on remote runners; "
+                    "use RunnerGroup.sample_async() for overlap instead"
+                )

@@ -1,23 +1,29 @@
-"""The env side of the Atari preset: frame skip with max-pooling, no-op and FIRE resets.
+"""The env side of the Atari preset: frame skip with max-pooling, no-op and FIRE resets,
+and gray screens read straight from the emulator.
 
 Where each step of the DeepMind Atari preprocessing lives in rlconnect:
 
 ============================  ===========================================================
 step                          where
 ============================  ===========================================================
-frame skip (4)                env side: gymnasium's ``AtariPreprocessing(frame_skip=4)``
-                              on a base env built with ``frameskip=1``
+frame skip (4)                env side: ``ScreenFrames`` (gymnasium's
+                              ``AtariPreprocessing(frame_skip=4)`` at native size) on a
+                              base env built with ``frameskip=1``
 max over the last two frames  env side: the same wrapper (removes sprite flicker)
 no-op reset (1..30 no-ops)    env side: the same wrapper (``noop_max=30``)
 FIRE reset                    env side: ``FireReset`` below (games whose action 1 is FIRE)
-grayscale (BT.601)            connector: ``Grayscale``
+grayscale                     env side: ALE's gray screen (``ale.getScreenGrayscale``, as
+                              gymnasium does); connector ``Grayscale`` (BT.601) for RGB
+                              frames (``grayscale=False`` or an env of your own)
 resize to 84x84 (area)        connector: ``Resize(84, 84)``
 reward clipped to its sign    connector: ``ClipReward``
 stack of 4 frames             connector: ``FrameStack(num_frames=4)``
 ============================  ===========================================================
 
 The env-side steps must see every emulator frame, which only the env has; the rest are
-batched over all sub-envs by the connectors (``RunnerConfig(preset="atari")``). Episodes
+batched over all sub-envs by the connectors (``RunnerConfig(preset="atari")``). Reading
+the gray screen from the emulator costs a third of reading RGB and converting it, and the
+base env (``obs_type="ram"``) renders no screen on the frames the wrapper skips. Episodes
 are whole games: a lost life never ends an episode, so episode metrics (``episode_reward``,
 ``episode_len``) count whole games across lives; ``info["lives"]`` reports the lives left.
 
@@ -26,10 +32,10 @@ minimal action set). ``ale-py`` ships the ROMs in its wheel: nothing is download
 
 >>> import rlconnect as rc
 >>> from rlconnect.envs.atari import make_atari_env
->>> env = make_atari_env("ALE/Pong-v5")
->>> env.observation_space.shape
+>>> make_atari_env("ALE/Pong-v5").observation_space.shape
+(210, 160)
+>>> make_atari_env("ALE/Pong-v5", grayscale=False).observation_space.shape
 (210, 160, 3)
->>> env.close()
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
-__all__ = ["FireReset", "atari_env_creator", "is_atari_id", "make_atari_env"]
+__all__ = ["FireReset", "ScreenFrames", "atari_env_creator", "is_atari_id", "make_atari_env"]
 
 
 def is_atari_id(env_id: str) -> bool:
@@ -81,23 +88,63 @@ class FireReset(gym.Wrapper):
         return obs, info
 
 
+class ScreenFrames(gym.wrappers.AtariPreprocessing):
+    """gymnasium's ``AtariPreprocessing`` (frame skip, max over the last two frames, no-op
+    resets) reading the screen at its native size, gray or RGB, straight from the emulator.
+
+    The base env must be built with ``obs_type="ram"``: it then renders no screen on the
+    frames in between (the wrapper reads the screen itself on the last two of each step),
+    and no resize runs. Observations equal ``AtariPreprocessing(screen_size=native)``'s.
+
+    Args:
+        env: an ale-py env made with ``frameskip=1, obs_type="ram"``.
+        grayscale: read ALE's gray screen ``(H, W)`` (``ale.getScreenGrayscale``, as
+            gymnasium's ``grayscale_obs=True``) instead of RGB ``(H, W, 3)``.
+        **kwargs: ``noop_max``, ``frame_skip`` as for ``AtariPreprocessing``.
+    """
+
+    def __init__(self, env: gym.Env, *, grayscale: bool = True, **kwargs: Any) -> None:
+        height, width = env.unwrapped.ale.getScreenDims()  # type: ignore[attr-defined]
+        super().__init__(
+            env,
+            screen_size=(width, height),
+            terminal_on_life_loss=False,
+            grayscale_obs=grayscale,
+            scale_obs=False,
+            **kwargs,
+        )
+        shape = (height, width) if grayscale else (height, width, 3)
+        self.obs_buffer = [np.empty(shape, np.uint8), np.empty(shape, np.uint8)]
+
+    def _get_obs(self) -> np.ndarray:
+        # as gymnasium's: the max is taken in place (a step that ends early reuses it)
+        if self.frame_skip > 1:
+            np.maximum(self.obs_buffer[0], self.obs_buffer[1], out=self.obs_buffer[0])
+        return self.obs_buffer[0].copy()
+
+
 def make_atari_env(
     env_id: str,
     *,
     frame_skip: int = 4,
     noop_max: int = 30,
     fire_reset: bool = True,
+    grayscale: bool = True,
     **make_kwargs: Any,
 ) -> gym.Env:
-    """An ale-py game with the env-side Atari preprocessing; observations stay RGB frames.
+    """An ale-py game with the env-side Atari preprocessing: full-size frames, gray by default.
 
     Args:
         env_id: a gymnasium id of an ale-py game, e.g. ``"ALE/Pong-v5"``.
         frame_skip: emulator frames per env step; the observation is the max of the last two.
         noop_max: at reset, take 1..noop_max no-op actions (0: none).
         fire_reset: press FIRE after reset when the game's action 1 is FIRE.
+        grayscale: read gray ``(H, W)`` screens from the emulator (ALE's palette, as
+            gymnasium's ``AtariPreprocessing``); False: RGB ``(H, W, 3)`` screens, for a
+            ``Grayscale`` connector or a colour model.
         **make_kwargs: passed on to ``gym.make`` (e.g. ``repeat_action_probability``);
-            ``frameskip`` is always 1 there, the wrapper skips frames.
+            ``frameskip`` is always 1 there, the wrapper skips frames, and ``obs_type`` is
+            ``"ram"`` (the wrapper reads the screen itself).
     """
     _register_ale()
     if make_kwargs.pop("frameskip", 1) != 1:
@@ -105,17 +152,13 @@ def make_atari_env(
             f"make_atari_env({env_id!r}): pass frame_skip, not frameskip (the base env must "
             "not skip frames itself, or they would be skipped twice)"
         )
-    env = gym.make(env_id, frameskip=1, **make_kwargs)
-    height, width = env.observation_space.shape[:2]
-    env = gym.wrappers.AtariPreprocessing(
-        env,
-        noop_max=noop_max,
-        frame_skip=frame_skip,
-        screen_size=(width, height),  # native size: resizing is the Resize connector's job
-        terminal_on_life_loss=False,
-        grayscale_obs=False,
-        scale_obs=False,
-    )
+    if "obs_type" in make_kwargs:
+        raise ValueError(
+            f"make_atari_env({env_id!r}): pass grayscale=True/False, not obs_type (the "
+            "wrapper reads the screen itself)"
+        )
+    env = gym.make(env_id, frameskip=1, obs_type="ram", **make_kwargs)
+    env = ScreenFrames(env, grayscale=grayscale, noop_max=noop_max, frame_skip=frame_skip)
     meanings = env.unwrapped.get_action_meanings()
     if fire_reset and len(meanings) > 1 and meanings[1] == "FIRE":
         env = FireReset(env)

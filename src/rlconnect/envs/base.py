@@ -13,11 +13,13 @@ Rows are columnar: row ``i`` is agent ``agent_ids[i]`` of sub-env ``env_ids[i]``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import tree
 
 __all__ = ["BaseEnv", "EnvRows"]
 
@@ -33,8 +35,9 @@ class EnvRows:
       ended at this poll (``__all__`` for multi-agent envs).
     - ``extra_rewards``: ``(env_id, agent_id, reward)`` for agents rewarded at this step
       without an observation; they count towards the agent's next transition.
-    - ``errors``: ``{env_id: exception}`` for sub-envs whose step or reset raised; none of
-      their rows are included.
+    - ``errors``: ``{env_id: exception}`` for sub-envs whose step or reset raised (or that
+      returned an observation that cannot be one of their space, ``EnvCheckError``); none
+      of their rows are included.
     - ``stepped``: ids of sub-envs that took an env step at this poll (resets do not count).
     """
 
@@ -87,6 +90,29 @@ class EnvRows:
 
     def __len__(self) -> int:
         return len(self.env_ids)
+
+    def without_envs(self, errors: Mapping[int, BaseException]) -> EnvRows:
+        """These rows minus every row of the sub-envs in ``errors``, which are added to
+        ``self.errors``: a sub-env that returned bad data is reported like one that raised."""
+        ids = np.fromiter(errors, np.int64, len(errors))
+        keep = np.flatnonzero(~np.isin(self.env_ids, ids))
+        out = copy.copy(self)  # keeps the fields of subclasses (ExternalRows)
+        out.env_ids = self.env_ids[keep]
+        out.agent_ids = tuple(self.agent_ids[i] for i in keep.tolist())
+        if self.stacked:
+            out.obs = tree.map_structure(lambda x: np.asarray(x)[keep], self.obs)
+        else:
+            out.obs = [self.obs[i] for i in keep.tolist()]
+        out.rewards = self.rewards[keep]
+        out.terminateds = self.terminateds[keep]
+        out.truncateds = self.truncateds[keep]
+        out.infos = [self.infos[i] for i in keep.tolist()]
+        out.is_first = self.is_first[keep]
+        out.stepped = self.stepped[~np.isin(self.stepped, ids)]
+        out.done_envs = {e: f for e, f in self.done_envs.items() if e not in errors}
+        out.extra_rewards = [x for x in self.extra_rewards if x[0] not in errors]
+        out.errors = {**self.errors, **errors}
+        return out
 
     @classmethod
     def from_lists(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import attrs
 import gymnasium as gym
@@ -12,10 +12,15 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.errors import EnvCheckError, EnvError
-from rlconnect.spaces import describe_space, stack_samples, unstack_batch
+from rlconnect.errors import EnvCheckError, EnvError, describe_exception
+from rlconnect.spaces import (
+    describe_space,
+    stack_samples,
+    unstack_batch,
+    zeros_batch,
+)
 
-__all__ = ["EnvContext", "GymEnvs", "sub_env_seed"]
+__all__ = ["EnvContext", "GymEnvs", "fits_dtype", "sub_env_seed"]
 
 
 @attrs.define(frozen=True)
@@ -185,10 +190,11 @@ class GymEnvs(BaseEnv):
         soft.clear()
         actions.clear()
         done_envs = {i: (bool(te), bool(tr)) for i, te, tr in zip(ids, term, trunc) if te or tr}
-        return EnvRows.from_lists(
+        stacked, bad = self._stack(obs, ids)
+        rows = EnvRows.from_lists(
             ids,
             self._agent_ids[: len(ids)],
-            self._stack(obs, ids),
+            stacked,
             rew,
             term,
             trunc,
@@ -199,43 +205,77 @@ class GymEnvs(BaseEnv):
             done_envs=done_envs,
             errors=errors,
         )
+        if bad:  # reported like a raise: restarted, or named in the runner's error
+            self._failures.update(bad)
+            rows = rows.without_envs(bad)
+        return rows
 
-    def _stack(self, obs: list[Any], ids: list[int]) -> Any:
-        """One array for Box spaces, in the space's dtype.
+    def _stack(self, obs: list[Any], ids: list[int]) -> tuple[Any, dict[int, EnvCheckError]]:
+        """One batch (one array for Box spaces, in the space's dtype), and the sub-envs whose
+        observation cannot be one of the space.
 
         Observations of another dtype of the same kind are cast (float64 for float32,
-        ints that fit for another int type); a wrong shape or dtype kind raises
-        ``EnvCheckError`` naming the sub-envs that returned it (a cast would hide it).
+        ints that fit for another int type). A wrong shape or dtype kind (a cast would hide
+        it) or a wrong structure is reported per sub-env as an ``EnvCheckError`` naming
+        every sub-env that returned one; their rows hold a placeholder until the caller
+        drops them.
         """
         if self._obs_shape is None:
-            return stack_samples(self._obs_space, obs)
+            try:
+                return stack_samples(self._obs_space, obs), {}
+            except Exception:  # a wrong structure: find the culprits (error path only)
+                return self._stack_replacing(obs, ids, self._bad_nested(obs, ids))
         shape, dtype = self._obs_shape, self._obs_dtype
         if not obs:
-            return np.empty((0, *shape), dtype=dtype)
+            return np.empty((0, *shape), dtype=dtype), {}
         try:
             arr = np.array(obs)  # the fastest stack of N equal arrays, and it keeps dtypes
         except (ValueError, TypeError):
-            self._raise_bad_obs(obs, ids)
+            return self._stack_replacing(obs, ids, self._bad_box(obs, ids))
         if arr.dtype == dtype and arr.shape[1:] == shape:
-            return arr
-        if arr.shape[1:] == shape and _fits_dtype(arr, dtype):
-            return arr.astype(dtype)
-        self._raise_bad_obs(obs, ids)
+            return arr, {}
+        if arr.shape[1:] == shape and fits_dtype(arr, dtype):
+            return arr.astype(dtype), {}
+        return self._stack_replacing(obs, ids, self._bad_box(obs, ids))
 
-    def _raise_bad_obs(self, obs: list[Any], ids: list[int]) -> NoReturn:
-        shape, dtype = self._obs_shape, self._obs_dtype
-        problems = []
+    def _stack_replacing(
+        self, obs: list[Any], ids: list[int], problems: dict[int, str]
+    ) -> tuple[Any, dict[int, EnvCheckError]]:
+        """Stack with a valid placeholder in place of each bad observation."""
+        if not problems:  # stacking failed for a reason no single row shows
+            problems = dict.fromkeys(ids, "observations that do not stack")
+        error = EnvCheckError(
+            f"env returned a bad observation: obs does not fit {describe_space(self._obs_space)}"
+            + (f" (shape {self._obs_shape}, dtype {self._obs_dtype})" if self._obs_shape else "")
+            + " in "
+            + "; ".join(f"env {i} / agent {DEFAULT_AGENT_ID!r}: {p}" for i, p in problems.items())
+        )
+        filler = unstack_batch(zeros_batch(self._obs_space, 1))[0]
+        fixed = [filler if i in problems else o for i, o in zip(ids, obs)]
+        return self._stack(fixed, ids)[0], dict.fromkeys(problems, error)
+
+    def _bad_box(self, obs: list[Any], ids: list[int]) -> dict[int, str]:
+        """Observations of a wrong shape or dtype kind for the Box space."""
+        shape, dtype = self._obs_shape, np.dtype(self._obs_dtype)
+        problems: dict[int, str] = {}
         for i, o in zip(ids, obs):
             got = np.shape(o)
             if got != shape:
-                problems.append(f"env {i} / agent {DEFAULT_AGENT_ID!r}: wrong shape {got}")
-            elif not _fits_dtype(np.asarray(o), dtype):
-                d = np.asarray(o).dtype
-                problems.append(f"env {i} / agent {DEFAULT_AGENT_ID!r}: wrong dtype {d}")
-        raise EnvCheckError(
-            f"env returned a bad observation: obs does not fit {describe_space(self._obs_space)}"
-            f" (shape {shape}, dtype {dtype}) in " + "; ".join(problems[:5] or map(str, ids))
-        )
+                problems[i] = f"wrong shape {got}"
+            elif not fits_dtype(np.asarray(o), dtype):
+                problems[i] = f"wrong dtype {np.asarray(o).dtype}"
+        return problems
+
+    def _bad_nested(self, obs: list[Any], ids: list[int]) -> dict[int, str]:
+        """Observations that do not stack with a valid one (wrong structure or shapes)."""
+        filler = unstack_batch(zeros_batch(self._obs_space, 1))[0]
+        problems: dict[int, str] = {}
+        for i, o in zip(ids, obs):
+            try:
+                stack_samples(self._obs_space, [filler, o])
+            except Exception as exc:
+                problems[i] = f"wrong structure ({describe_exception(exc)})"
+        return problems
 
     def close(self) -> None:
         for env in self.envs:
@@ -243,7 +283,7 @@ class GymEnvs(BaseEnv):
                 env.close()
 
 
-def _fits_dtype(arr: np.ndarray, dtype: np.dtype) -> bool:
+def fits_dtype(arr: np.ndarray, dtype: np.dtype) -> bool:
     """Whether ``arr`` can be cast to ``dtype`` without changing what it means."""
     if dtype.kind == "f":
         return arr.dtype.kind in "biuf"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import gymnasium as gym
 
 from rlconnect.envs.atari import atari_env_creator, is_atari_id
@@ -12,6 +13,7 @@ from rlconnect.envs.base import BaseEnv
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
+from rlconnect.envs.remote import RemoteVectorEnv
 from rlconnect.envs.vector import VectorEnvAdapter
 
 __all__ = ["make_base_env"]
@@ -35,9 +37,19 @@ def _wrap_instance(env: Any) -> Any:
 class _RemoteEnvFn:
     """Builds sub-env ``index`` in a worker process, with the context a local one would get."""
 
-    def __init__(self, creator: Callable[[EnvContext], Any], ctx: EnvContext) -> None:
+    def __init__(
+        self, creator: Callable[[EnvContext], Any], ctx: EnvContext, base_seed: int | None = None
+    ) -> None:
         self.creator = creator
         self.ctx = ctx
+        self._base_seed = base_seed
+
+    def rebuilt(self, restarts: int) -> _RemoteEnvFn:
+        """The builder of this sub-env after ``restarts`` restarts (a fresh derived seed)."""
+        ctx = attrs.evolve(
+            self.ctx, seed=sub_env_seed(self._base_seed, self.ctx.vector_index, restarts)
+        )
+        return _RemoteEnvFn(self.creator, ctx, self._base_seed)
 
     def __call__(self) -> gym.Env:
         env = self.creator(self.ctx)
@@ -55,8 +67,10 @@ def _async_vector(
     seed: int | None,
     env_config: dict,
     worker_index: int,
+    timeout_s: float | None = None,
 ) -> BaseEnv:
-    """N sub-envs in worker processes (gymnasium's AsyncVectorEnv, shared-memory obs).
+    """N sub-envs in worker processes (``RemoteVectorEnv``, gymnasium's AsyncVectorEnv with
+    a worker that reports errors per sub-env, a deadline and single-worker restarts).
 
     NEXT_STEP autoreset lets a finished sub-env reset while the others step, so rows come
     exactly as from N local envs (sub-env ``i`` seeded ``seed + i`` at its first reset).
@@ -65,10 +79,11 @@ def _async_vector(
         _RemoteEnvFn(
             creator,
             EnvContext(i, num_envs, worker_index, sub_env_seed(seed, i), env_config),
+            seed,
         )
         for i in range(num_envs)
     ]
-    venv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
+    venv = RemoteVectorEnv(fns, timeout_s=timeout_s, seed_of=lambda i, k: sub_env_seed(seed, i, k))
     return VectorEnvAdapter(venv, seed=seed)
 
 
@@ -94,11 +109,13 @@ def make_base_env(
     worker_index: int = 0,
     remote_envs: bool = False,
     preset: str | None = None,
+    sub_env_timeout_s: float | None = None,
 ) -> BaseEnv:
     """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv).
 
     With ``preset="atari"`` an ale-py game id gets the env-side Atari preprocessing
-    (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it).
+    (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it). With
+    ``remote_envs``, ``sub_env_timeout_s`` bounds each worker's ``step``/``reset``.
     """
     env_config = dict(env_config or {})
     if isinstance(env, BaseEnv):
@@ -143,7 +160,7 @@ def make_base_env(
             " or an rc.ExternalEnv"
         )
     if remote_envs:
-        return _async_vector(creator, num_envs, seed, env_config, worker_index)
+        return _async_vector(creator, num_envs, seed, env_config, worker_index, sub_env_timeout_s)
     first = creator(EnvContext(0, num_envs, worker_index, seed, env_config))
     if isinstance(first, BaseEnv):
         return first

@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import EnvContext, sub_env_seed
+from rlconnect.envs.gym_envs import EnvContext, fits_dtype, sub_env_seed
+from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
 __all__ = ["MultiAgentEnv", "MultiAgentEnvs"]
 
@@ -127,7 +128,12 @@ class MultiAgentEnvs(BaseEnv):
         with contextlib.suppress(Exception):  # closing must not mask an earlier error
             self.envs[env_id].close()
         self._restarts[env_id] += 1
-        self.envs[env_id] = self._make(env_id)
+        try:
+            self.envs[env_id] = self._make(env_id)
+        except Exception as exc:
+            raise EnvError(
+                f"sub-env {env_id} could not be rebuilt: {describe_exception(exc)}"
+            ) from exc
         self._seeded[env_id] = False
         self.try_reset(env_id)
 
@@ -168,6 +174,10 @@ class MultiAgentEnvs(BaseEnv):
             self._needs_reset.discard(i)
             self._soft.discard(i)
             self._idle.discard(i)
+            bad = self._malformed(i, o)
+            if bad is not None:  # reported like a raise: restarted, or named in the error
+                errors[i] = bad
+                continue
             if o:
                 self._last[i] = (o, inf)
             if not resetting:
@@ -207,6 +217,23 @@ class MultiAgentEnvs(BaseEnv):
             extra_rewards=extra,
             errors=errors,
         )
+
+    def _malformed(self, env_id: int, obs: dict) -> EnvCheckError | None:
+        """An error naming the agents whose Box observation has a wrong shape or dtype kind
+        (these could not be stacked, or would be cast silently), else None."""
+        problems = []
+        for a, ob in obs.items():
+            space = self._obs_spaces.get(a)
+            if type(space) is not gym.spaces.Box:
+                continue
+            arr = ob if isinstance(ob, np.ndarray) else np.asarray(ob)
+            if arr.shape != space.shape:
+                problems.append(f"env {env_id} / agent {a!r}: wrong shape {arr.shape}")
+            elif not fits_dtype(arr, space.dtype):
+                problems.append(f"env {env_id} / agent {a!r}: wrong dtype {arr.dtype}")
+        if not problems:
+            return None
+        return EnvCheckError("env returned a bad observation: " + "; ".join(problems))
 
     def close(self) -> None:
         for env in self.envs:

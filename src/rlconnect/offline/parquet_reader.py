@@ -105,7 +105,7 @@ class ParquetFileReader:
         _expect(doc.get("format") == PARQUET_FORMAT, f"format is {doc.get('format')!r}")
         version = doc.get("version")
         _expect(
-            version in PARQUET_FORMAT_VERSIONS and _int(version),
+            _int(version) and version in PARQUET_FORMAT_VERSIONS,  # a list is unhashable
             f"schema version {version!r} is not supported (this rlconnect reads versions "
             f"{sorted(PARQUET_FORMAT_VERSIONS)}); upgrade rlconnect to read it",
         )

@@ -2,9 +2,53 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
+from rlconnect.errors import CallbackError, describe_exception
+
 __all__ = ["Callbacks"]
+
+HOOKS = (
+    "on_episode_created",
+    "on_episode_start",
+    "on_episode_step",
+    "on_episode_end",
+    "on_postprocess_trajectory",
+    "on_sample_end",
+)
+
+
+def _where(kwargs: dict[str, Any]) -> str:
+    parts = []
+    if "env_index" in kwargs:
+        parts.append(f"env_index={kwargs['env_index']}")
+    episode = kwargs.get("episode")
+    if episode is not None and hasattr(episode, "episode_id"):
+        parts.append(f"episode_id={episode.episode_id}")
+    if "agent_id" in kwargs:
+        parts.append(f"agent_id={kwargs['agent_id']!r}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose errors become a CallbackError naming the class, the hook and where."""
+
+    @functools.wraps(fn)
+    def hook(self: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, **kwargs)
+        except CallbackError:
+            raise
+        except Exception as exc:
+            raise CallbackError(
+                f"callback {type(self).__name__}.{name}{_where(kwargs)} raised "
+                f"{describe_exception(exc)}"
+            ) from exc
+
+    hook._rlconnect_guarded = True  # type: ignore[attr-defined]
+    return hook
 
 
 class Callbacks:
@@ -18,7 +62,18 @@ class Callbacks:
     - ``on_postprocess_trajectory(runner, episode, agent_id, policy_id, policies,
       postprocessed_batch, original_batches)``: after ``policy.postprocess_trajectory``.
     - ``on_sample_end(runner, samples)``: a batch is about to be returned.
+
+    An exception in a hook reaches the caller of ``sample()`` as ``rlconnect.errors.
+    CallbackError`` naming the class and hook (the original as ``__cause__``); the
+    runner then refuses to sample on (``RunnerStateError``), as after any error midway.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in HOOKS:
+            fn = cls.__dict__.get(name)
+            if callable(fn) and not getattr(fn, "_rlconnect_guarded", False):
+                setattr(cls, name, _guarded(name, fn))
 
     def on_episode_created(self, **kwargs: Any) -> None:
         """A new episode object exists; the env is about to give its first observation."""

@@ -223,18 +223,35 @@ def _check_fit(ck: LoadedCheckpoint, runner: EnvRunner) -> None:
         _check_architecture(ck, pid, policy)
 
 
-def _load_pipe(file: str, live: ConnectorPipeline) -> ConnectorPipeline:
+def _check_kind(
+    ck: LoadedCheckpoint, pid: str, role: str, file: str, pipe: ConnectorPipeline
+) -> None:
+    """The agent pipeline's file must hold an agent pipeline (and the action one's an action
+    pipeline): files swapped in a checkpoint are refused, never installed."""
+    want = AgentConnectorPipeline if role == "agent" else ActionConnectorPipeline
+    if not isinstance(pipe, want):
+        raise _mismatch(
+            ck,
+            f"policy {pid!r}: {os.path.basename(file)} holds an {type(pipe).__name__}, "
+            f"not an {want.__name__}",
+        )
+
+
+def _load_pipe(
+    ck: LoadedCheckpoint, pid: str, role: str, file: str, live: ConnectorPipeline
+) -> ConnectorPipeline:
     ctx = attrs.evolve(
         live.ctx, config=dict(live.ctx.config), initial_states=list(live.ctx.initial_states)
     )
     pipe = load_pipeline(file, ctx)
+    _check_kind(ck, pid, role, file, pipe)
     if not live.is_training:
         pipe.in_eval()
     return pipe
 
 
-def _check_pipe_output(ck: LoadedCheckpoint, pid: str, pipe: Any, policy: Policy) -> None:
-    out, want = pipe.output_space, policy.observation_space
+def _check_pipe_output(ck: LoadedCheckpoint, pid: str, pipe: Any, want: Any) -> None:
+    out = pipe.output_space
     if (getattr(out, "shape", None), getattr(out, "dtype", None)) != (
         getattr(want, "shape", None),
         getattr(want, "dtype", None),
@@ -259,13 +276,14 @@ def restore_runner(runner: EnvRunner, path: str | os.PathLike[str]) -> None:
     action: dict[str, ActionConnectorPipeline] = {}
     for pid, rec in ck.policies.items():
         agent[pid] = cast(
-            AgentConnectorPipeline, _load_pipe(rec.agent_pipeline_file, runner.agent_pipeline(pid))
+            AgentConnectorPipeline,
+            _load_pipe(ck, pid, "agent", rec.agent_pipeline_file, runner.agent_pipeline(pid)),
         )
         action[pid] = cast(
             ActionConnectorPipeline,
-            _load_pipe(rec.action_pipeline_file, runner.action_pipeline(pid)),
+            _load_pipe(ck, pid, "action", rec.action_pipeline_file, runner.action_pipeline(pid)),
         )
-        _check_pipe_output(ck, pid, agent[pid], runner.policies[pid])
+        _check_pipe_output(ck, pid, agent[pid], runner.policies[pid].observation_space)
     for pid, rec in ck.policies.items():
         runner.policies[pid].set_weights(rec.weights)
         runner._agent_pipes[pid] = agent[pid]
@@ -301,7 +319,11 @@ def _pipeline_loader(
         live = ctx.observation_space if role == "agent" else ctx.action_space
         what = "env observation space" if role == "agent" else "env action space"
         _check_space(ck, rec.policy_id, what, saved, live)
-        return load_pipeline(file, ctx)
+        pipe = load_pipeline(file, ctx)
+        _check_kind(ck, rec.policy_id, role, file, pipe)
+        if role == "agent":  # before the runner's own check raises a plain ValueError
+            _check_pipe_output(ck, rec.policy_id, pipe, rec.observation_space)
+        return pipe
 
     return load
 
@@ -315,7 +337,11 @@ def runner_from_checkpoint(
     callbacks: Any = None,
     config_overrides: Mapping[str, Any] | None = None,
 ) -> EnvRunner:
-    """Rebuild a whole runner (policies, config, pipelines, weights) from ``path``."""
+    """Rebuild a whole runner (policies, config, pipelines, weights) from ``path``.
+
+    The saved config's ``output`` and ``input`` paths are not used (a checkpoint never
+    chooses where the runner writes or reads files); give them in ``config_overrides``.
+    """
     ck = load_checkpoint(path)
     config = ck.runner_config(config_overrides)
     policies = {pid: _build_policy(ck, rec) for pid, rec in ck.policies.items()}

@@ -26,6 +26,9 @@ __all__ = ["WEIGHTS_FORMAT", "LoadedCheckpoint", "PolicyRecord", "load_checkpoin
 
 WEIGHTS_FORMAT = "rlconnect.weights"
 WEIGHTS_FORMAT_VERSIONS = frozenset({1})
+PATH_FIELDS = ("output", "input")
+"""Config fields naming files or folders. A checkpoint never chooses where a rebuilt runner
+reads or writes: their saved values are ignored (pass them in ``config_overrides``)."""
 
 
 @attrs.define
@@ -53,7 +56,11 @@ class LoadedCheckpoint:
     policies: dict[str, PolicyRecord]
 
     def runner_config(self, overrides: Mapping[str, Any] | None = None) -> RunnerConfig:
-        """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied."""
+        """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied.
+
+        The saved ``PATH_FIELDS`` (``output``, ``input``) are left at their defaults: a file
+        must not make the runner create, write or read files elsewhere.
+        """
         saved = dict(self.manifest["config"])
         fields = attrs.fields_dict(RunnerConfig)
         unknown = sorted(set(saved) - set(fields))
@@ -61,6 +68,8 @@ class LoadedCheckpoint:
             raise CheckpointError(
                 f"checkpoint {self.path!r}: manifest.json: config has unknown fields {unknown}"
             )
+        for key in PATH_FIELDS:
+            saved.pop(key, None)
         try:
             config = RunnerConfig(**saved)
         except (ValueError, TypeError) as exc:

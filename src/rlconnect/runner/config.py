@@ -41,6 +41,16 @@ def _positive_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be an integer >= 1")
 
 
+MAX_NUM_ENVS = 1 << 12
+"""Most sub-envs one runner builds (a bound on what a checkpoint's config can ask for)."""
+
+
+def _num_envs(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _positive_int(inst, attribute, value)
+    if value > MAX_NUM_ENVS:
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: at most {MAX_NUM_ENVS}")
+
+
 def _optional_positive_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None:
         _positive_int(inst, attribute, value)
@@ -63,6 +73,13 @@ def _filter(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         )
 
 
+def _filter_sync(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value not in ("immediate", "frozen"):
+        raise ValueError(
+            f"RunnerConfig.observation_filter_sync={value!r}: allowed are 'immediate', 'frozen'"
+        )
+
+
 def _clip_rewards(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     ok = (
         value is None
@@ -80,9 +97,23 @@ def _callable_or_none(inst: Any, attribute: attrs.Attribute, value: Any) -> None
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be callable or None")
 
 
+def _optional_timeout(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise ValueError(
+            f"RunnerConfig.{attribute.name}={value!r}: must be None or a number of seconds > 0"
+        )
+
+
 def _preset(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and value != "atari":
         raise ValueError(f"RunnerConfig.preset={value!r}: allowed are None and 'atari'")
+
+
+def _dict(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be a dict")
 
 
 def _optional_str(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -143,8 +174,8 @@ def _wrap(kind: type[enum.Enum], name: str) -> Callable[[Any], Any]:
 class RunnerConfig:
     """How an EnvRunner samples. Every field is checked when the config is built."""
 
-    #: sub-environments stepped together (sub-env i is seeded ``seed + i``)
-    num_envs: int = attrs.field(default=1, validator=_positive_int)
+    #: sub-environments stepped together (sub-env i is seeded ``seed + i``; <= MAX_NUM_ENVS)
+    num_envs: int = attrs.field(default=1, validator=_num_envs)
     #: steps per sub-env in one ``sample()``: a batch holds ``rollout_fragment_length * num_envs``
     rollout_fragment_length: int = attrs.field(default=200, validator=_positive_int)
     #: "truncate_episodes" (exact size, episodes continue) or "complete_episodes"
@@ -161,14 +192,24 @@ class RunnerConfig:
     soft_horizon: bool = attrs.field(default=False, validator=_bool)
     #: base seed of sub-envs and of the policies' samplers (None: not seeded)
     seed: int | None = attrs.field(default=None, validator=_seed)
-    #: rebuild a sub-env whose step/reset raised, dropping its episode from the data
+    #: rebuild a sub-env whose step/reset raised (or that returned a non-finite or
+    #: malformed observation or reward), dropping its episode from the data
     restart_failed_sub_environments: bool = attrs.field(default=False, validator=_bool)
+    #: restarts of one sub-env in a row (no completed step in between) before ``sample()``
+    #: gives up with an EnvError instead (a sub-env that can never reset)
+    sub_env_restart_limit: int = attrs.field(default=5, validator=_non_negative_int)
+    #: seconds a sub-env in a worker process (``remote_envs=True``) may take for one
+    #: ``step``/``reset``; past it the worker is killed and the sub-env failed (None: wait)
+    sub_env_timeout_s: float | None = attrs.field(default=None, validator=_optional_timeout)
     #: check what envs return against their spaces on the first polls
     check_env: bool = attrs.field(default=True, validator=_bool)
     #: sample actions (True) or take the distribution's mode; False also freezes filters
     explore: bool = attrs.field(default=True, validator=_bool)
     #: "NoFilter" or "MeanStdFilter" (default agent pipeline)
     observation_filter: str = attrs.field(default="NoFilter", validator=_filter)
+    #: what the filter normalises with: "immediate" (the last sync plus this runner's own
+    #: data so far) or "frozen" (the statistics of the last sync point; docs/scaling.md)
+    observation_filter_sync: str = attrs.field(default="immediate", validator=_filter_sync)
     #: None, True (sign) or a float limit (default agent pipeline)
     clip_rewards: bool | float | None = attrs.field(default=None, validator=_clip_rewards)
     #: stack this many frames (default agent pipeline)
@@ -190,7 +231,7 @@ class RunnerConfig:
         default=None, validator=_callable_or_none
     )
     #: passed to env creators as ``EnvContext.config``
-    env_config: dict[str, Any] = attrs.field(factory=dict)
+    env_config: dict[str, Any] = attrs.field(factory=dict, validator=_dict)
     #: index of this runner among remote runners (0: local)
     worker_index: int = attrs.field(default=0)
     #: preprocessing preset (None or "atari")
@@ -235,17 +276,17 @@ class RunnerConfig:
                 "RunnerConfig.off_policy_estimation needs input= files to estimate on "
                 "(a path, a glob, or a dict of sources)"
             )
-        if self.remote_envs and self.restart_failed_sub_environments:
+        if self.sub_env_timeout_s is not None and not self.remote_envs:
             raise ValueError(
-                "RunnerConfig.remote_envs=True cannot be combined with "
-                "restart_failed_sub_environments=True: a crashed worker process cannot be "
-                "rebuilt alone; use in-process envs to restart single sub-envs"
+                f"RunnerConfig.sub_env_timeout_s={self.sub_env_timeout_s!r} needs "
+                "remote_envs=True: only a sub-env in a worker process can be timed out"
             )
 
     def connector_config(self) -> dict[str, Any]:
         """The keys the default pipelines read (``ctx.config``)."""
         return {
             "observation_filter": self.observation_filter,
+            "observation_filter_sync": self.observation_filter_sync,
             "clip_rewards": self.clip_rewards,
             "framestack": self.framestack,
             "clip_actions": self.clip_actions,

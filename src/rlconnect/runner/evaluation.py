@@ -142,6 +142,7 @@ def evaluate(runner: EnvRunner, num_episodes: int = 10, *, env: Any = None) -> l
         worker_index=cfg.worker_index,
         remote_envs=cfg.remote_envs,
         preset=cfg.preset,
+        sub_env_timeout_s=cfg.sub_env_timeout_s,
     )
     pids = list(runner.policies)
     records: list[dict] = []

@@ -24,8 +24,10 @@ from rlconnect.connectors import (
     default_action_pipeline,
     default_agent_pipeline,
 )
+from rlconnect.connectors.agent.mean_std_filter import refreeze_filters
 from rlconnect.envs.make import make_base_env
 from rlconnect.episodes import Episode
+from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
@@ -96,6 +98,7 @@ class EnvRunner:
             worker_index=cfg.worker_index,
             remote_envs=cfg.remote_envs,
             preset=cfg.preset,
+            sub_env_timeout_s=cfg.sub_env_timeout_s,
         )
         self.num_envs = self.env.num_envs
         #: sub-envs a fragment counts: an ExternalEnv has one slot per concurrent episode
@@ -117,6 +120,7 @@ class EnvRunner:
         self._stepper = Stepper(self)
         self._async: _AsyncSampler | None = None
         self._closed = False
+        self._failed: BaseException | None = None  # what made sample() raise midway
         self._off_policy_metrics: list[dict[str, Any]] = []
         self._output: Any = None  # offline I/O (rlconnect.offline.runner_io)
         self._input: Any = None
@@ -211,7 +215,12 @@ class EnvRunner:
         return not self.env.is_multi_agent and list(self.policies) == [DEFAULT_POLICY_ID]
 
     def sample(self) -> SampleBatch | MultiAgentBatch:
-        """One batch: exactly ``rollout_fragment_length * num_envs`` steps when truncating."""
+        """One batch: exactly ``rollout_fragment_length * num_envs`` steps when truncating.
+
+        If it raises midway (an env, policy, connector or callback error), the runner's
+        episodes are left half-processed: every later call raises ``RunnerStateError``.
+        """
+        self._refuse_if_failed()
         if self.config.sample_async:
             if self._async is None:
                 self._async = _AsyncSampler(self._sample_sync)
@@ -221,9 +230,26 @@ class EnvRunner:
     def _sample_sync(self, live: bool = False) -> SampleBatch | MultiAgentBatch:
         if self._input is not None and not live:  # RunnerConfig(input=...): draw a source
             return self._input.next()
+        self._refuse_if_failed()
+        try:
+            return self._sample_envs()
+        except BaseException as exc:  # whatever it was, the loop's state is now unknown
+            self._failed = exc
+            raise
+
+    def _refuse_if_failed(self) -> None:
+        if self._failed is not None:
+            raise RunnerStateError(
+                f"this runner's sample() raised {describe_exception(self._failed)} midway, "
+                "leaving its episodes half-processed; build a new runner (or restore one "
+                "from a checkpoint)"
+            ) from self._failed
+
+    def _sample_envs(self) -> SampleBatch | MultiAgentBatch:
         cfg = self.config
         target = cfg.rollout_fragment_length * self.fragment_envs
         mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
+        refreeze_filters(self._agent_pipes.values())  # a lone runner's sync point
         digests = {pid: state_digest(p) for pid, p in self._agent_pipes.items()}
         while not self.collectors.ready(mode, target, count_by):
             self._stepper.step()

@@ -20,7 +20,7 @@ from rlconnect.envs.base import EnvRows
 from rlconnect.envs.checks import check_rows
 from rlconnect.envs.external import apply_logged_actions
 from rlconnect.episodes import Episode
-from rlconnect.errors import EnvError
+from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, call_policy
 from rlconnect.runner.multi_agent_steps import MultiAgentSteps
 from rlconnect.spaces import stack_samples
 
@@ -56,6 +56,13 @@ class Stepper(MultiAgentSteps):
         self._cb = runner.callbacks
         self._on_step = self._cb.overrides("on_episode_step")
         self._soft: set[int] = set()
+        cfg = runner.config
+        self.faults = SubEnvFaults(
+            n, restart=cfg.restart_failed_sub_environments, limit=cfg.sub_env_restart_limit
+        )
+        self._check_actions = {
+            pid: ActionCheck(runner.env, p, pid) for pid, p in runner.policies.items()
+        }
         # an ExternalEnv serves its non-recorded episodes with this runner's policies
         attach = getattr(runner.env, "attach_runner", None)
         if attach is not None:
@@ -132,11 +139,7 @@ class Stepper(MultiAgentSteps):
 
     def _handle_errors(self, errors: dict[int, BaseException]) -> None:
         for env_id, exc in sorted(errors.items()):
-            if not self.r.config.restart_failed_sub_environments:
-                raise EnvError(
-                    f"sub-env {env_id} raised {type(exc).__name__}: {exc} (set "
-                    "RunnerConfig(restart_failed_sub_environments=True) to restart it instead)"
-                ) from exc
+            self.faults.on_error(env_id, exc)  # raises unless the sub-env may be restarted
             if self.episodes[env_id] is None:  # the reset itself failed: report it too
                 self._start_episode(env_id)
             self._end_episode(env_id, faulty=True)
@@ -154,6 +157,10 @@ class Stepper(MultiAgentSteps):
         poll = self.poll_index
         self.poll_index += 1
         timers.steps += 1
+        if self.faults.restart and len(rows):  # bad outputs are failures too: screen them
+            bad = bad_rows(r.env, rows, full=bool(self._checks_left))
+            if bad:
+                rows = rows.without_envs(bad)
         if rows.errors:
             self._handle_errors(rows.errors)
         if not len(rows) and not rows.extra_rewards:
@@ -229,6 +236,7 @@ class Stepper(MultiAgentSteps):
                 r.env.soft_reset(e)
             else:
                 r.env.try_reset(e)
+        self.faults.completed(stepped)
 
     def _group(self, rows: EnvRows) -> list[tuple[str, np.ndarray | None]]:
         """Row indices per policy (``None``: all rows)."""
@@ -313,7 +321,9 @@ class Stepper(MultiAgentSteps):
             inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
             where, act_env = act, env_ids[ai]
             act_agents = tuple(agent_ids[i] for i in ai.tolist())
-        actions, state_outs, fetches = policy.compute_actions(inputs, explore=cfg.explore)
+        actions, state_outs, fetches = call_policy(
+            policy, pid, inputs, cfg.explore, act_env, act_agents
+        )
         logged = getattr(rows, "logged_actions", None)
         if logged:  # ExternalEnv.log_action: the logged action is what gets recorded
             actions, fetches = apply_logged_actions(
@@ -328,6 +338,8 @@ class Stepper(MultiAgentSteps):
         pipe.on_policy_output(out)
         collector.add_outputs(outputs, where)
         env_actions = r._action_pipes[pid](out)["actions"]
+        if not logged:  # never step an env with an action outside its space
+            self._check_actions[pid](env_actions, act_env, act_agents)
         if cfg.record_env_actions:
             collector.add_outputs({"env_actions": env_actions}, where)
         t3 = clock()

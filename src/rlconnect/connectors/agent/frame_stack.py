@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, cast
 
@@ -11,7 +12,7 @@ import numpy as np
 from rlconnect.connectors.agent._slots import SlotTable
 from rlconnect.connectors.base import AgentConnector, AgentData
 from rlconnect.connectors.registry import register_connector
-from rlconnect.spaces import describe_space
+from rlconnect.spaces import MAX_JSON_ELEMENTS, describe_space
 
 __all__ = ["FrameStack"]
 
@@ -23,8 +24,9 @@ class FrameStack(AgentConnector):
     The newest frame is last. An agent's first row of an episode (a new ``(env_id,
     agent_id)``, or the first after ``reset(env_id)``) fills the whole stack with copies of
     that observation. Needs a Box input; outputs a Box of shape ``(k, *shape)`` with the
-    input's bounds repeated and the input's dtype. The frames are per-episode state and are
-    not saved in a checkpoint.
+    input's bounds repeated and the input's dtype, of at most ``spaces.MAX_JSON_ELEMENTS``
+    values (so a saved ``num_frames`` cannot make loading allocate without bound). The
+    frames are per-episode state and are not saved in a checkpoint.
 
     Args:
         num_frames: how many frames to stack (k >= 1).
@@ -51,6 +53,12 @@ class FrameStack(AgentConnector):
                 "add FlattenObservations before it"
             )
         k = self.num_frames
+        size = k * math.prod(input_space.shape)
+        if size > MAX_JSON_ELEMENTS:  # checked before the Box allocates its bounds
+            raise ValueError(
+                f"FrameStack: {k} frames of {describe_space(input_space)} hold {size} values "
+                f"per row, more than the limit {MAX_JSON_ELEMENTS} (spaces.MAX_JSON_ELEMENTS)"
+            )
         low = np.broadcast_to(input_space.low, (k, *input_space.shape))
         high = np.broadcast_to(input_space.high, (k, *input_space.shape))
         return gym.spaces.Box(low, high, (k, *input_space.shape), input_space.dtype)

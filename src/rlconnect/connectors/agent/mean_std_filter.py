@@ -10,12 +10,17 @@ from the mean, so ``var = m2 / count``). Two sets of statistics merge exactly
     total = merge_statistics([total, *deltas])    # exact: as if one filter saw everything
     for f in filters:
         f.set_statistics(total)
+
+With ``freeze_between_syncs=True`` a filter normalises with *frozen* statistics, fixed at
+the last sync point, while its data still accumulates into the totals and the delta. Then
+what a runner outputs depends only on the raw data and the sync points, not on how the
+data was split between runners (see docs/scaling.md, "The staleness rule").
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import gymnasium as gym
@@ -25,10 +30,13 @@ from rlconnect.connectors.base import AgentData, ObservationConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import describe_space
 
-__all__ = ["MeanStdFilter", "empty_statistics", "merge_statistics"]
+__all__ = ["MeanStdFilter", "empty_statistics", "merge_statistics", "refreeze_filters"]
 
 _MAX_ROWS_SHOWN = 5
 _MAX_FEATURES_SHOWN = 6
+_FROZEN_KEY = "frozen"
+
+Stats = tuple[float, np.ndarray, np.ndarray]
 
 
 def empty_statistics(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -40,9 +48,7 @@ def empty_statistics(shape: tuple[int, ...]) -> dict[str, np.ndarray]:
     }
 
 
-def _combine(
-    a: tuple[float, np.ndarray, np.ndarray], b: tuple[float, np.ndarray, np.ndarray]
-) -> tuple[float, np.ndarray, np.ndarray]:
+def _combine(a: Stats, b: Stats) -> Stats:
     """Chan et al.: statistics of the union of two data sets from those of each."""
     n_a, mean_a, m2_a = a
     n_b, mean_b, m2_b = b
@@ -57,7 +63,7 @@ def _combine(
     return n, mean, m2
 
 
-def _unpack(stats: Mapping[str, Any], where: str) -> tuple[float, np.ndarray, np.ndarray]:
+def _unpack(stats: Mapping[str, Any], where: str) -> Stats:
     missing = {"count", "mean", "m2"} - set(stats)
     if missing:
         raise ValueError(f"{where}: statistics lack {sorted(missing)}; got {sorted(stats)}")
@@ -105,10 +111,14 @@ def _more(total: int, shown: int, what: str) -> str:
     return f" and {total - shown} more{what}" if total > shown else ""
 
 
-def _batch_moments(x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+def _batch_moments(x: np.ndarray) -> Stats:
     mean = x.mean(axis=0)
     dev = x - mean
     return float(len(x)), mean, np.einsum("i...,i...->...", dev, dev)
+
+
+def _same(a: Stats, b: Stats) -> bool:
+    return a[0] == b[0] and np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
 
 
 @register_connector("MeanStdFilter")
@@ -121,6 +131,15 @@ class MeanStdFilter(ObservationConnector):
     (``in_eval()`` freezes them). With no data yet (count 0) mean is 0 and std 1. The
     variance is the population variance ``m2 / count``.
 
+    With ``freeze_between_syncs=True`` the filter normalises with *frozen* statistics
+    instead (``get_statistics()["frozen"]``); the batch still updates the totals and the
+    delta, but not what it is normalised by. The frozen statistics become the totals at
+    each sync point: ``set_statistics()`` (a group's ``sync_connector_states()``,
+    ``set_connector_states()``, a restore) and ``refreeze()``, which a runner calls at the
+    start of every ``sample()``. ``refreeze()`` does nothing when the filter handed its new
+    data over with ``reset_delta()`` (as remote runners of a ``RunnerGroup`` do after each
+    batch): that data returns through the next sync instead.
+
     Needs a float Box input (put FlattenObservations before it for other spaces); outputs
     ``Box(-clip, clip, shape, float32)``. A NaN or inf in ``obs`` raises ValueError naming
     the rows' (env_id, agent_id) and features, and leaves the statistics untouched.
@@ -129,22 +148,34 @@ class MeanStdFilter(ObservationConnector):
         clip: bound of the normalised output (a positive number).
         epsilon: added to the standard deviation before dividing.
         update: False keeps the statistics fixed (e.g. loaded from a checkpoint).
+        freeze_between_syncs: normalise with the statistics of the last sync point.
     """
 
     def __init__(
-        self, ctx: Any, clip: float = 10.0, epsilon: float = 1e-8, update: bool = True
+        self,
+        ctx: Any,
+        clip: float = 10.0,
+        epsilon: float = 1e-8,
+        update: bool = True,
+        freeze_between_syncs: bool = False,
     ) -> None:
         if not (_is_number(clip) and clip > 0):
             raise ValueError(f"MeanStdFilter: clip must be a positive number, got {clip!r}")
         if not (_is_number(epsilon) and epsilon >= 0):
             raise ValueError(f"MeanStdFilter: epsilon must be a number >= 0, got {epsilon!r}")
-        if not isinstance(update, bool):
-            raise ValueError(f"MeanStdFilter: update must be a bool, got {update!r}")
-        super().__init__(ctx, clip=float(clip), epsilon=float(epsilon), update=update)
+        for key, value in (("update", update), ("freeze_between_syncs", freeze_between_syncs)):
+            if not isinstance(value, bool):
+                raise ValueError(f"MeanStdFilter: {key} must be a bool, got {value!r}")
+        # saved only when set, so that default filters save exactly what they always did
+        extra = {"freeze_between_syncs": True} if freeze_between_syncs else {}
+        super().__init__(ctx, clip=float(clip), epsilon=float(epsilon), update=update, **extra)
         self.clip, self.epsilon, self.update = float(clip), float(epsilon), update
+        self.freeze_between_syncs = freeze_between_syncs
         self._shape: tuple[int, ...] | None = None
-        self._total = (0.0, np.zeros(()), np.zeros(()))
-        self._delta = (0.0, np.zeros(()), np.zeros(()))
+        self._total: Stats = (0.0, np.zeros(()), np.zeros(()))
+        self._delta: Stats = self._total
+        self._frozen: Stats = self._total  # what frozen mode normalises with
+        self._kept = False  # frozen mode: data seen since the last sync point, not handed over
         self._pending: Mapping[str, Any] | None = None  # statistics set before binding
 
     # -- spaces ---------------------------------------------------------------------------
@@ -161,7 +192,8 @@ class MeanStdFilter(ObservationConnector):
         if shape != self._shape:
             self._shape = shape
             self._total = _unpack(empty_statistics(shape), "MeanStdFilter")
-            self._delta = self._total
+            self._delta = self._frozen = self._total
+            self._kept = False
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self.set_statistics(pending)
@@ -186,16 +218,27 @@ class MeanStdFilter(ObservationConnector):
             batch = _batch_moments(obs)
             self._total = _combine(self._total, batch)
             self._delta = _combine(self._delta, batch)
+            self._kept = True
         data[self.column] = self._normalize(obs)
         return data
 
     def transform(self, value: Any) -> np.ndarray:
-        """Normalise with the current statistics, without updating them."""
+        """Normalise with the current (or, when freezing, the frozen) statistics, without
+        updating them."""
         self._ensure_bound()
         return self._normalize(np.asarray(value, np.float64))
 
+    def refreeze(self) -> None:
+        """A sync point of a filter on its own (runners call it at the start of ``sample()``):
+        with ``freeze_between_syncs``, in training mode, the frozen statistics become the
+        totals if the filter saw data since the last sync point and kept it (no
+        ``reset_delta`` since). Otherwise nothing changes."""
+        if self.freeze_between_syncs and self._kept and self.is_training:
+            self._frozen = self._total
+            self._kept = False
+
     def _normalize(self, obs: np.ndarray) -> np.ndarray:
-        count, mean, m2 = self._total
+        count, mean, m2 = self._frozen if self.freeze_between_syncs else self._total
         std = np.ones_like(mean) if count == 0 else np.sqrt(m2 / count)
         out = (obs - mean) / (std + self.epsilon)
         return np.clip(out, -self.clip, self.clip).astype(np.float32)
@@ -229,25 +272,48 @@ class MeanStdFilter(ObservationConnector):
         return str(list(np.unravel_index(flat_index, shape)))
 
     # -- statistics -----------------------------------------------------------------------
-    def get_statistics(self) -> dict[str, np.ndarray]:
-        """``{"count": () float64, "mean": shape float64, "m2": shape float64}``."""
+    def get_statistics(self) -> dict[str, Any]:
+        """``{"count": () float64, "mean": shape float64, "m2": shape float64}``: the totals;
+        with ``freeze_between_syncs`` also ``"frozen"``, the statistics it normalises with
+        (same keys)."""
         self._ensure_bound()
-        return _pack(*self._total)
+        out: dict[str, Any] = _pack(*self._total)
+        if self.freeze_between_syncs:
+            out[_FROZEN_KEY] = _pack(*self._frozen)
+        return out
 
     def set_statistics(self, stats: Mapping[str, Any]) -> None:
-        """Replace the statistics (e.g. from a checkpoint or a sync) and clear the delta."""
+        """Replace the statistics (e.g. from a checkpoint or a sync) and clear the delta.
+
+        With ``freeze_between_syncs`` this is a sync point: the frozen statistics become
+        ``stats["frozen"]`` when given (a checkpoint), else the new totals (a sync, or a
+        state saved without freezing). A filter without freezing ignores ``"frozen"``.
+        """
+        where = "MeanStdFilter.set_statistics"
+        frozen_stats = stats.get(_FROZEN_KEY)
+        if frozen_stats is not None and not isinstance(frozen_stats, Mapping):
+            raise ValueError(f"{where}: {_FROZEN_KEY!r} must be statistics, got {frozen_stats!r}")
         if self._shape is None:  # not bound yet: apply once the input space is known
-            _unpack(stats, "MeanStdFilter.set_statistics")
+            _unpack(stats, where)
+            if frozen_stats is not None:
+                _unpack(frozen_stats, f"{where}[{_FROZEN_KEY!r}]")
             self._pending = dict(stats)
             return
-        count, mean, m2 = _unpack(stats, "MeanStdFilter.set_statistics")
+        total = self._checked(stats, where)
+        frozen = total
+        if frozen_stats is not None and self.freeze_between_syncs:
+            frozen = self._checked(frozen_stats, f"{where}[{_FROZEN_KEY!r}]")
+        self._total, self._frozen = total, frozen
+        self._delta = _unpack(empty_statistics(self._shape), "MeanStdFilter")
+        self._kept = not _same(frozen, total)  # a checkpoint taken between sync points
+
+    def _checked(self, stats: Mapping[str, Any], where: str) -> Stats:
+        count, mean, m2 = _unpack(stats, where)
         if mean.shape != self._shape:
             raise ValueError(
-                f"MeanStdFilter.set_statistics: mean has shape {mean.shape}, "
-                f"the observations have {self._shape}"
+                f"{where}: mean has shape {mean.shape}, the observations have {self._shape}"
             )
-        self._total = (count, mean.copy(), m2.copy())
-        self._delta = _unpack(empty_statistics(self._shape), "MeanStdFilter")
+        return count, mean.copy(), m2.copy()
 
     def get_delta(self) -> dict[str, np.ndarray]:
         """Statistics of the data seen since the last ``reset_delta`` / ``set_statistics``."""
@@ -255,13 +321,16 @@ class MeanStdFilter(ObservationConnector):
         return _pack(*self._delta)
 
     def reset_delta(self) -> None:
-        """Forget the delta (after it was sent for merging); the totals are kept."""
+        """Forget the delta (after it was sent for merging); the totals are kept. With
+        ``freeze_between_syncs`` the data handed over reaches the frozen statistics only
+        through the next ``set_statistics`` (never through ``refreeze``)."""
         shape = self._ensure_bound()
         self._delta = _unpack(empty_statistics(shape), "MeanStdFilter")
+        self._kept = False
 
     @property
     def mean(self) -> np.ndarray:
-        """Current running mean per feature."""
+        """Current running mean per feature (of the totals)."""
         self._ensure_bound()
         return np.array(self._total[1])
 
@@ -274,5 +343,14 @@ class MeanStdFilter(ObservationConnector):
 
     @property
     def count(self) -> float:
-        """Number of rows the statistics were computed from."""
+        """Number of rows the statistics (the totals) were computed from."""
         return float(self._total[0])
+
+
+def refreeze_filters(pipelines: Iterable[Iterable[Any]]) -> None:
+    """``refreeze()`` every MeanStdFilter in ``pipelines``: a runner's own sync point, at the
+    start of each ``sample()`` (a no-op for filters that do not freeze between syncs)."""
+    for pipe in pipelines:
+        for conn in pipe:
+            if isinstance(conn, MeanStdFilter):
+                conn.refreeze()

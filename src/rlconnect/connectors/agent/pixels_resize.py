@@ -2,9 +2,11 @@
 
 Both interpolations are separable linear maps ``Wh @ frame @ Ww.T`` whose weight matrices
 are banded (an output pixel mixes at most a few neighbouring input pixels), so the whole
-batch is two gathers of those few neighbours and two small ``einsum`` weighted sums on
-float32, with the bands built once per input shape. (A dense torch ``matmul`` does ~30x
-more arithmetic for 210x160 -> 84x84 and was slower on small CPUs.)
+batch is, per axis, one gather of those k neighbours (``np.take``, on the input's dtype)
+and one batched ``(1, k) @ (k, n)`` float32 product, with the bands built once per input
+shape. (A dense ``matmul`` does ~30x more arithmetic for 210x160 -> 84x84 and was slower
+on small CPUs; ``einsum`` over the gathered neighbours ran up to 8x slower for some batch
+sizes, depending on the memory layout it was given.)
 
 - ``"area"`` (default): each output pixel is the mean of the input area it covers, with
   fractional weights at the edges, i.e. OpenCV's ``INTER_AREA`` when shrinking (what
@@ -17,19 +19,23 @@ The whole frame is kept (no crop): the aspect ratio changes if the shapes disagr
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from rlconnect.connectors.agent.pixels import _to_dtype, image_box
+from rlconnect.connectors.agent.pixels import image_box
 from rlconnect.connectors.base import ObservationConnector
 from rlconnect.connectors.registry import register_connector
+from rlconnect.spaces import MAX_JSON_ELEMENTS
 
-__all__ = ["INTERPOLATIONS", "Resize", "resize_weights"]
+__all__ = ["INTERPOLATIONS", "MAX_SIDE", "Resize", "resize_weights"]
 
 INTERPOLATIONS = ("area", "bilinear")
+MAX_SIDE = 1 << 14
+"""Largest output height or width: the weights are dense ``(side, input side)`` matrices."""
 
 
 def _area_weights(size_in: int, size_out: int) -> np.ndarray:
@@ -70,8 +76,9 @@ def resize_weights(size_in: int, size_out: int, interpolation: str = "area") -> 
 
 
 def _band(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(index, weight)``, both ``(size_out, k)``: the k nonzero columns of each row
-    (padded with weight 0), for a gather-and-sum instead of a dense product."""
+    """``(index, weight)``, ``(size_out, k)`` and ``(size_out, 1, k)``: the k nonzero
+    columns of each row (padded with weight 0), for a gather-and-sum instead of a dense
+    product."""
     nonzero = weights != 0
     k = max(int(nonzero.sum(axis=1).max()), 1)
     index = np.zeros((weights.shape[0], k), np.intp)
@@ -80,12 +87,16 @@ def _band(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         cols = np.flatnonzero(row)
         index[i, : len(cols)], index[i, len(cols) :] = cols, cols[-1]
         band[i, : len(cols)] = weights[i, cols]
-    return index, band
+    return index, band[:, None, :]
 
 
 def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"Resize: {key} must be an int >= 1, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not 1 <= int(value) <= MAX_SIDE
+    ):
+        raise ValueError(f"Resize: {key} must be an int in [1, {MAX_SIDE}], got {value!r}")
     return int(value)
 
 
@@ -97,8 +108,9 @@ class Resize(ObservationConnector):
     bounds are the input's overall min and max (the weights are convex).
 
     Args:
-        height: output rows.
-        width: output columns.
+        height: output rows (1 to ``MAX_SIDE``; at most ``spaces.MAX_JSON_ELEMENTS`` values
+            per frame in all).
+        width: output columns (1 to ``MAX_SIDE``).
         interpolation: ``"area"`` (box average, OpenCV's INTER_AREA when shrinking) or
             ``"bilinear"``.
     """
@@ -112,13 +124,18 @@ class Resize(ObservationConnector):
             )
         super().__init__(ctx, height=height, width=width, interpolation=interpolation)
         self.height, self.width, self.interpolation = height, width, interpolation
-        self._rows = self._cols = (np.zeros((0, 1), np.intp), np.zeros((0, 1), np.float32))
+        self._rows = self._cols = (np.zeros((0, 1), np.intp), np.zeros((0, 1, 1), np.float32))
         self._dtype = np.dtype(np.uint8)
-        self._channels = False
+        self._round = True
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
         box = image_box("Resize", input_space)
         shape = (self.height, self.width, *box.shape[2:])
+        if math.prod(shape) > MAX_JSON_ELEMENTS:  # checked before the Box allocates its bounds
+            raise ValueError(
+                f"Resize: frames of shape {shape} hold more than {MAX_JSON_ELEMENTS} values "
+                "(spaces.MAX_JSON_ELEMENTS)"
+            )
         return gym.spaces.Box(float(box.low.min()), float(box.high.max()), shape, box.dtype)
 
     def setup(self, input_space: gym.Space) -> None:
@@ -126,13 +143,22 @@ class Resize(ObservationConnector):
         self._rows = _band(resize_weights(h, self.height, self.interpolation))
         self._cols = _band(resize_weights(w, self.width, self.interpolation))
         self._dtype = np.dtype(input_space.dtype)
-        self._channels = len(input_space.shape) == 3
+        self._round = np.issubdtype(self._dtype, np.integer)
 
     def transform(self, value: Any) -> np.ndarray:
-        frames = np.asarray(value, dtype=np.float32)
-        (rows, row_w), (cols, col_w) = self._rows, self._cols
-        c = "c" if self._channels else ""
-        # (B, H, W[, C]) -> gather (B, h, k, W[, C]) -> (B, h, W[, C]), then the same on W
-        tall = np.einsum(f"bokw{c},ok->bow{c}", frames[:, rows], row_w)
-        out = np.einsum(f"bopk{c},pk->bop{c}", tall[:, :, cols], col_w)
-        return _to_dtype(out, self._dtype)
+        frames = np.asarray(value)
+        # (B, H, W[, C]) -> (B, h, W[, C]); then the same along W, on the swapped view
+        tall = _resize_axis1(frames, *self._rows)
+        out = _resize_axis1(tall.swapaxes(1, 2), *self._cols).swapaxes(1, 2)
+        if self._round:  # the weights are >= 0 and sum to 1: no result leaves the range
+            np.rint(out, out=out)
+        return out.astype(self._dtype, order="C")
+
+
+def _resize_axis1(frames: np.ndarray, index: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``out[b, o] = sum_j weights[o, 0, j] * frames[b, index[o, j]]`` as float32: one
+    gather (contiguous, ``(B, O, k, rest)``) and one batched ``(1, k) @ (k, rest)`` product."""
+    b, (o, k), rest = frames.shape[0], index.shape, frames.shape[2:]
+    size = math.prod(rest)  # (not -1: the batch may be empty)
+    near = np.take(frames, index, axis=1).reshape(b, o, k, size).astype(np.float32, copy=False)
+    return np.matmul(weights, near).reshape(b, o, *rest)
