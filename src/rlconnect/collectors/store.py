@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tree
 
-__all__ = ["ColumnStore", "take_rows"]
+__all__ = ["ColumnStore", "fill_rows", "take_rows"]
 
 
 _MISSING = object()
@@ -54,6 +54,18 @@ def _zeros_like_rows(template: Any, n: int) -> Any:
     if _is_leaf(template):
         return np.zeros((n, *template.shape[1:]), dtype=template.dtype)
     return tree.map_structure(lambda t: np.zeros((n, *t.shape[1:]), dtype=t.dtype), template)
+
+
+def fill_rows(value: Any, where: np.ndarray | None, n: int) -> Any:
+    """``n`` rows shaped like ``value``'s: ``value`` where ``where`` is true, zeros elsewhere
+    (all zeros for ``where=None``)."""
+    col = _zeros_like_rows(_template(value), n)
+    if where is not None:
+        if _is_leaf(col):
+            col[where] = value
+        else:
+            tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
+    return col
 
 
 def _concat(parts: list[Any]) -> Any:

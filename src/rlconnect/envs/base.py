@@ -36,10 +36,13 @@ class EnvRows:
     - ``errors``: ``{env_id: exception}`` for sub-envs whose step or reset raised; none of
       their rows are included.
     - ``stepped``: ids of sub-envs that took an env step at this poll (resets do not count).
+    - ``dense``: every sub-env gave exactly one single-agent row, in env order, and none
+      raised: the runner may then take its columnar fast path.
     """
 
     __slots__ = (
         "agent_ids",
+        "dense",
         "done_envs",
         "env_ids",
         "errors",
@@ -70,7 +73,9 @@ class EnvRows:
         done_envs: dict[int, tuple[bool, bool]] | None = None,
         extra_rewards: list[tuple[int, Any, float]] | None = None,
         errors: dict[int, BaseException] | None = None,
+        dense: bool = False,
     ) -> None:
+        self.dense = dense
         self.env_ids = env_ids
         self.agent_ids = agent_ids
         self.obs = obs

@@ -39,9 +39,8 @@ def sub_env_seed(seed: int | None, index: int, restarts: int = 0) -> int | None:
 
 
 def _to_env_action(space: gym.Space, batch: Any) -> list:
-    """Per-row actions in the form envs like best (Python ints for Discrete: fast contains)."""
-    if isinstance(space, gym.spaces.Discrete) and isinstance(batch, np.ndarray):
-        return batch.tolist()
+    """Per-row actions as the envs expect them: numpy scalars or arrays (numpy integers pass
+    gymnasium's ``Discrete.contains`` faster than Python ints)."""
     if isinstance(batch, np.ndarray):
         return list(batch)
     if isinstance(batch, list):
@@ -79,6 +78,10 @@ class GymEnvs(BaseEnv):
         self._obs_space = self.envs[0].observation_space
         self._act_space = self.envs[0].action_space
         self._agent_ids = (DEFAULT_AGENT_ID,) * num_envs
+        self._all_ids = np.arange(num_envs, dtype=np.int64)
+        self._all_ids.flags.writeable = False  # shared by every poll's rows
+        self._no_firsts = np.zeros(num_envs, dtype=bool)
+        self._no_firsts.flags.writeable = False
         self.possible_agents = (DEFAULT_AGENT_ID,)
         self._needs_reset = set(range(num_envs))
         self._seeded = [False] * num_envs
@@ -144,6 +147,10 @@ class GymEnvs(BaseEnv):
         return self.envs[i].reset(seed=seed)
 
     def poll(self) -> EnvRows:
+        n = self.num_envs
+        actions, resets, soft = self._actions, self._needs_reset, self._soft
+        if not resets and not soft and len(actions) == n:
+            return self._poll_all_stepping(actions)
         ids: list[int] = []
         obs: list[Any] = []
         rew: list[float] = []
@@ -153,8 +160,8 @@ class GymEnvs(BaseEnv):
         first: list[bool] = []
         stepped: list[int] = []
         errors: dict[int, BaseException] = {}
-        envs, actions, resets, soft = self.envs, self._actions, self._needs_reset, self._soft
-        for i in range(self.num_envs):
+        envs = self.envs
+        for i in range(n):
             try:
                 if i in resets:
                     o, info = self._reset_one(i)
@@ -184,6 +191,66 @@ class GymEnvs(BaseEnv):
         resets.difference_update(errors)
         soft.clear()
         actions.clear()
+        rows = self._rows(ids, obs, rew, term, trunc, infos, first, stepped, errors)
+        rows.dense = not errors and len(ids) == n
+        return rows
+
+    def _poll_all_stepping(self, actions: dict[int, Any]) -> EnvRows:
+        """The common poll: every sub-env has an action and none resets (no per-env checks)."""
+        obs: list[Any] = []
+        rew: list[float] = []
+        term: list[bool] = []
+        trunc: list[bool] = []
+        infos: list[dict] = []
+        ended: list[int] = []
+        errors: dict[int, BaseException] = {}
+        last = self._last
+        for i, env in enumerate(self.envs):
+            try:
+                o, r, te, tr, info = env.step(actions[i])
+            except Exception as exc:  # reported per sub-env, never lost
+                errors[i] = self._failures[i] = exc
+                continue
+            last[i] = (o, info)
+            obs.append(o)
+            rew.append(r)
+            term.append(te)
+            trunc.append(tr)
+            infos.append(info)
+            if te or tr:
+                ended.append(i)
+        actions.clear()
+        if errors:
+            ids = [i for i in range(self.num_envs) if i not in errors]
+            return self._rows(ids, obs, rew, term, trunc, infos, [False] * len(ids), ids, errors)
+        ids_arr = self._all_ids
+        return EnvRows(
+            ids_arr,
+            self._agent_ids,
+            self._stack(obs, ids_arr),
+            np.array(rew, dtype=np.float64),
+            np.array(term, dtype=bool),
+            np.array(trunc, dtype=bool),
+            infos,
+            self._no_firsts,
+            stacked=True,
+            stepped=ids_arr,
+            done_envs={i: (bool(term[i]), bool(trunc[i])) for i in ended} if ended else None,
+            dense=True,
+        )
+
+    def _rows(
+        self,
+        ids: list[int],
+        obs: list[Any],
+        rew: list[float],
+        term: list[bool],
+        trunc: list[bool],
+        infos: list[dict],
+        first: list[bool],
+        stepped: list[int],
+        errors: dict[int, BaseException],
+    ) -> EnvRows:
         done_envs = {i: (bool(te), bool(tr)) for i, te, tr in zip(ids, term, trunc) if te or tr}
         return EnvRows.from_lists(
             ids,
