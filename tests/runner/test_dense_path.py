@@ -121,3 +121,30 @@ def test_fast_path_steps_aside_for_a_failing_sub_env():
     assert fast[1] == slow[1]
     assert any(m["episode_faulty"] for m in fast[1])
     assert all(len(b) == 24 for b in fast[0])
+
+
+class _ResetFails(CounterEnv):
+    """Raises in its third reset (while other sub-envs step in the same poll)."""
+
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        type(self).resets += 1
+        if type(self).resets == 3:
+            raise RuntimeError("reset failed")
+        return super().reset(seed=seed, options=options)
+
+
+def test_fast_path_steps_aside_for_a_failing_reset():
+    def env(ctx):
+        return _ResetFails(length=4) if ctx.vector_index == 0 else CounterEnv(length=3)
+
+    cfg = {"num_envs": 3, "rollout_fragment_length": 6, "restart_failed_sub_environments": True}
+    runs = []
+    for dense in (True, False):
+        _ResetFails.resets = 0
+        runs.append(_run(dense, env, _counter_random, 4, seed=5, **cfg))
+    _assert_same_batches(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1]
+    assert _ResetFails.resets >= 3
+    assert any(m["episode_faulty"] for m in runs[0][1])

@@ -149,8 +149,8 @@ class GymEnvs(BaseEnv):
     def poll(self) -> EnvRows:
         n = self.num_envs
         actions, resets, soft = self._actions, self._needs_reset, self._soft
-        if not resets and not soft and len(actions) == n:
-            return self._poll_all_stepping(actions)
+        if not soft and len(actions) + len(resets) == n and resets.isdisjoint(actions):
+            return self._poll_dense(actions, resets)
         ids: list[int] = []
         obs: list[Any] = []
         rew: list[float] = []
@@ -195,19 +195,25 @@ class GymEnvs(BaseEnv):
         rows.dense = not errors and len(ids) == n
         return rows
 
-    def _poll_all_stepping(self, actions: dict[int, Any]) -> EnvRows:
-        """The common poll: every sub-env has an action and none resets (no per-env checks)."""
+    def _poll_dense(self, actions: dict[int, Any], resets: set[int]) -> EnvRows:
+        """The common poll: every sub-env either steps with its action or resets."""
         obs: list[Any] = []
         rew: list[float] = []
         term: list[bool] = []
         trunc: list[bool] = []
         infos: list[dict] = []
         ended: list[int] = []
+        reset_ok: list[int] = []
         errors: dict[int, BaseException] = {}
         last = self._last
         for i, env in enumerate(self.envs):
             try:
-                o, r, te, tr, info = env.step(actions[i])
+                if i in resets:
+                    o, info = self._reset_one(i)
+                    r, te, tr = 0.0, False, False
+                    reset_ok.append(i)
+                else:
+                    o, r, te, tr, info = env.step(actions[i])
             except Exception as exc:  # reported per sub-env, never lost
                 errors[i] = self._failures[i] = exc
                 continue
@@ -220,10 +226,22 @@ class GymEnvs(BaseEnv):
             if te or tr:
                 ended.append(i)
         actions.clear()
+        resets.difference_update(reset_ok)
+        n = self.num_envs
         if errors:
-            ids = [i for i in range(self.num_envs) if i not in errors]
-            return self._rows(ids, obs, rew, term, trunc, infos, [False] * len(ids), ids, errors)
+            ids = [i for i in range(n) if i not in errors]
+            was_reset = set(reset_ok)
+            first = [i in was_reset for i in ids]
+            stepped = [i for i, f in zip(ids, first) if not f]
+            resets.difference_update(errors)
+            return self._rows(ids, obs, rew, term, trunc, infos, first, stepped, errors)
         ids_arr = self._all_ids
+        if reset_ok:
+            first_arr = np.zeros(n, dtype=bool)
+            first_arr[reset_ok] = True
+            stepped = np.flatnonzero(~first_arr)
+        else:
+            first_arr, stepped = self._no_firsts, ids_arr
         return EnvRows(
             ids_arr,
             self._agent_ids,
@@ -232,9 +250,9 @@ class GymEnvs(BaseEnv):
             np.array(term, dtype=bool),
             np.array(trunc, dtype=bool),
             infos,
-            self._no_firsts,
+            first_arr,
             stacked=True,
-            stepped=ids_arr,
+            stepped=stepped,
             done_envs={i: (bool(term[i]), bool(trunc[i])) for i in ended} if ended else None,
             dense=True,
         )
