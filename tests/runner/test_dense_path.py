@@ -148,3 +148,36 @@ def test_fast_path_steps_aside_for_a_failing_reset():
     assert runs[0][1] == runs[1][1]
     assert _ResetFails.resets >= 3
     assert any(m["episode_faulty"] for m in runs[0][1])
+
+
+def test_long_runs_keep_few_chunks_and_stay_exact(monkeypatch):
+    """Steps are merged into chunks as they come (memory per row, not per step), on both
+    paths, without changing a single value."""
+    from rlconnect.collectors import store
+    from rlconnect.runner import dense_steps
+
+    monkeypatch.setattr(store, "MERGE_EVERY", 4)
+    monkeypatch.setattr(dense_steps, "BLOCK_POLLS", 8)
+    cfg = {"num_envs": 3, "rollout_fragment_length": 50, "observation_filter": "MeanStdFilter"}
+    fast = _run(True, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
+    slow = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
+    monkeypatch.undo()
+    ref = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
+    _assert_same_batches(fast[0], ref[0])
+    _assert_same_batches(slow[0], ref[0])
+
+
+def test_chunks_are_merged_while_appending(monkeypatch):
+    from rlconnect.collectors import store
+
+    monkeypatch.setattr(store, "MERGE_EVERY", 4)
+    s = store.ColumnStore()
+    for i in range(30):
+        s.append({"x": np.array([i, i]), "k": i, "info": [{}, {"i": i}]}, 2)
+        s.write_last("y", np.array([2.0 * i]), np.array([False, True]))
+    assert len(s._chunks) <= 4 + 1 + 30 // 4
+    np.testing.assert_array_equal(s.column("x"), np.repeat(np.arange(30), 2))
+    np.testing.assert_array_equal(s.column("k"), np.repeat(np.arange(30), 2))
+    np.testing.assert_array_equal(s.column("y")[1::2], 2.0 * np.arange(30))
+    assert not s.column("y")[::2].any()
+    assert [d.get("i") for d in s.column("info")[1::2]] == list(range(30))

@@ -28,7 +28,9 @@ from rlconnect.envs.base import EnvRows
 if TYPE_CHECKING:
     from rlconnect.runner.stepper import Stepper
 
-__all__ = ["DenseBlock", "DenseSteps"]
+__all__ = ["BLOCK_POLLS", "DenseBlock", "DenseSteps"]
+
+BLOCK_POLLS = 256  # polls buffered before the block goes to the collectors
 
 
 class DenseBlock:
@@ -165,6 +167,8 @@ class DenseSteps:
                     return
                 self._dense_step(pid, rows, poll, block, secs)
                 have += len(rows.stepped)
+                if len(block) >= BLOCK_POLLS:  # bounded memory: small arrays merged often
+                    block.flush(self, pid)
         finally:
             block.flush(self, pid)
             for stage, s in zip(_STAGES, secs):
