@@ -13,6 +13,13 @@ from rlconnect.policy import ActionDistSpec, TorchPolicy
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 
 
+@pytest.fixture(autouse=True, params=["numpy-sampling", "torch-sampling"])
+def _sampling(request, monkeypatch):
+    """Every test runs with small-batch sampling in numpy (the default) and in torch."""
+    if request.param == "torch-sampling":
+        monkeypatch.setattr(TorchPolicy, "numpy_sampling_rows", 0)
+
+
 def _obs(b: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-1, 1, (b, 3)).astype(np.float32)
 

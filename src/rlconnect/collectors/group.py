@@ -44,10 +44,14 @@ class PolicyCollectorGroup:
 
     # -- recording ------------------------------------------------------------------------
     def add_env_steps(
-        self, poll: int, env_ids: np.ndarray, eps_ids: np.ndarray, agent_steps: np.ndarray | int
+        self,
+        poll: int | np.ndarray,
+        env_ids: np.ndarray,
+        eps_ids: np.ndarray,
+        agent_steps: np.ndarray | int,
     ) -> None:
-        """Log one env step for each of ``env_ids`` at ``poll`` (``agent_steps``: the
-        transitions each completed, or one number for all)."""
+        """Log one env step for each of ``env_ids`` at ``poll`` (one poll index for all, or
+        one per step; ``agent_steps``: the transitions each completed, or one number)."""
         n = len(env_ids)
         if n:
             self._agent_steps += (

@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import tree
 
-__all__ = ["ColumnStore", "take_rows"]
+__all__ = ["ColumnStore", "fill_rows", "take_rows"]
 
 
 _MISSING = object()
+MERGE_EVERY = 256  # chunks appended one by one are merged in groups of this many
 _SCALARS = {int, float, bool, np.int64, np.float64, np.bool_, np.int32, np.float32}
 
 
@@ -56,6 +57,43 @@ def _zeros_like_rows(template: Any, n: int) -> Any:
     return tree.map_structure(lambda t: np.zeros((n, *t.shape[1:]), dtype=t.dtype), template)
 
 
+def fill_rows(value: Any, where: np.ndarray | None, n: int) -> Any:
+    """``n`` rows shaped like ``value``'s: ``value`` where ``where`` is true, zeros elsewhere
+    (all zeros for ``where=None``)."""
+    col = _zeros_like_rows(_template(value), n)
+    if where is not None:
+        if _is_leaf(col):
+            col[where] = value
+        else:
+            tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
+    return col
+
+
+def _merge_column(
+    chunks: list[dict[str, Any]], lengths: list[int], name: str, template: Any
+) -> Any:
+    """One column of ``chunks`` as one array: a single numpy call per column in the common
+    cases (all arrays, all lists, all scalars), chunk by chunk otherwise."""
+    values = [c.get(name, _MISSING) for c in chunks]
+    kinds = set(map(type, values))
+    if kinds == {np.ndarray, object} and isinstance(template, np.ndarray):
+        values = [
+            _zeros_like_rows(template, n) if v is _MISSING else v for v, n in zip(values, lengths)
+        ]
+        kinds = {np.ndarray}
+    if kinds == {np.ndarray}:
+        return np.concatenate(values) if len(values) > 1 else values[0]
+    if kinds == {list}:
+        return np.fromiter(chain.from_iterable(values), dtype=object, count=sum(lengths))
+    if kinds <= _SCALARS:
+        return np.repeat(np.asarray(values), lengths)
+    parts = [
+        _zeros_like_rows(template, n) if v is _MISSING else _expand(v, n)
+        for v, n in zip(values, lengths)
+    ]
+    return _concat(parts)
+
+
 def _concat(parts: list[Any]) -> Any:
     if len(parts) == 1:
         return parts[0]
@@ -83,6 +121,7 @@ class ColumnStore:
         self.size = 0
         self._chunks: list[dict[str, Any]] = []
         self._lengths: list[int] = []
+        self._merged_upto = 0  # chunks before this index are already merged ones
         self._templates: dict[str, Any] = {}  # one example per column: dtype and row shape
 
     def __len__(self) -> int:
@@ -107,6 +146,8 @@ class ColumnStore:
         for name, value in columns.items():
             if name not in templates:
                 templates[name] = _template(value)
+        if len(self._chunks) - self._merged_upto > MERGE_EVERY:
+            self._merge_tail()
         self._chunks.append(columns)
         self._lengths.append(n)
         self.size = start + n
@@ -129,40 +170,32 @@ class ColumnStore:
         else:
             tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
 
+    def _merge(self, chunks: list[dict[str, Any]], lengths: list[int]) -> dict[str, Any]:
+        """One chunk holding the rows of ``chunks``, one array per column."""
+        merged: dict[str, Any] = {"__merged__": True}
+        for name, template in self._templates.items():
+            merged[name] = _merge_column(chunks, lengths, name, template)
+        return merged
+
+    def _merge_tail(self) -> None:
+        """Merge the chunks appended since the last merge (called before an append, so
+        ``write_last`` is done with them): memory grows with rows, not with steps."""
+        lo, hi = self._merged_upto, len(self._chunks)
+        merged = self._merge(self._chunks[lo:hi], self._lengths[lo:hi])
+        self._chunks[lo:hi] = [merged]
+        self._lengths[lo:hi] = [sum(self._lengths[lo:hi])]
+        self._merged_upto = lo + 1
+
     def _consolidate(self) -> dict[str, Any]:
         if not self._chunks:
             return {}
         if len(self._chunks) == 1 and self._chunks[0].get("__merged__"):
             return self._chunks[0]
-        merged: dict[str, Any] = {"__merged__": True}
-        for name, template in self._templates.items():
-            merged[name] = self._merge_column(name, template)
+        merged = self._merge(self._chunks, self._lengths)
         self._chunks = [merged]
         self._lengths = [self.size]
+        self._merged_upto = 1
         return merged
-
-    def _merge_column(self, name: str, template: Any) -> Any:
-        """One column of every chunk as one array: a single numpy call per column in the
-        common cases (all arrays, all lists, all scalars), chunk by chunk otherwise."""
-        values = [c.get(name, _MISSING) for c in self._chunks]
-        kinds = set(map(type, values))
-        if kinds == {np.ndarray, object} and isinstance(template, np.ndarray):
-            values = [
-                _zeros_like_rows(template, n) if v is _MISSING else v
-                for v, n in zip(values, self._lengths)
-            ]
-            kinds = {np.ndarray}
-        if kinds == {np.ndarray}:
-            return np.concatenate(values) if len(values) > 1 else values[0]
-        if kinds == {list}:
-            return np.fromiter(chain.from_iterable(values), dtype=object, count=self.size)
-        if kinds <= _SCALARS:
-            return np.repeat(np.asarray(values), self._lengths)
-        parts = [
-            _zeros_like_rows(template, n) if v is _MISSING else _expand(v, n)
-            for v, n in zip(values, self._lengths)
-        ]
-        return _concat(parts)
 
     def column(self, name: str) -> Any:
         """The whole column (consolidates pending chunks)."""
@@ -190,6 +223,7 @@ class ColumnStore:
         self.size = len(rows)
         self._chunks = [merged] if self.size else []
         self._lengths = [self.size] if self.size else []
+        self._merged_upto = len(self._chunks)
 
     def nbytes(self) -> int:
         """Bytes referenced by all columns."""

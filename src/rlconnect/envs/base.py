@@ -39,10 +39,13 @@ class EnvRows:
       returned an observation that cannot be one of their space, ``EnvCheckError``); none
       of their rows are included.
     - ``stepped``: ids of sub-envs that took an env step at this poll (resets do not count).
+    - ``dense``: every sub-env gave exactly one single-agent row, in env order, and none
+      raised: the runner may then take its columnar fast path.
     """
 
     __slots__ = (
         "agent_ids",
+        "dense",
         "done_envs",
         "env_ids",
         "errors",
@@ -73,7 +76,9 @@ class EnvRows:
         done_envs: dict[int, tuple[bool, bool]] | None = None,
         extra_rewards: list[tuple[int, Any, float]] | None = None,
         errors: dict[int, BaseException] | None = None,
+        dense: bool = False,
     ) -> None:
+        self.dense = dense
         self.env_ids = env_ids
         self.agent_ids = agent_ids
         self.obs = obs

@@ -44,9 +44,8 @@ def sub_env_seed(seed: int | None, index: int, restarts: int = 0) -> int | None:
 
 
 def _to_env_action(space: gym.Space, batch: Any) -> list:
-    """Per-row actions in the form envs like best (Python ints for Discrete: fast contains)."""
-    if isinstance(space, gym.spaces.Discrete) and isinstance(batch, np.ndarray):
-        return batch.tolist()
+    """Per-row actions as the envs expect them: numpy scalars or arrays (numpy integers pass
+    gymnasium's ``Discrete.contains`` faster than Python ints)."""
     if isinstance(batch, np.ndarray):
         return list(batch)
     if isinstance(batch, list):
@@ -84,6 +83,10 @@ class GymEnvs(BaseEnv):
         self._obs_space = self.envs[0].observation_space
         self._act_space = self.envs[0].action_space
         self._agent_ids = (DEFAULT_AGENT_ID,) * num_envs
+        self._all_ids = np.arange(num_envs, dtype=np.int64)
+        self._all_ids.flags.writeable = False  # shared by every poll's rows
+        self._no_firsts = np.zeros(num_envs, dtype=bool)
+        self._no_firsts.flags.writeable = False
         self.possible_agents = (DEFAULT_AGENT_ID,)
         self._needs_reset = set(range(num_envs))
         self._seeded = [False] * num_envs
@@ -149,6 +152,10 @@ class GymEnvs(BaseEnv):
         return self.envs[i].reset(seed=seed)
 
     def poll(self) -> EnvRows:
+        n = self.num_envs
+        actions, resets, soft = self._actions, self._needs_reset, self._soft
+        if not soft and len(actions) + len(resets) == n and resets.isdisjoint(actions):
+            return self._poll_dense(actions, resets)
         ids: list[int] = []
         obs: list[Any] = []
         rew: list[float] = []
@@ -158,8 +165,8 @@ class GymEnvs(BaseEnv):
         first: list[bool] = []
         stepped: list[int] = []
         errors: dict[int, BaseException] = {}
-        envs, actions, resets, soft = self.envs, self._actions, self._needs_reset, self._soft
-        for i in range(self.num_envs):
+        envs = self.envs
+        for i in range(n):
             try:
                 if i in resets:
                     o, info = self._reset_one(i)
@@ -189,6 +196,85 @@ class GymEnvs(BaseEnv):
         resets.difference_update(errors)
         soft.clear()
         actions.clear()
+        rows = self._rows(ids, obs, rew, term, trunc, infos, first, stepped, errors)
+        rows.dense = not rows.errors and len(rows) == n
+        return rows
+
+    def _poll_dense(self, actions: dict[int, Any], resets: set[int]) -> EnvRows:
+        """The common poll: every sub-env either steps with its action or resets."""
+        obs: list[Any] = []
+        rew: list[float] = []
+        term: list[bool] = []
+        trunc: list[bool] = []
+        infos: list[dict] = []
+        ended: list[int] = []
+        reset_ok: list[int] = []
+        errors: dict[int, BaseException] = {}
+        last = self._last
+        for i, env in enumerate(self.envs):
+            try:
+                if i in resets:
+                    o, info = self._reset_one(i)
+                    r, te, tr = 0.0, False, False
+                    reset_ok.append(i)
+                else:
+                    o, r, te, tr, info = env.step(actions[i])
+            except Exception as exc:  # reported per sub-env, never lost
+                errors[i] = self._failures[i] = exc
+                continue
+            last[i] = (o, info)
+            obs.append(o)
+            rew.append(r)
+            term.append(te)
+            trunc.append(tr)
+            infos.append(info)
+            if te or tr:
+                ended.append(i)
+        actions.clear()
+        resets.difference_update(reset_ok)
+        n = self.num_envs
+        ids_arr = self._all_ids
+        stacked, bad = (None, None) if errors else self._stack(obs, ids_arr)
+        if errors or bad:  # the general path names and drops the culprits
+            ids = [i for i in range(n) if i not in errors]
+            was_reset = set(reset_ok)
+            first = [i in was_reset for i in ids]
+            stepped = [i for i, f in zip(ids, first) if not f]
+            resets.difference_update(errors)
+            return self._rows(ids, obs, rew, term, trunc, infos, first, stepped, errors)
+        if reset_ok:
+            first_arr = np.zeros(n, dtype=bool)
+            first_arr[reset_ok] = True
+            stepped = np.flatnonzero(~first_arr)
+        else:
+            first_arr, stepped = self._no_firsts, ids_arr
+        return EnvRows(
+            ids_arr,
+            self._agent_ids,
+            stacked,
+            np.array(rew, dtype=np.float64),
+            np.array(term, dtype=bool),
+            np.array(trunc, dtype=bool),
+            infos,
+            first_arr,
+            stacked=True,
+            stepped=stepped,
+            done_envs={i: (bool(term[i]), bool(trunc[i])) for i in ended} if ended else None,
+            dense=True,
+        )
+
+    def _rows(
+        self,
+        ids: list[int],
+        obs: list[Any],
+        rew: list[float],
+        term: list[bool],
+        trunc: list[bool],
+        infos: list[dict],
+        first: list[bool],
+        stepped: list[int],
+        errors: dict[int, BaseException],
+    ) -> EnvRows:
         done_envs = {i: (bool(te), bool(tr)) for i, te, tr in zip(ids, term, trunc) if te or tr}
         stacked, bad = self._stack(obs, ids)
         rows = EnvRows.from_lists(

@@ -30,14 +30,47 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _ROWS = np.arange(1024)
 
 
+_PY_CATEGORICAL_MAX = 32  # logits up to this size sample in plain Python (numpy calls cost ~1 us)
+
+
+def _py_categorical(
+    logits: np.ndarray, explore: bool, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_np_categorical` for a handful of logits, on Python floats: the same draws
+    from ``rng`` (one uniform per row) and the same rule, in a fraction of the calls."""
+    rows = logits.tolist()
+    us = rng.random(len(rows)).tolist() if explore else None
+    exp, log = math.exp, math.log
+    acts, logps = [], []
+    for i, row in enumerate(rows):
+        m = max(row)
+        exps = [exp(v - m) for v in row]
+        total = sum(exps)
+        if us is None:
+            a = row.index(m)
+        else:
+            u, c, a = us[i] * total, 0.0, len(row) - 1
+            for j, e in enumerate(exps):
+                c += e
+                if c > u:  # first bin whose CDF exceeds u
+                    a = j
+                    break
+        acts.append(a)
+        logps.append(row[a] - m - log(total))
+    return np.array(acts, dtype=np.int64), np.array(logps, dtype=np.float32)
+
+
 def _np_categorical(
     logits: np.ndarray, explore: bool, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """Inverse-CDF categorical sampling (one uniform per row) or argmax; returns (a, logp).
 
     Written for small batches, where each numpy call costs ~1 us: few reductions, ufunc
-    methods instead of their wrappers, no ``keepdims`` or ``take_along_axis``.
+    methods instead of their wrappers, no ``keepdims`` or ``take_along_axis``; the smallest
+    go to :func:`_py_categorical`.
     """
+    if logits.size <= _PY_CATEGORICAL_MAX:
+        return _py_categorical(logits, explore, rng)
     b = len(logits)
     z = logits - logits.max(axis=1)[:, None]
     cdf = np.add.accumulate(np.exp(z), axis=1)

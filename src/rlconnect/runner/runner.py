@@ -116,6 +116,7 @@ class EnvRunner:
             self.policies, self.num_envs, compress_observations=cfg.compress_observations
         )
         self.timers = PerfTimers()
+        self._dense_path = True  # the fast path for dense polls; tests turn it off to compare
         self._metrics: list[dict[str, Any]] = []
         self._stepper = Stepper(self)
         self._async: _AsyncSampler | None = None
@@ -251,8 +252,7 @@ class EnvRunner:
         mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
         refreeze_filters(self._agent_pipes.values())  # a lone runner's sync point
         digests = {pid: state_digest(p) for pid, p in self._agent_pipes.items()}
-        while not self.collectors.ready(mode, target, count_by):
-            self._stepper.step()
+        self._stepper.run_until_ready(mode, target, count_by)
         built, env_steps = self.collectors.build(mode, target, count_by)
         batches = postprocess_batches(self, built)
         agent_ids = self._output.agent_ids(built) if self._output is not None else None

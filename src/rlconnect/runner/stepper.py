@@ -20,6 +20,7 @@ from rlconnect.envs.base import EnvRows
 from rlconnect.envs.checks import check_rows
 from rlconnect.envs.external import apply_logged_actions
 from rlconnect.episodes import Episode
+from rlconnect.runner.dense_steps import DenseSteps
 from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, call_policy
 from rlconnect.runner.multi_agent_steps import MultiAgentSteps
 from rlconnect.spaces import stack_samples
@@ -32,7 +33,7 @@ __all__ = ["Stepper"]
 CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones after a restart)
 
 
-class Stepper(MultiAgentSteps):
+class Stepper(MultiAgentSteps, DenseSteps):
     """The mutable state of the sampling loop and the code of one step."""
 
     def __init__(self, runner: EnvRunner) -> None:
@@ -63,6 +64,7 @@ class Stepper(MultiAgentSteps):
         self._check_actions = {
             pid: ActionCheck(runner.env, p, pid) for pid, p in runner.policies.items()
         }
+        self._not_done_rows: np.ndarray | None = None  # see DenseSteps._not_done
         # an ExternalEnv serves its non-recorded episodes with this runner's policies
         attach = getattr(runner.env, "attach_runner", None)
         if attach is not None:
@@ -147,16 +149,30 @@ class Stepper(MultiAgentSteps):
             if self.r.config.check_env:  # a rebuilt env is checked again
                 self._checks_left = max(self._checks_left, 2)
 
-    # -- one step -------------------------------------------------------------------------
+    # -- stepping -------------------------------------------------------------------------
+    def run_until_ready(self, mode: str, target: int, count_by: str) -> None:
+        """Step until the collectors can build a batch of ``target`` steps."""
+        ready = self.r.collectors.ready
+        while not ready(mode, target, count_by):
+            if self.r._dense_path and self.dense_ok():
+                self.run_dense(mode, target, count_by)
+            else:
+                self.step()
+
     def step(self) -> None:
         """Poll once and process every row."""
-        r, cfg, timers = self.r, self.r.config, self.r.timers
+        timers = self.r.timers
         t0 = time.perf_counter()
-        rows = r.env.poll()
+        rows = self.r.env.poll()
         timers.add("mean_env_wait_ms", time.perf_counter() - t0)
         poll = self.poll_index
         self.poll_index += 1
         timers.steps += 1
+        self.process(rows, poll)
+
+    def process(self, rows: EnvRows, poll: int) -> None:
+        """Everything one poll's rows cause: episodes, connectors, recording, actions."""
+        r, cfg = self.r, self.r.config
         if self.faults.restart and len(rows):  # bad outputs are failures too: screen them
             bad = bad_rows(r.env, rows, full=bool(self._checks_left))
             if bad:

@@ -1,0 +1,183 @@
+"""The single-agent fast path gives exactly the batches, metrics and episodes of the
+general step, in every configuration it accepts (and steps aside where it does not)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from tests.runner.cases import CounterEnv
+
+import rlconnect as rc
+
+
+class _EpisodeLog(rc.Callbacks):
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def on_episode_start(self, *, episode, env_index, **kwargs) -> None:
+        self.events.append(("start", env_index, episode.episode_id))
+
+    def on_episode_end(self, *, episode, env_index, **kwargs) -> None:
+        self.events.append(("end", env_index, episode.episode_id, episode.length))
+
+
+def _run(dense: bool, env, policy_fn, samples: int, **cfg):
+    callbacks = _EpisodeLog()
+    runner = rc.EnvRunner(env, policy_fn(), config=rc.RunnerConfig(**cfg), callbacks=callbacks)
+    runner._dense_path = dense
+    stepper, calls = runner._stepper, []
+    inner = stepper._dense_step
+    stepper._dense_step = lambda *a: calls.append(1) or inner(*a)
+    batches = [runner.sample() for _ in range(samples)]
+    assert (len(calls) > 0) == dense  # the fast path really ran (or really did not)
+    out = (batches, runner.get_metrics(), callbacks.events, runner.perf_stats())
+    runner.stop()
+    return out
+
+
+def _assert_same_batches(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert list(x.keys()) == list(y.keys())
+        for k in x:
+            if k == "infos":
+                assert [dict(i) for i in x[k]] == [dict(i) for i in y[k]]
+            else:
+                np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+                assert np.asarray(x[k]).dtype == np.asarray(y[k]).dtype, k
+        assert x.meta.get("connector_state") == y.meta.get("connector_state")
+
+
+def _cartpole_mlp():
+    env = gym.make("CartPole-v1")
+    return rc.MLPPolicy(env.observation_space, env.action_space, seed=3)
+
+
+def _counter_random():
+    env = CounterEnv()
+    return rc.RandomPolicy(env.observation_space, env.action_space, seed=1)
+
+
+def _stacked_random():
+    obs = gym.spaces.Box(-1e6, 1e6, (2, 3), np.float32)
+    return rc.RandomPolicy(obs, CounterEnv().action_space, seed=1)
+
+
+CASES = {
+    "cartpole-n1": ("CartPole-v1", _cartpole_mlp, {"num_envs": 1, "rollout_fragment_length": 300}),
+    "cartpole-n5-filter": (
+        "CartPole-v1",
+        _cartpole_mlp,
+        {
+            "num_envs": 5,
+            "rollout_fragment_length": 70,
+            "observation_filter": "MeanStdFilter",
+            "clip_rewards": 0.5,
+            "keep_raw_obs": True,
+            "record_env_actions": True,
+        },
+    ),
+    "cartpole-complete": (
+        "CartPole-v1",
+        _cartpole_mlp,
+        {"num_envs": 3, "rollout_fragment_length": 50, "batch_mode": "complete_episodes"},
+    ),
+    "counter-horizon": (
+        lambda ctx: CounterEnv(length=7),
+        _counter_random,
+        {"num_envs": 4, "rollout_fragment_length": 9, "horizon": 4},
+    ),
+    "counter-truncating-framestack": (
+        lambda ctx: CounterEnv(length=3, truncate=True),
+        _stacked_random,
+        {"num_envs": 2, "rollout_fragment_length": 5, "framestack": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fast_path_equals_general_step(case):
+    env, policy_fn, cfg = CASES[case]
+    fast = _run(True, env, policy_fn, 4, seed=11, **cfg)
+    slow = _run(False, env, policy_fn, 4, seed=11, **cfg)
+    _assert_same_batches(fast[0], slow[0])
+    assert fast[1] == slow[1]  # episode metrics
+    assert fast[2] == slow[2]  # callbacks, in order
+    assert set(fast[3]) == set(slow[3])  # the same perf stats are reported
+
+
+def test_fast_path_steps_aside_for_a_failing_sub_env():
+    """A sub-env that raises takes the general step (restart, drop), then the fast path
+    resumes; the batches are those of the general step throughout."""
+
+    def env(ctx):
+        return CounterEnv(length=6, fail_at=17 if ctx.vector_index == 1 else None)
+
+    cfg = {"num_envs": 3, "rollout_fragment_length": 8, "restart_failed_sub_environments": True}
+    fast = _run(True, env, _counter_random, 5, seed=2, **cfg)
+    slow = _run(False, env, _counter_random, 5, seed=2, **cfg)
+    _assert_same_batches(fast[0], slow[0])
+    assert fast[1] == slow[1]
+    assert any(m["episode_faulty"] for m in fast[1])
+    assert all(len(b) == 24 for b in fast[0])
+
+
+class _ResetFails(CounterEnv):
+    """Raises in its third reset (while other sub-envs step in the same poll)."""
+
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        type(self).resets += 1
+        if type(self).resets == 3:
+            raise RuntimeError("reset failed")
+        return super().reset(seed=seed, options=options)
+
+
+def test_fast_path_steps_aside_for_a_failing_reset():
+    def env(ctx):
+        return _ResetFails(length=4) if ctx.vector_index == 0 else CounterEnv(length=3)
+
+    cfg = {"num_envs": 3, "rollout_fragment_length": 6, "restart_failed_sub_environments": True}
+    runs = []
+    for dense in (True, False):
+        _ResetFails.resets = 0
+        runs.append(_run(dense, env, _counter_random, 4, seed=5, **cfg))
+    _assert_same_batches(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1]
+    assert _ResetFails.resets >= 3
+    assert any(m["episode_faulty"] for m in runs[0][1])
+
+
+def test_long_runs_keep_few_chunks_and_stay_exact(monkeypatch):
+    """Steps are merged into chunks as they come (memory per row, not per step), on both
+    paths, without changing a single value."""
+    from rlconnect.collectors import store
+    from rlconnect.runner import dense_steps
+
+    monkeypatch.setattr(store, "MERGE_EVERY", 4)
+    monkeypatch.setattr(dense_steps, "BLOCK_POLLS", 8)
+    cfg = {"num_envs": 3, "rollout_fragment_length": 50, "observation_filter": "MeanStdFilter"}
+    fast = _run(True, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
+    slow = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
+    monkeypatch.undo()
+    ref = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
+    _assert_same_batches(fast[0], ref[0])
+    _assert_same_batches(slow[0], ref[0])
+
+
+def test_chunks_are_merged_while_appending(monkeypatch):
+    from rlconnect.collectors import store
+
+    monkeypatch.setattr(store, "MERGE_EVERY", 4)
+    s = store.ColumnStore()
+    for i in range(30):
+        s.append({"x": np.array([i, i]), "k": i, "info": [{}, {"i": i}]}, 2)
+        s.write_last("y", np.array([2.0 * i]), np.array([False, True]))
+    assert len(s._chunks) <= 4 + 1 + 30 // 4
+    np.testing.assert_array_equal(s.column("x"), np.repeat(np.arange(30), 2))
+    np.testing.assert_array_equal(s.column("k"), np.repeat(np.arange(30), 2))
+    np.testing.assert_array_equal(s.column("y")[1::2], 2.0 * np.arange(30))
+    assert not s.column("y")[::2].any()
+    assert [d.get("i") for d in s.column("info")[1::2]] == list(range(30))
