@@ -51,7 +51,16 @@ from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_
 from rlconnect.distributed import RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
-from rlconnect.errors import CheckpointError, EnvCheckError, EnvError, UnknownConnectorError
+from rlconnect.errors import (
+    CallbackError,
+    CheckpointError,
+    EnvCheckError,
+    EnvError,
+    EnvTimeoutError,
+    PolicyError,
+    RunnerStateError,
+    UnknownConnectorError,
+)
 from rlconnect.offline import (
     BadFileWarning,
     BatchWriter,
@@ -79,6 +88,7 @@ __all__ = [
     "BadFileWarning",
     "BaseEnv",
     "BatchWriter",
+    "CallbackError",
     "Callbacks",
     "CheckReport",
     "CheckpointError",
@@ -92,6 +102,7 @@ __all__ = [
     "EnvContext",
     "EnvError",
     "EnvRunner",
+    "EnvTimeoutError",
     "Episode",
     "ExternalEnv",
     "ExternalMultiAgentEnv",
@@ -107,6 +118,7 @@ __all__ = [
     "OfflineDataError",
     "PipelineCheckError",
     "Policy",
+    "PolicyError",
     "PrevActionsRewards",
     "RandomPolicy",
     "Resize",
@@ -114,6 +126,7 @@ __all__ = [
     "RunnerConfig",
     "RunnerFailedError",
     "RunnerGroup",
+    "RunnerStateError",
     "SampleBatch",
     "ScalePixels",
     "StateBuffer",
