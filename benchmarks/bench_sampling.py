@@ -44,7 +44,9 @@ def make_model(seed: int = 0) -> nn.Module:
     )
 
 
-def hand_loop(n: int, steps: int, act: Callable[[np.ndarray], np.ndarray]) -> float:
+def hand_loop(
+    n: int, steps: int, act: Callable[[np.ndarray], np.ndarray]
+) -> tuple[float, float]:
     """The reference loop: N CartPole envs (SyncVectorEnv, SAME_STEP), ``act(obs)`` once
     per step, obs/action/reward/terminated/truncated/new_obs into preallocated arrays."""
     venv = gym.vector.SyncVectorEnv(
@@ -58,7 +60,7 @@ def hand_loop(n: int, steps: int, act: Callable[[np.ndarray], np.ndarray]) -> fl
     rew_buf = np.zeros((t_len, n), np.float32)
     flags = np.zeros((2, t_len, n), bool)
     obs, _ = venv.reset(seed=0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     for t in range(t_len):
         action = act(obs)
         nxt, rew, term, trunc, info = venv.step(action)
@@ -69,12 +71,12 @@ def hand_loop(n: int, steps: int, act: Callable[[np.ndarray], np.ndarray]) -> fl
         if done.any():
             new_buf[t][done] = np.stack(info["final_obs"][done])
         obs = nxt
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
     venv.close()
-    return t_len * n / elapsed
+    return t_len * n / elapsed, t_len * n / cpu
 
 
-def hand_loop_torch(n: int, steps: int, model: nn.Module) -> float:
+def hand_loop_torch(n: int, steps: int, model: nn.Module) -> tuple[float, float]:
     """Loop (d'): torch MLP + ``torch.multinomial`` sampling."""
 
     def act(obs: np.ndarray) -> np.ndarray:
@@ -85,7 +87,7 @@ def hand_loop_torch(n: int, steps: int, model: nn.Module) -> float:
     return hand_loop(n, steps, act)
 
 
-def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> float:
+def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> tuple[float, float]:
     """Loop (e): the same weights as a numpy MLP, Gumbel-max sampling."""
     w = [p.detach().numpy().copy() for p in model.parameters()]
     rng = np.random.default_rng(0)
@@ -99,16 +101,17 @@ def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> float:
     return hand_loop(n, steps, act)
 
 
-def runner_rate(n: int, steps: int, policy: rc.Policy) -> float:
+def runner_rate(n: int, steps: int, policy: rc.Policy) -> tuple[float, float]:
+    """Env steps per second of wall time and of this thread's CPU time."""
     frag = max(steps // n, 1)
     cfg = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=0)
     runner = rc.EnvRunner("CartPole-v1", policy, config=cfg)
     runner.sample()  # warm-up (first polls check the env)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.thread_time()
     batch = runner.sample()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
     runner.stop()
-    return len(batch) / elapsed
+    return len(batch) / elapsed, len(batch) / cpu
 
 
 def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
@@ -119,7 +122,7 @@ def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
         model = make_model()
         torch_policy = rc.TorchPolicy(make_model(), obs_space, act_space)
         mlp_policy = rc.MLPPolicy(obs_space, act_space)
-        rates: dict[str, list[float]] = {
+        rates: dict[str, list[tuple[float, float]]] = {
             k: [] for k in ("hand-torch", "runner-torch", "hand-numpy", "runner-mlp")
         }
         for _ in range(rounds):
@@ -127,8 +130,9 @@ def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
             rates["runner-torch"].append(runner_rate(n, steps, torch_policy))
             rates["hand-numpy"].append(hand_loop_numpy(n, steps, model))
             rates["runner-mlp"].append(runner_rate(n, steps, mlp_policy))
-        med = {k: statistics.median(v) for k, v in rates.items()}
-        rows.append({"N": n, **med})
+        wall = {k: statistics.median(w for w, _ in v) for k, v in rates.items()}
+        cpu = {f"cpu:{k}": statistics.median(c for _, c in v) for k, v in rates.items()}
+        rows.append({"N": n, **wall, **cpu})
     return rows
 
 
@@ -233,7 +237,7 @@ def peers_report(ns: list[int], steps: int) -> None:
                 cells.append(f"error: {type(exc).__name__}")
         print(f"{name:>10}: " + "  ".join(cells))
     mlp = rc.MLPPolicy(env.observation_space, env.action_space)
-    print(f"{'rlconnect':>10}: " + "  ".join(f"{runner_rate(n, steps, mlp):>9,.0f}" for n in ns))
+    print(f"{'rlconnect':>10}: " + "  ".join(f"{runner_rate(n, steps, mlp)[0]:>9,.0f}" for n in ns))
 
 
 def memory_report(steps: int = 1_000_000) -> None:
@@ -264,22 +268,27 @@ def main() -> None:
     if args.peers:
         peers_report([1, 8, 64], 2_000 if args.quick else 20_000)
         return
-    steps, rounds = (2_000, 1) if args.quick else (20_000, 3)
+    steps, rounds = (2_000, 1) if args.quick else (20_000, 5)
     rows = measure([1, 8, 64], steps, rounds)
     print("\nenv steps/s, CartPole-v1, 64x64 tanh MLP, 1 torch thread (median of rounds)")
     print(
         f"{'N':>4} {'hand-torch':>11} {'runner-torch':>13} {'ratio':>6} {'hand-numpy':>11} "
-        f"{'runner-mlp':>11} {'ratio':>6}"
+        f"{'runner-mlp':>11} {'ratio':>6}   {'cpu ratios':>11}"
     )
     for r in rows:
+        cpu_torch = r["cpu:runner-torch"] / r["cpu:hand-torch"]
+        cpu_numpy = r["cpu:runner-mlp"] / r["cpu:hand-numpy"]
         print(
             f"{r['N']:>4} {r['hand-torch']:>11,.0f} {r['runner-torch']:>13,.0f} "
             f"{r['runner-torch'] / r['hand-torch']:>6.2f} {r['hand-numpy']:>11,.0f} "
-            f"{r['runner-mlp']:>11,.0f} {r['runner-mlp'] / r['hand-numpy']:>6.2f}"
+            f"{r['runner-mlp']:>11,.0f} {r['runner-mlp'] / r['hand-numpy']:>6.2f}   "
+            f"{cpu_torch:>5.2f} {cpu_numpy:>5.2f}"
         )
     print(
         "targets: runner-torch/hand-torch >= 0.8 (N=1), >= 0.95 (N=64); "
-        "runner-mlp/hand-numpy >= 0.6 (N=1), >= 0.9 (N=64). Noise on this VM: 5-15 %."
+        "runner-mlp/hand-numpy >= 0.6 (N=1), >= 0.9 (N=64). Noise on this VM: 5-15 %.\n"
+        "cpu ratios: the same ratios in this thread's CPU time (torch, numpy), which other "
+        "processes on a shared machine disturb less than wall time."
     )
 
 
