@@ -65,3 +65,33 @@ def test_a_reset_connection_is_counted_not_printed(server, capfd, half):
     assert ACT.contains(int(client.get_action(eid, np.ones(3, np.float32))))
     client.end_episode(eid, np.ones(3, np.float32))
     client.close()
+
+
+def test_a_silent_client_is_dropped_after_the_request_timeout(capfd):
+    """A client that sends a Content-Length and then nothing does not hold a server
+    thread forever: its connection is closed after ``request_timeout_s``, quietly."""
+    srv = PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0, request_timeout_s=0.3)
+    try:
+        with socket.create_connection((srv.address, srv.port), timeout=5) as sock:
+            sock.sendall(b"POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            sock.sendall(b"0123456789")
+            start = time.monotonic()
+            assert sock.recv(1024) == b""  # closed by the server, no answer
+            assert time.monotonic() - start < 4
+        assert srv._httpd.disconnects == 1
+        assert PolicyClient(srv.url).health()["ok"] is True
+    finally:
+        srv.stop()
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_negative_content_length_is_a_bad_request():
+    srv = PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0)
+    try:
+        with socket.create_connection((srv.address, srv.port), timeout=5) as sock:
+            sock.sendall(b"POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+            assert sock.recv(1024).startswith(b"HTTP/1.1 400")
+    finally:
+        srv.stop()
+    with pytest.raises(ValueError, match="request_timeout_s"):
+        PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0, request_timeout_s=0)

@@ -94,9 +94,10 @@ class _HTTPServer(ThreadingHTTPServer):
     disconnects = 0
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], ConnectionError):  # reset, broken pipe, ...
+        # reset, broken pipe, ..., or silent past the request timeout (TimeoutError)
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
             self.disconnects += 1
-            log.debug("PolicyServer: %s disconnected mid-request", client_address)
+            log.debug("PolicyServer: %s disconnected or went silent mid-request", client_address)
         else:
             super().handle_error(request, client_address)
 
@@ -148,6 +149,9 @@ class PolicyServer:
         episode_timeout_s: an episode without requests for this long is closed as
             truncated and listed in ``server.env.timed_out_episodes``.
         get_action_timeout_s: how long a ``get_action`` waits for the runner.
+        request_timeout_s: a connection silent for this long (mid-request, or idle
+            between requests) is closed, so stalled clients cannot hold server threads;
+            ``PolicyClient`` reconnects by itself. None waits forever.
     """
 
     def __init__(
@@ -162,8 +166,12 @@ class PolicyServer:
         max_concurrent: int = 100,
         episode_timeout_s: float | None = 60.0,
         get_action_timeout_s: float = 60.0,
+        request_timeout_s: float | None = 120.0,
     ) -> None:
         from rlconnect.runner import EnvRunner
+
+        if request_timeout_s is not None and not request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be > 0 or None, got {request_timeout_s!r}")
 
         if isinstance(runner_or_policy, Policy):
             env = ServingEnv(
@@ -192,7 +200,7 @@ class PolicyServer:
         self.errors = 0
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-        self._httpd = _HTTPServer((address, port), _make_handler(self))
+        self._httpd = _HTTPServer((address, port), _make_handler(self, request_timeout_s))
         self.address, self.port = self._httpd.server_address[:2]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
@@ -346,10 +354,13 @@ class PolicyServer:
         )
 
 
-def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
+def _make_handler(
+    server: PolicyServer, request_timeout_s: float | None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "rlconnect-serve/1"
+        timeout = request_timeout_s  # socket timeout: a silent client cannot hold a thread
 
         def setup(self) -> None:
             super().setup()
@@ -393,10 +404,18 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 self.close_connection = True
                 return self._error(411, "LengthRequired", "send a Content-Length header")
-            if length < 0 or length > MAX_BODY_BYTES:
+            if length < 0:
+                self.close_connection = True
+                return self._error(400, "BadRequest", f"negative Content-Length {length}")
+            if length > MAX_BODY_BYTES:
                 self.close_connection = True
                 return self._error(413, "TooLarge", f"bodies are limited to {MAX_BODY_BYTES} B")
-            raw = self.rfile.read(length)
+            try:
+                raw = self.rfile.read(length)
+            except TimeoutError:  # silent past request_timeout_s: drop it, quietly
+                self.server.disconnects += 1  # type: ignore[attr-defined]
+                self.close_connection = True
+                return None
             name = self.path.removeprefix("/v1/").strip("/")
             try:
                 result = server.handle(name, decode(raw) if raw else {})
