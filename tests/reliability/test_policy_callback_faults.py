@@ -32,18 +32,11 @@ from invariants import Figures, Run, check_truth, make_runner
 
 import rlconnect as rc
 from rlconnect.errors import CallbackError, PolicyError, RunnerStateError
+from rlconnect.runner.callbacks import HOOKS
 
 pytestmark = pytest.mark.reliability
 
 FIGURES = Figures()
-HOOKS = (
-    "on_episode_created",
-    "on_episode_start",
-    "on_episode_step",
-    "on_episode_end",
-    "on_postprocess_trajectory",
-    "on_sample_end",
-)
 NO_FAULTS = FaultSchedule(0, ())
 
 

@@ -249,15 +249,8 @@ class DenseSteps:
             ai = np.flatnonzero(act)
             inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
             self._dense_act(pid, inputs, env_ids[ai], agent_ids[: len(ai)], act, n, block, secs)
-        if firsts and self._cb.overrides("on_episode_start"):
-            for e in firsts:
-                self._cb.on_episode_start(
-                    runner=r,
-                    base_env=r.env,
-                    policies=r.policies,
-                    env_index=e,
-                    episode=self.episodes[e],
-                )
+        if firsts:
+            self.fire_episode_start(firsts)
         for e in sorted(done_envs):
             self._end_episode(e)
             r.env.try_reset(e)

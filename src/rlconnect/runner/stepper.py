@@ -125,6 +125,16 @@ class Stepper(MultiAgentSteps, DenseSteps):
         self.episodes[env_id] = None
         self.agents[env_id] = {}
 
+    def fire_episode_start(self, env_ids: list[int]) -> None:
+        """``on_episode_start`` for the episodes that just got their first observation."""
+        if not self._cb.overrides("on_episode_start"):
+            return
+        r = self.r
+        for e in env_ids:
+            self._cb.on_episode_start(
+                runner=r, base_env=r.env, policies=r.policies, env_index=e, episode=self.episodes[e]
+            )
+
     def forget_closed_trajectories(self) -> None:
         """Drop the bookkeeping of trajectories that ended and were wholly handed out."""
         if not self._closed_trajs:
@@ -226,15 +236,8 @@ class Stepper(MultiAgentSteps, DenseSteps):
         elif len(stepped):  # one agent: every env step completes one transition
             r.collectors.add_env_steps(poll, stepped, self.eps_of_env[stepped], 1)
         firsts = rows.env_ids[rows.is_first]
-        if len(firsts) and self._cb.overrides("on_episode_start"):
-            for e in np.unique(firsts).tolist():
-                self._cb.on_episode_start(
-                    runner=r,
-                    base_env=r.env,
-                    policies=r.policies,
-                    env_index=e,
-                    episode=self.episodes[e],
-                )
+        if len(firsts):
+            self.fire_episode_start(np.unique(firsts).tolist())
         if self._on_step:
             for e in stepped.tolist():
                 self.episodes[e].length = int(self.ep_len[e])
