@@ -37,9 +37,10 @@ BLOCK_POLLS = 256  # polls buffered before the block goes to the collectors
 class DenseBlock:
     """The rows of consecutive dense polls of one policy, handed over as one chunk."""
 
-    __slots__ = ("events", "last", "outputs", "polls", "records", "traj")
+    __slots__ = ("events", "infos_empty", "last", "outputs", "polls", "records", "traj")
 
     def __init__(self) -> None:
+        self.infos_empty = True  # every info so far was empty: one shared mapping for all
         self.records: list[dict[str, Any]] = []
         self.outputs: list[dict[str, Any] | None] = []
         self.traj: list[np.ndarray] = []
@@ -68,7 +69,9 @@ class DenseBlock:
         else:
             record: dict[str, Any] = {}
             for name in keys[0]:
-                if name == "infos":  # a list first: fromiter over a generator is slower
+                if name == "infos" and self.infos_empty:
+                    record[name] = np.full(n * len(self), EMPTY_INFO, dtype=object)
+                elif name == "infos":  # a list first: fromiter over a generator is slower
                     infos = chain.from_iterable(rec["infos"] for rec in self.records)
                     shared = [i if i else EMPTY_INFO for i in infos]
                     record[name] = np.fromiter(shared, dtype=object, count=n * len(self))
@@ -216,6 +219,8 @@ class DenseSteps:
         infos = rows.infos
         if connectors:  # connectors see what the general step shows them
             infos = [i if i else EMPTY_INFO for i in infos]
+        if block.infos_empty and any(infos):
+            block.infos_empty = False
         cols = {
             "obs": rows.obs,
             "rewards": rows.rewards,

@@ -56,6 +56,8 @@ class Stepper(MultiAgentSteps, DenseSteps):
         self._pids = list(runner.policies)
         self._cb = runner.callbacks
         self._on_step = self._cb.overrides("on_episode_step")
+        self._on_created = self._cb.overrides("on_episode_created")
+        self._on_end = self._cb.overrides("on_episode_end")
         self._soft: set[int] = set()
         cfg = runner.config
         self.faults = SubEnvFaults(
@@ -82,7 +84,7 @@ class Stepper(MultiAgentSteps, DenseSteps):
         self.ep_agent_steps[env_id] = 0
         if not self.multi:
             ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
-        if self._cb.overrides("on_episode_created"):
+        if self._on_created:
             self._cb.on_episode_created(
                 runner=self.r, base_env=self.r.env, env_index=env_id, episode=ep
             )
@@ -110,7 +112,7 @@ class Stepper(MultiAgentSteps, DenseSteps):
                 ep.length,
                 int(self.ep_agent_steps[env_id]) if self.multi else ep.length,
             )
-        if self._cb.overrides("on_episode_end"):
+        if self._on_end:
             self._cb.on_episode_end(
                 runner=self.r,
                 base_env=self.r.env,
@@ -120,8 +122,9 @@ class Stepper(MultiAgentSteps, DenseSteps):
             )
         self.r._metrics.append(ep.to_metrics())
         for pid in self._pids:
-            self.r._agent_pipes[pid].reset(env_id)
-            self.r._action_pipes[pid].reset(env_id)
+            for pipe in (self.r._agent_pipes[pid], self.r._action_pipes[pid]):
+                if len(pipe):
+                    pipe.reset(env_id)
         self.episodes[env_id] = None
         self.agents[env_id] = {}
 
