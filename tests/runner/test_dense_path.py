@@ -181,3 +181,13 @@ def test_chunks_are_merged_while_appending(monkeypatch):
     np.testing.assert_array_equal(s.column("y")[1::2], 2.0 * np.arange(30))
     assert not s.column("y")[::2].any()
     assert [d.get("i") for d in s.column("info")[1::2]] == list(range(30))
+
+
+def test_block_merges_scalars_that_change_between_polls():
+    from rlconnect.runner.dense_steps import _merge
+
+    assert _merge([3, 3, 3], 2) == 3
+    np.testing.assert_array_equal(_merge([1, 2], 3), [1, 1, 1, 2, 2, 2])
+    np.testing.assert_array_equal(_merge([np.array([1, 2]), np.array([3, 4])], 2), [1, 2, 3, 4])
+    nest = _merge([{"a": np.zeros(2)}, {"a": np.ones(2)}], 2)
+    np.testing.assert_array_equal(nest["a"], [0, 0, 1, 1])

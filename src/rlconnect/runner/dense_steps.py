@@ -4,11 +4,11 @@ A poll is *dense* when every sub-env gave one single-agent row, in env order, an
 raised (``EnvRows.dense``). With one policy, no per-step callback and no soft horizon, such
 a poll needs no per-row Python: episode counters advance with array operations, the agent
 and action pipelines and the policy run once on all rows, and the rows wait in a
-:class:`DenseBlock` that reaches the collectors as one chunk when the run stops, instead
-of one chunk per poll. Everything else (the first, checked polls, sub-env errors, resets
-the env did by itself) goes through the general step, after the block is flushed, so the
-collectors always look exactly as the general step would have left them; the tests
-compare both paths batch for batch.
+:class:`DenseBlock` that reaches the collectors as one chunk (every ``BLOCK_POLLS`` polls,
+and when the run stops) instead of one chunk per poll. Everything else (the first, checked
+polls, sub-env errors, bad outputs, resets the env did by itself) goes through the general
+step, after the block is flushed, so the collectors always look exactly as the general
+step would have left them; the tests compare both paths batch for batch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import tree
 
 from rlconnect.batches import SampleBatch
 from rlconnect.collectors.policy_collector import EMPTY_INFO
@@ -76,7 +77,7 @@ class DenseBlock:
                     shared = [i if i else EMPTY_INFO for i in infos]
                     record[name] = np.fromiter(shared, dtype=object, count=n * len(self))
                 else:
-                    record[name] = _merge([rec[name] for rec in self.records])
+                    record[name] = _merge([rec[name] for rec in self.records], n)
             polls = np.repeat(np.asarray(self.polls, dtype=np.int64), n)
             collector.add_rows(
                 np.concatenate(self.traj), polls, record, last=np.concatenate(self.last)
@@ -95,18 +96,19 @@ class DenseBlock:
         self.__init__()  # type: ignore[misc]
 
 
-def _merge(parts: list[Any]) -> Any:
-    """One column from its per-poll parts (arrays, nests of arrays, lists or scalars)."""
+def _merge(parts: list[Any], n: int) -> Any:
+    """One column from its per-poll parts of ``n`` rows each (arrays, nests of arrays,
+    lists, or scalars shared by a poll's rows)."""
     first = parts[0]
     if isinstance(first, np.ndarray):
         return np.concatenate(parts)
     if isinstance(first, list):
         return list(chain.from_iterable(parts))
     if isinstance(first, dict | tuple):
-        import tree
-
         return tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
-    return first if all(p == first for p in parts) else np.asarray(parts)
+    if all(p == first for p in parts):
+        return first  # the store repeats a scalar for every row
+    return np.repeat(np.asarray(parts), n)
 
 
 def _merge_outputs(outputs: list[dict[str, Any] | None], n: int) -> dict[str, Any]:
@@ -122,7 +124,7 @@ def _merge_outputs(outputs: list[dict[str, Any] | None], n: int) -> dict[str, An
             out[name] if out is not None and name in out else fill_rows(template, None, n)
             for out in outputs
         ]
-        merged[name] = _merge(parts)
+        merged[name] = _merge(parts, n)
     return merged
 
 
