@@ -6,7 +6,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from tests.runner.cases import CounterEnv
+from cases import CounterEnv
 
 import rlconnect as rc
 
