@@ -7,8 +7,6 @@ preprocessing in ``connectors/``, per-agent bookkeeping in ``runner/agents.py``.
 from __future__ import annotations
 
 import os
-import queue
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +27,7 @@ from rlconnect.envs.make import make_base_env
 from rlconnect.episodes import Episode
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
+from rlconnect.runner.async_sampler import AsyncSampler
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.metrics import PerfTimers
@@ -119,7 +118,7 @@ class EnvRunner:
         self._dense_path = True  # the fast path for dense polls; tests turn it off to compare
         self._metrics: list[dict[str, Any]] = []
         self._stepper = Stepper(self)
-        self._async: _AsyncSampler | None = None
+        self._async: AsyncSampler | None = None
         self._closed = False
         self._failed: BaseException | None = None  # what made sample() raise midway
         self._off_policy_metrics: list[dict[str, Any]] = []
@@ -224,7 +223,7 @@ class EnvRunner:
         self._refuse_if_failed()
         if self.config.sample_async:
             if self._async is None:
-                self._async = _AsyncSampler(self._sample_sync)
+                self._async = AsyncSampler(self._sample_sync)
             return self._async.next()
         return self._sample_sync()
 
@@ -433,38 +432,3 @@ class EnvRunner:
         from rlconnect.runner.evaluation import evaluate
 
         return evaluate(self, num_episodes, env=env)
-
-
-class _AsyncSampler:
-    """Samples in a background thread; ``next()`` returns the next ready batch."""
-
-    def __init__(self, sample: Callable[[], Any]) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=1)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(sample,), daemon=True)
-        self._thread.start()
-
-    def _run(self, sample: Callable[[], Any]) -> None:
-        while not self._stop.is_set():
-            try:
-                item: Any = sample()
-            except BaseException as exc:  # handed to the caller of next()
-                item = exc
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-            if isinstance(item, BaseException):
-                return
-
-    def next(self) -> Any:
-        item = self._queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
