@@ -22,7 +22,7 @@ connector is its registered name plus these two.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import attrs
 import gymnasium as gym
@@ -94,6 +94,9 @@ class ConnectorContext:
         )
 
 
+_R = TypeVar("_R", bound="_RowData")
+
+
 class _RowData:
     """Rows of one step for one policy: row identity plus named columns (whole arrays)."""
 
@@ -118,7 +121,9 @@ class _RowData:
             self[name] = value
 
     @classmethod
-    def trusted(cls, env_ids: np.ndarray, agent_ids: tuple, columns: dict[str, Any]) -> _RowData:
+    def trusted(
+        cls: type[_R], env_ids: np.ndarray, agent_ids: tuple, columns: dict[str, Any]
+    ) -> _R:
         """Build without validation: for the runner's hot path, whose inputs are known good."""
         obj = cls.__new__(cls)
         obj.env_ids = env_ids

@@ -14,6 +14,7 @@ step would have left them; the tests compare both paths batch for batch.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +26,11 @@ from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.collectors.store import fill_rows, take_rows
 from rlconnect.connectors import ActionData, AgentData
 from rlconnect.envs.base import EnvRows
-from rlconnect.runner.faults import bad_rows, call_policy
+from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, call_policy
 
 if TYPE_CHECKING:
-    from rlconnect.runner.stepper import Stepper
+    from rlconnect.episodes import Episode
+    from rlconnect.runner.runner import EnvRunner
 
 __all__ = ["BLOCK_POLLS", "DenseBlock", "DenseSteps"]
 
@@ -52,7 +54,7 @@ class DenseBlock:
     def __len__(self) -> int:
         return len(self.records)
 
-    def flush(self, stepper: Stepper, pid: str) -> None:
+    def flush(self, stepper: DenseSteps, pid: str) -> None:
         """Append the buffered rows and env steps to the collectors, then forget them."""
         if not self.records:
             return
@@ -129,9 +131,40 @@ def _merge_outputs(outputs: list[dict[str, Any] | None], n: int) -> dict[str, An
 
 
 class DenseSteps:
-    """The fast path's loop, mixed into the runner's :class:`Stepper`."""
+    """The fast path's loop, mixed into the runner's :class:`Stepper` (which provides the
+    state and the general step declared here)."""
 
-    def dense_ok(self: Stepper) -> bool:
+    r: EnvRunner
+    multi: bool
+    poll_index: int
+    episodes: list[Episode | None]
+    ep_len: np.ndarray
+    ep_ret: np.ndarray
+    eps_of_env: np.ndarray
+    traj_of_env: np.ndarray
+    faults: SubEnvFaults
+    _pids: list[str]
+    _on_step: bool
+    _checks_left: int
+    _check_actions: dict[str, ActionCheck]
+    _not_done_rows: np.ndarray | None
+
+    def process(self, rows: EnvRows, poll: int) -> None:
+        raise NotImplementedError  # the general step: Stepper.process
+
+    def _start_episode(self, env_id: int) -> Episode:
+        raise NotImplementedError  # provided by Stepper
+
+    def _end_episode(self, env_id: int, *, faulty: bool = False) -> None:
+        raise NotImplementedError  # provided by Stepper
+
+    def _new_traj(self, env_id: int, agent_id: Any) -> int:
+        raise NotImplementedError  # provided by Stepper
+
+    def fire_episode_start(self, env_ids: list[int]) -> None:
+        raise NotImplementedError  # provided by Stepper
+
+    def dense_ok(self) -> bool:
         """Whether dense polls may take the fast path with this runner's configuration."""
         cfg = self.r.config
         return (
@@ -142,7 +175,7 @@ class DenseSteps:
             and not self._checks_left
         )
 
-    def run_dense(self: Stepper, mode: str, target: int, count_by: str) -> None:
+    def run_dense(self, mode: str, target: int, count_by: str) -> None:
         """Step until a batch is ready (or a poll needs the general step), then flush."""
         r = self.r
         group, timers = r.collectors, r.timers
@@ -181,7 +214,7 @@ class DenseSteps:
                 timers.add(stage, s)
 
     def _dense_step(
-        self: Stepper, pid: str, rows: EnvRows, poll: int, block: DenseBlock, secs: list[float]
+        self, pid: str, rows: EnvRows, poll: int, block: DenseBlock, secs: list[float]
     ) -> None:
         r, cfg = self.r, self.r.config
         clock = time.perf_counter
@@ -218,7 +251,7 @@ class DenseSteps:
         self.ep_ret += rows.rewards
         pipe = r._agent_pipes[pid]
         connectors = len(pipe)
-        infos = rows.infos
+        infos: Sequence[Mapping[str, Any]] = rows.infos
         if connectors:  # connectors see what the general step shows them
             infos = [i if i else EMPTY_INFO for i in infos]
         if block.infos_empty and any(infos):
@@ -263,7 +296,7 @@ class DenseSteps:
         if self.faults.restart:
             self.faults.completed(stepped)
 
-    def _not_done(self: Stepper, n: int) -> np.ndarray:
+    def _not_done(self, n: int) -> np.ndarray:
         """A shared all-False ``done`` column of ``n`` rows (read-only)."""
         cached = self._not_done_rows
         if cached is None or len(cached) != n:
@@ -273,7 +306,7 @@ class DenseSteps:
         return cached
 
     def _dense_act(
-        self: Stepper,
+        self,
         pid: str,
         inputs: Any,
         act_env: np.ndarray,
