@@ -78,6 +78,16 @@ CASES = {
             "record_env_actions": True,
         },
     ),
+    "cartpole-agent-steps-greedy": (
+        "CartPole-v1",
+        _cartpole_mlp,
+        {
+            "num_envs": 4,
+            "rollout_fragment_length": 40,
+            "count_steps_by": "agent_steps",
+            "explore": False,
+        },
+    ),
     "cartpole-complete": (
         "CartPole-v1",
         _cartpole_mlp,
