@@ -95,3 +95,26 @@ def test_negative_content_length_is_a_bad_request():
         srv.stop()
     with pytest.raises(ValueError, match="request_timeout_s"):
         PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0, request_timeout_s=0)
+
+
+def test_stopping_the_server_ends_sampling_with_an_env_error():
+    """The serving env's thread can be asked whether it is alive after it stopped (its
+    stop event must not shadow threading.Thread._stop), so sampling ends cleanly."""
+    srv = PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0)
+    raised: list[BaseException] = []
+
+    def sample() -> None:
+        try:
+            while True:
+                srv.runner.sample()
+        except BaseException as exc:  # recorded for the assertion
+            raised.append(exc)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    time.sleep(0.2)
+    srv.stop()
+    sampler.join(10)
+    assert not sampler.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], EnvError), raised
+    assert not srv.env.is_alive()

@@ -62,20 +62,21 @@ MAX_BODY_BYTES = 64 << 20
 class _Idle:
     """``run()`` of an env fed by a server: wait until closed."""
 
-    _stop: threading.Event
+    # not ``_stop``: that name is threading.Thread's own method (is_alive() calls it)
+    _closed: threading.Event
 
     def run(self) -> None:
-        self._stop.wait()
+        self._closed.wait()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._closed.set()
 
 
 class ServingEnv(_Idle, ExternalEnv):
     """An ExternalEnv whose episodes come from a PolicyServer (no ``run()`` to write)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._stop = threading.Event()
+        self._closed = threading.Event()
         super().__init__(*args, **kwargs)
 
 
@@ -83,7 +84,7 @@ class ServingMultiAgentEnv(_Idle, ExternalMultiAgentEnv):
     """The multi-agent ServingEnv: observations, actions and rewards by agent id."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._stop = threading.Event()
+        self._closed = threading.Event()
         super().__init__(*args, **kwargs)
 
 
