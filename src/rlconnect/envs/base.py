@@ -185,6 +185,8 @@ class BaseEnv:
     num_envs: int = 1
     is_multi_agent: bool = False
     possible_agents: tuple = ()
+    #: whether ``poll()`` can return ``EnvRows.dense`` rows (the runner's fast path)
+    polls_dense: bool = False
 
     def observation_space(self, agent_id: Any) -> gym.Space:
         """The observation space of ``agent_id``."""

@@ -61,6 +61,8 @@ class GymEnvs(BaseEnv):
     ``EnvRows.errors``; the runner decides whether to restart or raise.
     """
 
+    polls_dense = True
+
     def __init__(
         self,
         creator: Callable[[EnvContext], gym.Env],

@@ -168,7 +168,8 @@ class DenseSteps:
         """Whether dense polls may take the fast path with this runner's configuration."""
         cfg = self.r.config
         return (
-            not self.multi
+            self.r.env.polls_dense
+            and not self.multi
             and len(self._pids) == 1
             and not cfg.soft_horizon
             and not self._on_step
