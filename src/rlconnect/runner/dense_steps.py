@@ -152,7 +152,7 @@ class DenseSteps:
     def process(self, rows: EnvRows, poll: int) -> None:
         raise NotImplementedError  # the general step: Stepper.process
 
-    def _start_episode(self, env_id: int) -> Episode:
+    def open_episodes(self, env_ids: list[int]) -> None:
         raise NotImplementedError  # provided by Stepper
 
     def _end_episode(self, env_id: int, *, faulty: bool = False) -> None:
@@ -230,11 +230,8 @@ class DenseSteps:
             step_eps = eps
         else:  # a dense poll's rows are either steps or first observations
             firsts = np.flatnonzero(rows.is_first).tolist()
+            self.open_episodes(firsts)
             for e in firsts:
-                if self.episodes[e] is not None and ep_len[e] > 0:
-                    self._end_episode(e)
-                if self.episodes[e] is None:
-                    self._start_episode(e)
                 self.traj_of_env[e] = self._new_traj(e, agent_ids[e])
             ep_len[stepped] += 1
             eps = self.eps_of_env.copy()

@@ -128,6 +128,15 @@ class Stepper(MultiAgentSteps, DenseSteps):
         self.episodes[env_id] = None
         self.agents[env_id] = {}
 
+    def open_episodes(self, env_ids: list[int]) -> None:
+        """Start an episode in each of ``env_ids``, which just gave a first observation
+        (ending the one there if the env reset by itself mid-episode)."""
+        for e in env_ids:
+            if self.episodes[e] is not None and self.ep_len[e] > 0:
+                self._end_episode(e)
+            if self.episodes[e] is None:
+                self._start_episode(e)
+
     def fire_episode_start(self, env_ids: list[int]) -> None:
         """``on_episode_start`` for the episodes that just got their first observation."""
         if not self._cb.overrides("on_episode_start"):
@@ -198,11 +207,7 @@ class Stepper(MultiAgentSteps, DenseSteps):
             self._checks_left -= 1
             check_rows(r.env, rows)
         if rows.is_first.any():
-            for e in np.unique(rows.env_ids[rows.is_first]).tolist():
-                if self.episodes[e] is not None and self.ep_len[e] > 0:
-                    self._end_episode(e)
-                if self.episodes[e] is None:
-                    self._start_episode(e)
+            self.open_episodes(np.unique(rows.env_ids[rows.is_first]).tolist())
         if self.multi:
             for e in np.unique(rows.env_ids).tolist():
                 if self.episodes[e] is None:
