@@ -235,9 +235,7 @@ class MLPPolicy(TorchPolicy):
                 f"(observation space {self.observation_space})"
             )
         dist_inputs = _numpy_forward(self._np_pi, x, self._np_act)
-        raw, logp = self.dist.sample_numpy(dist_inputs, explore, self.np_random)
-        extra = {"action_logp": logp.astype(np.float32, copy=False)}
-        extra["action_dist_inputs"] = dist_inputs
+        raw, extra = self._sample_numpy(dist_inputs, explore)
         if self._np_vf is not None:
             extra["vf_preds"] = _numpy_forward(self._np_vf, x, self._np_act)[:, 0]
         return self.dist.to_env_actions(raw), [], extra

@@ -159,10 +159,7 @@ class TorchPolicy(Policy):
             dist_inputs, state_outs, value = self.forward(input_batch)
             self.dist.check_inputs(dist_inputs.shape, b)
             if b <= self.numpy_sampling_rows and dist_inputs.device.type == "cpu":
-                inputs = _to_numpy_f32(dist_inputs)
-                raw_np, logp_np = self.dist.sample_numpy(inputs, explore, self.np_random)
-                extra = {"action_logp": logp_np.astype(np.float32, copy=False)}
-                extra["action_dist_inputs"] = inputs
+                raw_np, extra = self._sample_numpy(_to_numpy_f32(dist_inputs), explore)
             else:
                 raw, logp = self.dist.sample_torch(dist_inputs, explore, self.torch_random)
                 raw_np = raw.cpu().numpy()
@@ -175,6 +172,17 @@ class TorchPolicy(Policy):
             actions = self.dist.to_env_actions(raw_np)
             states = [s.cpu().numpy() for s in state_outs]
         return actions, states, extra
+
+    def _sample_numpy(
+        self, dist_inputs: np.ndarray, explore: bool
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Sample float32 distribution inputs with ``self.np_random``: (raw actions, the
+        ``action_logp`` and ``action_dist_inputs`` fetches)."""
+        raw, logp = self.dist.sample_numpy(dist_inputs, explore, self.np_random)
+        return raw, {
+            "action_logp": logp.astype(np.float32, copy=False),
+            "action_dist_inputs": dist_inputs,
+        }
 
     # -- weights -------------------------------------------------------------------------
 
