@@ -117,4 +117,5 @@ def test_stopping_the_server_ends_sampling_with_an_env_error():
     sampler.join(10)
     assert not sampler.is_alive()
     assert len(raised) == 1 and isinstance(raised[0], EnvError), raised
+    srv.env.join(10)  # the serving env's thread ends on its own once stopped
     assert not srv.env.is_alive()
