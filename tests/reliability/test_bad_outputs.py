@@ -52,19 +52,32 @@ def _equal_stats(a: dict, b: dict) -> bool:
     return all(np.array_equal(a[k], b[k]) for k in ("count", "mean", "m2"))
 
 
+@pytest.mark.parametrize("check_finite", [True, False])
 @pytest.mark.parametrize("kind", ["nan_obs", "inf_obs"])
-def test_a_late_non_finite_obs_never_reaches_the_filter_statistics(kind):
+def test_a_late_non_finite_obs_never_reaches_the_filter_statistics(kind, check_finite):
+    """The runner's own check names it first (``check_finite``, the default); without
+    it, the filter still refuses the value and leaves its statistics as they were."""
     ledger = Ledger()
     fault = OneFault(kind, env=1, episode=6, t=5)
     runner = make_runner(
-        fault, ledger, frag=10, observation_filter="MeanStdFilter", keep_raw_obs=True
+        fault,
+        ledger,
+        frag=10,
+        observation_filter="MeanStdFilter",
+        keep_raw_obs=True,
+        check_finite=check_finite,
     )
     spy = spy_on_filter(runner)
-    with pytest.raises(ValueError, match=r"MeanStdFilter: non-finite observation") as info:
+    with pytest.raises(ValueError, match=r"non-finite observation") as info:
         Run(runner, ledger).sample(30)
     msg = str(info.value)
-    assert "(env_id=1, agent_id='agent0')" in msg and "statistics were left unchanged" in msg
-    assert _equal_stats(spy.get_statistics(), spy.snapshots[-1])  # untouched by that call
+    if check_finite:
+        assert isinstance(info.value, rc.EnvCheckError)
+        assert "sub-env 1 / agent 'agent0'" in msg and "field 'obs'" in msg and "step 5" in msg
+    else:
+        assert "MeanStdFilter: non-finite observation" in msg
+        assert "(env_id=1, agent_id='agent0')" in msg and "statistics were left unchanged" in msg
+        assert _equal_stats(spy.get_statistics(), spy.snapshots[-1])  # untouched by that call
     assert all(np.isfinite(spy.get_statistics()[k]).all() for k in ("mean", "m2"))
     (step,) = [s for s in ledger.steps.values() if not s.clean]
     assert len(ledger.steps) > 50  # a late step, long after the check_env polls

@@ -9,6 +9,7 @@ import pytest
 from cases import CounterEnv
 
 import rlconnect as rc
+from rlconnect.runner.recorder import BLOCK_POLLS
 
 
 class _EpisodeLog(rc.Callbacks):
@@ -22,15 +23,13 @@ class _EpisodeLog(rc.Callbacks):
         self.events.append(("end", env_index, episode.episode_id, episode.length))
 
 
-def _run(dense: bool, env, policy_fn, samples: int, **cfg):
+def _run(dense: bool, env, policy_fn, samples: int, block: int = BLOCK_POLLS, **cfg):
     callbacks = _EpisodeLog()
     runner = rc.EnvRunner(env, policy_fn(), config=rc.RunnerConfig(**cfg), callbacks=callbacks)
-    runner._dense_path = dense
-    stepper, calls = runner._stepper, []
-    inner = stepper._dense_step
-    stepper._dense_step = lambda *a: calls.append(1) or inner(*a)
+    recorder = runner._kernel.recorder  # blocks of dense polls, or every poll on its own
+    recorder.block_polls = block if dense else 1
     batches = [runner.sample() for _ in range(samples)]
-    assert (len(calls) > 0) == dense  # the fast path really ran (or really did not)
+    assert (recorder.blocks_handed_over > 0) == dense  # the fast path really ran (or not)
     out = (batches, runner.get_metrics(), callbacks.events, runner.perf_stats())
     runner.stop()
     return out
@@ -164,12 +163,10 @@ def test_long_runs_keep_few_chunks_and_stay_exact(monkeypatch):
     """Steps are merged into chunks as they come (memory per row, not per step), on both
     paths, without changing a single value."""
     from rlconnect.collectors import store
-    from rlconnect.runner import dense_steps
 
     monkeypatch.setattr(store, "MERGE_EVERY", 4)
-    monkeypatch.setattr(dense_steps, "BLOCK_POLLS", 8)
     cfg = {"num_envs": 3, "rollout_fragment_length": 50, "observation_filter": "MeanStdFilter"}
-    fast = _run(True, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
+    fast = _run(True, "CartPole-v1", _cartpole_mlp, 2, block=8, seed=4, **cfg)
     slow = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
     monkeypatch.undo()
     ref = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
@@ -194,10 +191,12 @@ def test_chunks_are_merged_while_appending(monkeypatch):
 
 
 def test_block_merges_scalars_that_change_between_polls():
-    from rlconnect.runner.dense_steps import _merge
+    from rlconnect.runner.recorder import _merge
 
-    assert _merge([3, 3, 3], 2) == 3
-    np.testing.assert_array_equal(_merge([1, 2], 3), [1, 1, 1, 2, 2, 2])
-    np.testing.assert_array_equal(_merge([np.array([1, 2]), np.array([3, 4])], 2), [1, 2, 3, 4])
-    nest = _merge([{"a": np.zeros(2)}, {"a": np.ones(2)}], 2)
+    assert _merge([3, 3, 3], [2, 2, 2]) == 3
+    np.testing.assert_array_equal(_merge([1, 2], [3, 3]), [1, 1, 1, 2, 2, 2])
+    np.testing.assert_array_equal(_merge([1, 2], [1, 2]), [1, 2, 2])
+    two = [np.array([1, 2]), np.array([3, 4])]
+    np.testing.assert_array_equal(_merge(two, [2, 2]), [1, 2, 3, 4])
+    nest = _merge([{"a": np.zeros(2)}, {"a": np.ones(2)}], [2, 2])
     np.testing.assert_array_equal(nest["a"], [0, 0, 1, 1])

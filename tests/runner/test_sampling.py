@@ -329,7 +329,7 @@ def test_bookkeeping_does_not_grow_and_postprocessing_knows_every_agent():
     )
     for _ in range(30):
         runner.sample()
-    assert len(runner._stepper.traj_info) <= 2 * 3
+    assert len(runner._kernel.trajectories) <= 2 * 3
     assert seen_agents and all(a == rc.DEFAULT_AGENT_ID and has_ep for a, has_ep in seen_agents)
 
 

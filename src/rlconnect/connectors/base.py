@@ -275,6 +275,10 @@ class Connector:
     def reset(self, env_id: int) -> None:
         """The episode in sub-env ``env_id`` ended: drop its per-episode state."""
 
+    def start_sample(self) -> None:
+        """A runner starts collecting a batch (its sync point when it runs alone): e.g. a
+        filter that freezes its statistics between syncs takes its new totals here."""
+
     def in_training(self) -> None:
         """Switch to training mode (statistics may update)."""
         self.is_training = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -190,10 +191,29 @@ class ConnectorPipeline(Generic[C]):
             self._calls = 0
         return out
 
+    @property
+    def calls(self) -> int:
+        """How many times the pipeline ran since its timings were last reset."""
+        return self._calls
+
+    @contextlib.contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Calls made inside leave ``timings()`` and ``calls`` as they were (inference)."""
+        seconds, calls = dict(self._seconds), self._calls
+        try:
+            yield
+        finally:
+            self._seconds, self._calls = seconds, calls
+
     def reset(self, env_id: int) -> None:
         """Tell every member that the episode in sub-env ``env_id`` ended."""
         for _, c in self._members:
             c.reset(env_id)
+
+    def start_sample(self) -> None:
+        """Tell every member that a runner starts collecting a batch."""
+        for _, c in self._members:
+            c.start_sample()
 
     def in_training(self) -> None:
         """Switch every member (and the context) to training mode."""

@@ -4,7 +4,7 @@
 sub-env id, ``0 .. max_concurrent - 1``); ``poll()`` hands out at most one queued event per
 lane, so every lane is a sequence of episodes exactly like a stepped sub-env. The rows it
 returns are ``ExternalRows``, carrying the actions logged with ``log_action``, which the
-runner's stepper puts in place of the policy's with ``apply_logged_actions``.
+runner's step kernel puts in place of the policy's with ``apply_logged_actions``.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from rlconnect.offline.reader import (
     read_batches,
     summarize_batches,
 )
+from rlconnect.offline.runner_io import attach_offline_io  # noqa: F401  (registers it)
 
 
 def __getattr__(name: str) -> Any:

@@ -37,21 +37,25 @@ import tree
 from rlconnect.batches import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch, concat_samples
 from rlconnect.connectors import AgentData
 from rlconnect.offline.reader import list_batch_files, read_batches
+from rlconnect.runner.extensions import register_runner_extension
 
 if TYPE_CHECKING:
-    from rlconnect.runner.runner import EnvRunner
+    from rlconnect.runner import EnvRunner
 
 __all__ = ["RunnerInput", "RunnerOutput", "attach_offline_io", "replay_agent_connectors"]
 
 Batch = SampleBatch | MultiAgentBatch
 
 
-def attach_offline_io(runner: EnvRunner) -> tuple[RunnerOutput | None, RunnerInput | None]:
-    """The output writer and input mixer the runner's config asks for (None: not asked)."""
+@register_runner_extension
+def attach_offline_io(runner: EnvRunner) -> None:
+    """Give ``runner`` the output writer and input mixer its config asks for: the writer
+    as a batch sink, the mixer as its batch source (``rlconnect.runner.extensions``)."""
     cfg = runner.config
-    out = RunnerOutput(runner) if cfg.output is not None else None
-    inp = RunnerInput(runner) if cfg.input != "sampler" else None
-    return out, inp
+    if cfg.output is not None:
+        runner.add_batch_sink(RunnerOutput(runner).write)
+    if cfg.input != "sampler":
+        runner.set_batch_source(RunnerInput(runner))
 
 
 # --------------------------------------------------------------------------------- output
@@ -82,18 +86,6 @@ class RunnerOutput:
             out[pid] = {"obs": pipe.output_space, "new_obs": pipe.output_space}
             if self.runner.config.keep_raw_obs:
                 out[pid]["raw_obs"] = pipe.input_space
-        return out
-
-    def agent_ids(self, built: dict[str, tuple[SampleBatch, np.ndarray]]) -> dict[str, Any]:
-        """Agent id of every row, per policy (call before the stepper forgets trajectories)."""
-        if self.runner.is_single_agent:
-            return {}
-        info = self.runner._stepper.traj_info
-        out = {}
-        for pid, (_, traj) in built.items():
-            uniq, inverse = np.unique(traj, return_inverse=True)
-            names = np.array([str(info.get(int(t), (t,))[0]) for t in uniq.tolist()], object)
-            out[pid] = names[inverse.reshape(-1)]
         return out
 
     def write(self, batch: Batch, agent_ids: dict[str, Any]) -> None:
@@ -133,13 +125,19 @@ class RunnerInput:
             for name in self.names
         }
         self.counts = dict.fromkeys(self.names, 0)
+        self._metrics: list[dict[str, Any]] = []
+
+    def take_metrics(self) -> list[dict[str, Any]]:
+        """Off-policy estimates since the last call (``runner.get_off_policy_metrics()``)."""
+        out, self._metrics = self._metrics, []
+        return out
 
     def next(self) -> Batch:
         """One batch from a source drawn with the configured probabilities."""
         k = 0 if len(self.names) == 1 else int(self.rng.choice(len(self.names), p=self.probs))
         name = self.names[k]
         source = self.sources[name]
-        batch = self.runner._sample_sync(live=True) if source is None else source.next()
+        batch = self.runner.sample_envs() if source is None else source.next()
         self.counts[name] += 1
         if source is not None and self.runner.config.off_policy_estimation:
             self._estimate(name, batch)
@@ -165,7 +163,7 @@ class RunnerInput:
                 )
             except KeyError as exc:  # e.g. the data has no action_logp
                 raise ValueError(f"off-policy estimation on {source!r}: {exc}") from None
-            self.runner._off_policy_metrics.append({"policy_id": pid, "input": source, **result})
+            self._metrics.append({"policy_id": pid, "input": source, **result})
 
 
 class _OfflineSource:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 import numpy as np
@@ -40,10 +40,23 @@ from rlconnect.runner.checkpoint_load import (
     load_checkpoint,
 )
 from rlconnect.runner.config import RunnerConfig
+from rlconnect.runner.pipelines import PolicyPipelines
 from rlconnect.spaces import describe_space, space_to_json
 
-if TYPE_CHECKING:
-    from rlconnect.runner.runner import EnvRunner
+
+class CheckpointedRunner(Protocol):
+    """What saving and restoring needs of a runner: its config, policies and pipelines."""
+
+    config: RunnerConfig
+    policies: dict[str, Policy]
+    pipelines: PolicyPipelines
+
+    def agent_pipeline(self, policy_id: str = ...) -> AgentConnectorPipeline: ...
+
+    def action_pipeline(self, policy_id: str = ...) -> ActionConnectorPipeline: ...
+
+
+R = TypeVar("R", bound=CheckpointedRunner)
 
 __all__ = [
     "CheckpointMismatchError",
@@ -69,7 +82,7 @@ class CheckpointMismatchError(CheckpointError, ValueError):
 # -- saving ---------------------------------------------------------------------------------
 
 
-def save_checkpoint(runner: EnvRunner, path: str | os.PathLike[str]) -> None:
+def save_checkpoint(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> None:
     """Write ``runner``'s policies (spec, weights) and pipelines atomically to ``path``."""
     import rlconnect
 
@@ -104,7 +117,7 @@ def save_checkpoint(runner: EnvRunner, path: str | os.PathLike[str]) -> None:
     write_folder_atomically(path, fill)
 
 
-def _write_role(runner: EnvRunner, pid: str, policy: Policy, role: str, full: str) -> None:
+def _write_role(runner: CheckpointedRunner, pid: str, policy: Policy, role: str, full: str) -> None:
     if role == "weights":
         weights = {k: np.asarray(v) for k, v in policy.get_weights().items()}
         save_nest(
@@ -134,7 +147,9 @@ def _config_json(config: RunnerConfig) -> tuple[dict[str, Any], list[str]]:
     return out, sorted(set(omitted))
 
 
-def _policy_spec(runner: EnvRunner, pid: str, index: int) -> tuple[str, str, dict[str, Any]]:
+def _policy_spec(
+    runner: CheckpointedRunner, pid: str, index: int
+) -> tuple[str, str, dict[str, Any]]:
     policy = runner.policies[pid]
     kwargs = policy.get_config()
     try:
@@ -200,7 +215,7 @@ def _check_architecture(ck: LoadedCheckpoint, pid: str, policy: Policy) -> None:
     raise _mismatch(ck, f"policy {pid!r}: different architecture (weights {'; '.join(parts)})")
 
 
-def _check_fit(ck: LoadedCheckpoint, runner: EnvRunner) -> None:
+def _check_fit(ck: LoadedCheckpoint, runner: CheckpointedRunner) -> None:
     _check_ids(ck, list(runner.policies))
     for pid, rec in ck.policies.items():
         policy = runner.policies[pid]
@@ -263,7 +278,7 @@ def _check_pipe_output(ck: LoadedCheckpoint, pid: str, pipe: Any, want: Any) -> 
         )
 
 
-def restore_runner(runner: EnvRunner, path: str | os.PathLike[str]) -> None:
+def restore_runner(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> None:
     """Load weights and pipelines (with statistics) from ``path`` into ``runner``.
 
     Everything is verified and checked against the runner first; on any error the runner
@@ -286,8 +301,8 @@ def restore_runner(runner: EnvRunner, path: str | os.PathLike[str]) -> None:
         _check_pipe_output(ck, pid, agent[pid], runner.policies[pid].observation_space)
     for pid, rec in ck.policies.items():
         runner.policies[pid].set_weights(rec.weights)
-        runner._agent_pipes[pid] = agent[pid]
-        runner._action_pipes[pid] = action[pid]
+        runner.pipelines.agent[pid] = agent[pid]
+        runner.pipelines.action[pid] = action[pid]
 
 
 def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
@@ -329,14 +344,14 @@ def _pipeline_loader(
 
 
 def runner_from_checkpoint(
-    cls: type[EnvRunner],
+    cls: Callable[..., R],
     path: str | os.PathLike[str],
     *,
     env: Any,
     policy_mapping_fn: Callable[..., str] | None = None,
     callbacks: Any = None,
     config_overrides: Mapping[str, Any] | None = None,
-) -> EnvRunner:
+) -> R:
     """Rebuild a whole runner (policies, config, pipelines, weights) from ``path``.
 
     The saved config's ``output`` and ``input`` paths are not used (a checkpoint never

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -170,6 +170,18 @@ def _wrap(kind: type[enum.Enum], name: str) -> Callable[[Any], Any]:
     return convert
 
 
+_to_batch_mode = _wrap(BatchMode, "batch_mode")
+_to_count_steps_by = _wrap(CountStepsBy, "count_steps_by")
+
+
+def _batch_mode(value: Any) -> BatchMode:
+    return cast(BatchMode, _to_batch_mode(value))
+
+
+def _count_steps_by(value: Any) -> CountStepsBy:
+    return cast(CountStepsBy, _to_count_steps_by(value))
+
+
 @attrs.define(kw_only=True)
 class RunnerConfig:
     """How an EnvRunner samples. Every field is checked when the config is built."""
@@ -179,12 +191,10 @@ class RunnerConfig:
     #: steps per sub-env in one ``sample()``: a batch holds ``rollout_fragment_length * num_envs``
     rollout_fragment_length: int = attrs.field(default=200, validator=_positive_int)
     #: "truncate_episodes" (exact size, episodes continue) or "complete_episodes"
-    batch_mode: BatchMode = attrs.field(
-        default=BatchMode.TRUNCATE_EPISODES, converter=_wrap(BatchMode, "batch_mode")
-    )
+    batch_mode: BatchMode = attrs.field(default=BatchMode.TRUNCATE_EPISODES, converter=_batch_mode)
     #: count the fragment in "env_steps" or "agent_steps"
     count_steps_by: CountStepsBy = attrs.field(
-        default=CountStepsBy.ENV_STEPS, converter=_wrap(CountStepsBy, "count_steps_by")
+        default=CountStepsBy.ENV_STEPS, converter=_count_steps_by
     )
     #: truncate episodes after this many env steps (None: never)
     horizon: int | None = attrs.field(default=None, validator=_optional_positive_int)
@@ -203,6 +213,9 @@ class RunnerConfig:
     sub_env_timeout_s: float | None = attrs.field(default=None, validator=_optional_timeout)
     #: check what envs return against their spaces on the first polls
     check_env: bool = attrs.field(default=True, validator=_bool)
+    #: raise ``rc.EnvCheckError`` on a NaN or inf observation or reward at any step (with
+    #: restarts, drop its episode instead); False stores such values as the env gave them
+    check_finite: bool = attrs.field(default=True, validator=_bool)
     #: sample actions (True) or take the distribution's mode; False also freezes filters
     explore: bool = attrs.field(default=True, validator=_bool)
     #: "NoFilter" or "MeanStdFilter" (default agent pipeline)

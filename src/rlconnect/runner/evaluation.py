@@ -27,22 +27,42 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, cast
 
 import attrs
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.envs import BaseEnv, MultiAgentEnv
 from rlconnect.envs.make import make_base_env
 from rlconnect.policy import Policy
 from rlconnect.runner.config import RunnerConfig
 
-if TYPE_CHECKING:
-    from rlconnect.runner.runner import EnvRunner
+
+class EvaluatedRunner(Protocol):
+    """What an evaluation needs of the runner it evaluates (``EnvRunner`` has it all)."""
+
+    config: RunnerConfig
+    env_spec: Any
+    num_envs: int
+    policies: dict[str, Policy]
+    policy_mapping_fn: Callable[..., str]
+    callbacks: Any
+
+    def agent_pipeline(self, policy_id: str = ...) -> AgentConnectorPipeline: ...
+
+    def action_pipeline(self, policy_id: str = ...) -> ActionConnectorPipeline: ...
+
+    def sample(self) -> Any: ...
+
+    def get_metrics(self) -> list[dict[str, Any]]: ...
+
+    def stop(self) -> None: ...
+
 
 __all__ = ["EVAL_SEED_OFFSET", "evaluate"]
 
@@ -113,18 +133,16 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
     return attrs.evolve(config, **changes)
 
 
-def evaluate(runner: EnvRunner, num_episodes: int = 10, *, env: Any = None) -> list[dict]:
+def evaluate(runner: EvaluatedRunner, num_episodes: int = 10, *, env: Any = None) -> list[dict]:
     """Run ``num_episodes`` whole episodes in eval mode; return their metric records.
 
     ``env`` evaluates on another env (id, creator or instance) instead of fresh sub-envs of
     the runner's own env spec, which is required when the runner was built from an env
     instance (it cannot be rebuilt).
     """
-    from rlconnect.runner.runner import EnvRunner
-
     if isinstance(num_episodes, bool) or not isinstance(num_episodes, int) or num_episodes < 1:
         raise ValueError(f"num_episodes must be an integer >= 1, got {num_episodes!r}")
-    spec = runner._env_spec if env is None else env
+    spec = runner.env_spec if env is None else env
     if env is None and not _rebuildable(spec):
         raise ValueError(
             f"evaluate() needs separate sub-envs, but this runner was built from a "
@@ -147,7 +165,8 @@ def evaluate(runner: EnvRunner, num_episodes: int = 10, *, env: Any = None) -> l
     pids = list(runner.policies)
     records: list[dict] = []
     with preserved_random_state(list(runner.policies.values())):
-        evaluator = EnvRunner(
+        build = cast(Callable[..., EvaluatedRunner], type(runner))  # the same class
+        evaluator = build(
             base_env,
             runner.policies,
             policy_mapping_fn=runner.policy_mapping_fn,

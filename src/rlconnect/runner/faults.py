@@ -35,7 +35,13 @@ from rlconnect.errors import (
 )
 from rlconnect.spaces import batch_in_space, batch_len, describe_space, stack_samples
 
-__all__ = ["ActionCheck", "SubEnvFaults", "bad_rows", "call_policy", "check_actions"]
+__all__ = [
+    "ActionCheck",
+    "SubEnvFaults",
+    "bad_rows",
+    "check_actions",
+    "check_finite",
+]
 
 _SHOWN = 5
 
@@ -80,6 +86,56 @@ def _finite_rows(obs: Any, n: int) -> np.ndarray:
         if arr.dtype.kind in "fc":
             ok &= np.isfinite(arr.reshape(n, -1)).all(axis=1)
     return ok
+
+
+def _kinds(values: np.ndarray) -> str:
+    """``"NaN"``, ``"inf"`` or ``"NaN and inf"``: what is not finite in ``values``."""
+    found = (("NaN", np.isnan(values).any()), ("inf", np.isinf(values).any()))
+    return " and ".join(k for k, bad in found if bad)
+
+
+def _first_bad_obs(rows: EnvRows) -> tuple[int, str] | None:
+    """The first row whose observation holds a NaN or inf, and which (None: all finite)."""
+    obs = rows.obs
+    if rows.stacked:
+        leaves = [obs] if isinstance(obs, np.ndarray) else tree.flatten(obs)
+        for leaf in leaves:
+            arr = np.asarray(leaf)
+            if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+                i = int(np.flatnonzero(~_finite_rows(arr, len(rows)))[0])
+                return i, _kinds(arr[i])
+        return None
+    for i, one in enumerate(obs):
+        for leaf in tree.flatten(one):
+            arr = np.asarray(leaf)
+            if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+                return i, _kinds(arr)
+    return None
+
+
+def check_finite(rows: EnvRows, poll: int, lengths: np.ndarray) -> None:
+    """Raise ``EnvCheckError`` naming sub-env, agent, field and step when an observation
+    or reward of ``rows`` is NaN or inf (``RunnerConfig.check_finite``; whole arrays at
+    once, so a clean poll costs two numpy reductions). ``lengths``: each sub-env's episode
+    length before this poll."""
+    if np.isfinite(rows.rewards).all():
+        found = _first_bad_obs(rows)
+        if found is None:
+            return
+        i, what = found
+        field = "obs"
+        what = f"observation ({what})"
+    else:
+        i, field = int(np.flatnonzero(~np.isfinite(rows.rewards))[0]), "reward"
+        what = f"reward ({rows.rewards[i]})"
+    e = int(rows.env_ids[i])
+    step = 0 if rows.is_first[i] else int(lengths[e]) + 1
+    raise EnvCheckError(
+        f"sub-env {e} / agent {rows.agent_ids[i]!r} returned a non-finite {what}, field "
+        f"{field!r}, at step {step} of its episode (poll {poll}); "
+        "fix the env, set RunnerConfig(restart_failed_sub_environments=True) to drop such "
+        "episodes, or check_finite=False to keep the values"
+    )
 
 
 def bad_rows(env: BaseEnv, rows: EnvRows, *, full: bool) -> dict[int, EnvCheckError]:
@@ -151,21 +207,6 @@ def _row_groups(env: BaseEnv, rows: EnvRows) -> list[tuple[Any, Any, np.ndarray,
                 obs = None
         out.append((agent, space, np.asarray(members, dtype=np.int64), obs))
     return out
-
-
-def call_policy(
-    policy: Any, policy_id: str, inputs: Any, explore: bool, env_ids: np.ndarray, agent_ids: tuple
-) -> tuple[Any, list, dict]:
-    """``policy.compute_actions``, with any error raised as a ``PolicyError`` naming it."""
-    try:
-        return policy.compute_actions(inputs, explore=explore)
-    except Exception as exc:
-        raise PolicyError(
-            f"policy {policy_id!r} ({type(policy).__name__}) raised "
-            f"{describe_exception(exc)} in compute_actions on {len(env_ids)} row(s) "
-            f"(env ids {sorted(set(env_ids.tolist()))[:_SHOWN]}, agents "
-            f"{sorted(set(map(str, agent_ids)))[:_SHOWN]})"
-        ) from exc
 
 
 def _fast_bad_rows(space: gym.Space, actions: np.ndarray, n: int) -> np.ndarray | bool | None:

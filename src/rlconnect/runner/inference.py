@@ -1,10 +1,11 @@
 """Inference outside sampling: the training-time pipelines and policy, in eval mode.
 
-``compute_actions(runner, {agent_id: obs})`` runs, per policy, exactly what sampling runs:
-the policy's agent pipeline, the policy, ``on_policy_output`` and the action pipeline, and
-returns the env actions. For the call both pipelines are switched to eval mode (filters do
-not update) and afterwards back to the mode each member was in; their timings are left as
-they were, so ``perf_stats()`` only reflects sampling.
+``Inference.compute_actions({agent_id: obs})`` runs, per policy, exactly what sampling
+runs: the policy's agent pipeline, then ``rlconnect.runner.acting.act`` (the policy,
+``on_policy_output`` and the action pipeline), and returns the env actions. For the
+call both pipelines are switched to eval mode (filters do not update) and afterwards back
+to the mode each member was in; their timings are left as they were, so
+``perf_stats()`` only reflects sampling.
 
 Rows are keyed by a reserved sub-env id, :data:`INFERENCE_ENV_ID` (-1), which no sampling
 sub-env uses; per-agent connector state (frame stacks, previous actions, RNN state) made by
@@ -21,22 +22,21 @@ distribution's mode.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import tree
 
-from rlconnect.batches import SampleBatch
-from rlconnect.connectors import ActionData, AgentData
+from rlconnect.connectors import AgentData
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.episodes import Episode
+from rlconnect.policy import Policy
+from rlconnect.runner.acting import act
+from rlconnect.runner.pipelines import PolicyPipelines
 from rlconnect.spaces import stack_samples
 
-if TYPE_CHECKING:
-    from rlconnect.runner.runner import EnvRunner
-
-__all__ = ["INFERENCE_ENV_ID", "compute_actions", "eval_mode"]
+__all__ = ["INFERENCE_ENV_ID", "Inference", "eval_mode"]
 
 INFERENCE_ENV_ID = -1
 """The sub-env id of rows made by ``compute_actions`` (never a sampling sub-env)."""
@@ -45,115 +45,122 @@ INFERENCE_ENV_ID = -1
 @contextlib.contextmanager
 def eval_mode(*pipes: ConnectorPipeline) -> Iterator[None]:
     """Switch ``pipes`` to eval mode; restore each member's mode and the timings after."""
-    saved = []
-    for pipe in pipes:
-        members = [(c, c.is_training) for c in pipe]
-        timing = (dict(getattr(pipe, "_seconds", {})), getattr(pipe, "_calls", 0))
-        saved.append((pipe, pipe.ctx.is_training, members, timing))
-        pipe.in_eval()
-    try:
-        yield
-    finally:
-        for pipe, ctx_mode, members, (seconds, calls) in saved:
-            for c, was_training in members:
-                if was_training:
-                    c.in_training()
-                else:
-                    c.in_eval()
-            pipe.ctx.is_training = ctx_mode
-            if hasattr(pipe, "_seconds"):
-                pipe._seconds, pipe._calls = seconds, calls
+    saved = [(pipe, pipe.ctx.is_training, [(c, c.is_training) for c in pipe]) for pipe in pipes]
+    with contextlib.ExitStack() as stack:
+        for pipe in pipes:
+            stack.enter_context(pipe.untimed())
+            pipe.in_eval()
+        try:
+            yield
+        finally:
+            for pipe, ctx_mode, members in saved:
+                for c, was_training in members:
+                    if was_training:
+                        c.in_training()
+                    else:
+                        c.in_eval()
+                pipe.ctx.is_training = ctx_mode
 
 
-def _check_env_id(runner: EnvRunner, env_id: int | None) -> int:
-    if env_id is None:
-        return INFERENCE_ENV_ID
-    if isinstance(env_id, bool) or not isinstance(env_id, int | np.integer):
-        raise TypeError(f"env_id must be an int, got {env_id!r}")
-    if 0 <= env_id < runner.num_envs:
-        raise ValueError(
-            f"env_id={env_id} is one of this runner's sampling sub-envs (0..{runner.num_envs - 1})"
-            "; use a negative id or one >= num_envs for inference state"
+class Inference:
+    """Env actions for raw observations, through the runner's live pipelines and policies."""
+
+    def __init__(
+        self,
+        policies: Mapping[str, Policy],
+        pipes: PolicyPipelines,
+        mapping_fn: Callable[..., str],
+        num_envs: int,
+    ) -> None:
+        self.policies, self.pipes, self.mapping_fn, self.num_envs = (
+            policies,
+            pipes,
+            mapping_fn,
+            num_envs,
         )
-    return int(env_id)
 
-
-def _group_by_policy(
-    runner: EnvRunner, agent_ids: list[Any], policy_id: str | None
-) -> dict[str, list[Any]]:
-    if policy_id is not None:
-        pids = [policy_id] * len(agent_ids)
-    else:
-        probe = Episode(-1, INFERENCE_ENV_ID, runner.policy_mapping_fn, worker=runner)
-        pids = [probe.policy_for(a) for a in agent_ids]
-    groups: dict[str, list[Any]] = {}
-    for pid, agent in zip(pids, agent_ids):
-        if pid not in runner.policies:
+    def _env_id(self, env_id: int | None) -> int:
+        if env_id is None:
+            return INFERENCE_ENV_ID
+        if isinstance(env_id, bool) or not isinstance(env_id, int | np.integer):
+            raise TypeError(f"env_id must be an int, got {env_id!r}")
+        if 0 <= env_id < self.num_envs:
             raise ValueError(
-                f"agent {agent!r} maps to unknown policy {pid!r}; policies: {list(runner.policies)}"
+                f"env_id={env_id} is one of this runner's sampling sub-envs "
+                f"(0..{self.num_envs - 1}); use a negative id or one >= num_envs for "
+                "inference state"
             )
-        groups.setdefault(pid, []).append(agent)
-    return groups
+        return int(env_id)
 
+    def _by_policy(self, agent_ids: list[Any], policy_id: str | None) -> dict[str, list[Any]]:
+        if policy_id is not None:
+            pids = [policy_id] * len(agent_ids)
+        else:
+            probe = Episode(-1, INFERENCE_ENV_ID, self.mapping_fn)
+            pids = [probe.policy_for(a) for a in agent_ids]
+        groups: dict[str, list[Any]] = {}
+        for pid, agent in zip(pids, agent_ids):
+            if pid not in self.policies:
+                raise ValueError(
+                    f"agent {agent!r} maps to unknown policy {pid!r}; policies: "
+                    f"{list(self.policies)}"
+                )
+            groups.setdefault(pid, []).append(agent)
+        return groups
 
-def compute_actions(
-    runner: EnvRunner,
-    obs_by_agent: Mapping[Any, Any],
-    *,
-    policy_id: str | None = None,
-    explore: bool = False,
-    env_id: int | None = None,
-) -> dict[Any, Any]:
-    """Env actions by agent id for raw env observations by agent id (see the module doc).
-
-    ``policy_id`` serves every agent with that policy; None maps each agent with the
-    runner's ``policy_mapping_fn``.
-    """
-    if not isinstance(obs_by_agent, Mapping):
-        raise TypeError(f"obs_by_agent must be a dict agent_id -> obs, got {type(obs_by_agent)}")
-    eid = _check_env_id(runner, env_id)
-    out: dict[Any, Any] = {}
-    for pid, agents in _group_by_policy(runner, list(obs_by_agent), policy_id).items():
-        acts = _run_policy(runner, pid, agents, [obs_by_agent[a] for a in agents], explore, eid)
-        out.update(zip(agents, acts))
-    return {a: out[a] for a in obs_by_agent}
-
-
-def _run_policy(
-    runner: EnvRunner, pid: str, agents: list[Any], obs: list[Any], explore: bool, eid: int
-) -> list[Any]:
-    pipe, action_pipe = runner.agent_pipeline(pid), runner.action_pipeline(pid)
-    n = len(agents)
-    env_ids = np.full(n, eid, dtype=np.int64)
-    cols = {
-        "obs": stack_samples(pipe.input_space, obs),
-        "rewards": np.zeros(n, dtype=np.float64),
-        "terminateds": np.zeros(n, dtype=bool),
-        "truncateds": np.zeros(n, dtype=bool),
-        "infos": _infos(n),
-        "t": np.zeros(n, dtype=np.int64),
-    }
-    try:
-        with eval_mode(pipe, action_pipe):
-            data = pipe(AgentData(env_ids, tuple(agents), cols))
-            actions, state_outs, fetches = runner.policies[pid].compute_actions(
-                cast("Mapping[str, Any]", data), explore=explore
+    def compute_actions(
+        self,
+        obs_by_agent: Mapping[Any, Any],
+        *,
+        policy_id: str | None = None,
+        explore: bool = False,
+        env_id: int | None = None,
+    ) -> dict[Any, Any]:
+        """Env actions by agent id for raw env observations by agent id (see the module
+        doc). ``policy_id`` serves every agent with that policy; None maps each agent with
+        the runner's ``policy_mapping_fn``."""
+        if not isinstance(obs_by_agent, Mapping):
+            raise TypeError(
+                f"obs_by_agent must be a dict agent_id -> obs, got {type(obs_by_agent)}"
             )
-            outputs = {"actions": actions, **fetches}
-            for i, s in enumerate(state_outs):
-                outputs[SampleBatch.state_out(i)] = s
-            out = ActionData(env_ids, tuple(agents), outputs)
-            pipe.on_policy_output(out)
-            env_actions = action_pipe(cast(ActionData, out.copy()))["actions"]
-    finally:
-        if eid == INFERENCE_ENV_ID:
-            pipe.reset(eid)
-            action_pipe.reset(eid)
-    return [tree.map_structure(lambda a, i=i: a[i], env_actions) for i in range(n)]
+        eid = self._env_id(env_id)
+        out: dict[Any, Any] = {}
+        for pid, agents in self._by_policy(list(obs_by_agent), policy_id).items():
+            obs = [obs_by_agent[a] for a in agents]
+            out.update(zip(agents, self._run(pid, agents, obs, explore, eid)))
+        return {a: out[a] for a in obs_by_agent}
 
-
-def _infos(n: int) -> np.ndarray:
-    infos = np.empty(n, dtype=object)
-    for i in range(n):
-        infos[i] = {}
-    return infos
+    def _run(
+        self, pid: str, agents: list[Any], obs: list[Any], explore: bool, eid: int
+    ) -> list[Any]:
+        pipe, action_pipe = self.pipes.agent[pid], self.pipes.action[pid]
+        n = len(agents)
+        env_ids = np.full(n, eid, dtype=np.int64)
+        infos = np.empty(n, dtype=object)
+        for i in range(n):
+            infos[i] = {}
+        cols = {
+            "obs": stack_samples(pipe.input_space, obs),
+            "rewards": np.zeros(n, dtype=np.float64),
+            "terminateds": np.zeros(n, dtype=bool),
+            "truncateds": np.zeros(n, dtype=bool),
+            "infos": infos,
+            "t": np.zeros(n, dtype=np.int64),
+        }
+        try:
+            with eval_mode(pipe, action_pipe):
+                data = pipe(AgentData(env_ids, tuple(agents), cols))
+                acted = act(
+                    pid,
+                    self.policies[pid],
+                    self.pipes,
+                    data,
+                    env_ids,
+                    tuple(agents),
+                    explore=explore,
+                )
+        finally:
+            if eid == INFERENCE_ENV_ID:
+                pipe.reset(eid)
+                action_pipe.reset(eid)
+        return [tree.map_structure(lambda a, i=i: a[i], acted.env_actions) for i in range(n)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -11,10 +12,11 @@ import tree
 
 from rlconnect.batches import SampleBatch, concat_samples
 from rlconnect.policy import Policy
+from rlconnect.runner.callbacks import Callbacks
+from rlconnect.runner.episode_tracker import EpisodeHooks
 
 if TYPE_CHECKING:
     from rlconnect.connectors import ConnectorPipeline
-    from rlconnect.runner.runner import EnvRunner
 
 __all__ = ["postprocess_batches", "state_digest"]
 
@@ -31,12 +33,12 @@ def state_digest(pipe: ConnectorPipeline) -> str:
     return h.hexdigest()[:16]
 
 
-def _needs_postprocessing(runner: EnvRunner) -> bool:
-    if runner.callbacks.overrides("on_postprocess_trajectory"):
+def _needs_postprocessing(policies: Mapping[str, Policy], callbacks: Callbacks) -> bool:
+    if callbacks.overrides("on_postprocess_trajectory"):
         return True
     return any(
         type(p).postprocess_trajectory is not Policy.postprocess_trajectory
-        for p in runner.policies.values()
+        for p in policies.values()
     )
 
 
@@ -50,16 +52,19 @@ def _split(batch: SampleBatch, traj: np.ndarray) -> list[tuple[int, SampleBatch]
 
 
 def postprocess_batches(
-    runner: EnvRunner, built: dict[str, tuple[SampleBatch, np.ndarray]]
+    built: dict[str, tuple[SampleBatch, np.ndarray]],
+    hooks: EpisodeHooks,
+    owner: Callable[[int], tuple[Any, Any]],
 ) -> dict[str, SampleBatch]:
     """Run ``policy.postprocess_trajectory`` per agent trajectory, then the callback.
 
     Other agents' trajectories of the same episode in this batch are passed as
-    ``other_agent_batches = {agent_id: (policy_id, policy, batch)}``.
+    ``other_agent_batches = {agent_id: (policy_id, policy, batch)}``; ``owner(traj_id)``
+    gives a trajectory's ``(agent_id, episode)``.
     """
-    if not _needs_postprocessing(runner):
+    policies, callbacks = hooks.policies, hooks.callbacks
+    if not _needs_postprocessing(policies, callbacks):
         return {pid: b for pid, (b, _) in built.items()}
-    info = runner._stepper.traj_info
     pieces: list[tuple[str, int, SampleBatch]] = []
     for pid, (batch, traj) in built.items():
         pieces.extend((pid, t, b) for t, b in _split(batch, traj))
@@ -68,22 +73,22 @@ def postprocess_batches(
         by_episode.setdefault(int(b["eps_id"][0]), []).append((pid, t, b))
     out: dict[str, list[SampleBatch]] = {pid: [] for pid in built}
     for pid, t, b in pieces:
-        agent_id, episode = info.get(t, (None, None))
+        agent_id, episode = owner(t)
         others: dict[Any, tuple[str, Policy, SampleBatch]] = {}
         for opid, ot, ob in by_episode[int(b["eps_id"][0])]:
             if ot != t:
-                oagent = info.get(ot, (ot, None))[0]
-                others[oagent] = (opid, runner.policies[opid], ob)
-        policy = runner.policies[pid]
+                oagent = owner(ot)[0]
+                others[ot if oagent is None else oagent] = (opid, policies[opid], ob)
+        policy = policies[pid]
         original = b
         b = policy.postprocess_trajectory(b.copy(), others, episode)
-        if runner.callbacks.overrides("on_postprocess_trajectory"):
-            runner.callbacks.on_postprocess_trajectory(
-                runner=runner,
+        if callbacks.overrides("on_postprocess_trajectory"):
+            callbacks.on_postprocess_trajectory(
+                runner=hooks.runner,
                 episode=episode,
                 agent_id=agent_id,
                 policy_id=pid,
-                policies=runner.policies,
+                policies=policies,
                 postprocessed_batch=b,
                 original_batches=dict(others) | {agent_id: (pid, policy, original)},
             )

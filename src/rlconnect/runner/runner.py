@@ -1,7 +1,24 @@
 """The EnvRunner: steps envs through connector pipelines and policies into batches.
 
-The loop only; env adaptation lives in ``envs/``, trajectory storage in ``collectors/``,
-preprocessing in ``connectors/``, per-agent bookkeeping in ``runner/agents.py``.
+How one step flows (the code is ``StepKernel.step`` in ``rlconnect.runner.kernel``)::
+
+    rows = env.poll()                      # envs/: every env kind adapted to BaseEnv
+    kernel.step(rows)
+        screen       failed or bad sub-envs restarted or named; NaN/inf caught
+        episodes     first observations open episodes; lengths, returns, horizon
+        per policy   data = agent_pipeline(rows)          # one batched call
+                     recorder.rows(data)                  # collectors (dense: blocks)
+                     act(policy, data)                    # policy, action pipeline
+                     env.send_actions(env_actions)
+        finish       env-step log, callbacks, episode ends and resets
+    # ...until the collectors hold a batch, then:
+    collectors.build() -> postprocess_trajectory -> SampleBatch | MultiAgentBatch
+
+The runner owns the loop and the public API; its parts get what they need, never the
+runner: ``StepKernel`` (the step) with ``EpisodeTracker``, ``TrajectoryIds``,
+``MultiAgentBook`` and ``Recorder``; ``act`` (the one place a policy is called, shared
+with ``Inference``); ``build_pipelines``; ``postprocess_batches``. Offline I/O, serving
+and Ray plug in through ``rlconnect.runner.extensions``.
 """
 
 from __future__ import annotations
@@ -10,43 +27,28 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from rlconnect.collectors import PolicyCollectorGroup
-from rlconnect.connectors import (
-    ActionConnectorPipeline,
-    AgentConnectorPipeline,
-    ConnectorContext,
-    default_action_pipeline,
-    default_agent_pipeline,
-)
-from rlconnect.connectors.agent.mean_std_filter import refreeze_filters
+from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline
+from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.envs.make import make_base_env
-from rlconnect.episodes import Episode
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
 from rlconnect.runner.async_sampler import AsyncSampler
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
+from rlconnect.runner.episode_tracker import EpisodeHooks
+from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extensions
+from rlconnect.runner.inference import Inference
+from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import PerfTimers
+from rlconnect.runner.pipelines import PipelineSpec, build_pipelines
+from rlconnect.runner.policy_set import policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
-from rlconnect.runner.stepper import Stepper
-from rlconnect.spaces import describe_space
 
 __all__ = ["EnvRunner"]
-
-PipelineSpec = Any  # a pipeline, or a callable ctx -> pipeline
-
-
-def _default_mapping(policy_ids: list[str]) -> Callable[..., str]:
-    only = policy_ids[0]
-
-    def mapping(agent_id: Any, episode: Episode, **kwargs: Any) -> str:
-        return only
-
-    return mapping
 
 
 class EnvRunner:
@@ -76,19 +78,8 @@ class EnvRunner:
             raise TypeError(f"config must be an rc.RunnerConfig, got {type(self.config).__name__}")
         self.callbacks = callbacks or Callbacks()
         cfg = self.config
-        self.policies: dict[str, Policy] = (
-            {DEFAULT_POLICY_ID: policies} if isinstance(policies, Policy) else dict(policies)
-        )
-        if not self.policies or not all(isinstance(p, Policy) for p in self.policies.values()):
-            raise TypeError("policies must be an rc.Policy or a non-empty dict of them")
-        if policy_mapping_fn is None:
-            if len(self.policies) > 1:
-                raise ValueError(
-                    f"{len(self.policies)} policies need a policy_mapping_fn(agent_id, episode)"
-                )
-            policy_mapping_fn = _default_mapping(list(self.policies))
-        self.policy_mapping_fn = policy_mapping_fn
-        self._env_spec = env  # what evaluate() builds its separate sub-envs from
+        self.policies, self.policy_mapping_fn = policy_set(policies, policy_mapping_fn, cfg)
+        self.env_spec = env  # what evaluate() builds its separate sub-envs from
         self.env = make_base_env(
             env,
             num_envs=cfg.num_envs,
@@ -103,116 +94,73 @@ class EnvRunner:
         #: sub-envs a fragment counts: an ExternalEnv has one slot per concurrent episode
         #: but sizes batches as ``fragment_envs`` envs
         self.fragment_envs: int = getattr(self.env, "fragment_envs", self.num_envs)
-        if cfg.seed is not None:
-            seeds = np.random.SeedSequence([cfg.seed, cfg.worker_index]).spawn(len(self.policies))
-            for p, ss in zip(self.policies.values(), seeds):
-                p.seed(int(ss.generate_state(1)[0] % (2**31)))
-        self._agent_pipes: dict[str, AgentConnectorPipeline] = {}
-        self._action_pipes: dict[str, ActionConnectorPipeline] = {}
-        for pid, policy in self.policies.items():
-            self._build_pipelines(pid, policy, agent_pipelines or {}, action_pipelines or {})
+        self.pipelines = build_pipelines(
+            self.env,
+            self.policies,
+            self.policy_mapping_fn,
+            cfg,
+            agent_pipelines or {},
+            action_pipelines or {},
+        )
         self.collectors = PolicyCollectorGroup(
             self.policies, self.num_envs, compress_observations=cfg.compress_observations
         )
         self.timers = PerfTimers()
-        self._dense_path = True  # the fast path for dense polls; tests turn it off to compare
-        self._metrics: list[dict[str, Any]] = []
-        self._stepper = Stepper(self)
+        self.hooks = EpisodeHooks(self.callbacks, self, self.env, self.policies)
+        self._kernel = StepKernel(
+            self.env,
+            self.policies,
+            self.pipelines,
+            cfg,
+            self.collectors,
+            self.timers,
+            self.hooks,
+            self.policy_mapping_fn,
+        )
+        self._inference = Inference(
+            self.policies, self.pipelines, self.policy_mapping_fn, self.num_envs
+        )
         self._async: AsyncSampler | None = None
         self._closed = False
         self._failed: BaseException | None = None  # what made sample() raise midway
-        self._off_policy_metrics: list[dict[str, Any]] = []
-        self._output: Any = None  # offline I/O (rlconnect.offline.runner_io)
-        self._input: Any = None
-        if cfg.output is not None or cfg.input != "sampler":
-            from rlconnect.offline.runner_io import attach_offline_io
-
-            self._output, self._input = attach_offline_io(self)
-
-    # -- construction ---------------------------------------------------------------------
-    def _env_obs_space(self, pid: str) -> gym.Space:
-        """The raw observation space of the agents mapped to ``pid``."""
-        if not self.env.is_multi_agent:
-            return self.env.observation_space(DEFAULT_AGENT_ID)
-        probe = Episode(-1, -1, self.policy_mapping_fn, worker=self)
-        for agent in self.env.possible_agents:
-            if probe.policy_for(agent) == pid:
-                return self.env.observation_space(agent)
-        return self.policies[pid].observation_space
-
-    def _env_action_space(self, pid: str) -> gym.Space:
-        if not self.env.is_multi_agent:
-            return self.env.action_space(DEFAULT_AGENT_ID)
-        probe = Episode(-1, -1, self.policy_mapping_fn, worker=self)
-        for agent in self.env.possible_agents:
-            if probe.policy_for(agent) == pid:
-                return self.env.action_space(agent)
-        return self.policies[pid].action_space
-
-    def _build_pipelines(
-        self,
-        pid: str,
-        policy: Policy,
-        agent_specs: Mapping[str, PipelineSpec],
-        action_specs: Mapping[str, PipelineSpec],
-    ) -> None:
-        cfg = self.config
-        ctx = ConnectorContext.from_policy(
-            policy,
-            cfg.connector_config(),
-            observation_space=self._env_obs_space(pid),
-            policy_id=pid,
-        )
-        ctx.action_space = self._env_action_space(pid)
-        ctx.is_training = cfg.explore
-        agent = agent_specs.get(pid)
-        action = action_specs.get(pid)
-        agent_pipe = agent(ctx) if callable(agent) and not hasattr(agent, "output_space") else agent
-        action_ctx = ConnectorContext(
-            ctx.observation_space,
-            ctx.action_space,
-            dict(ctx.config),
-            ctx.is_training,
-            list(ctx.initial_states),
-            pid,
-        )
-        action_pipe = (
-            action(action_ctx)
-            if callable(action) and not hasattr(action, "output_space")
-            else action
-        )
-        agent_pipe = agent_pipe if agent_pipe is not None else default_agent_pipeline(ctx)
-        action_pipe = (
-            action_pipe if action_pipe is not None else default_action_pipeline(action_ctx)
-        )
-        out, want = agent_pipe.output_space, policy.observation_space
-        if getattr(out, "shape", None) != getattr(want, "shape", None) or getattr(
-            out, "dtype", None
-        ) != getattr(want, "dtype", None):
+        self._sinks: list[BatchSink] = []
+        self._source: BatchSource | None = None
+        # an ExternalEnv serves its non-recorded episodes with this runner's policies
+        attach = getattr(self.env, "attach_runner", None)
+        if attach is not None:
+            attach(self)
+        for extension in runner_extensions():  # e.g. offline output and input
+            extension(self)
+        if (cfg.output is not None and not self._sinks) or (
+            cfg.input != "sampler" and self._source is None
+        ):
             raise ValueError(
-                f"policy {pid!r} expects observations {describe_space(want)} but its agent "
-                f"pipeline ({' -> '.join(agent_pipe.names) or 'empty'}) outputs "
-                f"{describe_space(out)}; build the policy for the pipeline's output space"
+                "RunnerConfig.output / input need rlconnect.offline: import rlconnect (or "
+                "rlconnect.offline) before building the runner"
             )
-        if not cfg.explore:
-            agent_pipe.in_eval()
-            action_pipe.in_eval()
-        self._agent_pipes[pid] = agent_pipe
-        self._action_pipes[pid] = action_pipe
 
     # -- public API -----------------------------------------------------------------------
     def agent_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> AgentConnectorPipeline:
         """The live agent pipeline of ``policy_id`` (edit it in place)."""
-        return self._agent_pipes[policy_id]
+        return self.pipelines.agent[policy_id]
 
     def action_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> ActionConnectorPipeline:
         """The live action pipeline of ``policy_id`` (edit it in place)."""
-        return self._action_pipes[policy_id]
+        return self.pipelines.action[policy_id]
 
     @property
     def is_single_agent(self) -> bool:
         """True when batches come out as plain SampleBatches."""
         return not self.env.is_multi_agent and list(self.policies) == [DEFAULT_POLICY_ID]
+
+    def add_batch_sink(self, sink: BatchSink) -> None:
+        """Give every batch ``sample()`` returns from live sampling to ``sink(batch,
+        agent_ids)`` first (see ``rlconnect.runner.extensions``)."""
+        self._sinks.append(sink)
+
+    def set_batch_source(self, source: BatchSource | None) -> None:
+        """Make ``sample()`` return ``source.next()`` (None: sample the envs again)."""
+        self._source = source
 
     def sample(self) -> SampleBatch | MultiAgentBatch:
         """One batch: exactly ``rollout_fragment_length * num_envs`` steps when truncating.
@@ -223,13 +171,17 @@ class EnvRunner:
         self._refuse_if_failed()
         if self.config.sample_async:
             if self._async is None:
-                self._async = AsyncSampler(self._sample_sync)
+                self._async = AsyncSampler(self._next_batch)
             return self._async.next()
-        return self._sample_sync()
+        return self._next_batch()
 
-    def _sample_sync(self, live: bool = False) -> SampleBatch | MultiAgentBatch:
-        if self._input is not None and not live:  # RunnerConfig(input=...): draw a source
-            return self._input.next()
+    def _next_batch(self) -> SampleBatch | MultiAgentBatch:
+        if self._source is not None:  # e.g. RunnerConfig(input=...): a batch source
+            return self._source.next()
+        return self.sample_envs()
+
+    def sample_envs(self) -> SampleBatch | MultiAgentBatch:
+        """One batch sampled from the envs, whatever batch source is set."""
         self._refuse_if_failed()
         try:
             return self._sample_envs()
@@ -246,16 +198,17 @@ class EnvRunner:
             ) from self._failed
 
     def _sample_envs(self) -> SampleBatch | MultiAgentBatch:
-        cfg = self.config
+        cfg, kernel = self.config, self._kernel
         target = cfg.rollout_fragment_length * self.fragment_envs
         mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
-        refreeze_filters(self._agent_pipes.values())  # a lone runner's sync point
-        digests = {pid: state_digest(p) for pid, p in self._agent_pipes.items()}
-        self._stepper.run_until_ready(mode, target, count_by)
+        for pipe in self.pipelines.agent.values():  # a lone runner's sync point
+            pipe.start_sample()
+        digests = {pid: state_digest(p) for pid, p in self.pipelines.agent.items()}
+        kernel.run_until(mode, target, count_by)
         built, env_steps = self.collectors.build(mode, target, count_by)
-        batches = postprocess_batches(self, built)
-        agent_ids = self._output.agent_ids(built) if self._output is not None else None
-        self._stepper.forget_closed_trajectories()
+        batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
+        agent_ids = self._agent_ids(built) if self._sinks else {}
+        kernel.trajectories.forget_handed_out(self.collectors)
         for pid, b in batches.items():
             b.meta["connector_state"] = digests[pid]
             b.meta["policy_id"] = pid
@@ -266,8 +219,21 @@ class EnvRunner:
             out = MultiAgentBatch(batches, env_steps)
         if self.callbacks.overrides("on_sample_end"):
             self.callbacks.on_sample_end(runner=self, samples=out)
-        if self._output is not None:  # RunnerConfig(output=DIR): in finished files now
-            self._output.write(out, agent_ids)
+        for sink in self._sinks:  # e.g. RunnerConfig(output=DIR): in finished files now
+            sink(out, agent_ids)
+        return out
+
+    def _agent_ids(self, built: dict[str, tuple[SampleBatch, np.ndarray]]) -> dict[str, Any]:
+        """The agent id (as a string) of every built row, per policy (multi-agent only)."""
+        if self.is_single_agent:
+            return {}
+        owner = self._kernel.trajectories.owner
+        out = {}
+        for pid, (_, traj) in built.items():
+            uniq, inverse = np.unique(traj, return_inverse=True)
+            names = [owner(t)[0] for t in uniq.tolist()]
+            labels = [str(t if a is None else a) for a, t in zip(names, uniq.tolist())]
+            out[pid] = np.array(labels, dtype=object)[inverse.reshape(-1)]
         return out
 
     def start_episode_ids_at(self, first: int) -> None:
@@ -276,32 +242,33 @@ class EnvRunner:
         Episode ids are ``worker_index << 40`` plus a counter by default; a runner that
         replaces a failed one uses this so it never reuses its predecessor's ids.
         """
-        if self._stepper.poll_index:
+        if self._kernel.poll_index:
             raise ValueError("start_episode_ids_at must be called before the first sample()")
-        self._stepper._next_eps = int(first)
+        self._kernel.episodes.next_id = int(first)
 
     def get_off_policy_metrics(self) -> list[dict[str, Any]]:
         """Off-policy estimates since the last call (and clear them): one record per policy
         and batch read from files, ``{"policy_id", "input", "is": {...}, "wis": {...}}``
         (see ``RunnerConfig.off_policy_estimation``)."""
-        out, self._off_policy_metrics = self._off_policy_metrics, []
-        return out
+        return self._source.take_metrics() if self._source is not None else []
 
     def get_metrics(self) -> list[dict[str, Any]]:
         """Per-episode records since the last call (and clear them)."""
-        out, self._metrics = self._metrics, []
-        return out
+        return self._kernel.episodes.take_metrics()
 
     def perf_stats(self) -> dict[str, Any]:
         """Mean milliseconds per step in each stage, plus ``connectors``: ms per step by name."""
-        stats = self.timers.means()
+        stats: dict[str, Any] = dict(self.timers.means())
         conn: dict[str, float] = {}
         steps = max(self.timers.steps, 1)
-        for pid, pipe in [*self._agent_pipes.items(), *self._action_pipes.items()]:
+        pipes: list[tuple[str, ConnectorPipeline]] = [
+            *self.pipelines.agent.items(),
+            *self.pipelines.action.items(),
+        ]
+        for pid, pipe in pipes:
             prefix = "" if len(self.policies) == 1 else f"{pid}/"
             for name, ms in pipe.timings().items():
-                calls = pipe._calls
-                conn[prefix + name] = conn.get(prefix + name, 0.0) + ms * calls / steps
+                conn[prefix + name] = conn.get(prefix + name, 0.0) + ms * pipe.calls / steps
         stats["connectors"] = conn
         return stats
 
@@ -323,8 +290,8 @@ class EnvRunner:
         """Connector statistics by policy id: ``{"agent": {...}, "action": {...}}``."""
         return {
             pid: {
-                "agent": self._agent_pipes[pid].get_statistics(),
-                "action": self._action_pipes[pid].get_statistics(),
+                "agent": self.pipelines.agent[pid].get_statistics(),
+                "action": self.pipelines.action[pid].get_statistics(),
             }
             for pid in self.policies
         }
@@ -334,8 +301,8 @@ class EnvRunner:
         for pid, st in states.items():
             if pid not in self.policies:
                 raise ValueError(f"connector state for unknown policy {pid!r}")
-            self._agent_pipes[pid].set_statistics(st.get("agent", {}))
-            self._action_pipes[pid].set_statistics(st.get("action", {}))
+            self.pipelines.agent[pid].set_statistics(st.get("agent", {}))
+            self.pipelines.action[pid].set_statistics(st.get("action", {}))
 
     def stop(self) -> None:
         """Stop the background sampler (if any) and close every sub-env."""
@@ -403,10 +370,8 @@ class EnvRunner:
     ) -> Any:
         """The env action for one raw observation, through the agent pipeline, the policy
         and the action pipeline in eval mode (see ``rlconnect.runner.inference``)."""
-        from rlconnect.runner.inference import compute_actions
-
-        out = compute_actions(
-            self, {agent_id: obs}, policy_id=policy_id, explore=explore, env_id=env_id
+        out = self._inference.compute_actions(
+            {agent_id: obs}, policy_id=policy_id, explore=explore, env_id=env_id
         )
         return out[agent_id]
 
@@ -420,10 +385,8 @@ class EnvRunner:
     ) -> dict[Any, Any]:
         """Env actions by agent id, like ``compute_single_action`` for several agents
         (``policy_id=None`` maps agents with ``policy_mapping_fn``)."""
-        from rlconnect.runner.inference import compute_actions
-
-        return compute_actions(
-            self, obs_by_agent, policy_id=policy_id, explore=explore, env_id=env_id
+        return self._inference.compute_actions(
+            obs_by_agent, policy_id=policy_id, explore=explore, env_id=env_id
         )
 
     def evaluate(self, num_episodes: int = 10, *, env: Any = None) -> list[dict[str, Any]]:

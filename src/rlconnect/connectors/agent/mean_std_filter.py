@@ -20,7 +20,7 @@ data was split between runners (see docs/scaling.md, "The staleness rule").
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import gymnasium as gym
@@ -30,7 +30,7 @@ from rlconnect.connectors.base import AgentData, ObservationConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import describe_space
 
-__all__ = ["MeanStdFilter", "empty_statistics", "merge_statistics", "refreeze_filters"]
+__all__ = ["MeanStdFilter", "empty_statistics", "merge_statistics"]
 
 _MAX_ROWS_SHOWN = 5
 _MAX_FEATURES_SHOWN = 6
@@ -228,6 +228,10 @@ class MeanStdFilter(ObservationConnector):
         self._ensure_bound()
         return self._normalize(np.asarray(value, np.float64))
 
+    def start_sample(self) -> None:
+        """The runner's sync point when it runs alone: ``refreeze()``."""
+        self.refreeze()
+
     def refreeze(self) -> None:
         """A sync point of a filter on its own (runners call it at the start of ``sample()``):
         with ``freeze_between_syncs``, in training mode, the frozen statistics become the
@@ -345,12 +349,3 @@ class MeanStdFilter(ObservationConnector):
     def count(self) -> float:
         """Number of rows the statistics (the totals) were computed from."""
         return float(self._total[0])
-
-
-def refreeze_filters(pipelines: Iterable[Iterable[Any]]) -> None:
-    """``refreeze()`` every MeanStdFilter in ``pipelines``: a runner's own sync point, at the
-    start of each ``sample()`` (a no-op for filters that do not freeze between syncs)."""
-    for pipe in pipelines:
-        for conn in pipe:
-            if isinstance(conn, MeanStdFilter):
-                conn.refreeze()

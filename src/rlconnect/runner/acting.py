@@ -1,0 +1,94 @@
+"""The one place the runner calls a policy: inputs -> policy -> connectors -> env actions.
+
+Sampling (every poll, dense or not, single- or multi-agent) and inference
+(``compute_actions``) both act through :func:`act`: ``policy.compute_actions`` (errors
+become a ``PolicyError`` naming the policy and rows), logged actions of an external env
+replacing the policy's, ``on_policy_output`` of the agent pipeline, the action pipeline,
+and the check that every env action lies in its space.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+
+from rlconnect.batches import SampleBatch
+from rlconnect.connectors import ActionData
+from rlconnect.envs.external import apply_logged_actions
+from rlconnect.errors import PolicyError, describe_exception
+from rlconnect.policy import Policy
+from rlconnect.runner.metrics import PerfTimers
+from rlconnect.runner.pipelines import PolicyPipelines
+
+__all__ = ["Acted", "act"]
+
+
+def _call(
+    policy: Any, policy_id: str, inputs: Any, explore: bool, env_ids: np.ndarray, agent_ids: tuple
+) -> tuple[Any, list, dict]:
+    """``policy.compute_actions``, with any error raised as a ``PolicyError`` naming it."""
+    try:
+        return policy.compute_actions(inputs, explore=explore)
+    except Exception as exc:
+        raise PolicyError(
+            f"policy {policy_id!r} ({type(policy).__name__}) raised "
+            f"{describe_exception(exc)} in compute_actions on {len(env_ids)} row(s) "
+            f"(env ids {sorted(set(env_ids.tolist()))[:5]}, agents "
+            f"{sorted(set(map(str, agent_ids)))[:5]})"
+        ) from exc
+
+
+@attrs.frozen
+class Acted:
+    """What acting gives: the policy's outputs (recorded) and the actions for the env."""
+
+    outputs: dict[str, Any]
+    env_actions: Any
+
+
+def act(
+    pid: str,
+    policy: Policy,
+    pipes: PolicyPipelines,
+    inputs: Any,
+    env_ids: np.ndarray,
+    agent_ids: tuple,
+    *,
+    explore: bool,
+    check: Callable[[Any, np.ndarray, tuple], None] | None = None,
+    logged: Any = None,
+    timers: PerfTimers | None = None,
+) -> Acted:
+    """Actions of ``policy`` for the rows ``inputs`` (agent-pipeline output).
+
+    ``check(env_actions, env_ids, agent_ids)`` rejects actions outside the env's spaces
+    (skipped for logged actions, which the env itself chose); ``timers`` get the
+    inference and action-processing time.
+    """
+    clock = time.perf_counter
+    t0 = clock()
+    actions, state_outs, fetches = _call(policy, pid, inputs, explore, env_ids, agent_ids)
+    if logged:  # ExternalEnv.log_action: the logged action is what gets recorded
+        actions, fetches = apply_logged_actions(
+            policy, logged, env_ids, agent_ids, actions, fetches
+        )
+    t1 = clock()
+    outputs = {"actions": actions, **fetches}
+    for i, s in enumerate(state_outs):
+        outputs[SampleBatch.state_out(i)] = s
+    out = ActionData.trusted(env_ids, agent_ids, dict(outputs))
+    agent_pipe = pipes.agent[pid]
+    if len(agent_pipe):
+        agent_pipe.on_policy_output(out)
+    env_actions = pipes.action[pid](out)["actions"]
+    if check is not None and not logged:  # never step an env with an action outside its space
+        check(env_actions, env_ids, agent_ids)
+    if timers is not None:
+        t2 = clock()
+        timers.add("mean_inference_ms", t1 - t0)
+        timers.add("mean_action_processing_ms", t2 - t1)
+    return Acted(outputs, env_actions)

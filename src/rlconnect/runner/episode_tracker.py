@@ -1,0 +1,164 @@
+"""The open episode of every sub-env: ids, lengths, returns, callbacks and metric records.
+
+Counters live in arrays indexed by sub-env, so the single-agent fast path advances all of
+them with one numpy operation per step; ``Episode`` objects (what callbacks and the
+policy mapping function see) are created at episode start and completed at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.episodes import Episode
+from rlconnect.runner.callbacks import Callbacks
+
+__all__ = ["EpisodeHooks", "EpisodeTracker"]
+
+
+class EpisodeHooks:
+    """The episode callbacks, with the arguments every call passes (``runner``,
+    ``base_env``, ``policies``); hooks a subclass does not override are skipped."""
+
+    def __init__(
+        self, callbacks: Callbacks, runner: Any, base_env: Any, policies: Mapping[str, Any]
+    ) -> None:
+        self.callbacks, self.runner, self.base_env, self.policies = (
+            callbacks,
+            runner,
+            base_env,
+            policies,
+        )
+        self.on_created = callbacks.overrides("on_episode_created")
+        self.on_start = callbacks.overrides("on_episode_start")
+        self.on_step = callbacks.overrides("on_episode_step")
+        self.on_end = callbacks.overrides("on_episode_end")
+
+    def created(self, env_id: int, episode: Episode) -> None:
+        """``on_episode_created`` (no ``policies``: RLlib's signature)."""
+        if self.on_created:
+            self.callbacks.on_episode_created(
+                runner=self.runner, base_env=self.base_env, env_index=env_id, episode=episode
+            )
+
+    def call(self, hook: Callable[..., None], env_id: int, episode: Episode | None) -> None:
+        """``hook`` with the arguments of the per-episode callbacks."""
+        hook(
+            runner=self.runner,
+            base_env=self.base_env,
+            policies=self.policies,
+            env_index=env_id,
+            episode=episode,
+        )
+
+
+class EpisodeTracker:
+    """Starts, advances and ends the episode of each of ``num_envs`` sub-envs.
+
+    ``on_close(env_id, episode, faulty)`` runs when an episode ends, after its totals are
+    final and before ``on_episode_end``: the owner closes its trajectories there.
+    ``reset_connectors(env_id)`` runs last, so per-episode connector state is dropped.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        multi_agent: bool,
+        mapping_fn: Callable[..., str],
+        first_id: int,
+        hooks: EpisodeHooks,
+        on_close: Callable[[int, Episode, bool], None],
+        reset_connectors: Callable[[int], None],
+    ) -> None:
+        self.multi_agent = multi_agent
+        self.episodes: list[Episode | None] = [None] * num_envs
+        self.length = np.zeros(num_envs, dtype=np.int64)
+        self.ret = np.zeros(num_envs, dtype=np.float64)  # single-agent returns
+        self.agent_steps = np.zeros(num_envs, dtype=np.int64)
+        self.eps_id = np.full(num_envs, -1, dtype=np.int64)
+        self.next_id = first_id
+        self.metrics: list[dict[str, Any]] = []
+        self._mapping_fn = mapping_fn
+        self._hooks = hooks
+        self._on_close = on_close
+        self._reset_connectors = reset_connectors
+
+    def __getitem__(self, env_id: int) -> Episode:
+        ep = self.episodes[env_id]
+        if ep is None:  # the step opens an episode before anything reads it
+            raise RuntimeError(f"sub-env {env_id} has no open episode")
+        return ep
+
+    def is_open(self, env_id: int) -> bool:
+        """Whether sub-env ``env_id`` has a running episode."""
+        return self.episodes[env_id] is not None
+
+    def start(self, env_id: int) -> Episode:
+        """A new episode in ``env_id`` (its first observation is about to arrive)."""
+        ep = Episode(self.next_id, env_id, self._mapping_fn, worker=self._hooks.runner)
+        self.next_id += 1
+        self.episodes[env_id] = ep
+        self.eps_id[env_id] = ep.episode_id
+        self.length[env_id] = 0
+        self.ret[env_id] = 0.0
+        self.agent_steps[env_id] = 0
+        if not self.multi_agent:
+            ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
+        self._hooks.created(env_id, ep)
+        return ep
+
+    def open(self, env_ids: list[int]) -> list[Episode]:
+        """Episodes for ``env_ids``, which just gave a first observation (ending the one
+        there if the env reset by itself mid-episode)."""
+        out = []
+        for e in env_ids:
+            ep = self.episodes[e]
+            if ep is not None and self.length[e] > 0:
+                self.end(e)
+                ep = None
+            out.append(self.start(e) if ep is None else ep)
+        return out
+
+    def fire_start(self, env_ids: list[int]) -> None:
+        """``on_episode_start`` for episodes that just got their first observation."""
+        hooks = self._hooks
+        if hooks.on_start:
+            for e in env_ids:
+                hooks.call(hooks.callbacks.on_episode_start, e, self.episodes[e])
+
+    def fire_step(self, env_ids: np.ndarray) -> None:
+        """``on_episode_step`` for sub-envs that took an env step (lengths made current)."""
+        hooks = self._hooks
+        if hooks.on_step:
+            for e in env_ids.tolist():
+                ep = self[e]
+                ep.length = int(self.length[e])
+                hooks.call(hooks.callbacks.on_episode_step, e, ep)
+
+    def end(self, env_id: int, *, faulty: bool = False) -> None:
+        """End ``env_id``'s episode: totals, trajectories, ``on_episode_end``, its metric
+        record, per-episode connector state (nothing happens when none is open)."""
+        ep = self.episodes[env_id]
+        if ep is None:
+            return
+        ep.length = int(self.length[env_id])
+        if not self.multi_agent:
+            ep.total_reward = float(self.ret[env_id])
+            ep.agent_rewards = {(a, ep.policy_for(a)): ep.total_reward for a in ep.get_agents()}
+        ep.faulty = faulty
+        self._on_close(env_id, ep, faulty)
+        hooks = self._hooks
+        if hooks.on_end:
+            hooks.call(hooks.callbacks.on_episode_end, env_id, ep)
+        self.metrics.append(ep.to_metrics())
+        self._reset_connectors(env_id)
+        self.episodes[env_id] = None
+
+    def take_metrics(self) -> list[dict[str, Any]]:
+        """The metric records of episodes ended since the last call."""
+        out, self.metrics = self.metrics, []
+        return out

@@ -1,0 +1,362 @@
+"""The step kernel: everything one poll's rows cause, written once.
+
+``StepKernel.step(rows)`` takes the rows of one ``env.poll()`` (dense or not, single- or
+multi-agent, from any env adapter) through
+
+1. screening: sub-envs that raised or returned bad data are restarted or named
+   (``SubEnvFaults``), non-finite values are caught (``check_finite``), the first polls
+   are checked against the spaces (``check_env``);
+2. episodes: first observations open episodes, lengths advance, the horizon truncates
+   (``EpisodeTracker``; agents of multi-agent envs in ``MultiAgentBook``);
+3. per policy, one batched pass: the agent pipeline, the record (``Recorder``), and for
+   the rows that act, the policy and the action pipeline (``act``), then the env actions;
+4. the env-step log, the episode callbacks, and the end and reset of finished episodes.
+
+Dense single-agent polls take the same steps as arrays over all rows (no per-row Python);
+the recorder then buffers them and hands whole blocks to the collectors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.collectors import PolicyCollectorGroup
+from rlconnect.collectors.store import take_rows
+from rlconnect.connectors import AgentData
+from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.checks import check_rows
+from rlconnect.episodes import Episode
+from rlconnect.policy import Policy
+from rlconnect.runner.acting import act
+from rlconnect.runner.agents import MultiAgentBook, episode_flags
+from rlconnect.runner.config import RunnerConfig
+from rlconnect.runner.episode_tracker import EpisodeHooks, EpisodeTracker
+from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, check_finite
+from rlconnect.runner.metrics import PerfTimers
+from rlconnect.runner.pipelines import PolicyPipelines
+from rlconnect.runner.recorder import Recorder, shared_infos
+from rlconnect.runner.trajectories import TrajectoryIds
+from rlconnect.spaces import stack_samples
+
+__all__ = ["CHECKED_POLLS", "StepKernel"]
+
+CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones after a restart)
+
+
+class StepKernel:
+    """The sampling loop's state and its one step (see the module docstring)."""
+
+    def __init__(
+        self,
+        env: BaseEnv,
+        policies: Mapping[str, Policy],
+        pipes: PolicyPipelines,
+        config: RunnerConfig,
+        collectors: PolicyCollectorGroup,
+        timers: PerfTimers,
+        hooks: EpisodeHooks,
+        mapping_fn: Any,
+    ) -> None:
+        n = env.num_envs
+        self.env, self.policies, self.pipes, self.config = env, policies, pipes, config
+        self.collectors, self.timers = collectors, timers
+        self.multi = env.is_multi_agent
+        self.poll_index = 0
+        self.trajectories = TrajectoryIds(n)
+        self.episodes = EpisodeTracker(
+            n,
+            multi_agent=self.multi,
+            mapping_fn=mapping_fn,
+            first_id=config.worker_index << 40,
+            hooks=hooks,
+            on_close=self._close_episode,
+            reset_connectors=pipes.reset,
+        )
+        self.book = MultiAgentBook(n, self.episodes, self.trajectories, collectors)
+        self.recorder = Recorder(collectors)
+        self.faults = SubEnvFaults(
+            n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
+        )
+        self._checks_left = CHECKED_POLLS if config.check_env else 0
+        self._pids = list(policies)
+        self._action_checks = {pid: ActionCheck(env, p, pid) for pid, p in policies.items()}
+        #: dense polls may be recorded in blocks: one policy, no per-step hook or soft horizon
+        self.blockable = (
+            not self.multi and len(self._pids) == 1 and not config.soft_horizon
+        ) and not hooks.on_step
+        self._not_done: np.ndarray = np.zeros(0, dtype=bool)
+        self._runner = hooks.runner  # what user functions are shown as ``worker=``
+
+    # -- the loop -------------------------------------------------------------------------
+    def run_until(self, mode: str, target: int, count_by: str) -> None:
+        """Poll and step until the collectors can build a batch of ``target`` steps."""
+        group, recorder, env, timers = self.collectors, self.recorder, self.env, self.timers
+        clock = time.perf_counter
+        truncating = mode == "truncate_episodes"
+        try:
+            while True:
+                if truncating:
+                    have = group.env_steps() if count_by == "env_steps" else group.agent_steps()
+                    if have + recorder.buffered_env_steps() >= target:
+                        break
+                elif group.ready(mode, target, count_by):
+                    break
+                t0 = clock()
+                rows = env.poll()
+                timers.add("mean_env_wait_ms", clock() - t0)
+                timers.steps += 1
+                self.step(rows)
+        finally:
+            recorder.flush()
+
+    def step(self, rows: EnvRows) -> None:
+        """Everything one poll's rows cause: episodes, connectors, recording, actions."""
+        poll = self.poll_index
+        self.poll_index += 1
+        rows = self._screen(rows, poll)
+        if not len(rows) and not rows.extra_rewards:
+            return
+        episodes, multi = self.episodes, self.multi
+        env_ids = rows.env_ids
+        firsts: list[int] = []
+        if rows.is_first.any():
+            firsts = np.unique(env_ids[rows.is_first]).tolist()
+            opened = episodes.open(firsts)
+            if not multi:
+                self.trajectories.open_single(firsts, DEFAULT_AGENT_ID, opened)
+        if multi:
+            for e in np.unique(env_ids).tolist():
+                if not episodes.is_open(e):
+                    episodes.start(e)
+        stepped = rows.stepped
+        episodes.length[stepped] += 1
+        terminateds, truncateds, done_envs = self._horizon(rows, stepped)
+        agent_steps = np.zeros(len(episodes.length), dtype=np.int64) if multi else None
+        obs = rows.obs
+        if agent_steps is not None:
+            if done_envs:
+                terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
+            self.book.add_rewards(rows, poll, agent_steps)
+            fn = self.config.observation_fn
+            if fn is not None:
+                obs = self.book.observation_fn(
+                    rows, fn, worker=self._runner, base_env=self.env, policies=self.policies
+                )
+        else:
+            episodes.ret[env_ids] += rows.rewards  # one row per sub-env
+        block = self.blockable and rows.dense
+        if not done_envs:
+            done = self._none_done(len(rows)) if block else terminateds | truncateds
+        elif rows.dense:  # dense rows flag every row whose sub-env is done
+            done = terminateds | truncateds
+        else:
+            done = terminateds | truncateds | np.isin(env_ids, list(done_envs))
+        for pid, idx in self._groups(rows):
+            self._policy_step(
+                pid, idx, rows, obs, (terminateds, truncateds, done), poll, block, agent_steps
+            )
+        if agent_steps is not None:
+            for e in sorted(done_envs):
+                self.book.close_open_agents(e, done_envs[e], poll, agent_steps)
+            episodes.agent_steps += agent_steps
+            self.recorder.env_steps(poll, stepped, episodes.eps_id[stepped], agent_steps[stepped])
+        else:
+            self.recorder.env_steps(poll, stepped, episodes.eps_id[stepped], 1)
+        if firsts:
+            episodes.fire_start(firsts)
+        episodes.fire_step(stepped)
+        self._finish(rows, done_envs)
+
+    # -- parts of a step ------------------------------------------------------------------
+    def _screen(self, rows: EnvRows, poll: int) -> EnvRows:
+        """Restart or name failed sub-envs; check values (and, early on, spaces)."""
+        restart = self.faults.restart
+        if restart and len(rows):  # bad outputs are failures too: screen them
+            bad = bad_rows(self.env, rows, full=bool(self._checks_left))
+            if bad:
+                rows = rows.without_envs(bad)
+        if rows.errors:
+            self._restart(rows.errors)
+        if self._checks_left and (len(rows) or rows.extra_rewards):
+            self._checks_left -= 1
+            check_rows(self.env, rows)
+        if not restart and self.config.check_finite and len(rows):
+            check_finite(rows, poll, self.episodes.length)
+        return rows
+
+    def _restart(self, errors: Mapping[int, BaseException]) -> None:
+        self.recorder.flush()  # a faulty episode's rows must be in the collectors to drop
+        for env_id, exc in sorted(errors.items()):
+            self.faults.on_error(env_id, exc)  # raises unless the sub-env may be restarted
+            if not self.episodes.is_open(env_id):  # the reset itself failed: report it too
+                self.episodes.start(env_id)
+            self.episodes.end(env_id, faulty=True)
+            self.env.try_restart(env_id)
+            if self.config.check_env:  # a rebuilt env is checked again
+                self._checks_left = max(self._checks_left, 2)
+
+    def _horizon(
+        self, rows: EnvRows, stepped: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[bool, bool]]]:
+        """The rows' flags and the sub-envs whose episode ends, ``horizon`` included."""
+        horizon = self.config.horizon
+        done_envs = rows.done_envs
+        if horizon is None or not len(stepped):
+            return rows.terminateds, rows.truncateds, done_envs
+        over = stepped[self.episodes.length[stepped] >= horizon]
+        if not len(over):
+            return rows.terminateds, rows.truncateds, done_envs
+        done_envs = dict(done_envs)
+        for e in over.tolist():
+            done_envs.setdefault(e, (False, True))
+        return rows.terminateds, rows.truncateds | np.isin(rows.env_ids, over), done_envs
+
+    def _none_done(self, n: int) -> np.ndarray:
+        """A shared all-False ``done`` column of ``n`` rows (read-only)."""
+        if len(self._not_done) != n:
+            self._not_done = np.zeros(n, dtype=bool)
+            self._not_done.flags.writeable = False
+        return self._not_done
+
+    def _groups(self, rows: EnvRows) -> list[tuple[str, np.ndarray | None]]:
+        """Row indices per policy (``None``: all rows)."""
+        if len(self._pids) == 1:
+            return [(self._pids[0], None)] if len(rows) else []
+        groups: dict[str, list[int]] = {}
+        for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
+            groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
+        return [(pid, np.asarray(ix, dtype=np.int64)) for pid, ix in groups.items()]
+
+    def _policy_step(
+        self,
+        pid: str,
+        idx: np.ndarray | None,
+        rows: EnvRows,
+        obs: Any,
+        flags: tuple[np.ndarray, np.ndarray, np.ndarray],
+        poll: int,
+        block: bool,
+        agent_steps: np.ndarray | None,
+    ) -> None:
+        """The rows of one policy: agent pipeline, record, then act for the live ones
+        (``flags``: terminated, truncated, and done for every row of the poll)."""
+        timers, cfg = self.timers, self.config
+        t0 = time.perf_counter()
+        pipe = self.pipes.agent[pid]
+        sel = slice(None) if idx is None else idx
+        env_ids = rows.env_ids[sel]
+        agent_ids = (
+            rows.agent_ids if idx is None else tuple(rows.agent_ids[i] for i in idx.tolist())
+        )
+        if rows.stacked:
+            obs = obs if idx is None else take_rows(obs, idx)
+        else:
+            members = range(len(rows)) if idx is None else idx.tolist()
+            obs = stack_samples(pipe.input_space, [obs[i] for i in members])
+        infos = rows.infos if idx is None else [rows.infos[i] for i in idx.tolist()]
+        rewards = rows.rewards[sel]
+        episodes = self.episodes
+        agent_index: np.ndarray | int = 0
+        if agent_steps is not None:
+            traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
+            rewards = rewards + self.book.take_pending(env_ids, agent_ids)
+            agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
+        else:
+            traj = self.trajectories.of_env[env_ids]
+        terminateds, truncateds, done = flags
+        cols = {
+            "obs": obs,
+            "rewards": rewards,
+            "terminateds": terminateds[sel],
+            "truncateds": truncateds[sel],
+            "infos": shared_infos(infos) if len(pipe) else infos,
+            "t": episodes.length[env_ids],
+        }
+        data = AgentData.trusted(env_ids, agent_ids, cols)
+        if len(pipe):
+            data = pipe(data)
+        record = dict(data.columns)
+        record["eps_id"] = episodes.eps_id[env_ids]
+        record["env_id"] = env_ids
+        record["agent_index"] = agent_index
+        if cfg.keep_raw_obs:
+            record["raw_obs"] = obs
+        done = done[sel]
+        self.recorder.rows(pid, traj, poll, record, done, block=block)
+        if agent_steps is not None:
+            self.book.mark_closed(env_ids, agent_ids, done)
+        timers.add("mean_raw_obs_processing_ms", time.perf_counter() - t0)
+        self._act(pid, data, env_ids, agent_ids, done, getattr(rows, "logged_actions", None))
+
+    def _act(
+        self,
+        pid: str,
+        data: AgentData,
+        env_ids: np.ndarray,
+        agent_ids: tuple,
+        done: np.ndarray,
+        logged: Any,
+    ) -> None:
+        """Policy, action pipeline and env actions for the rows that are not done."""
+        inputs: Any = data
+        where: np.ndarray | None = None
+        if done.any():
+            where = ~done
+            if not where.any():
+                return
+            ai = np.flatnonzero(where)
+            inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
+            env_ids = env_ids[ai]
+            agent_ids = (
+                tuple(agent_ids[i] for i in ai.tolist()) if self.multi else agent_ids[: len(ai)]
+            )
+        acted = act(
+            pid,
+            self.policies[pid],
+            self.pipes,
+            inputs,
+            env_ids,
+            agent_ids,
+            explore=self.config.explore,
+            check=self._action_checks[pid],
+            logged=logged,
+            timers=self.timers,
+        )
+        outputs = acted.outputs
+        if self.config.record_env_actions:
+            outputs["env_actions"] = acted.env_actions
+        self.recorder.outputs(pid, outputs, where)
+        t0 = time.perf_counter()
+        self.env.send_actions(env_ids, agent_ids, acted.env_actions)
+        self.timers.add("mean_env_wait_ms", time.perf_counter() - t0)
+
+    def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
+        """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""
+        cfg = self.config
+        for e in sorted(done_envs):
+            self.episodes.end(e)
+            soft = cfg.soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
+            if soft:
+                self.env.soft_reset(e)
+            else:
+                self.env.try_reset(e)
+        if self.faults.restart:
+            self.faults.completed(rows.stepped)
+
+    def _close_episode(self, env_id: int, episode: Episode, faulty: bool) -> None:
+        """An episode ended: close its trajectories; its rows count, or are dropped."""
+        if self.multi:
+            self.book.close_episode(env_id)
+        else:
+            self.trajectories.close_single(env_id)
+        if faulty:
+            self.recorder.flush()
+            self.collectors.drop_episode(episode.episode_id)
+        else:
+            steps = int(self.episodes.agent_steps[env_id]) if self.multi else episode.length
+            self.collectors.finish_episode(episode.episode_id, episode.length, steps)

@@ -1,0 +1,137 @@
+"""Each policy's agent and action pipeline: built from the config or given, then checked.
+
+The agent pipeline of a policy takes the raw observations of the agents mapped to it, so
+it is built for their observation space. For a multi-agent env that space is found
+without calling the user's ``policy_mapping_fn``: when every agent has the same spaces,
+or when the agents whose spaces fit the policy (through the default chain) all share one
+pair of spaces. Only when that leaves it ambiguous is the mapping function asked, with a
+placeholder episode (``episode_id == -1``), once per agent at construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import gymnasium as gym
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.connectors import (
+    ActionConnectorPipeline,
+    AgentConnectorPipeline,
+    ConnectorContext,
+    default_action_pipeline,
+    default_agent_pipeline,
+)
+from rlconnect.envs.base import BaseEnv
+from rlconnect.episodes import Episode
+from rlconnect.policy import Policy
+from rlconnect.runner.config import RunnerConfig
+from rlconnect.spaces import describe_space
+
+__all__ = ["PipelineSpec", "PolicyPipelines", "build_pipelines"]
+
+PipelineSpec = Any  # a pipeline, or a callable ctx -> pipeline
+
+
+@attrs.define
+class PolicyPipelines:
+    """The live agent and action pipeline of every policy id (restore replaces entries)."""
+
+    agent: dict[str, AgentConnectorPipeline] = attrs.field(factory=dict)
+    action: dict[str, ActionConnectorPipeline] = attrs.field(factory=dict)
+
+    def reset(self, env_id: int) -> None:
+        """Drop every pipeline's per-episode state of sub-env ``env_id``."""
+        for pipes in (self.agent, self.action):
+            for pipe in pipes.values():
+                if len(pipe):
+                    pipe.reset(env_id)
+
+
+def _same_shape(a: gym.Space, b: gym.Space) -> bool:
+    return getattr(a, "shape", None) == getattr(b, "shape", None) and getattr(
+        a, "dtype", None
+    ) == getattr(b, "dtype", None)
+
+
+def _fits(policy: Policy, obs: gym.Space, action: gym.Space, config: dict) -> bool:
+    """Whether agents with these spaces can feed ``policy`` through the default chain."""
+    try:
+        ctx = ConnectorContext(obs, action, dict(config))
+        out = default_agent_pipeline(ctx).output_space
+    except Exception:  # a space the default chain cannot take: not this policy's agents
+        return False
+    return _same_shape(out, policy.observation_space) and action == policy.action_space
+
+
+def env_spaces(
+    env: BaseEnv, pid: str, policy: Policy, mapping_fn: Callable[..., str], config: dict
+) -> tuple[gym.Space, gym.Space]:
+    """The raw (observation, action) spaces of the agents mapped to ``pid``."""
+    if not env.is_multi_agent:
+        return env.observation_space(DEFAULT_AGENT_ID), env.action_space(DEFAULT_AGENT_ID)
+    agents = list(env.possible_agents)
+    pairs = [(env.observation_space(a), env.action_space(a)) for a in agents]
+    distinct = [p for i, p in enumerate(pairs) if p not in pairs[:i]]
+    if len(distinct) == 1:
+        return distinct[0]
+    fitting = [p for p in distinct if _fits(policy, *p, config)]
+    if len(fitting) == 1:
+        return fitting[0]
+    probe = Episode(-1, -1, mapping_fn)  # ambiguous: the mapping function decides
+    for agent, pair in zip(agents, pairs):
+        if probe.policy_for(agent) == pid:
+            return pair
+    return policy.observation_space, policy.action_space
+
+
+def _built(spec: PipelineSpec, ctx: ConnectorContext) -> Any:
+    """A given pipeline, or the one a callable ``ctx -> pipeline`` builds."""
+    if callable(spec) and not hasattr(spec, "output_space"):
+        return spec(ctx)
+    return spec
+
+
+def build_pipelines(
+    env: BaseEnv,
+    policies: Mapping[str, Policy],
+    mapping_fn: Callable[..., str],
+    config: RunnerConfig,
+    agent_specs: Mapping[str, PipelineSpec],
+    action_specs: Mapping[str, PipelineSpec],
+) -> PolicyPipelines:
+    """Every policy's pipelines; a policy whose observation space does not match what
+    its agent pipeline outputs is a ValueError naming both."""
+    pipes = PolicyPipelines()
+    connector_config = config.connector_config()
+    for pid, policy in policies.items():
+        obs_space, action_space = env_spaces(env, pid, policy, mapping_fn, connector_config)
+        ctx = ConnectorContext.from_policy(
+            policy, connector_config, observation_space=obs_space, policy_id=pid
+        )
+        ctx.action_space = action_space
+        ctx.is_training = config.explore
+        action_ctx = attrs.evolve(
+            ctx, config=dict(ctx.config), initial_states=list(ctx.initial_states)
+        )
+        agent_pipe = _built(agent_specs.get(pid), ctx)
+        action_pipe = _built(action_specs.get(pid), action_ctx)
+        if agent_pipe is None:
+            agent_pipe = default_agent_pipeline(ctx)
+        if action_pipe is None:
+            action_pipe = default_action_pipeline(action_ctx)
+        out, want = agent_pipe.output_space, policy.observation_space
+        if not _same_shape(out, want):
+            raise ValueError(
+                f"policy {pid!r} expects observations {describe_space(want)} but its agent "
+                f"pipeline ({' -> '.join(agent_pipe.names) or 'empty'}) outputs "
+                f"{describe_space(out)}; build the policy for the pipeline's output space"
+            )
+        if not config.explore:
+            agent_pipe.in_eval()
+            action_pipe.in_eval()
+        pipes.agent[pid] = agent_pipe
+        pipes.action[pid] = action_pipe
+    return pipes

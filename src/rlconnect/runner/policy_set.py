@@ -1,0 +1,44 @@
+"""The runner's policies: one or a dict of them, their mapping function and their seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlconnect.batches import DEFAULT_POLICY_ID
+from rlconnect.episodes import Episode
+from rlconnect.policy import Policy
+from rlconnect.runner.config import RunnerConfig
+
+__all__ = ["policy_set"]
+
+
+def _only(policy_id: str) -> Callable[..., str]:
+    def mapping(agent_id: Any, episode: Episode, **kwargs: Any) -> str:
+        return policy_id
+
+    return mapping
+
+
+def policy_set(
+    policies: Policy | Mapping[str, Policy],
+    mapping_fn: Callable[..., str] | None,
+    config: RunnerConfig,
+) -> tuple[dict[str, Policy], Callable[..., str]]:
+    """Policies by id and the mapping function (every agent to the only policy when None;
+    several policies need one). With ``config.seed`` each policy's generators are seeded
+    from ``(seed, worker_index)``, a different stream per policy."""
+    by_id = {DEFAULT_POLICY_ID: policies} if isinstance(policies, Policy) else dict(policies)
+    if not by_id or not all(isinstance(p, Policy) for p in by_id.values()):
+        raise TypeError("policies must be an rc.Policy or a non-empty dict of them")
+    if mapping_fn is None:
+        if len(by_id) > 1:
+            raise ValueError(f"{len(by_id)} policies need a policy_mapping_fn(agent_id, episode)")
+        mapping_fn = _only(next(iter(by_id)))
+    if config.seed is not None:
+        seeds = np.random.SeedSequence([config.seed, config.worker_index]).spawn(len(by_id))
+        for p, ss in zip(by_id.values(), seeds):
+            p.seed(int(ss.generate_state(1)[0] % (2**31)))
+    return by_id, mapping_fn

@@ -1,0 +1,76 @@
+"""Trajectory ids: one per agent per episode, and who each one belongs to.
+
+Every row a collector stores carries the id of its agent trajectory (``_traj``); batches
+are built by grouping rows on it. This registry hands out the ids, remembers the agent and
+episode of each (what ``postprocess_trajectory`` and offline output need), and forgets them
+once a closed trajectory has been handed out whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlconnect.collectors import PolicyCollectorGroup
+from rlconnect.episodes import Episode
+
+__all__ = ["TrajectoryIds"]
+
+
+class TrajectoryIds:
+    """Issues trajectory ids; ``owner(t)`` gives ``(agent_id, episode)`` of a live one.
+
+    Single-agent envs have one trajectory per sub-env episode, kept in ``of_env`` (an
+    array, so the fast path reads every sub-env's id at once; -1: none open).
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self.of_env = np.full(num_envs, -1, dtype=np.int64)
+        self._owners: dict[int, tuple[Any, Episode]] = {}
+        self._closed: list[int] = []
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+    def new(self, agent_id: Any, episode: Episode) -> int:
+        """A fresh id for ``agent_id``'s trajectory in ``episode``."""
+        t = self._next
+        self._next += 1
+        self._owners[t] = (agent_id, episode)
+        return t
+
+    def open_single(self, env_ids: list[int], agent_id: Any, episodes: list[Episode]) -> None:
+        """Single-agent: a new trajectory in each of ``env_ids`` (their episodes began)."""
+        for e, ep in zip(env_ids, episodes):
+            self.of_env[e] = self.new(agent_id, ep)
+
+    def close(self, traj_id: int) -> None:
+        """The trajectory ended: forget it once its rows have all been handed out."""
+        self._closed.append(traj_id)
+
+    def close_single(self, env_id: int) -> None:
+        """Single-agent: the trajectory of sub-env ``env_id`` ended."""
+        t = int(self.of_env[env_id])
+        if t >= 0:
+            self._closed.append(t)
+            self.of_env[env_id] = -1
+
+    def owner(self, traj_id: int) -> tuple[Any, Episode | None]:
+        """``(agent_id, episode)`` of a trajectory (``(None, None)`` when forgotten)."""
+        return self._owners.get(traj_id, (None, None))
+
+    def forget_handed_out(self, collectors: PolicyCollectorGroup) -> None:
+        """Drop the owners of closed trajectories that have no row left in ``collectors``."""
+        if not self._closed:
+            return
+        left = [c.column("_traj") for c in collectors.collectors.values() if len(c)]
+        still = set(np.concatenate(left).tolist()) if left else set()
+        keep = []
+        for t in self._closed:
+            if t in still:
+                keep.append(t)
+            else:
+                self._owners.pop(t, None)
+        self._closed = keep

@@ -1,0 +1,110 @@
+"""Checks at every step (API.md section 10): non-finite values named or dropped, and a
+stateful policy mapping function that only ever sees real episodes."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from cases import CounterEnv, TurnTakingEnv
+
+import rlconnect as rc
+
+
+class _PoisonAt(CounterEnv):
+    """A CounterEnv whose ``field`` turns NaN (or inf) at global step ``at``."""
+
+    def __init__(self, at: int, field: str, value: float = np.nan, **kw) -> None:
+        super().__init__(**kw)
+        self.at, self.field, self.value = at, field, value
+
+    def step(self, action):
+        obs, rew, term, trunc, info = super().step(action)
+        if self.steps == self.at:
+            if self.field == "obs":
+                obs[1] = self.value
+            else:
+                rew = self.value
+        return obs, rew, term, trunc, info
+
+
+def _runner(env_fn, **cfg) -> rc.EnvRunner:
+    env = CounterEnv()
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=20, seed=0, **cfg)
+    return rc.EnvRunner(
+        env_fn, rc.RandomPolicy(env.observation_space, env.action_space), config=config
+    )
+
+
+@pytest.mark.parametrize(("field", "value"), [("obs", np.nan), ("reward", np.inf)])
+def test_a_late_non_finite_value_is_named(field, value):
+    """After the checked first polls, a NaN / inf still raises, naming sub-env, agent,
+    field and step (before: stored silently and the metric return became NaN)."""
+
+    def make(ctx):
+        return _PoisonAt(12, field, value) if ctx.vector_index == 1 else CounterEnv()
+
+    runner = _runner(make)
+    with pytest.raises(rc.EnvCheckError) as info:
+        runner.sample()
+    msg = str(info.value)
+    assert "sub-env 1" in msg and "'agent0'" in msg and f"field {field!r}" in msg
+    assert "step 2 of its episode" in msg  # global step 12 = episode 2's second step
+    assert ("NaN" if field == "obs" else "inf") in msg
+
+
+def test_check_finite_false_keeps_the_values():
+    runner = _runner(lambda ctx: _PoisonAt(12, "obs"), check_finite=False)
+    batch = runner.sample()
+    assert np.isnan(batch["new_obs"]).any()
+
+
+def test_with_restarts_the_episode_is_dropped_before_anything_sees_the_value():
+    def make(ctx):
+        return _PoisonAt(12, "reward") if ctx.vector_index == 1 else CounterEnv()
+
+    runner = _runner(make, restart_failed_sub_environments=True)
+    batches = [runner.sample() for _ in range(3)]
+    for b in batches:
+        assert np.isfinite(b["rewards"]).all() and np.isfinite(b["obs"]).all()
+    metrics = runner.get_metrics()
+    faulty = [m for m in metrics if m["episode_faulty"]]
+    assert faulty and all(np.isfinite(m["episode_reward"]) for m in metrics)
+
+
+def test_a_stateful_mapper_sees_only_real_episodes():
+    """Spaces are found without calling the mapper with made-up episodes, so an
+    alternating mapper (RLlib's classic) starts its cycle at the first real episode."""
+    seen: list[int] = []
+    count = [0]
+
+    def alternating(agent_id, episode, **kwargs):
+        seen.append(episode.episode_id)
+        count[0] += 1
+        return "p0" if count[0] % 2 else "p1"
+
+    env = TurnTakingEnv()
+    box = env.observation_spaces["a"]
+    policies = {p: rc.RandomPolicy(box, env.action_spaces["a"]) for p in ("p0", "p1")}
+    runner = rc.EnvRunner(
+        lambda ctx: TurnTakingEnv(),
+        policies,
+        policy_mapping_fn=alternating,
+        config=rc.RunnerConfig(rollout_fragment_length=12, seed=0),
+    )
+    assert seen == []  # nothing at construction
+    runner.sample()
+    assert seen and min(seen) >= 0
+    first = [e for e in seen if e == seen[0]]
+    assert len(first) == len({"a", "b", "c"})  # once per agent of the first episode
+
+
+def test_the_finite_check_costs_nothing_on_integer_observations():
+    """Integer observations cannot be NaN: only rewards are checked (no error here)."""
+    env = gym.make("FrozenLake-v1")
+    runner = rc.EnvRunner(
+        "FrozenLake-v1",
+        rc.RandomPolicy(gym.spaces.Box(0, 1, (16,), np.float32), env.action_space),
+        config=rc.RunnerConfig(rollout_fragment_length=10, seed=0),
+    )
+    assert len(runner.sample()) == 10
