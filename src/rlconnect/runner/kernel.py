@@ -48,6 +48,12 @@ __all__ = ["CHECKED_POLLS", "StepKernel"]
 CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones after a restart)
 
 
+def _per_row(per_env: np.ndarray, env_ids: np.ndarray, full: bool) -> np.ndarray:
+    """A column of ``per_env`` values for rows of ``env_ids`` (a fresh array); ``full``:
+    the rows are sub-envs 0..n-1 in order, so a copy does what indexing would."""
+    return per_env.copy() if full else per_env[env_ids]
+
+
 class StepKernel:
     """The sampling loop's state and its one step (see the module docstring)."""
 
@@ -123,9 +129,12 @@ class StepKernel:
             return
         episodes, multi = self.episodes, self.multi
         env_ids = rows.env_ids
+        # a full dense poll: row i is sub-env i, so per-env arrays serve as columns
+        full = rows.dense and len(env_ids) == len(episodes.length)
         firsts: list[int] = []
         if rows.is_first.any():
-            firsts = np.unique(env_ids[rows.is_first]).tolist()
+            first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
+            firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
             opened = episodes.open(firsts)
             if not multi:
                 self.trajectories.open_single(firsts, DEFAULT_AGENT_ID, opened)
@@ -134,7 +143,10 @@ class StepKernel:
                 if not episodes.is_open(e):
                     episodes.start(e)
         stepped = rows.stepped
-        episodes.length[stepped] += 1
+        if full and len(stepped) == len(env_ids):
+            episodes.length += 1
+        else:
+            episodes.length[stepped] += 1
         terminateds, truncateds, done_envs = self._horizon(rows, stepped)
         agent_steps = np.zeros(len(episodes.length), dtype=np.int64) if multi else None
         obs = rows.obs
@@ -147,6 +159,8 @@ class StepKernel:
                 obs = self.book.observation_fn(
                     rows, fn, worker=self._runner, base_env=self.env, policies=self.policies
                 )
+        elif full:
+            episodes.ret += rows.rewards
         else:
             episodes.ret[env_ids] += rows.rewards  # one row per sub-env
         block = self.blockable and rows.dense
@@ -158,7 +172,7 @@ class StepKernel:
             done = terminateds | truncateds | np.isin(env_ids, list(done_envs))
         for pid, idx in self._groups(rows):
             self._policy_step(
-                pid, idx, rows, obs, (terminateds, truncateds, done), poll, block, agent_steps
+                pid, idx, rows, obs, (terminateds, truncateds, done), poll, block, agent_steps, full
             )
         if agent_steps is not None:
             for e in sorted(done_envs):
@@ -242,6 +256,7 @@ class StepKernel:
         poll: int,
         block: bool,
         agent_steps: np.ndarray | None,
+        full: bool,
     ) -> None:
         """The rows of one policy: agent pipeline, record, then act for the live ones
         (``flags``: terminated, truncated, and done for every row of the poll)."""
@@ -267,7 +282,7 @@ class StepKernel:
             rewards = rewards + self.book.take_pending(env_ids, agent_ids)
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
         else:
-            traj = self.trajectories.of_env[env_ids]
+            traj = _per_row(self.trajectories.of_env, env_ids, full)
         terminateds, truncateds, done = flags
         cols = {
             "obs": obs,
@@ -275,13 +290,13 @@ class StepKernel:
             "terminateds": terminateds[sel],
             "truncateds": truncateds[sel],
             "infos": shared_infos(infos) if len(pipe) else infos,
-            "t": episodes.length[env_ids],
+            "t": _per_row(episodes.length, env_ids, full),
         }
         data = AgentData.trusted(env_ids, agent_ids, cols)
         if len(pipe):
             data = pipe(data)
         record = dict(data.columns)
-        record["eps_id"] = episodes.eps_id[env_ids]
+        record["eps_id"] = _per_row(episodes.eps_id, env_ids, full)
         record["env_id"] = env_ids
         record["agent_index"] = agent_index
         if cfg.keep_raw_obs:

@@ -36,7 +36,17 @@ def shared_infos(infos: Sequence[Any]) -> list[Any]:
 class RowBlock:
     """The rows of consecutive dense polls of one policy (``counts[k]`` rows in poll k)."""
 
-    __slots__ = ("counts", "events", "infos_empty", "last", "outputs", "polls", "records", "traj")
+    __slots__ = (
+        "counts",
+        "env_steps",
+        "events",
+        "infos_empty",
+        "last",
+        "outputs",
+        "polls",
+        "records",
+        "traj",
+    )
 
     def __init__(self) -> None:
         self.infos_empty = True  # every info so far was empty: one shared mapping for all
@@ -47,12 +57,10 @@ class RowBlock:
         self.polls: list[int] = []
         self.counts: list[int] = []
         self.events: list[tuple[int, np.ndarray, np.ndarray]] = []
+        self.env_steps = 0  # env steps in ``events``
 
     def __len__(self) -> int:
         return len(self.records)
-
-    def env_steps(self) -> int:
-        return sum(len(env_ids) for _, env_ids, _ in self.events)
 
     def hand_over(self, collectors: PolicyCollectorGroup, pid: str) -> None:
         """Append the buffered rows and env steps to ``collectors`` (the block is spent)."""
@@ -145,7 +153,7 @@ class Recorder:
 
     def buffered_env_steps(self) -> int:
         """Env steps waiting in the block (not yet counted by the collectors)."""
-        return self._block.env_steps() if len(self._block) else 0
+        return self._block.env_steps
 
     def flush(self) -> None:
         """Hand the buffered polls to the collectors."""
@@ -203,5 +211,6 @@ class Recorder:
         if self._blocking:
             if len(env_ids):
                 self._block.events.append((poll, env_ids, eps_ids))
+                self._block.env_steps += len(env_ids)
         elif len(env_ids):
             self.collectors.add_env_steps(poll, env_ids, eps_ids, agent_steps)
