@@ -152,16 +152,26 @@ def test_an_error_in_a_background_sampler_is_raised_once_then_refused():
 
 @pytest.mark.parametrize("kind", [*VALUE_KINDS, "out_of_space"])
 def test_without_restart_values_are_recorded_as_the_env_gave_them(kind):
-    """Documented: after the ``check_env`` polls nothing checks values, so a NaN, an inf
-    or an out-of-bounds observation (or a NaN reward) is recorded exactly as produced."""
+    """Documented: with ``check_finite=False`` and after the ``check_env`` polls nothing
+    checks values, so a NaN, an inf or an out-of-bounds observation (or a NaN reward) is
+    recorded exactly as produced (by default a non-finite one raises EnvCheckError)."""
     ledger = Ledger()
-    runner = make_runner(OneFault(kind, env=1, episode=2, t=3), ledger, frag=10)
+    runner = make_runner(OneFault(kind, env=1, episode=2, t=3), ledger, frag=10, check_finite=False)
     run = Run(runner, ledger).sample(8)
     check_truth(run, FIGURES)
     FIGURES.faults_injected.update(ledger.injected())
     (key,) = [k for k, s in ledger.steps.items() if not s.clean]
     rows = [b for b, _ in run.batches if any(i.get("key") == key for i in b["infos"])]
     assert len(rows) == 1  # the bad transition is in a batch, as the env gave it
+
+
+@pytest.mark.parametrize("kind", VALUE_KINDS)
+def test_by_default_a_late_non_finite_value_raises_naming_it(kind):
+    ledger = Ledger()
+    runner = make_runner(OneFault(kind, env=1, episode=2, t=3), ledger, frag=10)
+    field = "reward" if "reward" in kind else "obs"
+    with pytest.raises(rc.EnvCheckError, match=rf"sub-env 1 .*field '{field}', at step 3"):
+        Run(runner, ledger).sample(8)
 
 
 @pytest.mark.parametrize("kind", FAILING_KINDS[:-1])  # hang: see test_remote_faults.py
