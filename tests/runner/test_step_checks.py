@@ -108,3 +108,28 @@ def test_the_finite_check_costs_nothing_on_integer_observations():
         config=rc.RunnerConfig(rollout_fragment_length=10, seed=0),
     )
     assert len(runner.sample()) == 10
+
+
+class _Endless(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+def test_complete_episodes_names_an_episode_that_never_ends(monkeypatch):
+    from rlconnect.runner import kernel
+
+    monkeypatch.setattr(kernel, "ENDLESS_EPISODE_STEPS", 500)
+    monkeypatch.setattr(kernel, "ENDLESS_CHECK_EVERY", 64)
+    runner = rc.EnvRunner(
+        lambda ctx: _Endless(),
+        rc.RandomPolicy(_Endless.observation_space, _Endless.action_space),
+        config=rc.RunnerConfig(rollout_fragment_length=4, batch_mode="complete_episodes"),
+    )
+    with pytest.raises(rc.EnvError, match=r"sub-env 0 has run .* set RunnerConfig.horizon"):
+        runner.sample()

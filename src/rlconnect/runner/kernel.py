@@ -31,6 +31,7 @@ from rlconnect.connectors import AgentData
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
 from rlconnect.episodes import Episode
+from rlconnect.errors import EnvError
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act
 from rlconnect.runner.agents import MultiAgentBook, episode_flags
@@ -46,6 +47,10 @@ from rlconnect.spaces import stack_samples
 __all__ = ["CHECKED_POLLS", "StepKernel"]
 
 CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones after a restart)
+#: ``complete_episodes`` without a horizon: an episode longer than this (or 100 batches)
+#: is taken for one that never ends; checked every ``ENDLESS_CHECK_EVERY`` polls
+ENDLESS_EPISODE_STEPS = 1_000_000
+ENDLESS_CHECK_EVERY = 1024
 
 
 def _per_row(per_env: np.ndarray, env_ids: np.ndarray, full: bool) -> np.ndarray:
@@ -112,6 +117,8 @@ class StepKernel:
                         break
                 elif group.ready(mode, target, count_by):
                     break
+                elif self.poll_index % ENDLESS_CHECK_EVERY == 0:
+                    self._refuse_endless_episodes(target)
                 t0 = clock()
                 rows = env.poll()
                 timers.add("mean_env_wait_ms", clock() - t0)
@@ -119,6 +126,20 @@ class StepKernel:
                 self.step(rows)
         finally:
             recorder.flush()
+
+    def _refuse_endless_episodes(self, target: int) -> None:
+        """``complete_episodes`` without a horizon waits for episodes to end: name a
+        sub-env whose episode ran far past any batch instead of waiting forever."""
+        if self.config.horizon is not None:
+            return
+        limit = max(ENDLESS_EPISODE_STEPS, 100 * target)
+        longest = int(np.argmax(self.episodes.length))
+        if self.episodes.length[longest] > limit:
+            raise EnvError(
+                f"sub-env {longest} has run {int(self.episodes.length[longest]):,} steps "
+                f"without ending its episode while batch_mode='complete_episodes' waits for "
+                "whole episodes; set RunnerConfig.horizon (or use 'truncate_episodes')"
+            )
 
     def step(self, rows: EnvRows) -> None:
         """Everything one poll's rows cause: episodes, connectors, recording, actions."""
