@@ -120,9 +120,12 @@ def check_finite(rows: EnvRows, poll: int, lengths: np.ndarray) -> None:
     once, so a clean poll costs two numpy reductions). ``lengths``: each sub-env's episode
     length before this poll."""
     obs = rows.obs
-    if type(obs) is np.ndarray and obs.dtype.kind in "fc":  # the common case: two sums
-        if math.isfinite(float(obs.sum()) + float(rows.rewards.sum())):  # (overflow: exact)
-            return
+    if (
+        type(obs) is np.ndarray
+        and obs.dtype.kind in "fc"  # the common case: two sums (an overflow: checked below)
+        and math.isfinite(float(obs.sum()) + float(rows.rewards.sum()))
+    ):
+        return
     if np.isfinite(rows.rewards).all():
         found = _first_bad_obs(rows)
         if found is None:
