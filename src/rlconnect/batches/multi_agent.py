@@ -129,6 +129,10 @@ def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
 def concat_samples(batches: Iterable[SampleBatch]) -> SampleBatch: ...
 @overload
 def concat_samples(batches: Iterable[MultiAgentBatch]) -> MultiAgentBatch: ...
+@overload
+def concat_samples(
+    batches: Iterable[SampleBatch | MultiAgentBatch],
+) -> SampleBatch | MultiAgentBatch: ...
 def concat_samples(batches: Iterable[Any]) -> SampleBatch | MultiAgentBatch:
     """Concatenate rows: SampleBatches -> SampleBatch, MultiAgentBatches -> MultiAgentBatch.
 
