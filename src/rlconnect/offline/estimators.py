@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch, concat_samples
+from rlconnect.batches.columns import trajectory_keys
 from rlconnect.policy import Policy
 
 __all__ = [
@@ -107,8 +108,7 @@ def collect_episodes(
             )
             raise ValueError(f"off-policy estimation needs a {col!r} column{hint}")
     if "agent_index" in rows:  # one trajectory per (episode, agent)
-        key = rows["eps_id"].astype(np.int64) * 4096 + rows["agent_index"].astype(np.int64)
-        rows = SampleBatch({**rows, "eps_id": key}, meta=rows.meta)
+        rows = SampleBatch({**rows, "eps_id": trajectory_keys(rows)}, meta=rows.meta)
     episodes = rows.split_by_episode()
     if complete_only:
         episodes = [
