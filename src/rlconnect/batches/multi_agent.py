@@ -76,7 +76,7 @@ class MultiAgentBatch:
             return NotImplemented
         return batches_equal(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as dict is
 
     def __repr__(self) -> str:
         per_policy = ", ".join(f"{pid}: {len(b)}" for pid, b in self.policy_batches.items())

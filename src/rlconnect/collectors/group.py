@@ -58,7 +58,7 @@ class PolicyCollectorGroup:
         n = len(env_ids)
         if n:
             self._agent_steps += (
-                int(np.sum(agent_steps)) if np.ndim(agent_steps) else n * agent_steps
+                int(np.sum(agent_steps)) if np.ndim(agent_steps) else n * int(agent_steps)
             )
             self._events.append(
                 {

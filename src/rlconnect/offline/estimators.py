@@ -61,7 +61,8 @@ def target_logp(target: Target, batch: SampleBatch) -> np.ndarray:
     """
     if isinstance(target, Policy):
         dist = getattr(target, "dist", None)
-        if dist is None or not hasattr(target, "forward"):
+        forward = getattr(target, "forward", None)
+        if dist is None or not callable(forward):
             raise TypeError(
                 f"{type(target).__name__} cannot give log-probabilities of given actions; "
                 "pass a TorchPolicy or a callable batch -> logp"
@@ -69,7 +70,7 @@ def target_logp(target: Target, batch: SampleBatch) -> np.ndarray:
         import torch
 
         with torch.inference_mode():
-            dist_inputs = target.forward(batch)[0]  # type: ignore[attr-defined]
+            dist_inputs = forward(batch)[0]
             actions = torch.as_tensor(np.asarray(batch[SampleBatch.ACTIONS]))
             logp = dist.logp_torch(dist_inputs, actions)
         return logp.cpu().numpy().astype(np.float64)

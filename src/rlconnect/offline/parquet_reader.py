@@ -91,12 +91,12 @@ class ParquetFileReader:
     # -- metadata -------------------------------------------------------------------------
     def _parse(self, kv: dict[bytes, bytes]) -> None:
         raw = kv.get(METADATA_KEY.encode())
-        _expect(
-            raw is not None,
-            f"no {METADATA_KEY!r} metadata: not written by rlconnect's ParquetBatchWriter",
-        )
+        if raw is None:
+            raise Malformed(
+                f"no {METADATA_KEY!r} metadata: not written by rlconnect's ParquetBatchWriter"
+            )
         try:
-            doc = json.loads(raw.decode("utf-8"))  # type: ignore[union-attr]
+            doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise Malformed(f"the {METADATA_KEY!r} metadata is not valid JSON") from None
         _expect(isinstance(doc, dict), "the metadata is not a JSON object")
