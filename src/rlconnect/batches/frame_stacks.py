@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.batches.columns import IMAGE_COLUMNS, NEXT_OBS_OF
 from rlconnect.batches.compressed import CompressedColumn, compressible
 from rlconnect.batches.lazy import LazyColumn
 
@@ -289,14 +290,19 @@ def transition_observations(column: Any, rows: np.ndarray, nxt: np.ndarray) -> t
 
 
 def pack_image_columns(
-    columns: dict[str, Any], image_columns: Iterable[str], *, compress: bool = False
+    columns: dict[str, Any],
+    image_columns: Iterable[str] = IMAGE_COLUMNS,
+    *,
+    compress: bool = False,
 ) -> dict[str, Any]:
     """Store a built batch's image columns compactly, in place: frame-stacked ``obs`` /
-    ``new_obs`` as `FrameStackColumn` (always, where `share_frames` applies), and with
-    ``compress`` every image column (or its frame pool) LZ4-compressed."""
-    packed = share_frames(columns.get("obs"), columns.get("new_obs"))
-    if packed is not None:
-        columns["obs"], columns["new_obs"] = packed
+    ``new_obs`` (each pair of ``NEXT_OBS_OF``) as `FrameStackColumn` (always, where
+    `share_frames` applies), and with ``compress`` every image column (or its frame pool)
+    LZ4-compressed."""
+    for name, next_name in NEXT_OBS_OF.items():
+        packed = share_frames(columns.get(name), columns.get(next_name))
+        if packed is not None:
+            columns[name], columns[next_name] = packed
     if compress:
         memo: dict = {}
         for name in image_columns:

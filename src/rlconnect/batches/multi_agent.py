@@ -76,7 +76,7 @@ class MultiAgentBatch:
             return NotImplemented
         return batches_equal(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as dict is
 
     def __repr__(self) -> str:
         per_policy = ", ".join(f"{pid}: {len(b)}" for pid, b in self.policy_batches.items())
@@ -129,6 +129,10 @@ def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
 def concat_samples(batches: Iterable[SampleBatch]) -> SampleBatch: ...
 @overload
 def concat_samples(batches: Iterable[MultiAgentBatch]) -> MultiAgentBatch: ...
+@overload
+def concat_samples(
+    batches: Iterable[SampleBatch | MultiAgentBatch],
+) -> SampleBatch | MultiAgentBatch: ...
 def concat_samples(batches: Iterable[Any]) -> SampleBatch | MultiAgentBatch:
     """Concatenate rows: SampleBatches -> SampleBatch, MultiAgentBatches -> MultiAgentBatch.
 

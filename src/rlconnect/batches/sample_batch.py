@@ -117,15 +117,23 @@ def _map_rows(column: Column, index: Any) -> Column:
 class _DecompressedValues(ValuesView):
     """Values of a batch holding lazy columns, each read (materialised) on access."""
 
-    def __len__(self) -> int:
-        return len(self._mapping.keys())  # type: ignore[attr-defined]
+    def __init__(self, batch: SampleBatch) -> None:
+        super().__init__(batch)
+        self._batch = batch
+
+    def __len__(self) -> int:  # columns, not rows (``len(batch)`` counts rows)
+        return len(self._batch.keys())
 
 
 class _DecompressedItems(ItemsView):
     """Items of a batch holding lazy columns, each read (materialised) on access."""
 
-    def __len__(self) -> int:
-        return len(self._mapping.keys())  # type: ignore[attr-defined]
+    def __init__(self, batch: SampleBatch) -> None:
+        super().__init__(batch)
+        self._batch = batch
+
+    def __len__(self) -> int:  # columns, not rows (``len(batch)`` counts rows)
+        return len(self._batch.keys())
 
 
 class SampleBatch(MutableMapping):
@@ -150,7 +158,7 @@ class SampleBatch(MutableMapping):
     ENV_ACTIONS = "env_actions"
     RAW_OBS = "raw_obs"
 
-    __hash__ = None  # type: ignore[assignment]  # mutable
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as dict is
 
     def __init__(self, columns: Mapping[str, Any] | None = None, *, meta: dict | None = None):
         self._columns: dict[str, Column] = {}

@@ -177,7 +177,7 @@ def _write_run_json(
     path: Path, run: dict[str, Any], config: Any, r: _Run, perf: dict[str, Any]
 ) -> None:
     from rlconnect.checkpoints import atomic_write_bytes
-    from rlconnect.offline.batch_files import to_json_value
+    from rlconnect.offline.json_values import to_json_value
 
     doc = {
         "rlconnect": "sample",

@@ -4,11 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from rlconnect.batches import SampleBatch
-from rlconnect.collectors.policy_collector import TRAJ, PolicyCollector
-
 __all__ = ["AgentCollector"]
 
 
@@ -17,8 +12,9 @@ class AgentCollector:
 
     Holding rows per policy (not per agent) is what keeps collection batched: the runner
     appends all of a policy's rows of a step in one call. This handle keeps what is
-    per-agent: the trajectory id, the row whose action is pending, and reward earned
-    while the agent was not acting (added to its next transition).
+    per-agent: the trajectory id (the key of its rows there), whether the trajectory is
+    closed, and reward earned while the agent was not acting (added to its next
+    transition).
     """
 
     __slots__ = (
@@ -27,7 +23,6 @@ class AgentCollector:
         "closed",
         "env_id",
         "eps_id",
-        "last_row",
         "pending_reward",
         "policy_id",
         "traj_id",
@@ -48,15 +43,8 @@ class AgentCollector:
         self.policy_id = policy_id
         self.eps_id = eps_id
         self.agent_index = agent_index
-        self.last_row = -1
         self.pending_reward = 0.0
         self.closed = False
-
-    def build(self, collector: PolicyCollector) -> SampleBatch:
-        """This trajectory's transitions recorded so far (a copy; the collector keeps them)."""
-        traj = collector.column(TRAJ)
-        rows = np.flatnonzero(traj == self.traj_id)
-        return collector._transitions(rows[:-1], rows[1:])
 
     def __repr__(self) -> str:
         return (

@@ -16,10 +16,13 @@ from collections.abc import Iterable
 import numpy as np
 
 from rlconnect.batches import SampleBatch
+from rlconnect.batches.columns import STORE_POLL
 from rlconnect.collectors.policy_collector import PolicyCollector
 from rlconnect.collectors.store import ColumnStore
 
 __all__ = ["PolicyCollectorGroup"]
+
+EPS_ID, ENV_ID = SampleBatch.EPS_ID, SampleBatch.ENV_ID
 
 
 class PolicyCollectorGroup:
@@ -55,7 +58,7 @@ class PolicyCollectorGroup:
         n = len(env_ids)
         if n:
             self._agent_steps += (
-                int(np.sum(agent_steps)) if np.ndim(agent_steps) else n * agent_steps
+                int(np.sum(agent_steps)) if np.ndim(agent_steps) else n * int(agent_steps)
             )
             self._events.append(
                 {
@@ -78,7 +81,7 @@ class PolicyCollectorGroup:
         """Forget everything of a faulty episode: its rows and its env steps."""
         for c in self.collectors.values():
             if len(c):
-                c.drop(c.column("eps_id") == eps_id)
+                c.drop(c.column(EPS_ID) == eps_id)
         if self._events.size:
             self._events.keep(np.flatnonzero(self._events.column("eps") != eps_id))
             self._agent_steps = int(self._events.column("agent_steps").sum())
@@ -124,11 +127,11 @@ class PolicyCollectorGroup:
         env_steps = int(taken.sum())
         if mode == "complete_episodes":
             eps = np.fromiter(self._finished, np.int64)
-            select = lambda c: np.isin(c.column("eps_id"), eps)  # noqa: E731
+            select = lambda c: np.isin(c.column(EPS_ID), eps)  # noqa: E731
         else:
             cut = np.full(self.num_envs, -1, dtype=np.int64)
             np.maximum.at(cut, ev.column("env")[taken], ev.column("poll")[taken])
-            select = lambda c: c.column("_poll") <= cut[c.column("env_id")]  # noqa: E731
+            select = lambda c: c.column(STORE_POLL) <= cut[c.column(ENV_ID)]  # noqa: E731
         batches = {}
         for pid, c in self.collectors.items():
             if len(c):

@@ -3,8 +3,9 @@
 Every observation an agent of the policy receives is one *row* (what the agent pipeline
 output, plus bookkeeping); the policy's answer is written into the same row. A transition
 is two consecutive rows of one agent trajectory: ``obs``/``actions``/fetches come from the
-first, ``rewards``/``terminateds``/``truncateds``/``infos``/``new_obs`` from the second.
-Building a batch is therefore a stable sort by trajectory and a shift by one.
+first, ``rewards``/``terminateds``/``truncateds``/``infos``/``new_obs`` from the second
+(the column roles are declared in ``rlconnect.batches.columns``). Building a batch is
+therefore a stable sort by trajectory and a shift by one.
 """
 
 from __future__ import annotations
@@ -16,20 +17,22 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import SampleBatch
+from rlconnect.batches.columns import (
+    IMAGE_COLUMNS,
+    NEXT_OBS_OF,
+    NEXT_ROW_COLUMNS,
+    STORE_COLUMNS,
+    STORE_LAST,
+    STORE_POLL,
+    STORE_TRAJ,
+)
 from rlconnect.batches.frame_stacks import pack_image_columns, transition_observations
 from rlconnect.collectors.store import ColumnStore
 
-__all__ = ["EMPTY_INFO", "NEXT_COLUMNS", "PolicyCollector"]
+__all__ = ["EMPTY_INFO", "PolicyCollector"]
 
 EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
 """Stored for every empty info dict: one shared read-only mapping, not a dict per row."""
-
-TRAJ, POLL, LAST = "_traj", "_poll", "_last"
-BOOKKEEPING = (TRAJ, POLL, LAST)
-#: columns a transition takes from the row that followed its observation
-NEXT_COLUMNS = ("rewards", "terminateds", "truncateds", "infos")
-#: columns stored compressed with ``compress_observations`` when they hold images
-IMAGE_COLUMNS = ("obs", "new_obs", "raw_obs")
 
 
 class PolicyCollector:
@@ -61,9 +64,9 @@ class PolicyCollector:
         and ``last`` may be scalars shared by all rows.
         """
         n = len(traj_ids)
-        columns[TRAJ] = traj_ids
-        columns[POLL] = poll
-        columns[LAST] = last
+        columns[STORE_TRAJ] = traj_ids
+        columns[STORE_POLL] = poll
+        columns[STORE_LAST] = last
         return self.store.append(columns, n)
 
     def add_outputs(self, columns: dict[str, Any], where: np.ndarray | None = None) -> None:
@@ -77,7 +80,7 @@ class PolicyCollector:
 
     def copy_rows(self, rows: np.ndarray) -> dict[str, Any]:
         """Every non-bookkeeping column at ``rows`` (to build closing rows)."""
-        return {n: self.store.take(n, rows) for n in self.store.names if n not in BOOKKEEPING}
+        return {n: self.store.take(n, rows) for n in self.store.names if n not in STORE_COLUMNS}
 
     def drop(self, mask: np.ndarray) -> None:
         """Forget the rows where ``mask`` is true (a faulty episode)."""
@@ -87,6 +90,10 @@ class PolicyCollector:
         """A live column."""
         return self.store.column(name)
 
+    def trajectory_ids(self) -> np.ndarray:
+        """The trajectory id of every stored row, in storage order (live, do not modify)."""
+        return np.asarray(self.store.column(STORE_TRAJ))
+
     def build(self, selected: np.ndarray) -> tuple[SampleBatch, np.ndarray]:
         """Transitions between selected rows, trajectories contiguous and in time order.
 
@@ -95,7 +102,7 @@ class PolicyCollector:
         starts the next batch). Returns the batch and the trajectory id of each row.
         """
         n = self.store.size
-        traj_all = self.store.column(TRAJ)
+        traj_all = self.store.column(STORE_TRAJ)
         order = np.argsort(traj_all, kind="stable")
         traj = traj_all[order]
         sel = selected[order]
@@ -107,23 +114,29 @@ class PolicyCollector:
         next_selected = np.zeros(n, dtype=bool)
         next_selected[:-1] = same & sel[1:]
         last_sel = sel & ~next_selected
-        closed = self.store.column(LAST)[order]
+        closed = self.store.column(STORE_LAST)[order]
         keep = ~sel | (last_sel & ~closed)
         self.store.keep(np.sort(order[keep]))
         return batch, traj_all[rows]
 
     def _transitions(self, rows: np.ndarray, nxt: np.ndarray) -> SampleBatch:
+        # observation pairs: frame stacks keep each frame once (rlconnect.batches.frame_stacks)
+        pairs = {
+            name: transition_observations(self.store.column(name), rows, nxt)
+            for name in NEXT_OBS_OF
+            if name in self.store
+        }
         cols: dict[str, Any] = {}
-        if "obs" in self.store:  # frame stacks: each frame once (rlconnect.batches.frame_stacks)
-            obs = transition_observations(self.store.column("obs"), rows, nxt)
         for name in self.store.names:
-            if name in BOOKKEEPING:
+            if name in STORE_COLUMNS:
                 continue
-            if name in NEXT_COLUMNS:
+            if name in NEXT_ROW_COLUMNS:
                 cols[name] = self.store.take(name, nxt)
+            elif name in pairs:
+                cols[name] = pairs[name][0]
             else:
-                cols[name] = obs[0] if name == "obs" else self.store.take(name, rows)
-        if "obs" in self.store:
-            cols[SampleBatch.NEXT_OBS] = obs[1]
+                cols[name] = self.store.take(name, rows)
+        for name, (_, following) in pairs.items():
+            cols[NEXT_OBS_OF[name]] = following
         pack_image_columns(cols, IMAGE_COLUMNS, compress=self.compress_observations)
         return SampleBatch(cols)

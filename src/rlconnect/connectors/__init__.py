@@ -52,6 +52,7 @@ from rlconnect.connectors.registry import (
     registered_connectors,
     registered_lambdas,
 )
+from rlconnect.connectors.settings import ConnectorSettings
 
 __all__ = [
     "ActionConnector",
@@ -68,6 +69,7 @@ __all__ = [
     "Connector",
     "ConnectorContext",
     "ConnectorPipeline",
+    "ConnectorSettings",
     "ConvertToNumpy",
     "CropObservations",
     "FlattenObservations",

@@ -23,15 +23,13 @@ Action pipeline: ``ConvertToNumpy``; then ``UnsquashActions`` when
 ``normalize_actions=True`` (the default) and the action space is a Box; then
 ``ClipActions`` when ``clip_actions=True`` (default False) and it is a Box.
 
-Other config keys are ignored (the config is shared with the runner). A bad value of one
-of these keys raises ValueError naming the key and what is allowed.
+The keys, their defaults and what each allows are declared once, in
+``rlconnect.connectors.settings.ConnectorSettings``; other config keys are ignored (the
+config is shared with the runner). A bad value of one of these keys raises ValueError
+naming the key, the value and what is allowed.
 """
 
 from __future__ import annotations
-
-import numbers
-from collections.abc import Mapping
-from typing import Any
 
 import gymnasium as gym
 
@@ -47,6 +45,12 @@ from rlconnect.connectors.agent import (
 )
 from rlconnect.connectors.base import ActionConnector, AgentConnector, ConnectorContext
 from rlconnect.connectors.pipeline import ActionConnectorPipeline, AgentConnectorPipeline
+from rlconnect.connectors.settings import (
+    OBSERVATION_FILTER_SYNCS,
+    OBSERVATION_FILTERS,
+    PRESETS,
+    ConnectorSettings,
+)
 from rlconnect.spaces import describe_space
 
 __all__ = [
@@ -59,83 +63,21 @@ __all__ = [
     "default_agent_pipeline",
 ]
 
-OBSERVATION_FILTERS = ("NoFilter", "MeanStdFilter")
-OBSERVATION_FILTER_SYNCS = ("immediate", "frozen")
-PRESETS = ("atari",)
 ATARI_SCREEN = (84, 84)
 """Height and width of the frames the Atari preset outputs."""
 ATARI_FRAMESTACK = 4
 """Frames the Atari preset stacks unless ``framestack`` says otherwise."""
 
 
-def _bool(config: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = config.get(key, default)
-    if not isinstance(value, bool):
-        raise ValueError(f"config[{key!r}] must be True or False, got {value!r}")
-    return value
-
-
-def _observation_filter(config: Mapping[str, Any]) -> str:
-    value = config.get("observation_filter", "NoFilter")
-    if value not in OBSERVATION_FILTERS:
-        raise ValueError(
-            f"config['observation_filter'] must be one of {list(OBSERVATION_FILTERS)}, "
-            f"got {value!r}"
-        )
-    return value
-
-
-def _freeze_filter(config: Mapping[str, Any]) -> bool:
-    """``observation_filter_sync``: "frozen" freezes the filter between sync points."""
-    value = config.get("observation_filter_sync", "immediate")
-    if value not in OBSERVATION_FILTER_SYNCS:
-        raise ValueError(
-            f"config['observation_filter_sync'] must be one of {list(OBSERVATION_FILTER_SYNCS)}, "
-            f"got {value!r}"
-        )
-    return value == "frozen"
-
-
-def _reward_limit(config: Mapping[str, Any]) -> tuple[bool, float | None]:
-    """``(clip?, limit)`` from ``clip_rewards``: None/False off, True sign, x > 0 clip."""
-    value = config.get("clip_rewards")
-    if value is None or value is False:
-        return False, None
-    if value is True:
-        return True, None
-    if isinstance(value, numbers.Real) and float(value) > 0:
-        return True, float(value)
-    raise ValueError(
-        "config['clip_rewards'] must be None (off), True (keep the sign) or a positive "
-        f"number (clip to [-x, x]), got {value!r}"
-    )
-
-
-def _framestack(config: Mapping[str, Any]) -> int | None:
-    value = config.get("framestack")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"config['framestack'] must be None or an int >= 1, got {value!r}")
-    return int(value)
-
-
-def _preset(config: Mapping[str, Any]) -> str | None:
-    value = config.get("preset")
-    if value is not None and value not in PRESETS:
-        raise ValueError(f"config['preset'] must be None or one of {list(PRESETS)}, got {value!r}")
-    return value
-
-
-def _atari_members(ctx: ConnectorContext) -> list[AgentConnector]:
+def _atari_members(ctx: ConnectorContext, settings: ConnectorSettings) -> list[AgentConnector]:
     """Grayscale -> Resize(84, 84) -> ClipReward -> FrameStack(4), skipping what is done."""
-    space, config = ctx.observation_space, ctx.config
+    space = ctx.observation_space
     if not isinstance(space, gym.spaces.Box) or len(space.shape) not in (2, 3):
         raise ValueError(
             "preset='atari' needs image observations, a Box (H, W) or (H, W, 3), got "
             f"{describe_space(space)}"
         )
-    if _observation_filter(config) != "NoFilter":
+    if settings.observation_filter != "NoFilter":
         raise ValueError(
             "preset='atari' keeps uint8 frames and cannot be combined with "
             "observation_filter='MeanStdFilter'"
@@ -145,9 +87,9 @@ def _atari_members(ctx: ConnectorContext) -> list[AgentConnector]:
         members.append(Grayscale(ctx))
     if tuple(space.shape[:2]) != ATARI_SCREEN:
         members.append(Resize(ctx, height=ATARI_SCREEN[0], width=ATARI_SCREEN[1]))
-    clip, limit = _reward_limit(config)
+    clip, limit = settings.reward_limit
     members.append(ClipReward(ctx, limit=limit if clip else None))
-    members.append(FrameStack(ctx, num_frames=_framestack(config) or ATARI_FRAMESTACK))
+    members.append(FrameStack(ctx, num_frames=settings.framestack or ATARI_FRAMESTACK))
     if ctx.initial_states:
         members.append(StateBuffer(ctx))
     return members
@@ -155,23 +97,20 @@ def _atari_members(ctx: ConnectorContext) -> list[AgentConnector]:
 
 def default_agent_pipeline(ctx: ConnectorContext) -> AgentConnectorPipeline:
     """The standard agent pipeline for ``ctx`` (see the module docstring for the order)."""
-    config = ctx.config
-    if _preset(config) == "atari":
-        return AgentConnectorPipeline(ctx, _atari_members(ctx))
-    obs_filter = _observation_filter(config)
-    freeze = _freeze_filter(config)
-    clip_rewards, reward_limit = _reward_limit(config)
-    framestack = _framestack(config)
-
+    settings = ConnectorSettings.from_config(ctx.config)
+    if settings.preset == "atari":
+        return AgentConnectorPipeline(ctx, _atari_members(ctx, settings))
     members: list[AgentConnector] = []
     if not isinstance(ctx.observation_space, gym.spaces.Box):
         members.append(FlattenObservations(ctx))
-    if obs_filter == "MeanStdFilter":
+    if settings.observation_filter == "MeanStdFilter":
+        freeze = settings.observation_filter_sync == "frozen"
         members.append(MeanStdFilter(ctx, freeze_between_syncs=freeze))
+    clip_rewards, reward_limit = settings.reward_limit
     if clip_rewards:
         members.append(ClipReward(ctx, limit=reward_limit))
-    if framestack is not None:
-        members.append(FrameStack(ctx, num_frames=framestack))
+    if settings.framestack is not None:
+        members.append(FrameStack(ctx, num_frames=settings.framestack))
     if ctx.initial_states:
         members.append(StateBuffer(ctx))
     return AgentConnectorPipeline(ctx, members)
@@ -179,12 +118,11 @@ def default_agent_pipeline(ctx: ConnectorContext) -> AgentConnectorPipeline:
 
 def default_action_pipeline(ctx: ConnectorContext) -> ActionConnectorPipeline:
     """The standard action pipeline for ``ctx`` (see the module docstring for the order)."""
-    normalize = _bool(ctx.config, "normalize_actions", True)
-    clip = _bool(ctx.config, "clip_actions", False)
+    settings = ConnectorSettings.from_config(ctx.config)
     is_box = isinstance(ctx.action_space, gym.spaces.Box)
     members: list[ActionConnector] = [ConvertToNumpy(ctx)]
-    if normalize and is_box:
+    if settings.normalize_actions and is_box:
         members.append(UnsquashActions(ctx))
-    if clip and is_box:
+    if settings.clip_actions and is_box:
         members.append(ClipActions(ctx))
     return ActionConnectorPipeline(ctx, members)

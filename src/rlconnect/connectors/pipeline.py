@@ -14,14 +14,14 @@ from rlconnect.connectors.base import (
     ActionData,
     AgentConnector,
     AgentData,
-    Connector,
     ConnectorContext,
 )
 from rlconnect.connectors.registry import get_connector_class
 
 __all__ = ["ActionConnectorPipeline", "AgentConnectorPipeline", "ConnectorPipeline"]
 
-C = TypeVar("C", bound=Connector)
+#: the member type: each pipeline holds agent connectors or action connectors, never both
+C = TypeVar("C", AgentConnector, ActionConnector)
 
 PIPELINE_STATE_VERSION = 1
 
@@ -40,7 +40,7 @@ class ConnectorPipeline(Generic[C]):
     Every edit re-checks that the members' spaces chain, and is undone if they do not.
     """
 
-    member_type: type[Connector] = Connector
+    member_type: type[C]  # set by each subclass: the class its members must be
     _ctx_space = "observation_space"
 
     def __init__(self, ctx: ConnectorContext, connectors: Iterable[C] = ()) -> None:
@@ -54,7 +54,7 @@ class ConnectorPipeline(Generic[C]):
         self._calls = 0
 
     # -- composition ----------------------------------------------------------------------
-    def _check_type(self, c: Any) -> C:
+    def _check_type(self, c: object) -> C:
         if not isinstance(c, self.member_type):
             raise TypeError(f"{type(self).__name__} takes {self.member_type.__name__}s, got {c!r}")
         return c

@@ -67,15 +67,15 @@ def register_connector(name: str, cls: Any = None, *, override: bool = False) ->
     return _register if cls is None else _register(cls)
 
 
-def get_connector_class(name: str) -> type[Connector]:
-    """The class registered under ``name``; UnknownConnectorError lists the known names."""
-    try:
-        return _CONNECTORS[name]
-    except (KeyError, TypeError):
+def get_connector_class(name: object) -> type[Connector]:
+    """The class registered under ``name``; UnknownConnectorError lists the known names
+    (also for a name that is not a string, as a damaged saved pipeline may hold)."""
+    if not isinstance(name, str) or name not in _CONNECTORS:
         raise UnknownConnectorError(
             f"no connector registered as {name!r}; registered: {', '.join(registered_connectors())}"
             ". Import the module that registers it (rc.register_connector) before loading."
-        ) from None
+        )
+    return _CONNECTORS[name]
 
 
 def get_connector(

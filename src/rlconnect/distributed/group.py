@@ -22,21 +22,15 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
-from rlconnect.distributed.faults import (
-    FaultTolerance,
-    RunnerFailedError,
-    RunnerFailure,
-)
+from rlconnect.distributed.faults import FaultTolerance, RunnerFailedError, RunnerFailure
+from rlconnect.distributed.gather import Batch, DeltaInbox, sample_round, sample_stream, tag_batch
 from rlconnect.distributed.pool import RunnerPool
-from rlconnect.distributed.sync import ConnectorDeltas, apply_deltas, check_frozen_filters
+from rlconnect.distributed.sync import apply_deltas, check_frozen_filters
 from rlconnect.distributed.worker import RunnerSpec, read_folder
 from rlconnect.policy import Policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 
 __all__ = ["RunnerGroup"]
-
-Batch = SampleBatch | MultiAgentBatch
 
 
 def _import_ray() -> Any:
@@ -47,18 +41,6 @@ def _import_ray() -> Any:
             "RunnerGroup(num_runners > 0) needs Ray: pip install 'rlconnect[ray]'"
         ) from exc
     return ray
-
-
-def _rows(batch: Batch, count_by: str) -> int:
-    if isinstance(batch, MultiAgentBatch):
-        return batch.agent_steps() if count_by == "agent_steps" else batch.env_steps()
-    return len(batch)
-
-
-def _tag(batch: Batch, **meta: Any) -> None:
-    parts = batch.policy_batches.values() if isinstance(batch, MultiAgentBatch) else [batch]
-    for b in parts:
-        b.meta.update(meta)
 
 
 class RunnerGroup:
@@ -141,7 +123,7 @@ class RunnerGroup:
         self.config = local.config
         self.faults = faults
         self.num_runners = num_runners
-        self._pending: dict[int, list[ConnectorDeltas]] = {k: [] for k in range(1, num_runners + 1)}
+        self._inbox = DeltaInbox(num_runners)
         self.last_sample_info: dict[str, Any] = {}
         self._stopped = False
         self._pool: RunnerPool | None = None
@@ -177,9 +159,6 @@ class RunnerGroup:
     def _actors(self) -> dict[int, Any]:
         return self._pool.actors if self._pool else {}
 
-    def _promised_rows(self) -> int:
-        return self.config.rollout_fragment_length * self.config.num_envs
-
     # -- sampling -------------------------------------------------------------------------
     def sample(self) -> Batch:
         """One batch from every healthy runner, gathered in parallel, concatenated in
@@ -188,26 +167,8 @@ class RunnerGroup:
         if self.num_runners == 0:
             return self.local_runner.sample()
         self._require_runners()
-        inflight = {self._actors[k].sample.remote(): k for k in self.healthy_runner_indices}
-        results: dict[int, Batch] = {}
-        failures: list[RunnerFailure] = []
-        while inflight:
-            k, value = self._remote.next_result(inflight, "sample", failures, resubmit=True)
-            if value is not None:
-                batch, deltas = value
-                results[k] = batch
-                self._pending[k].append(deltas)
-        if not results:
-            raise RunnerFailedError("no remote runner produced a batch in sample()")
-        order = sorted(results)
-        out: Batch = concat_samples([results[k] for k in order])  # type: ignore[misc]
         count_by = self.config.count_steps_by.value
-        info = {
-            "runner_rows": {k: _rows(results[k], count_by) for k in order},
-            "runner_failures": [f.to_dict() for f in failures],
-            "missing_rows": self._promised_rows() * (self.num_runners - len(order)),
-        }
-        _tag(out, **info)
+        out, info = sample_round(self._remote, self._inbox, count_by, self.num_runners)
         self.last_sample_info = info
         return out
 
@@ -226,46 +187,11 @@ class RunnerGroup:
             while num_batches is None or n < num_batches:
                 n += 1
                 batch = self.local_runner.sample()
-                _tag(batch, runner_index=0)
+                tag_batch(batch, runner_index=0)
                 yield batch
             return
         self._require_runners()
-        inflight: dict[Any, int] = {}
-        submitted = 0
-
-        def submit_idle() -> None:
-            nonlocal submitted
-            busy = set(inflight.values())
-            for k in self.healthy_runner_indices:
-                if k not in busy and (num_batches is None or submitted < num_batches):
-                    inflight[self._actors[k].sample.remote()] = k
-                    submitted += 1
-
-        submit_idle()
-        failures: list[RunnerFailure] = []
-        try:
-            while inflight:
-                k, value = self._remote.next_result(
-                    inflight, "sample_async", failures, resubmit=True
-                )
-                if value is None:
-                    if k not in self._actors:  # skipped: a healthy runner takes its turn
-                        submitted -= 1
-                        submit_idle()
-                    continue
-                batch, deltas = value
-                self._pending[k].append(deltas)
-                if k in self._actors and (num_batches is None or submitted < num_batches):
-                    inflight[self._actors[k].sample.remote()] = k
-                    submitted += 1
-                _tag(batch, runner_index=k, runner_failures=[f.to_dict() for f in failures])
-                failures = []
-                yield batch
-            if num_batches is None or submitted < num_batches:
-                self._require_runners()  # every runner was skipped: say so
-        finally:
-            if inflight:  # closed early: let the runners finish, drop those batches
-                self._ray.wait(list(inflight), num_returns=len(inflight), timeout=60)
+        yield from sample_stream(self._remote, self._inbox, num_batches, self._require_runners)
 
     def __iter__(self) -> Iterator[Batch]:
         return self.sample_async()
@@ -302,10 +228,7 @@ class RunnerGroup:
         with changes (docs/scaling.md, "The staleness rule")."""
         if self.num_runners == 0:
             return
-        deltas = [d for k in sorted(self._pending) for d in self._pending[k]]
-        for k in self._pending:
-            self._pending[k] = []
-        merged = apply_deltas(self.local_runner, deltas)
+        merged = apply_deltas(self.local_runner, self._inbox.take())
         if merged and self._actors:
             self._call_all("set_connector_states", self._ray.put(merged))
 
@@ -362,8 +285,7 @@ class RunnerGroup:
             return
         self._remote.checkpoint_ref = self._ray.put(read_folder(path))
         self._remote.weights_ref = None
-        for k in self._pending:
-            self._pending[k] = []
+        self._inbox.clear()
         if self._actors:
             self._call_all("restore_files", self._remote.checkpoint_ref)
 

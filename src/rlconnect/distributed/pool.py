@@ -54,6 +54,14 @@ class RunnerPool:
     def indices(self) -> list[int]:
         return sorted(self.actors)
 
+    def submit_sample(self, k: int) -> Any:
+        """Ask runner ``k`` for its next batch; the object ref of ``(batch, deltas)``."""
+        return self.actors[k].sample.remote()
+
+    def abandon(self, refs: list[Any], timeout_s: float) -> None:
+        """Let requests nobody will read finish (up to ``timeout_s``); drop their results."""
+        self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+
     def _start_actor(self, k: int, incarnation: int) -> Any:
         actor = self._actor_cls.options(**self._resources).remote(self._spec_ref, k, incarnation)
         if self.checkpoint_ref is not None:
@@ -99,7 +107,7 @@ class RunnerPool:
                 error = exc
         restarted = self.handle_failure(k, call, error, failures)
         if restarted and resubmit:
-            inflight[self.actors[k].sample.remote()] = k
+            inflight[self.submit_sample(k)] = k
         return k, None
 
     def handle_failure(

@@ -1,6 +1,6 @@
 """The remote runner: an EnvRunner inside a Ray actor, and how each one is built.
 
-Nothing here imports Ray; ``group.py`` wraps :class:`RemoteRunner` with ``ray.remote``.
+Nothing here imports Ray; ``pool.py`` wraps :class:`RemoteRunner` with ``ray.remote``.
 Remote runner ``k`` (1..K) gets ``seed + k * num_envs`` and ``worker_index=k``, so its
 sub-env ``j`` is seeded ``seed + k * num_envs + j`` (``EnvRunner`` seeds sub-env ``i`` with
 ``seed + i``) and its episode ids start at ``k << 40``. A restarted runner (incarnation

@@ -37,7 +37,6 @@ class Episode:
         self._worker = worker
         self._policies: dict[Any, str] = {}
         self._indices: dict[Any, int] = {}
-        self._last_info: dict[Any, dict] = {}
 
     def policy_for(self, agent_id: Any) -> str:
         """The policy id of ``agent_id``, fixed for the whole episode."""
@@ -69,10 +68,6 @@ class Episode:
             key = (a, self.policy_for(a))
             self.agent_rewards[key] = self.agent_rewards.get(key, 0.0) + float(r)
             self.total_reward += float(r)
-
-    def last_info_for(self, agent_id: Any) -> dict:
-        """The last info dict the env gave ``agent_id``."""
-        return self._last_info.get(agent_id, {})
 
     def to_metrics(self) -> dict[str, Any]:
         """The per-episode record ``runner.get_metrics()`` returns."""

@@ -55,4 +55,6 @@ class OfflineDataError(CheckpointError):
 
 
 class Malformed(Exception):
-    """What a file holds contradicts its own metadata (turned into an OfflineDataError)."""
+    """What a file holds contradicts its own metadata or format; the reader turns it into
+    an error naming the file (``OfflineDataError`` for Parquet, ``CheckpointError`` for
+    ``.rlb`` batch files)."""

@@ -58,23 +58,18 @@ bool, (u)int8-64, float16/32/64 and complex64 in native order are plain tensors;
 other dtype without Python objects (complex128, datetime64, timedelta64, fixed-width
 ``U``/``S`` strings, non-native byte order) is stored as raw bytes plus its ``dtype.str``.
 
-Objects (``infos``, any object-dtype column, and ``meta``) are stored as JSON text. What is
-not JSON is converted on write (documented fallback, not reversible):
+Objects (``infos``, any object-dtype column, and ``meta``) are stored as JSON text; what
+is not JSON is converted on write as ``rlconnect.offline.json_values`` describes (not
+reversible: numpy arrays become lists, other objects their ``repr()``). Namedtuple
+columns come back as plain tuples.
 
-- numpy arrays become (nested) lists, numpy scalars Python scalars, tuples lists;
-- dict keys that are not strings become ``str(key)``;
-- floats NaN / inf are kept (written as ``NaN`` / ``Infinity``, as Python's ``json`` does);
-- any other object (bytes, sets, custom classes, complex numbers ...) becomes its
-  ``repr()`` string; so does anything nested deeper than 64 levels.
-
-So an ``infos`` row ``{"pos": np.array([1, 2]), "tag": b"x"}`` reads back as
-``{"pos": [1, 2], "tag": "b'x'"}``. Namedtuple columns come back as plain tuples.
+Modules: this one names and writes the files; ``batch_decode`` reads a file's structure
+back, checking every field; ``json_values`` is the JSON fallback both formats share.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -88,6 +83,9 @@ from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.container import load_nest, pack
 from rlconnect.checkpoints.nest import ARRAY_KEY, SUPPORTED_DTYPES
 from rlconnect.errors import CheckpointError
+from rlconnect.offline._common import Malformed
+from rlconnect.offline.batch_decode import RAW_DTYPE_RE, decode_structure
+from rlconnect.offline.json_values import json_bytes, to_json_value
 
 __all__ = [
     "BATCH_FILE_PATTERN",
@@ -114,48 +112,9 @@ BATCH_FILE_PATTERN = "batch-*.rlb"
 """Glob of the batch files in a folder."""
 
 _NAME_RE = re.compile(r"^batch-(\d{6,})\.rlb$")
-_DTYPE_RE = re.compile(r"^[<>|=][a-zA-Z]\d+(\[\w+\])?$")
-_MAX_JSON_DEPTH = 64
 
 PathLike = str | os.PathLike[str]
 Batch = SampleBatch | MultiAgentBatch
-
-
-# --------------------------------------------------------------------------- JSON fallback
-def to_json_value(value: Any, _depth: int = 0) -> Any:
-    """``value`` as JSON values, converting what is not JSON (see the module docstring).
-
-    >>> to_json_value({"a": np.arange(2), 3: (np.float32(0.5), b"x")})
-    {'a': [0, 1], '3': [0.5, "b'x'"]}
-    """
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if _depth > _MAX_JSON_DEPTH:
-        return repr(value)
-    if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            return [to_json_value(v, _depth + 1) for v in value.tolist()]
-        return to_json_value(value.tolist(), _depth + 1)
-    if isinstance(value, np.generic):
-        item = value.item()
-        return to_json_value(item, _depth + 1) if not isinstance(item, np.generic) else repr(value)
-    if isinstance(value, Mapping):
-        return {
-            (k if isinstance(k, str) else str(k)): to_json_value(v, _depth + 1)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [to_json_value(v, _depth + 1) for v in value]
-    return repr(value)
-
-
-def _json_bytes(values: list[Any]) -> np.ndarray:
-    text = json.dumps([to_json_value(v) for v in values], allow_nan=True, separators=(",", ":"))
-    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
 
 
 # --------------------------------------------------------------------------------- writing
@@ -169,7 +128,7 @@ def _encode_leaf(leaf: np.ndarray, arrays: dict[str, np.ndarray], where: str) ->
     ref = {ARRAY_KEY: key}
     shape = [int(s) for s in leaf.shape]
     if leaf.dtype == object:
-        arrays[key] = _json_bytes(list(leaf.reshape(-1)))
+        arrays[key] = json_bytes(list(leaf.reshape(-1)))
         return {"node": "json", "shape": shape, "data": ref}
     if leaf.dtype in SUPPORTED_DTYPES and leaf.dtype.isnative:
         arrays[key] = np.ascontiguousarray(leaf)
@@ -177,7 +136,7 @@ def _encode_leaf(leaf: np.ndarray, arrays: dict[str, np.ndarray], where: str) ->
     dt = leaf.dtype
     if dt.hasobject or dt.fields is not None or dt.subdtype is not None or dt.itemsize == 0:
         raise ValueError(f"{where}: arrays of dtype {dt} cannot be stored in a batch file")
-    if not _DTYPE_RE.match(dt.str):
+    if not RAW_DTYPE_RE.match(dt.str):
         raise ValueError(f"{where}: arrays of dtype {dt} ({dt.str}) cannot be stored")
     arrays[key] = np.frombuffer(np.ascontiguousarray(leaf).tobytes(), dtype=np.uint8).copy()
     return {"node": "raw", "dtype": dt.str, "shape": shape, "data": ref}
@@ -306,124 +265,6 @@ def read_batch_file(path: PathLike) -> Batch:
     _, obj = load_nest(path, format_name=BATCH_FORMAT, versions=BATCH_FORMAT_VERSIONS)
     source = os.fspath(path)
     try:
-        return _decode_file(obj)
-    except _Malformed as exc:
+        return decode_structure(obj)
+    except Malformed as exc:
         raise CheckpointError(f"cannot load {BATCH_FORMAT} file {source!r}: {exc}") from None
-
-
-class _Malformed(Exception):
-    """A structure that ``encode_batch`` cannot have produced."""
-
-
-def _expect(cond: bool, msg: str) -> None:
-    if not cond:
-        raise _Malformed(msg)
-
-
-def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    _expect(isinstance(obj, dict), f"{where} is not an object")
-    _expect(key in obj, f"{where} lacks {key!r}")
-    value = obj[key]
-    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is int)
-    _expect(ok, f"{where}.{key} has the wrong type ({type(value).__name__})")
-    return value
-
-
-def _pairs(value: Any, where: str) -> list[tuple[str, Any]]:
-    _expect(isinstance(value, list), f"{where} is not a list")
-    out = []
-    for i, item in enumerate(value):
-        ok = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        _expect(ok, f"{where}[{i}] is not a [name, value] pair")
-        out.append((item[0], item[1]))
-    names = [k for k, _ in out]
-    _expect(len(set(names)) == len(names), f"{where} repeats a name")
-    return out
-
-
-def _decode_file(obj: Any) -> Batch:
-    kind = _field(obj, "kind", str, "the structure")
-    _field(obj, "index", int, "the structure")
-    if kind == "SampleBatch":
-        return _decode_batch(_field(obj, "batch", dict, "the structure"), "batch")
-    if kind == "MultiAgentBatch":
-        env_steps = _field(obj, "env_steps", int, "the structure")
-        _expect(env_steps >= 0, "env_steps is negative")
-        pairs = _pairs(_field(obj, "policy_batches", list, "the structure"), "policy_batches")
-        return MultiAgentBatch(
-            {pid: _decode_batch(b, f"policy batch {pid!r}") for pid, b in pairs}, env_steps
-        )
-    raise _Malformed(f"unknown batch kind {kind[:40]!r}")
-
-
-def _decode_batch(obj: Any, where: str) -> SampleBatch:
-    count = _field(obj, "count", int, where)
-    meta_text = _field(obj, "meta", str, where)
-    try:
-        meta = json.loads(meta_text)
-    except (ValueError, RecursionError):
-        raise _Malformed(f"{where}: meta is not valid JSON") from None
-    _expect(isinstance(meta, dict), f"{where}: meta is not a JSON object")
-    pairs = _pairs(_field(obj, "columns", list, where), f"{where} columns")
-    columns = {name: _decode_column(col, f"{where} column {name!r}", 0) for name, col in pairs}
-    try:
-        batch = SampleBatch(columns, meta=meta)
-    except (ValueError, TypeError) as exc:
-        raise _Malformed(f"{where}: {exc}") from None
-    _expect(len(batch) == count, f"{where}: holds {len(batch)} rows, not {count}")
-    return batch
-
-
-def _decode_column(obj: Any, where: str, depth: int) -> Any:
-    _expect(depth <= _MAX_JSON_DEPTH, f"{where}: nested too deeply")
-    node = _field(obj, "node", str, where)
-    if node == "dict":
-        items = _pairs(_field(obj, "items", list, where), where)
-        return {k: _decode_column(v, f"{where}/{k}", depth + 1) for k, v in items}
-    if node == "tuple":
-        items = _field(obj, "items", list, where)
-        return tuple(_decode_column(v, f"{where}/{i}", depth + 1) for i, v in enumerate(items))
-    shape_list = _field(obj, "shape", list, where)
-    _expect(
-        len(shape_list) >= 1
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape_list),
-        f"{where}: malformed shape",
-    )
-    shape = tuple(shape_list)
-    data = _field(obj, "data", np.ndarray, where)
-    if node == "array":
-        dtype = _field(obj, "dtype", str, where)
-        _expect(data.dtype.name == dtype, f"{where}: stored as {data.dtype.name}, not {dtype}")
-        _expect(data.shape == shape, f"{where}: stored with shape {data.shape}, not {shape}")
-        return data
-    _expect(data.dtype == np.uint8 and data.ndim == 1, f"{where}: data is not a byte array")
-    if node == "raw":
-        dtype_str = _field(obj, "dtype", str, where)
-        _expect(bool(_DTYPE_RE.match(dtype_str)), f"{where}: malformed dtype {dtype_str[:20]!r}")
-        try:
-            dt = np.dtype(dtype_str)
-        except (TypeError, ValueError):
-            raise _Malformed(f"{where}: unknown dtype {dtype_str!r}") from None
-        _expect(
-            not dt.hasobject and dt.fields is None and dt.itemsize > 0,
-            f"{where}: dtype {dtype_str!r} is not allowed",
-        )
-        _expect(
-            data.size == math.prod(shape) * dt.itemsize,
-            f"{where}: {data.size} bytes do not make an array of {dt} and shape {shape}",
-        )
-        return data.view(dt).reshape(shape)
-    if node == "json":
-        try:
-            values = json.loads(data.tobytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise _Malformed(f"{where}: the stored JSON text is damaged") from None
-        _expect(
-            isinstance(values, list) and len(values) == math.prod(shape),
-            f"{where}: the stored JSON is not a list of {math.prod(shape)} values",
-        )
-        out = np.empty(len(values), dtype=object)
-        for i, v in enumerate(values):
-            out[i] = v
-        return out.reshape(shape)
-    raise _Malformed(f"{where}: unknown node {node[:40]!r}")

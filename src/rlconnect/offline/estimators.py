@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch, concat_samples
+from rlconnect.batches.columns import trajectory_keys
 from rlconnect.policy import Policy
 
 __all__ = [
@@ -60,7 +61,8 @@ def target_logp(target: Target, batch: SampleBatch) -> np.ndarray:
     """
     if isinstance(target, Policy):
         dist = getattr(target, "dist", None)
-        if dist is None or not hasattr(target, "forward"):
+        forward = getattr(target, "forward", None)
+        if dist is None or not callable(forward):
             raise TypeError(
                 f"{type(target).__name__} cannot give log-probabilities of given actions; "
                 "pass a TorchPolicy or a callable batch -> logp"
@@ -68,7 +70,7 @@ def target_logp(target: Target, batch: SampleBatch) -> np.ndarray:
         import torch
 
         with torch.inference_mode():
-            dist_inputs = target.forward(batch)[0]  # type: ignore[attr-defined]
+            dist_inputs = forward(batch)[0]
             actions = torch.as_tensor(np.asarray(batch[SampleBatch.ACTIONS]))
             logp = dist.logp_torch(dist_inputs, actions)
         return logp.cpu().numpy().astype(np.float64)
@@ -107,8 +109,7 @@ def collect_episodes(
             )
             raise ValueError(f"off-policy estimation needs a {col!r} column{hint}")
     if "agent_index" in rows:  # one trajectory per (episode, agent)
-        key = rows["eps_id"].astype(np.int64) * 4096 + rows["agent_index"].astype(np.int64)
-        rows = SampleBatch({**rows, "eps_id": key}, meta=rows.meta)
+        rows = SampleBatch({**rows, "eps_id": trajectory_keys(rows)}, meta=rows.meta)
     episodes = rows.split_by_episode()
     if complete_only:
         episodes = [

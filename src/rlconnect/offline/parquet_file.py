@@ -27,7 +27,7 @@ from rlconnect.offline._common import (
     RESERVED_COLUMNS,
     parquet_file_name,
 )
-from rlconnect.offline.batch_files import to_json_value
+from rlconnect.offline.json_values import to_json_value
 from rlconnect.offline.parquet_format import encode_column
 
 __all__: list[str] = []  # internal to rlconnect.offline.parquet_writer

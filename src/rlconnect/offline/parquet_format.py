@@ -41,7 +41,7 @@ from rlconnect.offline._common import (
     Malformed,
     OfflineDataError,
 )
-from rlconnect.offline.batch_files import to_json_value
+from rlconnect.offline.json_values import to_json_value
 
 __all__ = [
     "AGENT_ID_COLUMN",

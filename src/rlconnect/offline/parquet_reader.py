@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlconnect.batches import SampleBatch
+from rlconnect.batches.columns import OBSERVATION_COLUMNS
 from rlconnect.offline._common import (
     METADATA_KEY,
     PARQUET_FORMAT,
@@ -36,9 +37,6 @@ from rlconnect.offline.parquet_format import (
 from rlconnect.spaces import check_batch, space_from_json
 
 __all__ = ["BatchPart", "ParquetFileReader", "read_parquet_parts"]
-
-#: columns whose rows are checked against their recorded space
-CHECKED_COLUMNS = ("obs", "new_obs", "raw_obs")
 
 
 class BatchPart(NamedTuple):
@@ -93,12 +91,12 @@ class ParquetFileReader:
     # -- metadata -------------------------------------------------------------------------
     def _parse(self, kv: dict[bytes, bytes]) -> None:
         raw = kv.get(METADATA_KEY.encode())
-        _expect(
-            raw is not None,
-            f"no {METADATA_KEY!r} metadata: not written by rlconnect's ParquetBatchWriter",
-        )
+        if raw is None:
+            raise Malformed(
+                f"no {METADATA_KEY!r} metadata: not written by rlconnect's ParquetBatchWriter"
+            )
         try:
-            doc = json.loads(raw.decode("utf-8"))  # type: ignore[union-attr]
+            doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise Malformed(f"the {METADATA_KEY!r} metadata is not valid JSON") from None
         _expect(isinstance(doc, dict), "the metadata is not a JSON object")
@@ -211,7 +209,7 @@ class ParquetFileReader:
     def _check_spaces(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         for name, node in info["columns"]:
             space = info["spaces"].get(name)
-            if space is None or name not in CHECKED_COLUMNS:
+            if space is None or name not in OBSERVATION_COLUMNS:
                 continue
             try:
                 check_batch(space, decode_column(node, arrays), field=name)

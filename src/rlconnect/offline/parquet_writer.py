@@ -148,12 +148,19 @@ class ParquetBatchWriter:
     def _space_json(spaces: SpacesArg) -> dict[str, dict[str, Any]]:
         if not spaces:
             return {}
-        first = next(iter(spaces.values()))
-        per_policy = spaces if isinstance(first, Mapping) else {"*": spaces}
-        return {
-            pid: {col: space_to_json(sp) for col, sp in cols.items()}  # type: ignore[union-attr,arg-type]
-            for pid, cols in per_policy.items()
-        }
+        per_policy = isinstance(next(iter(spaces.values())), Mapping)
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in spaces.items():
+            if isinstance(value, Mapping) != per_policy:
+                raise TypeError(
+                    "spaces: give {column: space} for every policy, or {policy_id: {column: "
+                    f"space}}, not a mix of both (see {key!r})"
+                )
+            if isinstance(value, Mapping):
+                out[key] = {col: space_to_json(sp) for col, sp in value.items()}
+            else:
+                out.setdefault("*", {})[key] = space_to_json(value)
+        return out
 
     # -- writing --------------------------------------------------------------------------
     def write(self, batch: Batch, *, agent_ids: Mapping[str, Any] | None = None) -> None:

@@ -181,14 +181,17 @@ class ActionDistSpec:
         """Log-probability (B,) of given env actions (with ``start`` offsets), differentiable."""
         b = dist_inputs.shape[0]
         if self.kind == "categorical":
-            idx = (actions.reshape(b).long() - self.start)[:, None]
+            idx = (actions.reshape(b).long() - int(self.start))[:, None]  # Discrete: an int
             return torch.log_softmax(dist_inputs, dim=1).gather(1, idx)[:, 0]
         if self.kind == "multi_categorical":
             idx = actions.reshape(b, -1).long() - torch.as_tensor(self.start).reshape(-1)
             parts = torch.split(dist_inputs, self.nvec, dim=1)
-            return sum(  # type: ignore[return-value]
-                torch.log_softmax(p, dim=1).gather(1, idx[:, i : i + 1])[:, 0]
-                for i, p in enumerate(parts)
+            return sum(
+                (
+                    torch.log_softmax(p, dim=1).gather(1, idx[:, i : i + 1])[:, 0]
+                    for i, p in enumerate(parts)
+                ),
+                dist_inputs.new_zeros(b),
             )
         mean, log_std = dist_inputs[:, : self.dim], dist_inputs[:, self.dim :]
         z = (actions.reshape(b, self.dim).to(mean.dtype) - mean) * torch.exp(-log_std)

@@ -148,6 +148,8 @@ class MLPPolicy(TorchPolicy):
         seed: seeds the weight init and both generators.
     """
 
+    model: MLPModel  # narrows TorchPolicy.model: the numpy mirror reads its heads
+
     def __init__(
         self,
         observation_space: gym.Space,

@@ -25,7 +25,8 @@ def _sample_box(space: gym.spaces.Box, n: int, rng: np.random.Generator) -> np.n
     is_int = np.issubdtype(space.dtype, np.integer)
     if space.is_bounded("both"):
         if is_int:
-            return rng.integers(low, high, size=shape, endpoint=True, dtype=np.int64).astype(
+            lo, hi = low.astype(np.int64), high.astype(np.int64)  # integer bounds already
+            return rng.integers(lo, hi, size=shape, endpoint=True, dtype=np.int64).astype(
                 space.dtype
             )
         if np.issubdtype(space.dtype, np.floating):
@@ -59,9 +60,9 @@ def sample_space_batch(space: gym.Space, n: int, rng: np.random.Generator) -> An
         start = int(space.start)
         return rng.integers(start, start + int(space.n), size=n, dtype=np.int64).astype(space.dtype)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        start = np.asarray(space.start, dtype=np.int64)
-        high = start + np.asarray(space.nvec, dtype=np.int64)
-        out = rng.integers(start, high, size=(n, *space.shape), dtype=np.int64)
+        starts = np.asarray(space.start, dtype=np.int64)
+        ends = starts + np.asarray(space.nvec, dtype=np.int64)
+        out = rng.integers(starts, ends, size=(n, *space.shape), dtype=np.int64)
         return out.astype(space.dtype)
     if isinstance(space, gym.spaces.MultiBinary):
         return rng.integers(0, 2, size=(n, *space.shape), dtype=np.int8).astype(space.dtype)

@@ -7,7 +7,7 @@ weights; :func:`policy_from_spec` rebuilds it through this registry only.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import gymnasium as gym
 
@@ -33,7 +33,13 @@ class UnknownPolicyError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def register_policy(name: str, cls: type[Policy] | None = None, *, override: bool = False) -> Any:
+@overload
+def register_policy(name: str, cls: None = None, *, override: bool = False) -> Callable[[P], P]: ...
+@overload
+def register_policy(name: str, cls: P, *, override: bool = False) -> P: ...
+def register_policy(
+    name: str, cls: P | None = None, *, override: bool = False
+) -> P | Callable[[P], P]:
     """Register a Policy subclass under ``name``; usable as ``@register_policy("Name")``.
 
     Raises:
@@ -52,7 +58,7 @@ def register_policy(name: str, cls: type[Policy] | None = None, *, override: boo
         _REGISTRY[name] = c
         return c
 
-    return _register if cls is None else _register(cls)  # type: ignore[arg-type]
+    return _register if cls is None else _register(cls)
 
 
 def registered_policies() -> list[str]:

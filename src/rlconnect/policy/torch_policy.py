@@ -91,7 +91,8 @@ class TorchPolicy(Policy):
         self.torch_random = torch.Generator(device=self.device)
         super().__init__(observation_space, action_space, config, seed=seed)
         self.model.eval()
-        init = model.get_initial_state() if hasattr(model, "get_initial_state") else []
+        get_initial_state = getattr(model, "get_initial_state", None)
+        init = get_initial_state() if callable(get_initial_state) else []
         self._initial_state = [np.asarray(s.detach().cpu().numpy()) for s in init]
 
     # -- seeding -------------------------------------------------------------------------

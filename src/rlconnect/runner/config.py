@@ -8,6 +8,8 @@ from typing import Any, cast
 
 import attrs
 
+from rlconnect.connectors.settings import ConnectorSettings, setting_field
+
 __all__ = ["BatchMode", "CountStepsBy", "RunnerConfig"]
 
 
@@ -66,32 +68,6 @@ def _seed(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ValueError(f"RunnerConfig.seed={value!r}: must be None or an integer >= 0")
 
 
-def _filter(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value not in ("NoFilter", "MeanStdFilter"):
-        raise ValueError(
-            f"RunnerConfig.observation_filter={value!r}: allowed are 'NoFilter', 'MeanStdFilter'"
-        )
-
-
-def _filter_sync(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value not in ("immediate", "frozen"):
-        raise ValueError(
-            f"RunnerConfig.observation_filter_sync={value!r}: allowed are 'immediate', 'frozen'"
-        )
-
-
-def _clip_rewards(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    ok = (
-        value is None
-        or value is True
-        or (isinstance(value, int | float) and not isinstance(value, bool) and value > 0)
-    )
-    if not ok:
-        raise ValueError(
-            f"RunnerConfig.clip_rewards={value!r}: allowed are None, True (sign) or a float > 0"
-        )
-
-
 def _callable_or_none(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not callable(value):
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be callable or None")
@@ -104,11 +80,6 @@ def _optional_timeout(inst: Any, attribute: attrs.Attribute, value: Any) -> None
         raise ValueError(
             f"RunnerConfig.{attribute.name}={value!r}: must be None or a number of seconds > 0"
         )
-
-
-def _preset(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and value != "atari":
-        raise ValueError(f"RunnerConfig.preset={value!r}: allowed are None and 'atari'")
 
 
 def _dict(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -218,19 +189,19 @@ class RunnerConfig:
     check_finite: bool = attrs.field(default=True, validator=_bool)
     #: sample actions (True) or take the distribution's mode; False also freezes filters
     explore: bool = attrs.field(default=True, validator=_bool)
+    # -- connector settings: defaults, checks and docs in ConnectorSettings ----------------
     #: "NoFilter" or "MeanStdFilter" (default agent pipeline)
-    observation_filter: str = attrs.field(default="NoFilter", validator=_filter)
-    #: what the filter normalises with: "immediate" (the last sync plus this runner's own
-    #: data so far) or "frozen" (the statistics of the last sync point; docs/scaling.md)
-    observation_filter_sync: str = attrs.field(default="immediate", validator=_filter_sync)
-    #: None, True (sign) or a float limit (default agent pipeline)
-    clip_rewards: bool | float | None = attrs.field(default=None, validator=_clip_rewards)
+    observation_filter: str = setting_field("observation_filter", "RunnerConfig.")
+    #: "immediate" or "frozen": what the filter normalises with between syncs
+    observation_filter_sync: str = setting_field("observation_filter_sync", "RunnerConfig.")
+    #: None/False, True (sign) or a number x > 0 (default agent pipeline)
+    clip_rewards: bool | float | None = setting_field("clip_rewards", "RunnerConfig.")
     #: stack this many frames (default agent pipeline)
-    framestack: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    framestack: int | None = setting_field("framestack", "RunnerConfig.")
     #: clip actions into the Box bounds (default action pipeline)
-    clip_actions: bool = attrs.field(default=False, validator=_bool)
+    clip_actions: bool = setting_field("clip_actions", "RunnerConfig.")
     #: map policy outputs in [-1, 1] to the Box bounds (default action pipeline)
-    normalize_actions: bool = attrs.field(default=True, validator=_bool)
+    normalize_actions: bool = setting_field("normalize_actions", "RunnerConfig.")
     #: also record ``env_actions``, what the env received
     record_env_actions: bool = attrs.field(default=False, validator=_bool)
     #: also record ``raw_obs``, the observations before the agent connectors
@@ -247,8 +218,8 @@ class RunnerConfig:
     env_config: dict[str, Any] = attrs.field(factory=dict, validator=_dict)
     #: index of this runner among remote runners (0: local)
     worker_index: int = attrs.field(default=0)
-    #: preprocessing preset (None or "atari")
-    preset: str | None = attrs.field(default=None, validator=_preset)
+    #: preprocessing preset (None or "atari"; a connector setting)
+    preset: str | None = setting_field("preset", "RunnerConfig.")
 
     # -- offline experience (issue: offline data) --------------------------------------------
     #: write every sampled batch under this folder (Parquet; None: don't write)
@@ -295,17 +266,14 @@ class RunnerConfig:
                 "remote_envs=True: only a sub-env in a worker process can be timed out"
             )
 
+    def connector_settings(self) -> ConnectorSettings:
+        """This config's connector settings (the fields declared with ``setting_field``)."""
+        fields = attrs.fields_dict(ConnectorSettings)
+        return ConnectorSettings(**{k: getattr(self, k) for k in fields})
+
     def connector_config(self) -> dict[str, Any]:
         """The keys the default pipelines read (``ctx.config``)."""
-        return {
-            "observation_filter": self.observation_filter,
-            "observation_filter_sync": self.observation_filter_sync,
-            "clip_rewards": self.clip_rewards,
-            "framestack": self.framestack,
-            "clip_actions": self.clip_actions,
-            "normalize_actions": self.normalize_actions,
-            "preset": self.preset,
-        }
+        return self.connector_settings().to_config()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able fields (callables left out), for checkpoints and the command line."""

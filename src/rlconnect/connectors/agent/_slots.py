@@ -17,6 +17,7 @@ Freed slots are reused; arrays grow (doubling) only when every slot is taken.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,5 +139,4 @@ class SlotTable:
 
 
 def _dupes(keys: Sequence[RowKey]) -> list[RowKey]:
-    seen: set[RowKey] = set()
-    return sorted({k for k in keys if k in seen or seen.add(k)}, key=repr)  # type: ignore[func-returns-value]
+    return sorted((k for k, n in Counter(keys).items() if n > 1), key=repr)

@@ -73,7 +73,7 @@ class Grayscale(ObservationConnector):
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
-        self._dtype = np.dtype(np.uint8)
+        self._dtype: np.dtype = np.dtype(np.uint8)
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
         box = image_box("Grayscale", input_space, (3,))

@@ -125,7 +125,7 @@ class Resize(ObservationConnector):
         super().__init__(ctx, height=height, width=width, interpolation=interpolation)
         self.height, self.width, self.interpolation = height, width, interpolation
         self._rows = self._cols = (np.zeros((0, 1), np.intp), np.zeros((0, 1, 1), np.float32))
-        self._dtype = np.dtype(np.uint8)
+        self._dtype: np.dtype = np.dtype(np.uint8)
         self._round = True
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
@@ -139,7 +139,7 @@ class Resize(ObservationConnector):
         return gym.spaces.Box(float(box.low.min()), float(box.high.max()), shape, box.dtype)
 
     def setup(self, input_space: gym.Space) -> None:
-        h, w = input_space.shape[:2]
+        h, w = image_box("Resize", input_space).shape[:2]
         self._rows = _band(resize_weights(h, self.height, self.interpolation))
         self._cols = _band(resize_weights(w, self.width, self.interpolation))
         self._dtype = np.dtype(input_space.dtype)
