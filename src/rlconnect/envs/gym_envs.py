@@ -200,6 +200,7 @@ class GymEnvs(BaseEnv):
         reset_ok: list[int] = []
         errors: dict[int, BaseException] = {}
         last = self._last
+        r: Any  # whatever the env returned: the builder checks it
         for i, env in enumerate(self.envs):
             try:
                 if i in resets:
@@ -267,7 +268,7 @@ class GymEnvs(BaseEnv):
         every sub-env that returned one; their rows hold a placeholder until the caller
         drops them.
         """
-        if self._obs_shape is None:
+        if self._obs_shape is None or self._obs_dtype is None:
             try:
                 return stack_samples(self._obs_space, obs), {}
             except Exception:  # a wrong structure: find the culprits (error path only)

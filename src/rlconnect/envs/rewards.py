@@ -50,7 +50,7 @@ def bad_reward_error(env_id: int, bad: Sequence[tuple[Any, Any]]) -> EnvCheckErr
 
 
 def reward_column(
-    rewards: Any, env_ids: Sequence[int], agent_ids: Sequence[Any]
+    rewards: Any, env_ids: Sequence[int] | np.ndarray, agent_ids: Sequence[Any]
 ) -> tuple[np.ndarray, dict[int, BaseException]]:
     """One float64 reward per row, and a ``bad_reward_error`` per sub-env with a reward that
     is neither a number nor an array of size one (its entries are 0).

@@ -264,26 +264,28 @@ class EnvRowsBuilder:
         stack: StackFn | None = None,
         logged_actions: dict[tuple[int, Any], Any] | None = None,
     ) -> EnvRows:
-        """The rows; ``stack`` makes one batch of the observations (else they stay a list),
-        ``logged_actions`` makes ``ExternalRows``."""
-        ids, agents = self._ids, self._agents
-        rewards, bad = reward_column(self._rew, ids, agents)
+        """The rows (call once); ``stack`` makes one batch of the observations (else they
+        stay a list), ``logged_actions`` makes ``ExternalRows``."""
+        rewards, bad = reward_column(self._rew, self._ids, self._agents)
         errors = {**self._errors, **bad}
-        obs, term, trunc, infos, first = (
-            self._obs,
-            self._term,
-            self._trunc,
-            self._infos,
-            self._first,
-        )
-        if errors and not errors.keys().isdisjoint(ids):  # leave out the failed sub-envs' rows
-            keep = [k for k, e in enumerate(ids) if e not in errors]
-            ids, agents, obs, term, trunc, infos, first = (
-                [col[k] for k in keep] for col in (ids, agents, obs, term, trunc, infos, first)
-            )
+        if errors and not errors.keys().isdisjoint(self._ids):  # leave out their rows
+            keep = [k for k, e in enumerate(self._ids) if e not in errors]
             rewards = rewards[keep]
+            columns: tuple[list[Any], ...] = (
+                self._ids,
+                self._agents,
+                self._obs,
+                self._term,
+                self._trunc,
+                self._infos,
+                self._first,
+            )
+            for col in columns:
+                col[:] = [col[k] for k in keep]
+        ids, obs, infos = self._ids, self._obs, self._infos
         env_ids = np.array(ids, dtype=np.int64)
-        terminateds, truncateds = np.array(term, dtype=bool), np.array(trunc, dtype=bool)
+        terminateds = np.array(self._term, dtype=bool)
+        truncateds = np.array(self._trunc, dtype=bool)
         done = dict(self._done)
         if self.single_agent:
             done.update(_done_envs(env_ids, terminateds, truncateds))
@@ -293,13 +295,13 @@ class EnvRowsBuilder:
             obs, unfit = stack(obs, ids)
         fields: dict[str, Any] = {
             "env_ids": env_ids,
-            "agent_ids": tuple(agents),
+            "agent_ids": tuple(self._agents),
             "obs": obs,
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
             "infos": infos,
-            "is_first": np.array(first, dtype=bool),
+            "is_first": np.array(self._first, dtype=bool),
             "stacked": stack is not None,
             "stepped": np.array(sorted(self._stepped.difference(errors)), dtype=np.int64),
             "done_envs": {e: f for e, f in done.items() if e not in errors},
