@@ -162,10 +162,9 @@ def _ascending(env_ids: np.ndarray) -> bool:
 
 def _done_envs(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> dict:
     """``done_envs`` of single-agent rows: each terminated or truncated row ends its episode."""
-    ended = term | trunc
-    if not ended.any():
+    if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # faster than any() when small
         return {}
-    idx = np.flatnonzero(ended).tolist()
+    idx = np.flatnonzero(term | trunc).tolist()
     return {int(env_ids[k]): (bool(term[k]), bool(trunc[k])) for k in idx}
 
 
@@ -341,8 +340,7 @@ class EnvRowsBuilder:
         rew, bad = reward_column(rewards, env_ids, agents)
         term = np.asarray(terminateds, dtype=bool)
         trunc = np.asarray(truncateds, dtype=bool)
-        any_first = bool(is_first.any())
-        if any_first:
+        if np.count_nonzero(is_first):
             keep = ~is_first
             rew, term, trunc = np.where(keep, rew, 0.0), term & keep, trunc & keep
             stepped = env_ids[keep]
