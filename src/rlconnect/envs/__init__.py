@@ -11,8 +11,9 @@ from rlconnect.envs.external import (
 )
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs
-from rlconnect.envs.make import make_base_env
+from rlconnect.envs.make import EnvSettings, make_base_env, register_env_adapter
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
+from rlconnect.envs.rows import EnvRowsBuilder, ExtraReward
 from rlconnect.envs.vector import VectorEnvAdapter
 
 __all__ = [
@@ -20,10 +21,13 @@ __all__ = [
     "BaseEnv",
     "EnvContext",
     "EnvRows",
+    "EnvRowsBuilder",
+    "EnvSettings",
     "EpisodeError",
     "ExternalEnv",
     "ExternalEnvAdapter",
     "ExternalMultiAgentEnv",
+    "ExtraReward",
     "GymEnvs",
     "MultiAgentEnv",
     "MultiAgentEnvs",
@@ -31,4 +35,5 @@ __all__ = [
     "UnknownEpisodeError",
     "VectorEnvAdapter",
     "make_base_env",
+    "register_env_adapter",
 ]

@@ -40,7 +40,7 @@ minimal action set). ``ale-py`` ships the ROMs in its wheel: nothing is download
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -159,7 +159,7 @@ def make_atari_env(
         )
     env = gym.make(env_id, frameskip=1, obs_type="ram", **make_kwargs)
     env = ScreenFrames(env, grayscale=grayscale, noop_max=noop_max, frame_skip=frame_skip)
-    meanings = env.unwrapped.get_action_meanings()
+    meanings = cast(Any, env.unwrapped).get_action_meanings()  # ALE's own method
     if fire_reset and len(meanings) > 1 and meanings[1] == "FIRE":
         env = FireReset(env)
     return env

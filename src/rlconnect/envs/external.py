@@ -137,6 +137,7 @@ class ExternalEnv(threading.Thread):
     def get_action(self, episode_id: Any, observation: Any) -> Any:
         """Record ``observation`` and return the policy's action for it (blocks)."""
         reply = self._hub.observe(episode_id, {DEFAULT_AGENT_ID: observation}, _NO_ACTION)
+        assert reply is not None  # asking for an action always gets a reply
         got = reply.wait(self._hub.get_action_timeout_s, f"episode {episode_id!r}")
         return got[DEFAULT_AGENT_ID]
 

@@ -18,6 +18,7 @@ import tree
 
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.external_hub import _NO_ACTION, EpisodeHub, _Event
+from rlconnect.envs.rows import EnvRowsBuilder, ExternalRows
 from rlconnect.errors import EnvError
 
 __all__ = ["ExternalEnvAdapter", "ExternalRows", "apply_logged_actions"]
@@ -92,61 +93,32 @@ class ExternalEnvAdapter(BaseEnv):
             reply.event.set()
         return self._rows(events)
 
-    def _rows(self, events: list[_Event]) -> EnvRows:
-        ids: list[int] = []
-        agents: list[Any] = []
-        obs: list[Any] = []
-        rew: list[float] = []
-        term: list[bool] = []
-        trunc: list[bool] = []
-        infos: list[dict] = []
-        first: list[bool] = []
-        stepped: list[int] = []
-        done: dict[int, tuple[bool, bool]] = {}
-        extra: list[tuple[int, Any, float, bool, bool]] = []
+    def _rows(self, events: list[_Event]) -> ExternalRows:
+        rows = EnvRowsBuilder()
         logged: dict[tuple[int, Any], Any] = {}
         for ev in events:
             lane = ev.ep.lane
-            flags = {"obs": (False, False), "end": (True, False), "timeout": (False, True)}[ev.kind]
+            te, tr = {"obs": (False, False), "end": (True, False), "timeout": (False, True)}[
+                ev.kind
+            ]
             if not ev.first:
-                stepped.append(lane)
+                rows.mark_stepped(lane)
             if ev.kind != "obs":
-                done[lane] = flags
+                rows.end_episode(lane, te, tr)
             for a, o in ev.obs.items():
-                ids.append(lane)
-                agents.append(a)
-                obs.append(o)
-                rew.append(0.0 if ev.first else ev.rewards.get(a, 0.0))
-                term.append(flags[0])
-                trunc.append(flags[1])
                 info = dict(ev.infos.get(a, {}))
                 if ev.kind == "timeout":
                     info["episode_timeout"] = True
-                infos.append(info)
-                first.append(ev.first)
+                rows.add_row(lane, a, o, ev.rewards.get(a, 0.0), te, tr, info, first=ev.first)
                 if ev.logged is not _NO_ACTION:
                     logged[(lane, a)] = ev.logged[a]
-            for a, r in ev.rewards.items():
-                if a not in ev.obs and not ev.first:
-                    extra.append((lane, a, r, False, False))
+            if not ev.first:
+                for a, r in ev.rewards.items():
+                    if a not in ev.obs:
+                        rows.add_extra_reward(lane, a, r)
             if ev.kind == "obs":
                 self._awaiting[lane] = (ev, {})
-        rows = ExternalRows.from_lists(
-            ids,
-            tuple(agents),
-            obs,
-            rew,
-            term,
-            trunc,
-            infos,
-            first,
-            stacked=False,
-            stepped=stepped,
-            done_envs=done,
-            extra_rewards=extra,
-        )
-        rows.logged_actions = logged
-        return rows
+        return rows.build(logged_actions=logged)
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
         for lane, agent, act in zip(env_ids.tolist(), agent_ids, _unstack(actions, len(env_ids))):
@@ -168,12 +140,6 @@ class ExternalEnvAdapter(BaseEnv):
 
     def close(self) -> None:
         self.hub.close()
-
-
-class ExternalRows(EnvRows):
-    """EnvRows plus the actions logged with ``log_action``, by ``(env_id, agent_id)``."""
-
-    __slots__ = ("logged_actions",)
 
 
 def apply_logged_actions(

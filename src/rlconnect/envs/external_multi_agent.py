@@ -68,6 +68,7 @@ class ExternalMultiAgentEnv(ExternalEnv):
         """Record the agents' observations; return the policies' actions by agent (blocks)."""
         obs = dict(_check_dict(observation_dict, "observations", episode_id))
         reply = self._hub.observe(episode_id, obs, _NO_ACTION)
+        assert reply is not None  # asking for an action always gets a reply
         return dict(reply.wait(self._hub.get_action_timeout_s, f"episode {episode_id!r}"))
 
     def log_action(  # type: ignore[override]

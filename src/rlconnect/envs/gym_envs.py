@@ -12,6 +12,7 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 from rlconnect.spaces import (
     describe_space,
@@ -85,6 +86,7 @@ class GymEnvs(BaseEnv):
         self._obs_space = self.envs[0].observation_space
         self._act_space = self.envs[0].action_space
         self._agent_ids = (DEFAULT_AGENT_ID,) * num_envs
+        self._id_list = list(range(num_envs))
         self._all_ids = np.arange(num_envs, dtype=np.int64)
         self._all_ids.flags.writeable = False  # shared by every poll's rows
         self._no_firsts = np.zeros(num_envs, dtype=bool)
@@ -154,65 +156,51 @@ class GymEnvs(BaseEnv):
         return self.envs[i].reset(seed=seed)
 
     def poll(self) -> EnvRows:
-        n = self.num_envs
         actions, resets, soft = self._actions, self._needs_reset, self._soft
-        if not soft and len(actions) + len(resets) == n and resets.isdisjoint(actions):
+        if not soft and len(actions) + len(resets) == self.num_envs and resets.isdisjoint(actions):
             return self._poll_dense(actions, resets)
-        ids: list[int] = []
-        obs: list[Any] = []
-        rew: list[float] = []
-        term: list[bool] = []
-        trunc: list[bool] = []
-        infos: list[dict] = []
-        first: list[bool] = []
-        stepped: list[int] = []
-        errors: dict[int, BaseException] = {}
-        envs = self.envs
-        for i in range(n):
+        rows = EnvRowsBuilder(single_agent=True)
+        envs, agent = self.envs, DEFAULT_AGENT_ID
+        for i in range(self.num_envs):
             try:
                 if i in resets:
                     o, info = self._reset_one(i)
-                    r, te, tr, f = 0.0, False, False, True
+                    rows.add_row(i, agent, o, info=info, first=True)
                 elif i in soft:
                     o, info = self._last[i]
-                    r, te, tr, f = 0.0, False, False, True
+                    rows.add_row(i, agent, o, info=info, first=True)
                 elif i in actions:
                     o, r, te, tr, info = envs[i].step(actions[i])
-                    f = False
+                    rows.add_row(i, agent, o, r, te, tr, info)
                 else:
                     continue
             except Exception as exc:  # reported per sub-env, never lost
-                errors[i] = self._failures[i] = exc
+                rows.add_error(i, exc)
                 continue
-            if not f:
-                stepped.append(i)
-            ids.append(i)
+            resets.discard(i)
             self._last[i] = (o, info)
-            obs.append(o)
-            rew.append(r)
-            term.append(te)
-            trunc.append(tr)
-            infos.append(info)
-            first.append(f)
-        resets.difference_update(ids)
-        resets.difference_update(errors)
         soft.clear()
         actions.clear()
-        rows = self._rows(ids, obs, rew, term, trunc, infos, first, stepped, errors)
-        rows.dense = not rows.errors and len(rows) == n
-        return rows
+        return self._built(rows)
+
+    def _built(self, rows: EnvRowsBuilder) -> EnvRows:
+        out = rows.build(stack=self._stack)
+        if out.errors:  # the causes ``try_restart`` names; failed resets are asked again
+            self._failures.update(out.errors)
+            self._needs_reset.difference_update(out.errors)
+        return out
 
     def _poll_dense(self, actions: dict[int, Any], resets: set[int]) -> EnvRows:
         """The common poll: every sub-env either steps with its action or resets."""
         obs: list[Any] = []
-        rew: list[float] = []
+        rew: list[Any] = []
         term: list[bool] = []
         trunc: list[bool] = []
         infos: list[dict] = []
-        ended: list[int] = []
         reset_ok: list[int] = []
         errors: dict[int, BaseException] = {}
         last = self._last
+        r: Any  # whatever the env returned: the builder checks it
         for i, env in enumerate(self.envs):
             try:
                 if i in resets:
@@ -222,7 +210,7 @@ class GymEnvs(BaseEnv):
                 else:
                     o, r, te, tr, info = env.step(actions[i])
             except Exception as exc:  # reported per sub-env, never lost
-                errors[i] = self._failures[i] = exc
+                errors[i] = exc
                 continue
             last[i] = (o, info)
             obs.append(o)
@@ -230,73 +218,45 @@ class GymEnvs(BaseEnv):
             term.append(te)
             trunc.append(tr)
             infos.append(info)
-            if te or tr:
-                ended.append(i)
         actions.clear()
         resets.difference_update(reset_ok)
-        n = self.num_envs
-        ids_arr = self._all_ids
-        stacked, bad = (None, None) if errors else self._stack(obs, ids_arr)
+        ids = self._all_ids
+        stacked, bad = (None, None) if errors else self._stack(obs, self._id_list)
         if errors or bad:  # the general path names and drops the culprits
-            ids = [i for i in range(n) if i not in errors]
-            was_reset = set(reset_ok)
-            first = [i in was_reset for i in ids]
-            stepped = [i for i, f in zip(ids, first) if not f]
-            resets.difference_update(errors)
-            return self._rows(ids, obs, rew, term, trunc, infos, first, stepped, errors)
+            return self._redo(obs, rew, term, trunc, infos, set(reset_ok), errors)
         if reset_ok:
-            first_arr = np.zeros(n, dtype=bool)
-            first_arr[reset_ok] = True
-            stepped = np.flatnonzero(~first_arr)
+            first = np.zeros(self.num_envs, dtype=bool)
+            first[reset_ok] = True
         else:
-            first_arr, stepped = self._no_firsts, ids_arr
-        return EnvRows(
-            ids_arr,
-            self._agent_ids,
-            stacked,
-            np.array(rew, dtype=np.float64),
-            np.array(term, dtype=bool),
-            np.array(trunc, dtype=bool),
-            infos,
-            first_arr,
-            stacked=True,
-            stepped=stepped,
-            done_envs={i: (bool(term[i]), bool(trunc[i])) for i in ended} if ended else None,
-            dense=True,
+            first = self._no_firsts
+        rows = EnvRowsBuilder.columns(
+            ids, stacked, rew, term, trunc, infos, first, agent_ids=self._agent_ids
         )
+        if rows.errors:  # a reward that is not a number
+            self._failures.update(rows.errors)
+        return rows
 
-    def _rows(
+    def _redo(
         self,
-        ids: list[int],
         obs: list[Any],
-        rew: list[float],
+        rew: list[Any],
         term: list[bool],
         trunc: list[bool],
         infos: list[dict],
-        first: list[bool],
-        stepped: list[int],
+        was_reset: set[int],
         errors: dict[int, BaseException],
     ) -> EnvRows:
-        done_envs = {i: (bool(te), bool(tr)) for i, te, tr in zip(ids, term, trunc) if te or tr}
-        stacked, bad = self._stack(obs, ids)
-        rows = EnvRows.from_lists(
-            ids,
-            self._agent_ids[: len(ids)],
-            stacked,
-            rew,
-            term,
-            trunc,
-            infos,
-            first,
-            stacked=True,
-            stepped=stepped,
-            done_envs=done_envs,
-            errors=errors,
-        )
-        if bad:  # reported like a raise: restarted, or named in the runner's error
-            self._failures.update(bad)
-            rows = rows.without_envs(bad)
-        return rows
+        """The rows of a dense poll that went wrong somewhere, through the general builder."""
+        rows = EnvRowsBuilder(single_agent=True)
+        for i, exc in errors.items():
+            rows.add_error(i, exc)
+        ok = [i for i in range(self.num_envs) if i not in errors]
+        for k, i in enumerate(ok):
+            first = i in was_reset
+            rows.add_row(
+                i, DEFAULT_AGENT_ID, obs[k], rew[k], term[k], trunc[k], infos[k], first=first
+            )
+        return self._built(rows)
 
     def _stack(self, obs: list[Any], ids: list[int]) -> tuple[Any, dict[int, EnvCheckError]]:
         """One batch (one array for Box spaces, in the space's dtype), and the sub-envs whose
@@ -308,7 +268,7 @@ class GymEnvs(BaseEnv):
         every sub-env that returned one; their rows hold a placeholder until the caller
         drops them.
         """
-        if self._obs_shape is None:
+        if self._obs_shape is None or self._obs_dtype is None:
             try:
                 return stack_samples(self._obs_space, obs), {}
             except Exception:  # a wrong structure: find the culprits (error path only)

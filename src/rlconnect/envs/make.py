@@ -1,4 +1,13 @@
-"""Turn whatever the user passed as ``env`` into a BaseEnv with ``num_envs`` sub-envs."""
+"""Turn whatever the user passed as ``env`` into a BaseEnv with ``num_envs`` sub-envs.
+
+``make_base_env`` asks an ordered registry which adapter takes the env: first the adapters
+registered with ``register_env_adapter`` (the latest first), then the built-in ones, in
+this order: an ``rc.BaseEnv`` as it is, an ``rc.ExternalEnv``, a gymnasium ``VectorEnv``, a
+gymnasium id (or an Atari id with ``preset="atari"``), one env instance (gymnasium,
+``rc.MultiAgentEnv`` or PettingZoo), an env creator. Adding a kind of env is one entry in
+``_BUILT_IN`` (or one ``register_env_adapter`` call). Env creators (and ids) are built
+where ``_HOSTS`` says: in worker processes with ``remote_envs``, else in this process.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +25,32 @@ from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.remote import RemoteVectorEnv
 from rlconnect.envs.vector import VectorEnvAdapter
 
-__all__ = ["make_base_env"]
+__all__ = ["EnvFactory", "EnvSettings", "make_base_env", "register_env_adapter"]
+
+Creator = Callable[[EnvContext], Any]
+
+
+@attrs.frozen
+class EnvSettings:
+    """What ``make_base_env`` was asked for besides the env: an env adapter's second argument."""
+
+    num_envs: int = 1
+    seed: int | None = None
+    env_config: dict[str, Any] = attrs.field(factory=dict)
+    worker_index: int = 0
+    remote_envs: bool = False
+    preset: str | None = None
+    sub_env_timeout_s: float | None = None
+
+    def context(self, index: int) -> EnvContext:
+        """The ``EnvContext`` sub-env ``index`` is built with (first build, not a restart)."""
+        seed = sub_env_seed(self.seed, index)
+        return EnvContext(index, self.num_envs, self.worker_index, seed, self.env_config)
+
+
+#: ``factory(env, settings) -> BaseEnv``: adapts one kind of env.
+EnvFactory = Callable[[Any, EnvSettings], BaseEnv]
+_Match = Callable[[Any], bool]
 
 
 def _is_pettingzoo(obj: Any) -> bool:
@@ -61,43 +95,162 @@ class _RemoteEnvFn:
         return env
 
 
-def _async_vector(
-    creator: Callable[[EnvContext], gym.Env],
-    num_envs: int,
-    seed: int | None,
-    env_config: dict,
-    worker_index: int,
-    timeout_s: float | None = None,
-) -> BaseEnv:
+def _async_vector(creator: Creator, s: EnvSettings) -> BaseEnv:
     """N sub-envs in worker processes (``RemoteVectorEnv``, gymnasium's AsyncVectorEnv with
     a worker that reports errors per sub-env, a deadline and single-worker restarts).
 
     NEXT_STEP autoreset lets a finished sub-env reset while the others step, so rows come
     exactly as from N local envs (sub-env ``i`` seeded ``seed + i`` at its first reset).
     """
-    fns = [
-        _RemoteEnvFn(
-            creator,
-            EnvContext(i, num_envs, worker_index, sub_env_seed(seed, i), env_config),
-            seed,
-        )
-        for i in range(num_envs)
-    ]
-    venv = RemoteVectorEnv(fns, timeout_s=timeout_s, seed_of=lambda i, k: sub_env_seed(seed, i, k))
+    seed = s.seed
+    fns = [_RemoteEnvFn(creator, s.context(i), seed) for i in range(s.num_envs)]
+    venv = RemoteVectorEnv(
+        fns, timeout_s=s.sub_env_timeout_s, seed_of=lambda i, k: sub_env_seed(seed, i, k)
+    )
     return VectorEnvAdapter(venv, seed=seed)
 
 
-def _external(env: ExternalEnv, num_envs: int, remote_envs: bool) -> BaseEnv:
+def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
+    """N sub-envs built here: their kind decides the adapter (the first one is built first)."""
+    first = creator(s.context(0))
+    if isinstance(first, BaseEnv):
+        return first
+    if isinstance(first, ExternalEnv):
+        return _external(first, s)
+    envs = [first, *(creator(s.context(i)) for i in range(1, s.num_envs))]
+    if isinstance(first, gym.Env):
+        return GymEnvs(
+            creator,
+            s.num_envs,
+            seed=s.seed,
+            worker_index=s.worker_index,
+            env_config=s.env_config,
+            envs=envs,
+        )
+    if hasattr(first, "observation_spaces") and hasattr(first, "step"):
+        return MultiAgentEnvs(
+            creator,
+            s.num_envs,
+            seed=s.seed,
+            worker_index=s.worker_index,
+            env_config=s.env_config,
+            envs=envs,
+        )
+    raise TypeError(f"env creator returned {type(first).__name__}, which is not an env")
+
+
+#: where the sub-envs of a creator run: the first entry whose test takes the settings
+#: wins, else this process
+_HOSTS: list[tuple[Callable[[EnvSettings], bool], Callable[[Creator, EnvSettings], BaseEnv]]] = [
+    (lambda s: s.remote_envs, _async_vector),
+]
+
+
+def _external(env: ExternalEnv, s: EnvSettings) -> BaseEnv:
     """An ExternalEnv runs its episodes in lanes of one adapter (``max_concurrent`` of them)."""
     from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 
-    if num_envs != 1 or remote_envs:
+    if s.num_envs != 1 or s.remote_envs:
         raise ValueError(
             f"an ExternalEnv is one env serving up to max_concurrent={env.max_concurrent} "
-            f"episodes at once: use num_envs=1 and remote_envs=False (got num_envs={num_envs}, "
-            f"remote_envs={remote_envs})"
+            f"episodes at once: use num_envs=1 and remote_envs=False (got "
+            f"num_envs={s.num_envs}, remote_envs={s.remote_envs})"
         )
     return ExternalEnvAdapter(env, multi_agent=isinstance(env, ExternalMultiAgentEnv))
+
+
+def _from_creator(user_creator: Creator, s: EnvSettings) -> BaseEnv:
+    def creator(ctx: EnvContext) -> Any:
+        return _wrap_instance(user_creator(ctx))
+
+    return _hosted(creator, s)
+
+
+def _hosted(creator: Creator, s: EnvSettings) -> BaseEnv:
+    for wanted, host in _HOSTS:
+        if wanted(s):
+            return host(creator, s)
+    return _in_process(creator, s)
+
+
+def _from_id(env_id: str, s: EnvSettings) -> BaseEnv:
+    if s.preset == "atari" and is_atari_id(env_id):
+        return _hosted(atari_env_creator(env_id), s)
+
+    def creator(ctx: EnvContext) -> gym.Env:
+        return gym.make(env_id, **ctx.config)
+
+    return _hosted(creator, s)
+
+
+def _is_instance(env: Any) -> bool:
+    return isinstance(env, gym.Env | MultiAgentEnv) or _is_pettingzoo(env)
+
+
+def _from_instance(env: Any, s: EnvSettings) -> BaseEnv:
+    """One env instance: one sub-env, which cannot be rebuilt."""
+    if s.num_envs != 1:
+        raise ValueError(
+            f"got one env instance but num_envs={s.num_envs}: pass an env creator "
+            "(a function EnvContext -> env) or a gymnasium id to build several"
+        )
+    instance = _wrap_instance(env)
+
+    def creator(ctx: EnvContext) -> Any:
+        raise RuntimeError(
+            "this env was passed as an instance, so it cannot be rebuilt after a "
+            "failure: pass an env creator to use restart_failed_sub_environments"
+        )
+
+    if isinstance(instance, gym.Env):
+        return GymEnvs(creator, 1, seed=s.seed, envs=[instance], worker_index=s.worker_index)
+    return MultiAgentEnvs(creator, 1, seed=s.seed, envs=[instance], worker_index=s.worker_index)
+
+
+def _kind(cls: type) -> _Match:
+    return lambda env: isinstance(env, cls)
+
+
+_BUILT_IN: list[tuple[_Match, EnvFactory]] = [
+    (_kind(BaseEnv), lambda env, s: env),
+    (_kind(ExternalEnv), _external),
+    (_kind(gym.vector.VectorEnv), lambda env, s: VectorEnvAdapter(env, seed=s.seed)),
+    (_kind(str), _from_id),
+    (_is_instance, _from_instance),
+    (callable, _from_creator),
+]
+_REGISTERED: list[tuple[_Match, EnvFactory]] = []
+
+
+def register_env_adapter(match: type | _Match, factory: EnvFactory) -> None:
+    """Let ``make_base_env`` (and so ``rc.EnvRunner``) take a kind of env it does not know.
+
+    ``match`` is a class (its instances are taken, subclasses included) or a predicate
+    ``env -> bool``; ``factory(env, settings)`` returns the ``rc.BaseEnv`` for that env,
+    with ``settings`` an ``EnvSettings`` (``num_envs``, ``seed``, ``env_config``, ...). An
+    adapter registered later is tried first, and every registered adapter before the
+    built-in ones, so a registration can also take over a kind rlconnect knows.
+    """
+    test = _kind(match) if isinstance(match, type) else match
+    if not callable(test) or not callable(factory):
+        raise TypeError(
+            "register_env_adapter(match, factory) takes a class or a predicate env -> bool, "
+            f"and a factory (env, settings) -> BaseEnv; got {type(match).__name__} and "
+            f"{type(factory).__name__}"
+        )
+    _REGISTERED.insert(0, (test, factory))
+
+
+def adapter_for(env: Any) -> EnvFactory:
+    """The factory that adapts ``env``: the first registered, then built-in, that matches."""
+    for test, factory in (*_REGISTERED, *_BUILT_IN):
+        if test(env):
+            return factory
+    raise TypeError(
+        f"cannot make an env from {type(env).__name__}: pass a gymnasium id, a gymnasium.Env,"
+        " an env creator, a VectorEnv, an rc.MultiAgentEnv, a PettingZoo env, an rc.BaseEnv"
+        " or an rc.ExternalEnv (or register an adapter with rlconnect.envs.register_env_adapter)"
+    )
 
 
 def make_base_env(
@@ -111,70 +264,20 @@ def make_base_env(
     preset: str | None = None,
     sub_env_timeout_s: float | None = None,
 ) -> BaseEnv:
-    """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv).
+    """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv, or a
+    kind registered with ``register_env_adapter``).
 
     With ``preset="atari"`` an ale-py game id gets the env-side Atari preprocessing
     (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it). With
     ``remote_envs``, ``sub_env_timeout_s`` bounds each worker's ``step``/``reset``.
     """
-    env_config = dict(env_config or {})
-    if isinstance(env, BaseEnv):
-        return env
-    if isinstance(env, ExternalEnv):
-        return _external(env, num_envs, remote_envs)
-    if isinstance(env, gym.vector.VectorEnv):
-        return VectorEnvAdapter(env, seed=seed)
-    if preset == "atari" and isinstance(env, str) and is_atari_id(env):
-        creator = atari_env_creator(env)
-    elif isinstance(env, str):
-        env_id = env
-
-        def creator(ctx: EnvContext) -> gym.Env:
-            return gym.make(env_id, **ctx.config)
-    elif isinstance(env, gym.Env | MultiAgentEnv) or _is_pettingzoo(env):
-        if num_envs != 1:
-            raise ValueError(
-                f"got one env instance but num_envs={num_envs}: pass an env creator "
-                "(a function EnvContext -> env) or a gymnasium id to build several"
-            )
-        instance = _wrap_instance(env)
-
-        def creator(ctx: EnvContext) -> Any:
-            raise RuntimeError(
-                "this env was passed as an instance, so it cannot be rebuilt after a "
-                "failure: pass an env creator to use restart_failed_sub_environments"
-            )
-
-        if isinstance(instance, gym.Env):
-            return GymEnvs(creator, 1, seed=seed, envs=[instance], worker_index=worker_index)
-        return MultiAgentEnvs(creator, 1, seed=seed, envs=[instance], worker_index=worker_index)
-    elif callable(env):
-        user_creator = env
-
-        def creator(ctx: EnvContext) -> Any:
-            return _wrap_instance(user_creator(ctx))
-    else:
-        raise TypeError(
-            f"cannot make an env from {type(env).__name__}: pass a gymnasium id, a gymnasium.Env,"
-            " an env creator, a VectorEnv, an rc.MultiAgentEnv, a PettingZoo env, an rc.BaseEnv"
-            " or an rc.ExternalEnv"
-        )
-    if remote_envs:
-        return _async_vector(creator, num_envs, seed, env_config, worker_index, sub_env_timeout_s)
-    first = creator(EnvContext(0, num_envs, worker_index, seed, env_config))
-    if isinstance(first, BaseEnv):
-        return first
-    if isinstance(first, ExternalEnv):
-        return _external(first, num_envs, remote_envs)
-    kwargs = {"seed": seed, "worker_index": worker_index, "env_config": env_config}
-    rest = [
-        creator(
-            EnvContext(i, num_envs, worker_index, None if seed is None else seed + i, env_config)
-        )
-        for i in range(1, num_envs)
-    ]
-    if isinstance(first, gym.Env):
-        return GymEnvs(creator, num_envs, envs=[first, *rest], **kwargs)
-    if hasattr(first, "observation_spaces") and hasattr(first, "step"):
-        return MultiAgentEnvs(creator, num_envs, envs=[first, *rest], **kwargs)
-    raise TypeError(f"env creator returned {type(first).__name__}, which is not an env")
+    settings = EnvSettings(
+        num_envs=num_envs,
+        seed=seed,
+        env_config=dict(env_config or {}),
+        worker_index=worker_index,
+        remote_envs=remote_envs,
+        preset=preset,
+        sub_env_timeout_s=sub_env_timeout_s,
+    )
+    return adapter_for(env)(env, settings)

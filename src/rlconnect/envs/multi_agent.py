@@ -11,6 +11,7 @@ import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext, fits_dtype, sub_env_seed
+from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
 __all__ = ["MultiAgentEnv", "MultiAgentEnvs"]
@@ -45,6 +46,25 @@ class MultiAgentEnv:
 
 def _episode_flags(flags: dict, key: str = "__all__") -> bool:
     return bool(flags.get(key, False))
+
+
+def _add_step(
+    rows: EnvRowsBuilder, i: int, o: dict, r: dict, te: dict, tr: dict, inf: Any, *, first: bool
+) -> None:
+    """Sub-env ``i``'s dicts as rows (agents with an observation) and extra rewards (agents
+    rewarded or done without one)."""
+    for a, ob in o.items():
+        info = inf.get(a, {}) if isinstance(inf, dict) else {}
+        if first:
+            rows.add_row(i, a, ob, info=info, first=True)
+        else:
+            rows.add_row(i, a, ob, r.get(a, 0.0), te.get(a, False), tr.get(a, False), info)
+    for a, val in r.items():
+        if a not in o:
+            rows.add_extra_reward(i, a, val, te.get(a, False), tr.get(a, False))
+    for a in set(te) | set(tr):
+        if a != "__all__" and a not in o and a not in r and (te.get(a) or tr.get(a)):
+            rows.add_extra_reward(i, a, 0.0, te.get(a, False), tr.get(a, False))
 
 
 class MultiAgentEnvs(BaseEnv):
@@ -138,37 +158,15 @@ class MultiAgentEnvs(BaseEnv):
         self.try_reset(env_id)
 
     def poll(self) -> EnvRows:
-        ids: list[int] = []
-        agents: list[Any] = []
-        obs: list[Any] = []
-        rew: list[float] = []
-        term: list[bool] = []
-        trunc: list[bool] = []
-        infos: list[dict] = []
-        first: list[bool] = []
-        stepped: list[int] = []
-        done_envs: dict[int, tuple[bool, bool]] = {}
-        extra: list[tuple[int, Any, float, bool, bool]] = []
-        errors: dict[int, BaseException] = {}
+        rows = EnvRowsBuilder()
         for i in range(self.num_envs):
             resetting = i in self._needs_reset or i in self._soft
             if not resetting and i not in self._actions and i not in self._idle:
                 continue
             try:
-                if i in self._soft and i not in self._needs_reset:
-                    o, inf = self._last[i]
-                    r, te, tr = {}, {}, {}
-                elif resetting:
-                    seed = None
-                    if not self._seeded[i]:
-                        seed = sub_env_seed(self._seed, i, self._restarts[i])
-                        self._seeded[i] = True
-                    o, inf = self.envs[i].reset(seed=seed)
-                    r, te, tr = {}, {}, {}
-                else:
-                    o, r, te, tr, inf = self.envs[i].step(self._actions.pop(i, {}))
+                o, r, te, tr, inf = self._advance(i, resetting)
             except Exception as exc:  # reported per sub-env, never lost
-                errors[i] = exc
+                rows.add_error(i, exc)
                 self._actions.pop(i, None)
                 continue
             self._needs_reset.discard(i)
@@ -176,47 +174,34 @@ class MultiAgentEnvs(BaseEnv):
             self._idle.discard(i)
             bad = self._malformed(i, o)
             if bad is not None:  # reported like a raise: restarted, or named in the error
-                errors[i] = bad
+                rows.add_error(i, bad)
                 continue
             if o:
                 self._last[i] = (o, inf)
             if not resetting:
-                stepped.append(i)
-            for a, ob in o.items():
-                ids.append(i)
-                agents.append(a)
-                obs.append(ob)
-                rew.append(float(r.get(a, 0.0)))
-                term.append(bool(te.get(a, False)))
-                trunc.append(bool(tr.get(a, False)))
-                infos.append(inf.get(a, {}) if isinstance(inf, dict) else {})
-                first.append(resetting)
-            for a, val in r.items():
-                if a not in o:
-                    extra.append((i, a, float(val), bool(te.get(a, False)), bool(tr.get(a, False))))
-            for a in set(te) | set(tr):
-                if a != "__all__" and a not in o and a not in r and (te.get(a) or tr.get(a)):
-                    extra.append((i, a, 0.0, bool(te.get(a, False)), bool(tr.get(a, False))))
+                rows.mark_stepped(i)
+            _add_step(rows, i, o, r, te, tr, inf, first=resetting)
             all_te, all_tr = _episode_flags(te), _episode_flags(tr)
             if all_te or all_tr:
-                done_envs[i] = (all_te, all_tr)
+                rows.end_episode(i, all_te, all_tr)
             elif not o:
                 self._idle.add(i)
-        return EnvRows.from_lists(
-            ids,
-            tuple(agents),
-            obs,
-            rew,
-            term,
-            trunc,
-            infos,
-            first,
-            stacked=False,
-            stepped=stepped,
-            done_envs=done_envs,
-            extra_rewards=extra,
-            errors=errors,
-        )
+        return rows.build()
+
+    def _advance(self, i: int, resetting: bool) -> tuple[dict, dict, dict, dict, dict]:
+        """Sub-env ``i``'s soft reset, reset or step: ``(obs, rewards, terminateds,
+        truncateds, infos)`` dicts (empty rewards and flags for a reset)."""
+        if i in self._soft and i not in self._needs_reset:
+            o, inf = self._last[i]
+            return o, {}, {}, {}, inf
+        if resetting:
+            seed = None
+            if not self._seeded[i]:
+                seed = sub_env_seed(self._seed, i, self._restarts[i])
+                self._seeded[i] = True
+            o, inf = self.envs[i].reset(seed=seed)
+            return o, {}, {}, {}, inf
+        return self.envs[i].step(self._actions.pop(i, {}))
 
     def _malformed(self, env_id: int, obs: dict) -> EnvCheckError | None:
         """An error naming the agents whose Box observation has a wrong shape or dtype kind

@@ -10,6 +10,7 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.spaces import stack_samples, unstack_batch
 
 __all__ = ["VectorEnvAdapter"]
@@ -79,40 +80,36 @@ class VectorEnvAdapter(BaseEnv):
         self.try_reset(env_id)
 
     def _with_errors(self, rows: EnvRows) -> EnvRows:
-        """Rows without the sub-envs the vector env reports as failed (if it reports any)."""
+        """Rows without the sub-envs the vector env reports as failed (if it reports any);
+        those and the sub-envs whose rows were bad are forgotten until restarted."""
         pop = getattr(self.venv, "pop_errors", None)
         errors = pop() if pop is not None else None
-        if not errors:
-            return rows
-        for i in errors:
+        for i in [*rows.errors, *(errors or ())]:
             self._done[i] = False
             self._stash.pop(i, None)
             self._actions.pop(i, None)
-        return rows.without_envs(errors)
+        return rows.without_envs(errors) if errors else rows
 
-    def _rows(self, ids: list[int], obs: Any, rew, term, trunc, infos, first, stepped) -> EnvRows:
-        terminateds = np.asarray(term, dtype=bool)
-        truncateds = np.asarray(trunc, dtype=bool)
-        done_envs = {
-            i: (bool(a), bool(b)) for i, a, b in zip(ids, terminateds, truncateds) if a or b
-        }
-        return EnvRows(
-            np.asarray(ids, dtype=np.int64),
-            (DEFAULT_AGENT_ID,) * len(ids),
-            obs if not isinstance(obs, list) else stack_samples(self._obs_space, obs),
-            np.asarray(rew, dtype=np.float64),
-            terminateds,
-            truncateds,
-            infos,
-            np.asarray(first, dtype=bool),
-            stacked=True,
-            stepped=np.asarray(stepped, dtype=np.int64),
-            done_envs=done_envs,
-        )
+    def _rows(
+        self,
+        ids: list[int],
+        obs: Any,
+        rew: Any,
+        term: Any,
+        trunc: Any,
+        infos: list[dict],
+        first: Any,
+    ) -> EnvRows:
+        batch = obs if not isinstance(obs, list) else stack_samples(self._obs_space, obs)
+        env_ids = np.asarray(ids, dtype=np.int64)
+        first = np.asarray(first, dtype=bool)
+        return EnvRowsBuilder.columns(env_ids, batch, rew, term, trunc, infos, first)
 
     def _first_rows(self, ids: list[int], obs: Any, infos: list[dict]) -> EnvRows:
         k = len(ids)
-        return self._rows(ids, obs, [0.0] * k, [False] * k, [False] * k, infos, [True] * k, [])
+        return self._rows(
+            ids, obs, np.zeros(k), np.zeros(k, bool), np.zeros(k, bool), infos, np.ones(k, bool)
+        )
 
     def poll(self) -> EnvRows:
         n = self.num_envs
@@ -165,7 +162,6 @@ class VectorEnvAdapter(BaseEnv):
         pending.clear()
         term = np.asarray(term, dtype=bool) & ~first
         trunc = np.asarray(trunc, dtype=bool) & ~first
-        rew = np.where(first, 0.0, np.asarray(rew, dtype=np.float64))
         self._done = term | trunc
         if same_step and self._done.any():
             rows = unstack_batch(obs)
@@ -178,10 +174,7 @@ class VectorEnvAdapter(BaseEnv):
                 rows[i] = info["final_obs"][i]
                 infos[i] = finals[i] if finals is not None else {}
             obs = stack_samples(self._obs_space, rows)
-        stepped = np.flatnonzero(~first)
-        return self._with_errors(
-            self._rows(list(range(n)), obs, rew, term, trunc, infos, first, stepped)
-        )
+        return self._with_errors(self._rows(list(range(n)), obs, rew, term, trunc, infos, first))
 
     def close(self) -> None:
         self.venv.close()

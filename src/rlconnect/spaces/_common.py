@@ -33,7 +33,9 @@ def _skeleton(space: gs.Space) -> Any:
 
 
 def _leaf_shape(space: gs.Space) -> tuple[int, ...]:
-    return tuple(space.nvec.shape) if isinstance(space, gs.MultiDiscrete) else tuple(space.shape)
+    if isinstance(space, gs.MultiDiscrete):
+        return tuple(space.nvec.shape)
+    return tuple(space.shape or ())  # leaf spaces always have a shape
 
 
 def _rows_text(rows: np.ndarray, row_labels: Sequence[Any] | None) -> str:
@@ -48,12 +50,12 @@ def _nrows(space: gs.Space, batch: Any) -> int:
     """Rows of a batch, found by following the space (so list leaves work too)."""
     while isinstance(space, (gs.Tuple, gs.Dict)) and space.spaces:
         is_dict = isinstance(space, gs.Dict)
-        key = next(iter(space.spaces)) if is_dict else 0
+        key: Any = next(iter(space.spaces)) if is_dict else 0
         if not isinstance(batch, Mapping if is_dict else (tuple, list)):
             raise ValueError(f"expected a {type(space).__name__} batch, got {type(batch).__name__}")
         if (key not in batch) if is_dict else not batch:
             raise ValueError(f"batch has no part {key!r} for {describe_space(space)}")
-        space, batch = space.spaces[key], batch[key]
+        space, batch = space[key], batch[key]
     if np.ndim(batch) == 0:
         raise ValueError(f"cannot find the number of rows in a {type(batch).__name__}")
     return int(np.shape(batch)[0])

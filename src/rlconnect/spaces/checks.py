@@ -31,7 +31,7 @@ def _leaf_problems(space: gs.Space, x: Any, n: int, path: str) -> list[Problem]:
     out: list[Problem] = []
     nan = np.isnan(flat) if arr.dtype.kind == "f" else np.zeros(flat.shape, bool)
     if nan.any():
-        out.append((path, "NaN values", nan.any(axis=1)))
+        out.append((path, "NaN values", np.asarray(nan.any(axis=1))))
     if isinstance(space, gs.MultiBinary):
         bad = (flat != 0) & (flat != 1) & ~nan
         if bad.any():
@@ -42,6 +42,7 @@ def _leaf_problems(space: gs.Space, x: Any, n: int, path: str) -> list[Problem]:
     if isinstance(space, gs.Box):
         low, high = space.low.reshape(-1), space.high.reshape(-1)
     else:
+        assert isinstance(space, gs.Discrete | gs.MultiDiscrete)  # MultiBinary returned above
         low = np.asarray(space.start).reshape(-1)
         high = low + np.asarray(space.n if isinstance(space, gs.Discrete) else space.nvec) - 1
         high = high.reshape(-1)

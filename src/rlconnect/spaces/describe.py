@@ -16,11 +16,11 @@ def spaces_equal(a: gs.Space, b: gs.Space) -> bool:
     """Exact structural equality: type, shape, dtype, bounds (inf included), Dict key order."""
     if type(a) is not type(b):
         return False
-    if isinstance(a, gs.Box):
+    if isinstance(a, gs.Box) and isinstance(b, gs.Box):
         return a.dtype == b.dtype and _arrays_equal(a.low, b.low) and _arrays_equal(a.high, b.high)
-    if isinstance(a, gs.Discrete):
+    if isinstance(a, gs.Discrete) and isinstance(b, gs.Discrete):
         return (a.n, a.start, a.dtype) == (b.n, b.start, b.dtype)
-    if isinstance(a, gs.MultiDiscrete):
+    if isinstance(a, gs.MultiDiscrete) and isinstance(b, gs.MultiDiscrete):
         return (
             a.dtype == b.dtype
             and _arrays_equal(a.nvec, b.nvec)
@@ -28,9 +28,9 @@ def spaces_equal(a: gs.Space, b: gs.Space) -> bool:
         )
     if isinstance(a, gs.MultiBinary):
         return a.shape == b.shape
-    if isinstance(a, gs.Tuple):
+    if isinstance(a, gs.Tuple) and isinstance(b, gs.Tuple):
         return len(a) == len(b) and all(map(spaces_equal, a.spaces, b.spaces))
-    if isinstance(a, gs.Dict):
+    if isinstance(a, gs.Dict) and isinstance(b, gs.Dict):
         return list(a.spaces) == list(b.spaces) and all(
             map(spaces_equal, a.spaces.values(), b.spaces.values())
         )

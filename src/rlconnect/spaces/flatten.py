@@ -61,7 +61,7 @@ def flatten_space(space: gs.Space) -> gs.Box:
     return gs.Box(low, high, (low.size,), np.float32)
 
 
-def _int_leaf(space: gs.Space, x: Any, n: int) -> np.ndarray:
+def _int_leaf(space: gs.Discrete | gs.MultiDiscrete, x: Any, n: int) -> np.ndarray:
     """Validated zero-based indices ``(n, k)`` of a Discrete/MultiDiscrete batch."""
     arr = np.asarray(x)
     if arr.shape != (n, *_leaf_shape(space)):
@@ -92,10 +92,9 @@ def _flatten_leaf(space: gs.Space, x: Any, n: int) -> np.ndarray:
         out[np.arange(n)[:, None], offsets + idx] = 1.0
         return out
     arr = np.asarray(x)
-    if arr.shape != (n, *space.shape):
-        raise ValueError(
-            f"{describe_space(space)}: expected shape {(n, *space.shape)}, got {arr.shape}"
-        )
+    shape = (n, *_leaf_shape(space))
+    if arr.shape != shape:
+        raise ValueError(f"{describe_space(space)}: expected shape {shape}, got {arr.shape}")
     return arr.reshape(n, -1).astype(np.float32)
 
 
@@ -314,6 +313,6 @@ def zeros_batch(space: gs.Space, n: int) -> Any:
             return np.full(n, sp.start, np.int64)
         if isinstance(sp, gs.MultiDiscrete):
             return np.broadcast_to(sp.start, (n, *sp.nvec.shape)).astype(sp.dtype)
-        return np.zeros((n, *sp.shape), sp.dtype)
+        return np.zeros((n, *_leaf_shape(sp)), sp.dtype)
 
     return tree.map_structure(leaf, _skeleton(space))

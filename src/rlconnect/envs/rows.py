@@ -1,0 +1,366 @@
+"""What one ``poll()`` returns (``EnvRows``) and the one way adapters make it (``EnvRowsBuilder``).
+
+An adapter either adds rows one at a time while it steps its sub-envs::
+
+    b = EnvRowsBuilder(single_agent=True)
+    b.add_row(env_id, agent_id, obs, reward, terminated, truncated, info)
+    b.add_row(other_id, agent_id, obs, info=info, first=True)   # a reset: reward 0
+    b.add_error(failed_id, exc)
+    rows = b.build(stack=...)
+
+or hands over whole columns it already has (``EnvRowsBuilder.columns``). Either way the
+builder derives what the columns imply (``stepped``, ``done_envs`` of single-agent rows,
+``stacked``, ``dense``), turns each reward into a float (a size-one array counts as its
+scalar; any other shape is an ``EnvCheckError`` for its sub-env) and leaves out every row
+of a sub-env with an error.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, overload
+
+import numpy as np
+import tree
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.envs.rewards import bad_reward_error, reward_column, scalar_reward
+
+__all__ = ["EnvRows", "EnvRowsBuilder", "ExternalRows", "ExtraReward", "StackFn"]
+
+#: ``stack(obs, env_ids) -> (batch, bad)``: one batch of the rows' observations, and the
+#: sub-envs whose observation cannot be one of the space (their rows are left out).
+StackFn = Callable[[list[Any], list[int]], tuple[Any, Mapping[int, BaseException]]]
+
+
+class ExtraReward(NamedTuple):
+    """A reward for an agent without an observation at this poll: it counts towards the
+    agent's next transition; ``terminated``/``truncated`` end the agent's trajectory."""
+
+    env_id: int
+    agent_id: Any
+    reward: float
+    terminated: bool = False
+    truncated: bool = False
+
+
+class EnvRows:
+    """What one ``poll()`` returns, column by column: row ``i`` is agent ``agent_ids[i]`` of
+    sub-env ``env_ids[i]``. Made by ``EnvRowsBuilder``, read by the runner.
+
+    - ``obs``: a stacked batch (``stacked=True``: array or nest of arrays with R rows, all
+      rows share one space) or a list of R per-row observations (multi-agent).
+    - ``rewards`` (float64), ``terminateds``, ``truncateds`` (bool), ``infos`` (list of dicts).
+    - ``is_first``: the row is the first observation of a new episode (reward 0, no flags).
+    - ``done_envs``: ``{env_id: (terminated, truncated)}`` for sub-envs whose whole episode
+      ended at this poll (``__all__`` for multi-agent envs).
+    - ``extra_rewards``: ``ExtraReward`` records for agents rewarded at this step without
+      an observation; they count towards the agent's next transition.
+    - ``errors``: ``{env_id: exception}`` for sub-envs whose step or reset raised (or that
+      returned an observation or reward that cannot be one of theirs, ``EnvCheckError``);
+      none of their rows are included.
+    - ``stepped``: ids of sub-envs that took an env step at this poll (resets do not count),
+      ascending.
+    - ``dense``: single-agent rows with stacked observations, at most one row per sub-env,
+      ``env_ids`` strictly ascending, no errors and no extra rewards: the runner may take
+      its columnar fast path. It need not cover every sub-env (an asynchronous poll covers
+      those that finished their step); a full poll of ``GymEnvs`` that went well does.
+    """
+
+    __slots__ = (
+        "agent_ids",
+        "dense",
+        "done_envs",
+        "env_ids",
+        "errors",
+        "extra_rewards",
+        "infos",
+        "is_first",
+        "obs",
+        "rewards",
+        "stacked",
+        "stepped",
+        "terminateds",
+        "truncateds",
+    )
+
+    def __init__(
+        self,
+        *,
+        env_ids: np.ndarray,
+        agent_ids: tuple,
+        obs: Any,
+        rewards: np.ndarray,
+        terminateds: np.ndarray,
+        truncateds: np.ndarray,
+        infos: Sequence[dict],
+        is_first: np.ndarray,
+        stacked: bool,
+        stepped: np.ndarray,
+        done_envs: dict[int, tuple[bool, bool]],
+        extra_rewards: list[ExtraReward],
+        errors: dict[int, BaseException],
+        dense: bool,
+    ) -> None:
+        self.env_ids = env_ids
+        self.agent_ids = agent_ids
+        self.obs = obs
+        self.rewards = rewards
+        self.terminateds = terminateds
+        self.truncateds = truncateds
+        self.infos = infos
+        self.is_first = is_first
+        self.stacked = stacked
+        self.stepped = stepped
+        self.done_envs = done_envs
+        self.extra_rewards = extra_rewards
+        self.errors = errors
+        self.dense = dense
+
+    def __len__(self) -> int:
+        return len(self.env_ids)
+
+    def without_envs(self, errors: Mapping[int, BaseException]) -> EnvRows:
+        """These rows minus every row of the sub-envs in ``errors``, which are added to
+        ``self.errors``: a sub-env that returned bad data is reported like one that raised."""
+        ids = np.fromiter(errors, np.int64, len(errors))
+        keep = np.flatnonzero(~np.isin(self.env_ids, ids))
+        out = copy.copy(self)  # keeps the fields of subclasses (ExternalRows)
+        out.env_ids = self.env_ids[keep]
+        out.agent_ids = tuple(self.agent_ids[i] for i in keep.tolist())
+        if self.stacked:
+            out.obs = tree.map_structure(lambda x: np.asarray(x)[keep], self.obs)
+        else:
+            out.obs = [self.obs[i] for i in keep.tolist()]
+        out.rewards = self.rewards[keep]
+        out.terminateds = self.terminateds[keep]
+        out.truncateds = self.truncateds[keep]
+        out.infos = [self.infos[i] for i in keep.tolist()]
+        out.is_first = self.is_first[keep]
+        out.stepped = self.stepped[~np.isin(self.stepped, ids)]
+        out.done_envs = {e: f for e, f in self.done_envs.items() if e not in errors}
+        out.extra_rewards = [x for x in self.extra_rewards if x.env_id not in errors]
+        out.errors = {**self.errors, **errors}
+        out.dense = False
+        return out
+
+
+class ExternalRows(EnvRows):
+    """EnvRows plus the actions logged with ``log_action``, by ``(env_id, agent_id)``."""
+
+    __slots__ = ("logged_actions",)
+
+    def __init__(self, *, logged_actions: dict[tuple[int, Any], Any], **fields: Any) -> None:
+        super().__init__(**fields)
+        self.logged_actions = logged_actions
+
+
+def _ascending(env_ids: np.ndarray) -> bool:
+    return len(env_ids) < 2 or bool((env_ids[1:] > env_ids[:-1]).all())
+
+
+def _done_envs(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> dict:
+    """``done_envs`` of single-agent rows: each terminated or truncated row ends its episode."""
+    if not (np.count_nonzero(term) or np.count_nonzero(trunc)):  # faster than any() when small
+        return {}
+    idx = np.flatnonzero(term | trunc).tolist()
+    return {int(env_ids[k]): (bool(term[k]), bool(trunc[k])) for k in idx}
+
+
+class EnvRowsBuilder:
+    """Collects one poll's rows, errors, extra rewards and episode ends; ``build()`` makes
+    the ``EnvRows`` (see the module doc).
+
+    ``single_agent``: every row is the one agent of its sub-env, so a terminated or
+    truncated row ends its sub-env's episode (``done_envs`` is derived, ``end_episode`` is
+    not needed) and stacked rows may be ``dense``. Multi-agent adapters leave it False and
+    call ``end_episode`` for ``__all__``.
+    """
+
+    def __init__(self, *, single_agent: bool = False) -> None:
+        self.single_agent = single_agent
+        self._ids: list[int] = []
+        self._agents: list[Any] = []
+        self._obs: list[Any] = []
+        self._rew: list[Any] = []
+        self._term: list[bool] = []
+        self._trunc: list[bool] = []
+        self._infos: list[dict] = []
+        self._first: list[bool] = []
+        self._stepped: set[int] = set()
+        self._done: dict[int, tuple[bool, bool]] = {}
+        self._extra: list[ExtraReward] = []
+        self._errors: dict[int, BaseException] = {}
+
+    def add_row(
+        self,
+        env_id: int,
+        agent_id: Any,
+        obs: Any,
+        reward: Any = 0.0,
+        terminated: bool = False,
+        truncated: bool = False,
+        info: dict | None = None,
+        *,
+        first: bool = False,
+    ) -> None:
+        """One row; ``first``: the first observation of a new episode (its reward and flags
+        are ignored). A row that is not first means its sub-env stepped."""
+        self._ids.append(env_id)
+        self._agents.append(agent_id)
+        self._obs.append(obs)
+        if first:
+            self._rew.append(0.0)
+            self._term.append(False)
+            self._trunc.append(False)
+        else:
+            self._rew.append(reward)
+            self._term.append(bool(terminated))
+            self._trunc.append(bool(truncated))
+            self._stepped.add(env_id)
+        self._infos.append({} if info is None else info)
+        self._first.append(first)
+
+    def add_error(self, env_id: int, exc: BaseException) -> None:
+        """Sub-env ``env_id`` failed at this poll: none of its rows will be in the result."""
+        self._errors[env_id] = exc
+
+    def add_extra_reward(
+        self,
+        env_id: int,
+        agent_id: Any,
+        reward: Any,
+        terminated: bool = False,
+        truncated: bool = False,
+    ) -> None:
+        """A reward for an agent without an observation at this poll (see ``ExtraReward``)."""
+        r = scalar_reward(reward)
+        if r is None:
+            self._errors[env_id] = bad_reward_error(env_id, [(agent_id, reward)])
+            return
+        self._extra.append(ExtraReward(env_id, agent_id, r, bool(terminated), bool(truncated)))
+
+    def mark_stepped(self, env_id: int) -> None:
+        """Sub-env ``env_id`` took an env step, even if it gave no row (every agent waits)."""
+        self._stepped.add(env_id)
+
+    def end_episode(self, env_id: int, terminated: bool, truncated: bool) -> None:
+        """The whole episode of sub-env ``env_id`` ended at this poll (``__all__``)."""
+        self._done[env_id] = (bool(terminated), bool(truncated))
+
+    @overload
+    def build(self, *, stack: StackFn | None = None) -> EnvRows: ...
+
+    @overload
+    def build(
+        self, *, stack: StackFn | None = None, logged_actions: dict[tuple[int, Any], Any]
+    ) -> ExternalRows: ...
+
+    def build(
+        self,
+        *,
+        stack: StackFn | None = None,
+        logged_actions: dict[tuple[int, Any], Any] | None = None,
+    ) -> EnvRows:
+        """The rows (call once); ``stack`` makes one batch of the observations (else they
+        stay a list), ``logged_actions`` makes ``ExternalRows``."""
+        rewards, bad = reward_column(self._rew, self._ids, self._agents)
+        errors = {**self._errors, **bad}
+        if errors and not errors.keys().isdisjoint(self._ids):  # leave out their rows
+            keep = [k for k, e in enumerate(self._ids) if e not in errors]
+            rewards = rewards[keep]
+            columns: tuple[list[Any], ...] = (
+                self._ids,
+                self._agents,
+                self._obs,
+                self._term,
+                self._trunc,
+                self._infos,
+                self._first,
+            )
+            for col in columns:
+                col[:] = [col[k] for k in keep]
+        ids, obs, infos = self._ids, self._obs, self._infos
+        env_ids = np.array(ids, dtype=np.int64)
+        terminateds = np.array(self._term, dtype=bool)
+        truncateds = np.array(self._trunc, dtype=bool)
+        done = dict(self._done)
+        if self.single_agent:
+            done.update(_done_envs(env_ids, terminateds, truncateds))
+        extra = [x for x in self._extra if x.env_id not in errors]
+        unfit: Mapping[int, BaseException] = {}
+        if stack is not None:
+            obs, unfit = stack(obs, ids)
+        fields: dict[str, Any] = {
+            "env_ids": env_ids,
+            "agent_ids": tuple(self._agents),
+            "obs": obs,
+            "rewards": rewards,
+            "terminateds": terminateds,
+            "truncateds": truncateds,
+            "infos": infos,
+            "is_first": np.array(self._first, dtype=bool),
+            "stacked": stack is not None,
+            "stepped": np.array(sorted(self._stepped.difference(errors)), dtype=np.int64),
+            "done_envs": {e: f for e, f in done.items() if e not in errors},
+            "extra_rewards": extra,
+            "errors": errors,
+            "dense": (
+                self.single_agent
+                and stack is not None
+                and not errors
+                and not extra
+                and _ascending(env_ids)
+            ),
+        }
+        if logged_actions is None:
+            rows = EnvRows(**fields)
+        else:
+            rows = ExternalRows(logged_actions=logged_actions, **fields)
+        return rows.without_envs(unfit) if unfit else rows
+
+    @staticmethod
+    def columns(
+        env_ids: np.ndarray,
+        obs: Any,
+        rewards: Any,
+        terminateds: Any,
+        truncateds: Any,
+        infos: Sequence[dict],
+        is_first: np.ndarray,
+        *,
+        agent_ids: tuple | None = None,
+    ) -> EnvRows:
+        """Single-agent rows from whole columns (``obs`` already one stacked batch): for
+        adapters that step sub-envs as arrays. ``agent_ids`` defaults to
+        ``DEFAULT_AGENT_ID`` per row; first rows get reward 0 and no flags."""
+        n = len(env_ids)
+        agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
+        rew, bad = reward_column(rewards, env_ids, agents)
+        term = np.asarray(terminateds, dtype=bool)
+        trunc = np.asarray(truncateds, dtype=bool)
+        if np.count_nonzero(is_first):
+            keep = ~is_first
+            rew, term, trunc = np.where(keep, rew, 0.0), term & keep, trunc & keep
+            stepped = env_ids[keep]
+        else:
+            stepped = env_ids
+        ascending = _ascending(env_ids)
+        rows = EnvRows(
+            env_ids=env_ids,
+            agent_ids=agents,
+            obs=obs,
+            rewards=rew,
+            terminateds=term,
+            truncateds=trunc,
+            infos=infos,
+            is_first=is_first,
+            stacked=True,
+            stepped=stepped if ascending else np.unique(stepped),
+            done_envs=_done_envs(env_ids, term, trunc),
+            extra_rewards=[],
+            errors={},
+            dense=ascending,
+        )
+        return rows.without_envs(bad) if bad else rows

@@ -1,0 +1,156 @@
+"""EnvRowsBuilder: one poll's rows, with the flags the columns imply derived by the builder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rlconnect as rc
+from rlconnect.envs import EnvRowsBuilder, ExtraReward
+from rlconnect.envs.rows import ExternalRows
+
+A = rc.DEFAULT_AGENT_ID
+
+
+def _stack(obs, ids):
+    return np.stack(obs), {}
+
+
+def test_single_agent_rows_derive_stepped_done_and_dense():
+    b = EnvRowsBuilder(single_agent=True)
+    b.add_row(0, A, np.zeros(2), 1.5, False, False, {"x": 1})
+    b.add_row(1, A, np.ones(2), info={"reset": True}, first=True)
+    b.add_row(3, A, np.ones(2), np.array([2.0]), False, True, None)
+    rows = b.build(stack=_stack)
+    assert len(rows) == 3 and rows.env_ids.tolist() == [0, 1, 3]
+    assert rows.agent_ids == (A, A, A)
+    assert rows.obs.shape == (3, 2) and rows.stacked
+    assert rows.rewards.tolist() == [1.5, 0.0, 2.0] and rows.rewards.dtype == np.float64
+    assert rows.is_first.tolist() == [False, True, False]
+    assert rows.stepped.tolist() == [0, 3]
+    assert rows.done_envs == {3: (False, True)}
+    assert rows.infos == [{"x": 1}, {"reset": True}, {}]
+    assert rows.dense  # a subset of the sub-envs, ascending, one row each: still dense
+    assert rows.errors == {} and rows.extra_rewards == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["unstacked", "descending", "two rows of one env", "error", "extra reward", "multi-agent"],
+)
+def test_what_makes_rows_not_dense(case: str):
+    b = EnvRowsBuilder(single_agent=case != "multi-agent")
+    ids = {"descending": [2, 1], "two rows of one env": [1, 1]}.get(case, [1, 2])
+    for i in ids:
+        b.add_row(i, A, np.zeros(2), 1.0)
+    if case == "error":
+        b.add_error(0, RuntimeError("boom"))
+    if case == "extra reward":
+        b.add_extra_reward(1, "other", 1.0)
+    rows = b.build(stack=None if case == "unstacked" else _stack)
+    assert not rows.dense
+
+
+def test_errors_leave_out_every_row_and_record_of_their_sub_env():
+    b = EnvRowsBuilder()
+    b.add_row(0, "a", "o0", 1.0)
+    b.add_row(1, "a", "o1a", 1.0)
+    b.add_row(1, "b", "o1b", 2.0, True, False)
+    b.add_extra_reward(1, "c", 3.0)
+    b.end_episode(1, True, False)
+    b.add_error(1, RuntimeError("boom"))
+    rows = b.build()
+    assert rows.env_ids.tolist() == [0] and rows.obs == ["o0"] and not rows.stacked
+    assert rows.stepped.tolist() == [0] and rows.done_envs == {} and rows.extra_rewards == []
+    assert list(rows.errors) == [1]
+
+
+def test_multi_agent_episode_ends_and_steps_without_rows_are_explicit():
+    b = EnvRowsBuilder()
+    b.add_row(0, "a", "o", 1.0, True, False)  # an agent ending does not end the episode
+    b.mark_stepped(2)  # stepped, no agent observes
+    b.add_extra_reward(2, "b", np.array([0.5]), terminated=True)
+    b.end_episode(2, False, True)
+    rows = b.build()
+    assert rows.stepped.tolist() == [0, 2]
+    assert rows.done_envs == {2: (False, True)}
+    assert rows.extra_rewards == [ExtraReward(2, "b", 0.5, True, False)]
+    env_id, agent_id, reward, terminated, truncated = rows.extra_rewards[0]  # as the runner reads
+    assert (env_id, agent_id, reward, terminated, truncated) == (2, "b", 0.5, True, False)
+
+
+def test_bad_rewards_fail_their_sub_env_only():
+    b = EnvRowsBuilder()
+    b.add_row(0, "a", "o", np.ones(2))
+    b.add_row(0, "b", "o", "not a number")
+    b.add_row(1, "a", "o", np.float32(1.0))
+    b.add_extra_reward(2, "c", [1.0, 2.0])
+    rows = b.build()
+    assert rows.env_ids.tolist() == [1] and rows.rewards.tolist() == [1.0]
+    assert sorted(rows.errors) == [0, 2]
+    assert all(isinstance(e, rc.EnvCheckError) for e in rows.errors.values())
+    text = str(rows.errors[0])
+    assert "env 0 / agent 'a': reward is an array of shape (2,)" in text
+    assert "env 0 / agent 'b': reward is str" in text
+    assert "env 2 / agent 'c'" in str(rows.errors[2])
+
+
+def test_observations_the_stack_rejects_fail_their_sub_env():
+    def stack(obs, ids):
+        bad = {i: rc.EnvCheckError(f"bad obs {i}") for i, o in zip(ids, obs) if o.shape != (2,)}
+        return np.stack([o if o.shape == (2,) else np.zeros(2) for o in obs]), bad
+
+    b = EnvRowsBuilder(single_agent=True)
+    b.add_row(0, A, np.zeros(2), 1.0)
+    b.add_row(1, A, np.zeros(3), 1.0, True, False)
+    rows = b.build(stack=stack)
+    assert rows.env_ids.tolist() == [0] and rows.obs.shape == (1, 2)
+    assert list(rows.errors) == [1] and rows.done_envs == {} and not rows.dense
+
+
+def test_columns_derive_like_the_row_builder():
+    ids = np.arange(3, dtype=np.int64)
+    first = np.array([False, True, False])
+    rows = EnvRowsBuilder.columns(
+        ids,
+        np.zeros((3, 2)),
+        np.array([[1.0], [9.0], [2.0]]),  # a (R, 1) column, and a first row's reward
+        [True, True, False],
+        [False, False, False],
+        [{}, {}, {}],
+        first,
+    )
+    assert rows.rewards.tolist() == [1.0, 0.0, 2.0]
+    assert rows.terminateds.tolist() == [True, False, False]  # a first row has no flags
+    assert rows.stepped.tolist() == [0, 2] and rows.done_envs == {0: (True, False)}
+    assert rows.agent_ids == (A, A, A) and rows.stacked and rows.dense
+
+
+def test_columns_with_a_bad_reward_shape_fail_every_sub_env():
+    rows = EnvRowsBuilder.columns(
+        np.arange(2, dtype=np.int64),
+        np.zeros((2, 2)),
+        np.ones((2, 2)),
+        [False, False],
+        [False, False],
+        [{}, {}],
+        np.zeros(2, bool),
+    )
+    assert len(rows) == 0 and sorted(rows.errors) == [0, 1] and not rows.dense
+
+
+def test_logged_actions_make_external_rows_and_survive_without_envs():
+    b = EnvRowsBuilder()
+    b.add_row(0, "a", "o", 1.0)
+    b.add_row(1, "a", "o", 1.0)
+    rows = b.build(logged_actions={(1, "a"): 3})
+    assert isinstance(rows, ExternalRows) and rows.logged_actions == {(1, "a"): 3}
+    fewer = rows.without_envs({0: RuntimeError("x")})
+    assert isinstance(fewer, ExternalRows) and fewer.logged_actions == {(1, "a"): 3}
+    assert fewer.env_ids.tolist() == [1] and list(fewer.errors) == [0]
+
+
+def test_an_empty_builder_builds_empty_rows():
+    rows = EnvRowsBuilder().build()
+    assert len(rows) == 0 and rows.stepped.dtype == np.int64 and not rows.is_first.any()
+    assert rows.done_envs == {} and rows.errors == {} and rows.extra_rewards == []
