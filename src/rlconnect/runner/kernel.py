@@ -187,10 +187,10 @@ class StepKernel:
         block = self.blockable and rows.dense
         if not done_envs:
             done = self._none_done(len(rows)) if block else terminateds | truncateds
-        elif rows.dense:  # dense rows flag every row whose sub-env is done
-            done = terminateds | truncateds
         else:
-            done = terminateds | truncateds | np.isin(env_ids, list(done_envs))
+            done = terminateds | truncateds
+            if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
+                done |= np.isin(env_ids, list(done_envs))
         for pid, idx in self._groups(rows):
             self._policy_step(
                 pid, idx, rows, obs, (terminateds, truncateds, done), poll, block, agent_steps, full
