@@ -399,3 +399,12 @@ def test_skipping_a_file_that_held_part_of_a_batch_drops_that_batch(tmp_path):
         got = list(reader)
     assert [len(b) for b in got] == [10]
     assert any("continues in a file" in why for _, why in reader.skipped)
+
+
+def test_spaces_that_mix_flat_and_per_policy_forms_are_refused(tmp_path):
+    box = gym.spaces.Box(-1, 1, (2,), np.float32)
+    with pytest.raises(TypeError, match=r"not a mix of both \(see 'p'\)"):
+        rc.offline.ParquetBatchWriter(tmp_path, spaces={"obs": box, "p": {"obs": box}})
+    # either form alone is fine
+    rc.offline.ParquetBatchWriter(tmp_path / "a", spaces={"obs": box}).close()
+    rc.offline.ParquetBatchWriter(tmp_path / "b", spaces={"p": {"obs": box}}).close()

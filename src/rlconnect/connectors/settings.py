@@ -97,7 +97,8 @@ def setting_field(name: str, owner: str) -> Any:
     value raises ValueError ``"{owner}{name}={value!r}: <what is allowed>"``.
 
     ``RunnerConfig`` declares its connector fields with it (``owner="RunnerConfig."``), so
-    they stay flat, typed fields of the config while their rules live here.
+    they stay flat, typed fields of the config while their rules live here. Typed ``Any``
+    like ``attrs.field`` itself: the class annotation gives the attribute its type.
     """
     default, check = _SETTINGS[name]
 

@@ -1,0 +1,39 @@
+"""Column roles (rlconnect.batches.columns) as the collectors and readers use them."""
+
+import gymnasium as gym
+import numpy as np
+
+import rlconnect as rc
+from rlconnect.batches.columns import (
+    NEXT_OBS_OF,
+    NEXT_ROW_COLUMNS,
+    ROW_ID_COLUMNS,
+    STORE_COLUMNS,
+    trajectory_keys,
+)
+
+
+def test_trajectory_keys_separate_agents_and_episodes():
+    b = rc.SampleBatch({"eps_id": np.array([3, 3, 3, 4]), "agent_index": np.array([0, 1, 0, 1])})
+    keys = trajectory_keys(b)
+    assert keys.dtype == np.int64
+    assert keys[0] == keys[2] and len({keys[0], keys[1], keys[3]}) == 3
+    single = rc.SampleBatch({"eps_id": np.array([3, 3, 4])})
+    np.testing.assert_array_equal(trajectory_keys(single), [3, 3, 4])
+
+
+def test_runner_batches_follow_the_declared_roles():
+    env = gym.make("CartPole-v1")
+    cfg = rc.RunnerConfig(num_envs=2, rollout_fragment_length=30, seed=0)
+    runner = rc.EnvRunner(
+        "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=cfg
+    )
+    batch = runner.sample()
+    runner.stop()
+    names = set(batch.keys())
+    assert set(ROW_ID_COLUMNS) <= names and set(NEXT_ROW_COLUMNS) <= names
+    assert not names & set(STORE_COLUMNS)  # store bookkeeping never leaves the collector
+    keys = trajectory_keys(batch)
+    for name, following in NEXT_OBS_OF.items():
+        same = keys[1:] == keys[:-1]
+        np.testing.assert_array_equal(batch[following][:-1][same], batch[name][1:][same])
