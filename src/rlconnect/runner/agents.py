@@ -114,7 +114,7 @@ class MultiAgentBook:
         the reward accumulated since its last action (no observation is made up).
         """
         collector = self._collectors[col.policy_id]
-        rows = np.flatnonzero(collector.column("_traj") == col.traj_id)
+        rows = np.flatnonzero(collector.trajectory_ids() == col.traj_id)
         col.closed = True
         self._traj.close(col.traj_id)
         if not len(rows):

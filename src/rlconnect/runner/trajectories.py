@@ -65,7 +65,7 @@ class TrajectoryIds:
         """Drop the owners of closed trajectories that have no row left in ``collectors``."""
         if not self._closed:
             return
-        left = [c.column("_traj") for c in collectors.collectors.values() if len(c)]
+        left = [c.trajectory_ids() for c in collectors.collectors.values() if len(c)]
         still = set(np.concatenate(left).tolist()) if left else set()
         keep = []
         for t in self._closed:
