@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import numpy as np
 
 from rlconnect.batches import SampleBatch
@@ -24,7 +23,7 @@ from rlconnect.policy import Policy
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
 
-__all__ = ["Acted", "act"]
+__all__ = ["act"]
 
 
 def _call(
@@ -42,14 +41,6 @@ def _call(
         ) from exc
 
 
-@attrs.frozen
-class Acted:
-    """What acting gives: the policy's outputs (recorded) and the actions for the env."""
-
-    outputs: dict[str, Any]
-    env_actions: Any
-
-
 def act(
     pid: str,
     policy: Policy,
@@ -62,8 +53,9 @@ def act(
     check: Callable[[Any, np.ndarray, tuple], None] | None = None,
     logged: Any = None,
     timers: PerfTimers | None = None,
-) -> Acted:
-    """Actions of ``policy`` for the rows ``inputs`` (agent-pipeline output).
+) -> tuple[dict[str, Any], Any]:
+    """The policy's outputs (what gets recorded) and the env actions for the rows
+    ``inputs`` (agent-pipeline output).
 
     ``check(env_actions, env_ids, agent_ids)`` rejects actions outside the env's spaces
     (skipped for logged actions, which the env itself chose); ``timers`` get the
@@ -88,7 +80,7 @@ def act(
     if check is not None and not logged:  # never step an env with an action outside its space
         check(env_actions, env_ids, agent_ids)
     if timers is not None:
-        t2 = clock()
-        timers.add("mean_inference_ms", t1 - t0)
-        timers.add("mean_action_processing_ms", t2 - t1)
-    return Acted(outputs, env_actions)
+        secs = timers.seconds
+        secs["mean_inference_ms"] += t1 - t0
+        secs["mean_action_processing_ms"] += clock() - t1
+    return outputs, env_actions

@@ -123,7 +123,7 @@ def check_finite(rows: EnvRows, poll: int, lengths: np.ndarray) -> None:
     if (
         type(obs) is np.ndarray
         and obs.dtype.kind in "fc"  # the common case: two sums (an overflow: checked below)
-        and math.isfinite(float(obs.sum()) + float(rows.rewards.sum()))
+        and math.isfinite(np.add.reduce(obs, axis=None) + np.add.reduce(rows.rewards))
     ):
         return
     if np.isfinite(rows.rewards).all():

@@ -150,7 +150,7 @@ class Inference:
         try:
             with eval_mode(pipe, action_pipe):
                 data = pipe(AgentData(env_ids, tuple(agents), cols))
-                acted = act(
+                _, env_actions = act(
                     pid,
                     self.policies[pid],
                     self.pipes,
@@ -163,4 +163,4 @@ class Inference:
             if eid == INFERENCE_ENV_ID:
                 pipe.reset(eid)
                 action_pipe.reset(eid)
-        return [tree.map_structure(lambda a, i=i: a[i], acted.env_actions) for i in range(n)]
+        return [tree.map_structure(lambda a, i=i: a[i], env_actions) for i in range(n)]

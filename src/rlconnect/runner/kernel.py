@@ -53,12 +53,6 @@ ENDLESS_EPISODE_STEPS = 1_000_000
 ENDLESS_CHECK_EVERY = 1024
 
 
-def _per_row(per_env: np.ndarray, env_ids: np.ndarray, full: bool) -> np.ndarray:
-    """A column of ``per_env`` values for rows of ``env_ids`` (a fresh array); ``full``:
-    the rows are sub-envs 0..n-1 in order, so a copy does what indexing would."""
-    return per_env.copy() if full else per_env[env_ids]
-
-
 class StepKernel:
     """The sampling loop's state and its one step (see the module docstring)."""
 
@@ -102,6 +96,8 @@ class StepKernel:
         ) and not hooks.on_step
         self._not_done: np.ndarray = np.zeros(0, dtype=bool)
         self._runner = hooks.runner  # what user functions are shown as ``worker=``
+        self._on_step = hooks.on_step
+        self._secs = timers.seconds  # stage -> seconds, added to without a call per stage
 
     # -- the loop -------------------------------------------------------------------------
     def run_until(self, mode: str, target: int, count_by: str) -> None:
@@ -113,7 +109,7 @@ class StepKernel:
             while True:
                 if truncating:
                     have = group.env_steps() if count_by == "env_steps" else group.agent_steps()
-                    if have + recorder.buffered_env_steps() >= target:
+                    if have + recorder.buffered_env_steps >= target:
                         break
                 elif group.ready(mode, target, count_by):
                     break
@@ -121,7 +117,7 @@ class StepKernel:
                     self._refuse_endless_episodes(target)
                 t0 = clock()
                 rows = env.poll()
-                timers.add("mean_env_wait_ms", clock() - t0)
+                self._secs["mean_env_wait_ms"] += clock() - t0
                 timers.steps += 1
                 self.step(rows)
         finally:
@@ -146,14 +142,17 @@ class StepKernel:
         poll = self.poll_index
         self.poll_index += 1
         rows = self._screen(rows, poll)
-        if not len(rows) and not rows.extra_rewards:
+        env_ids = rows.env_ids
+        n = len(env_ids)
+        if not n and not rows.extra_rewards:
             return
         episodes, multi = self.episodes, self.multi
-        env_ids = rows.env_ids
         # a full dense poll: row i is sub-env i, so per-env arrays serve as columns
-        full = rows.dense and len(env_ids) == len(episodes.length)
+        full = rows.dense and n == len(episodes.length)
+        stepped = rows.stepped
+        all_stepped = full and len(stepped) == n  # then no row is a first observation
         firsts: list[int] = []
-        if rows.is_first.any():
+        if not all_stepped and np.count_nonzero(rows.is_first):
             first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
             firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
             opened = episodes.open(firsts)
@@ -163,12 +162,14 @@ class StepKernel:
             for e in np.unique(env_ids).tolist():
                 if not episodes.is_open(e):
                     episodes.start(e)
-        stepped = rows.stepped
-        if full and len(stepped) == len(env_ids):
+        if all_stepped:
             episodes.length += 1
         else:
             episodes.length[stepped] += 1
-        terminateds, truncateds, done_envs = self._horizon(rows, stepped)
+        if self.config.horizon is None:
+            terminateds, truncateds, done_envs = rows.terminateds, rows.truncateds, rows.done_envs
+        else:
+            terminateds, truncateds, done_envs = self._horizon(rows, stepped)
         agent_steps = np.zeros(len(episodes.length), dtype=np.int64) if multi else None
         obs = rows.obs
         if agent_steps is not None:
@@ -186,26 +187,36 @@ class StepKernel:
             episodes.ret[env_ids] += rows.rewards  # one row per sub-env
         block = self.blockable and rows.dense
         if not done_envs:
-            done = self._none_done(len(rows)) if block else terminateds | truncateds
+            done = self._none_done(n) if block else terminateds | truncateds
         else:
             done = terminateds | truncateds
             if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
                 done |= np.isin(env_ids, list(done_envs))
-        for pid, idx in self._groups(rows):
-            self._policy_step(
-                pid, idx, rows, obs, (terminateds, truncateds, done), poll, block, agent_steps, full
-            )
+        flags = (terminateds, truncateds, done)
+        if len(self._pids) == 1:  # every row is the one policy's
+            if n:
+                self._policy_step(
+                    self._pids[0], None, rows, obs, flags, poll, block, agent_steps, full
+                )
+        else:
+            for pid, idx in self._groups(rows):
+                self._policy_step(pid, idx, rows, obs, flags, poll, block, agent_steps, full)
+        step_eps = episodes.eps_id.copy() if all_stepped else episodes.eps_id[stepped]
         if agent_steps is not None:
             for e in sorted(done_envs):
                 self.book.close_open_agents(e, done_envs[e], poll, agent_steps)
             episodes.agent_steps += agent_steps
-            self.recorder.env_steps(poll, stepped, episodes.eps_id[stepped], agent_steps[stepped])
+            self.recorder.env_steps(poll, stepped, step_eps, agent_steps[stepped])
         else:
-            self.recorder.env_steps(poll, stepped, episodes.eps_id[stepped], 1)
+            self.recorder.env_steps(poll, stepped, step_eps, 1)
         if firsts:
             episodes.fire_start(firsts)
-        episodes.fire_step(stepped)
-        self._finish(rows, done_envs)
+        if self._on_step:
+            episodes.fire_step(stepped)
+        if done_envs:
+            self._finish(rows, done_envs)
+        if self.faults.restart:
+            self.faults.completed(stepped)
 
     # -- parts of a step ------------------------------------------------------------------
     def _screen(self, rows: EnvRows, poll: int) -> EnvRows:
@@ -258,10 +269,8 @@ class StepKernel:
             self._not_done.flags.writeable = False
         return self._not_done
 
-    def _groups(self, rows: EnvRows) -> list[tuple[str, np.ndarray | None]]:
-        """Row indices per policy (``None``: all rows)."""
-        if len(self._pids) == 1:
-            return [(self._pids[0], None)] if len(rows) else []
+    def _groups(self, rows: EnvRows) -> list[tuple[str, np.ndarray]]:
+        """Row indices per policy (several policies: each row's agent is mapped)."""
         groups: dict[str, list[int]] = {}
         for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
             groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
@@ -281,52 +290,53 @@ class StepKernel:
     ) -> None:
         """The rows of one policy: agent pipeline, record, then act for the live ones
         (``flags``: terminated, truncated, and done for every row of the poll)."""
-        timers, cfg = self.timers, self.config
+        cfg, episodes = self.config, self.episodes
         t0 = time.perf_counter()
         pipe = self.pipes.agent[pid]
-        sel = slice(None) if idx is None else idx
-        env_ids = rows.env_ids[sel]
-        agent_ids = (
-            rows.agent_ids if idx is None else tuple(rows.agent_ids[i] for i in idx.tolist())
-        )
+        connectors = len(pipe)
+        terminateds, truncateds, done = flags
+        env_ids, agent_ids, rewards, infos = rows.env_ids, rows.agent_ids, rows.rewards, rows.infos
+        if idx is not None:  # this policy's rows of the poll
+            members = idx.tolist()
+            env_ids, rewards = env_ids[idx], rewards[idx]
+            terminateds, truncateds, done = terminateds[idx], truncateds[idx], done[idx]
+            agent_ids = tuple(agent_ids[i] for i in members)
+            infos = [infos[i] for i in members]
         if rows.stacked:
             obs = obs if idx is None else take_rows(obs, idx)
         else:
-            members = range(len(rows)) if idx is None else idx.tolist()
-            obs = stack_samples(pipe.input_space, [obs[i] for i in members])
-        infos = rows.infos if idx is None else [rows.infos[i] for i in idx.tolist()]
-        rewards = rows.rewards[sel]
-        episodes = self.episodes
+            picked = obs if idx is None else [obs[i] for i in members]
+            obs = stack_samples(pipe.input_space, picked)
         agent_index: np.ndarray | int = 0
         if agent_steps is not None:
             traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
             rewards = rewards + self.book.take_pending(env_ids, agent_ids)
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
+        elif full:  # row i is sub-env i: copies of the per-env arrays are the columns
+            traj = self.trajectories.of_env.copy()
         else:
-            traj = _per_row(self.trajectories.of_env, env_ids, full)
-        terminateds, truncateds, done = flags
+            traj = self.trajectories.of_env[env_ids]
         cols = {
             "obs": obs,
             "rewards": rewards,
-            "terminateds": terminateds[sel],
-            "truncateds": truncateds[sel],
-            "infos": shared_infos(infos) if len(pipe) else infos,
-            "t": _per_row(episodes.length, env_ids, full),
+            "terminateds": terminateds,
+            "truncateds": truncateds,
+            "infos": shared_infos(infos) if connectors else infos,
+            "t": episodes.length.copy() if full else episodes.length[env_ids],
         }
         data = AgentData.trusted(env_ids, agent_ids, cols)
-        if len(pipe):
+        if connectors:
             data = pipe(data)
         record = dict(data.columns)
-        record["eps_id"] = _per_row(episodes.eps_id, env_ids, full)
+        record["eps_id"] = episodes.eps_id.copy() if full else episodes.eps_id[env_ids]
         record["env_id"] = env_ids
         record["agent_index"] = agent_index
         if cfg.keep_raw_obs:
             record["raw_obs"] = obs
-        done = done[sel]
         self.recorder.rows(pid, traj, poll, record, done, block=block)
         if agent_steps is not None:
             self.book.mark_closed(env_ids, agent_ids, done)
-        timers.add("mean_raw_obs_processing_ms", time.perf_counter() - t0)
+        self._secs["mean_raw_obs_processing_ms"] += time.perf_counter() - t0
         self._act(pid, data, env_ids, agent_ids, done, getattr(rows, "logged_actions", None))
 
     def _act(
@@ -341,9 +351,9 @@ class StepKernel:
         """Policy, action pipeline and env actions for the rows that are not done."""
         inputs: Any = data
         where: np.ndarray | None = None
-        if done.any():
+        if np.count_nonzero(done):
             where = ~done
-            if not where.any():
+            if not np.count_nonzero(where):
                 return
             ai = np.flatnonzero(where)
             inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
@@ -351,7 +361,7 @@ class StepKernel:
             agent_ids = (
                 tuple(agent_ids[i] for i in ai.tolist()) if self.multi else agent_ids[: len(ai)]
             )
-        acted = act(
+        outputs, env_actions = act(
             pid,
             self.policies[pid],
             self.pipes,
@@ -363,13 +373,12 @@ class StepKernel:
             logged=logged,
             timers=self.timers,
         )
-        outputs = acted.outputs
         if self.config.record_env_actions:
-            outputs["env_actions"] = acted.env_actions
+            outputs["env_actions"] = env_actions
         self.recorder.outputs(pid, outputs, where)
         t0 = time.perf_counter()
-        self.env.send_actions(env_ids, agent_ids, acted.env_actions)
-        self.timers.add("mean_env_wait_ms", time.perf_counter() - t0)
+        self.env.send_actions(env_ids, agent_ids, env_actions)
+        self._secs["mean_env_wait_ms"] += time.perf_counter() - t0
 
     def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
         """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""
@@ -381,8 +390,6 @@ class StepKernel:
                 self.env.soft_reset(e)
             else:
                 self.env.try_reset(e)
-        if self.faults.restart:
-            self.faults.completed(rows.stepped)
 
     def _close_episode(self, env_id: int, episode: Episode, faulty: bool) -> None:
         """An episode ended: close its trajectories; its rows count, or are dropped."""

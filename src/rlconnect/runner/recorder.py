@@ -151,6 +151,7 @@ class Recorder:
         self._pid = ""
         self._blocking = False
 
+    @property
     def buffered_env_steps(self) -> int:
         """Env steps waiting in the block (not yet counted by the collectors)."""
         return self._block.env_steps

@@ -1,0 +1,128 @@
+"""The runner's own cost per row: an env that costs nothing, so only rlconnect is timed.
+
+``FreeEnv`` is an ``rc.BaseEnv`` whose ``poll()`` hands out precomputed CartPole-shaped
+rows (4 float32 features, reward 1, an episode ending with probability 1/22 per step, as
+CartPole under a random policy does) without stepping anything. The runner samples it with
+a ``RandomPolicy`` and the default pipelines; the same policy sampling the same batches
+alone is subtracted, so what remains is the step kernel, the episode bookkeeping, the
+recorder and the batch building: rlconnect's overhead per env step. An env engine that
+steps N envs in T microseconds (EnvPool: about 2 us per CartPole step on this machine) is
+slowed by this much per row.
+
+    python benchmarks/bench_overhead.py            # N = 1, 8, 64, 256 (~1 min)
+    python benchmarks/bench_overhead.py --quick    # smoke run (~5 s)
+
+CPU time of this thread is reported (other processes disturb it less than wall time);
+medians over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gymnasium as gym
+import numpy as np
+
+import rlconnect as rc
+from rlconnect.envs.base import BaseEnv
+from rlconnect.envs.rows import EnvRows
+
+OBS = gym.spaces.Box(-10, 10, (4,), np.float32)
+ACT = gym.spaces.Discrete(2)
+POOL = 64  # distinct precomputed polls, cycled
+
+
+class FreeEnv(BaseEnv):
+    """N single-agent sub-envs whose polls are precomputed (see the module doc)."""
+
+    polls_dense = True
+
+    def __init__(self, num_envs: int, seed: int = 0) -> None:
+        self.num_envs = num_envs
+        rng = np.random.default_rng(seed)
+        self._obs = rng.uniform(-1, 1, (POOL, num_envs, 4)).astype(np.float32)
+        self._done = rng.random((POOL, num_envs)) < 1 / 22
+        self._ids = np.arange(num_envs, dtype=np.int64)
+        self._infos = [{} for _ in range(num_envs)]
+        self._k = 0
+        self._fresh: set[int] = set(range(num_envs))  # reset at the next poll
+
+    def observation_space(self, agent_id: object) -> gym.Space:
+        return OBS
+
+    def action_space(self, agent_id: object) -> gym.Space:
+        return ACT
+
+    def poll(self) -> EnvRows:
+        k = self._k % POOL
+        self._k += 1
+        first = np.zeros(self.num_envs, dtype=bool)
+        if self._fresh:
+            first[list(self._fresh)] = True
+            self._fresh.clear()
+        done = self._done[k] & ~first
+        stepped = self._ids[~first]
+        return EnvRows(
+            env_ids=self._ids,
+            agent_ids=(rc.DEFAULT_AGENT_ID,) * self.num_envs,
+            obs=self._obs[k],
+            rewards=np.where(first, 0.0, 1.0),
+            terminateds=done,
+            truncateds=np.zeros(self.num_envs, dtype=bool),
+            infos=self._infos,
+            is_first=first,
+            stacked=True,
+            stepped=stepped,
+            done_envs={int(e): (True, False) for e in np.flatnonzero(done)},
+            extra_rewards=[],
+            errors={},
+            dense=True,
+        )
+
+    def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: object) -> None:
+        pass
+
+    def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        self._fresh.add(env_id)
+
+
+def runner_us_per_row(n: int, steps: int) -> float:
+    cfg = rc.RunnerConfig(num_envs=n, rollout_fragment_length=max(steps // n, 1), seed=0)
+    runner = rc.EnvRunner(FreeEnv(n), rc.RandomPolicy(OBS, ACT, seed=0), config=cfg)
+    runner.sample()  # warm-up (and the check_env polls)
+    t0 = time.thread_time()
+    batch = runner.sample()
+    return 1e6 * (time.thread_time() - t0) / len(batch)
+
+
+def policy_us_per_row(n: int, steps: int) -> float:
+    policy = rc.RandomPolicy(OBS, ACT, seed=0)
+    obs = {"obs": np.zeros((n, 4), np.float32)}
+    polls = max(steps // n, 1)
+    t0 = time.thread_time()
+    for _ in range(polls):
+        policy.compute_actions(obs)
+    return 1e6 * (time.thread_time() - t0) / (polls * n)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run")
+    args = parser.parse_args()
+    steps, rounds = (4_096, 1) if args.quick else (65_536, 5)
+    print("rlconnect's own cost per env step (CPU us per row, median of rounds)")
+    print(f"{'N':>5} {'runner':>8} {'policy':>8} {'overhead':>9}   range")
+    for n in (1, 8, 64, 256):
+        runs = [(runner_us_per_row(n, steps), policy_us_per_row(n, steps)) for _ in range(rounds)]
+        over = [r - p for r, p in runs]
+        med = statistics.median
+        print(
+            f"{n:>5} {med(r for r, _ in runs):>8.2f} {med(p for _, p in runs):>8.2f} "
+            f"{med(over):>9.2f}   {min(over):.2f}-{max(over):.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
