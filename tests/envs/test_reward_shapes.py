@@ -159,3 +159,37 @@ def test_vector_env_other_reward_shapes_name_the_sub_env_and_field():
     with pytest.raises(rc.EnvCheckError) as err:
         _runner(_venv(2), num_envs=2).sample()
     assert "env 0 /" in str(err.value) and "reward" in str(err.value)
+
+
+class ArrayRewardSim(rc.ExternalEnv):
+    """Logs each step's reward as two size-one arrays; then one of shape (2,)."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.spaces.Discrete(2), BOX, max_concurrent=1)
+        self.refused: list[str] = []
+
+    def run(self) -> None:
+        for _ in range(2):
+            eid = self.start_episode()
+            for _ in range(3):
+                self.get_action(eid, np.zeros(2, np.float32))
+                self.log_returns(eid, np.array([1.5]))
+                self.log_returns(eid, np.float32(0.5))
+            try:
+                self.log_returns(eid, np.ones(2))
+            except rc.envs.EpisodeError as exc:
+                self.refused.append(str(exc))
+            self.end_episode(eid, np.zeros(2, np.float32))
+
+
+def test_external_env_rewards_of_size_one_add_up_and_others_are_named():
+    sim = ArrayRewardSim()
+    policy = rc.RandomPolicy(BOX, gym.spaces.Discrete(2), seed=0)
+    config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=6)
+    runner = rc.EnvRunner(lambda ctx: sim, policy, config=config)
+    try:
+        batch = runner.sample()
+    finally:
+        runner.stop()
+    assert batch["rewards"].tolist() == [2.0] * 6
+    assert len(sim.refused) == 2 and "is not a number or an array of size one" in sim.refused[0]

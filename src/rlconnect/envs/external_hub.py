@@ -20,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlconnect.envs.rewards import scalar_reward
 from rlconnect.errors import EnvError
 
 __all__ = [
@@ -187,8 +188,13 @@ class EpisodeHub:
     def add_returns(self, eid: Any, rewards: dict, infos: dict | None) -> None:
         with self.cond:
             ep = self._get(eid)
-            for a, r in rewards.items():
-                r = float(r)
+            for a, value in rewards.items():
+                r = scalar_reward(value)
+                if r is None:
+                    raise EpisodeError(
+                        f"episode {eid!r}: reward {value!r} of agent {a!r} is not a number "
+                        "or an array of size one"
+                    )
                 if not np.isfinite(r):
                     raise EpisodeError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
                 ep.rewards[a] = ep.rewards.get(a, 0.0) + r
