@@ -2,7 +2,8 @@
 
 ``FreeEnv`` is an ``rc.BaseEnv`` whose ``poll()`` hands out precomputed CartPole-shaped
 rows (4 float32 features, reward 1, an episode ending with probability 1/22 per step, as
-CartPole under a random policy does) without stepping anything. The runner samples it with
+CartPole under a random policy does) without stepping anything, made the way every
+adapter makes its rows (``EnvRowsBuilder.columns``). The runner samples it with
 a ``RandomPolicy`` and the default pipelines; the same policy sampling the same batches
 alone is subtracted, so what remains is the step kernel, the episode bookkeeping, the
 recorder and the batch building: rlconnect's overhead per env step. An env engine that
@@ -27,7 +28,7 @@ import numpy as np
 
 import rlconnect as rc
 from rlconnect.envs.base import BaseEnv
-from rlconnect.envs.rows import EnvRows
+from rlconnect.envs.rows import EnvRows, EnvRowsBuilder
 
 OBS = gym.spaces.Box(-10, 10, (4,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -45,6 +46,8 @@ class FreeEnv(BaseEnv):
         self._obs = rng.uniform(-1, 1, (POOL, num_envs, 4)).astype(np.float32)
         self._done = rng.random((POOL, num_envs)) < 1 / 22
         self._ids = np.arange(num_envs, dtype=np.int64)
+        self._ones = np.ones(num_envs)
+        self._zeros = np.zeros(num_envs, dtype=bool)
         self._infos = [{} for _ in range(num_envs)]
         self._k = 0
         self._fresh: set[int] = set(range(num_envs))  # reset at the next poll
@@ -62,23 +65,14 @@ class FreeEnv(BaseEnv):
         if self._fresh:
             first[list(self._fresh)] = True
             self._fresh.clear()
-        done = self._done[k] & ~first
-        stepped = self._ids[~first]
-        return EnvRows(
-            env_ids=self._ids,
-            agent_ids=(rc.DEFAULT_AGENT_ID,) * self.num_envs,
-            obs=self._obs[k],
-            rewards=np.where(first, 0.0, 1.0),
-            terminateds=done,
-            truncateds=np.zeros(self.num_envs, dtype=bool),
-            infos=self._infos,
-            is_first=first,
-            stacked=True,
-            stepped=stepped,
-            done_envs={int(e): (True, False) for e in np.flatnonzero(done)},
-            extra_rewards=[],
-            errors={},
-            dense=True,
+        return EnvRowsBuilder.columns(
+            self._ids,
+            self._obs[k],
+            self._ones,
+            self._done[k],
+            self._zeros,
+            self._infos,
+            first,
         )
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: object) -> None:

@@ -44,9 +44,7 @@ def make_model(seed: int = 0) -> nn.Module:
     )
 
 
-def hand_loop(
-    n: int, steps: int, act: Callable[[np.ndarray], np.ndarray]
-) -> tuple[float, float]:
+def hand_loop(n: int, steps: int, act: Callable[[np.ndarray], np.ndarray]) -> tuple[float, float]:
     """The reference loop: N CartPole envs (SyncVectorEnv, SAME_STEP), ``act(obs)`` once
     per step, obs/action/reward/terminated/truncated/new_obs into preallocated arrays."""
     venv = gym.vector.SyncVectorEnv(
