@@ -99,10 +99,10 @@ def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> tuple[float, float]
     return hand_loop(n, steps, act)
 
 
-def runner_rate(n: int, steps: int, policy: rc.Policy) -> tuple[float, float]:
+def runner_rate(n: int, steps: int, policy: rc.Policy, **config: object) -> tuple[float, float]:
     """Env steps per second of wall time and of this thread's CPU time."""
     frag = max(steps // n, 1)
-    cfg = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=0)
+    cfg = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=0, **config)
     runner = rc.EnvRunner("CartPole-v1", policy, config=cfg)
     runner.sample()  # warm-up (first polls check the env)
     start, cpu = time.perf_counter(), time.thread_time()
@@ -132,6 +132,25 @@ def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
         cpu = {f"cpu:{k}": statistics.median(c for _, c in v) for k, v in rates.items()}
         rows.append({"N": n, **wall, **cpu})
     return rows
+
+
+def finite_check_cost(ns: list[int], steps: int, rounds: int) -> None:
+    """What ``RunnerConfig(check_finite=True)`` (the default) costs: runner-mlp with the
+    check on and off, alternated, as the fraction of CPU time per step it adds."""
+    env = gym.make("CartPole-v1")
+    policy = rc.MLPPolicy(env.observation_space, env.action_space)
+    print("\ncheck_finite cost (runner-mlp, CPU time per step, on vs off, median of rounds)")
+    for n in ns:
+        on, off = [], []
+        for _ in range(rounds):
+            off.append(runner_rate(n, steps, policy, check_finite=False)[1])
+            on.append(runner_rate(n, steps, policy, check_finite=True)[1])
+        cost = [b / a - 1 for a, b in zip(on, off)]  # extra time per step, as a fraction
+        print(
+            f"N={n:>3}: {statistics.median(off):>9,.0f} -> {statistics.median(on):>9,.0f} "
+            f"steps/s, cost {100 * statistics.median(cost):+.1f} % "
+            f"(range {100 * min(cost):+.1f} to {100 * max(cost):+.1f} %; target < 3 %)"
+        )
 
 
 def _peer_sb3(n: int, steps: int) -> float:
@@ -288,6 +307,7 @@ def main() -> None:
         "cpu ratios: the same ratios in this thread's CPU time (torch, numpy), which other "
         "processes on a shared machine disturb less than wall time."
     )
+    finite_check_cost([1, 64], steps, max(rounds, 3))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ BENCHMARKS = {
         120,
         ("µs/call", "µs/row", "1024 one-row calls / one 1024-row call", " 64 ", " 1024 "),
     ),
-    "bench_sampling.py": (300, ("hand-torch", "runner-torch", "runner-mlp", "targets")),
+    "bench_sampling.py": (
+        300,
+        ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
+    ),
     "bench_overhead.py": (120, ("own cost per env step", "overhead", " 256 ")),
     "bench_offline.py": (300, ("write rows/s", "read MB/s", "disk MB", "cartpole", "atari")),
     "bench_pixels.py": (

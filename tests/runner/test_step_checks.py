@@ -133,3 +133,27 @@ def test_complete_episodes_names_an_episode_that_never_ends(monkeypatch):
     )
     with pytest.raises(rc.EnvError, match=r"sub-env 0 has run .* set RunnerConfig.horizon"):
         runner.sample()
+
+
+class _Huge(gym.Env):
+    """Finite observations whose sum overflows float32 (the check's fast sum)."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (8,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.full(8, 3e38, np.float32), {}
+
+    def step(self, action):
+        return np.full(8, 3e38, np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("num_envs", [1, 8])  # a Python sum, then a numpy one
+def test_huge_but_finite_values_are_not_taken_for_inf(num_envs):
+    runner = rc.EnvRunner(
+        lambda ctx: _Huge(),
+        rc.RandomPolicy(_Huge.observation_space, _Huge.action_space),
+        config=rc.RunnerConfig(num_envs=num_envs, rollout_fragment_length=5, seed=0),
+    )
+    with np.errstate(over="ignore"):
+        assert len(runner.sample()) == 5 * num_envs

@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 _SHOWN = 5
+_PYTHON_SUM_MAX = 32  # observation values summed in Python rather than numpy (check_finite)
 
 
 class SubEnvFaults:
@@ -120,12 +121,13 @@ def check_finite(rows: EnvRows, poll: int, lengths: np.ndarray) -> None:
     once, so a clean poll costs two numpy reductions). ``lengths``: each sub-env's episode
     length before this poll."""
     obs = rows.obs
-    if (
-        type(obs) is np.ndarray
-        and obs.dtype.kind in "fc"  # the common case: two sums (an overflow: checked below)
-        and math.isfinite(np.add.reduce(obs, axis=None) + np.add.reduce(rows.rewards))
-    ):
-        return
+    if type(obs) is np.ndarray and obs.dtype.kind == "f":  # the common case: one sum
+        if obs.size <= _PYTHON_SUM_MAX:  # a few values: Python's sum is cheaper than numpy's
+            total = sum(obs.ravel().tolist()) + sum(rows.rewards.tolist())
+        else:
+            total = np.add.reduce(obs, axis=None) + np.add.reduce(rows.rewards)
+        if math.isfinite(total):  # (an overflow to inf is checked exactly below)
+            return
     if np.isfinite(rows.rewards).all():
         found = _first_bad_obs(rows)
         if found is None:
