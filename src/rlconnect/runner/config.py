@@ -195,8 +195,8 @@ class RunnerConfig:
     #: rebuild a sub-env whose step/reset raised (or that returned a non-finite or
     #: malformed observation or reward), dropping its episode from the data
     restart_failed_sub_environments: bool = attrs.field(default=False, validator=_bool)
-    #: restarts of one sub-env in a row (no completed step in between) before ``sample()``
-    #: gives up with an EnvError instead (a sub-env that can never reset)
+    #: restarts of one sub-env in a row (no completed episode in between) before
+    #: ``sample()`` gives up with an EnvError instead (a sub-env that fails every episode)
     sub_env_restart_limit: int = attrs.field(default=5, validator=_non_negative_int)
     #: seconds a sub-env in a worker process (``remote_envs=True``) may take for one
     #: ``step``/``reset``; past it the worker is killed and the sub-env failed (None: wait)

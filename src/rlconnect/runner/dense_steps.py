@@ -291,8 +291,8 @@ class DenseSteps:
         for e in sorted(done_envs):
             self._end_episode(e)
             r.env.try_reset(e)
-        if self.faults.restart:
-            self.faults.completed(stepped)
+        if done_envs and self.faults.restart:
+            self.faults.episodes_completed(done_envs)
 
     def _not_done(self, n: int) -> np.ndarray:
         """A shared all-False ``done`` column of ``n`` rows (read-only)."""

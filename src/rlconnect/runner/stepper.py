@@ -263,7 +263,7 @@ class Stepper(MultiAgentSteps, DenseSteps):
                 r.env.soft_reset(e)
             else:
                 r.env.try_reset(e)
-        self.faults.completed(stepped)
+        self.faults.episodes_completed(done_envs)
 
     def _group(self, rows: EnvRows) -> list[tuple[str, np.ndarray | None]]:
         """Row indices per policy (``None``: all rows)."""
