@@ -195,11 +195,11 @@ def _decode_leaf(kind: str, obj: dict[str, Any], path: str) -> gs.Space:
     charset = obj.get("charset")
     if charset is not None and (not isinstance(charset, str) or len(charset) > 2**16):
         raise ValueError(f"{path}.charset: expected a string of at most 65536 characters")
-    return gs.Text(
-        _int(obj["max_length"], f"{path}.max_length", 0, MAX_JSON_ELEMENTS),
-        min_length=_int(obj.get("min_length", 1), f"{path}.min_length", 0),
-        **({} if charset is None else {"charset": charset}),
-    )
+    max_length = _int(obj["max_length"], f"{path}.max_length", 0, MAX_JSON_ELEMENTS)
+    min_length = _int(obj.get("min_length", 1), f"{path}.min_length", 0)
+    if charset is None:
+        return gs.Text(max_length, min_length=min_length)
+    return gs.Text(max_length, min_length=min_length, charset=charset)
 
 
 def _decode(obj: Any, path: str, depth: int) -> gs.Space:
