@@ -129,7 +129,7 @@ def test_runner_work_never_runs_beside_a_step_in_flight():
         client = PolicyClient(server.url)
         eid = client.start_episode()
         client.get_action(eid, np.zeros(3, np.float32))  # the runner is sampling
-        policy.delay = 3.0
+        policy.delay = 4.0
         policy.slow.set()
         policy.step_started.clear()
         acting = threading.Thread(
