@@ -1,7 +1,8 @@
 """Fault injection for the runner: seeded schedules, faulty envs and policies, a ledger.
 
 - ``FaultSchedule``: a deterministic ``(sub-env index, episode, step) -> fault kind``
-  drawn from a seed (no probabilities at run time, so counts can be asserted).
+  drawn from a seed (no probabilities at run time, so counts can be asserted);
+  ``OneFault`` and ``EveryEpisode`` (a sub-env failing in every episode) are fixed ones.
 - ``Ledger``: what the faulty envs of one run really produced. It holds every transition
   ``(obs, action, reward, terminated, truncated, next_obs)`` under its key ``(env index,
   episode, t)``, each injected fault with the time it fired, and how often each sub-env
@@ -41,8 +42,11 @@ RESET_KINDS = ("reset_raise",)
 RAISE_KINDS = ("step_raise", "noargs_raise", "odd_raise", "unpicklable_raise")
 VALUE_KINDS = ("nan_obs", "inf_obs", "nan_reward")
 SHAPE_KINDS = ("bad_shape", "bad_dtype")
+#: a step failure scheduled in every episode of a sub-env (``EveryEpisode``): the
+#: restart budget must end it with ``EnvError``
+EVERY_EPISODE_KIND = "every_episode_raise"
 #: faults the runner must treat as failures of the sub-env (restart: episode dropped)
-FAILING_KINDS = RESET_KINDS + RAISE_KINDS + VALUE_KINDS + SHAPE_KINDS + ("hang",)
+FAILING_KINDS = RESET_KINDS + RAISE_KINDS + VALUE_KINDS + SHAPE_KINDS + ("hang", EVERY_EPISODE_KIND)
 
 
 class InjectedFault(RuntimeError):
@@ -125,6 +129,21 @@ class OneFault(FaultSchedule):
 
     def at(self, env: int, episode: int) -> Fault | None:
         return self.fault if (env, episode) == self.fault[:2] else None
+
+
+class EveryEpisode(FaultSchedule):
+    """Sub-env ``env`` raises at step ``t`` of each of its first ``episodes`` episodes
+    (``every``: only of every ``every``-th one), after ``t - 1`` good steps. ``episodes``
+    bounds the run, so a runner that keeps restarting ends instead of looping forever."""
+
+    def __init__(self, *, env: int = 1, t: int = 2, episodes: int = 50, every: int = 1) -> None:
+        super().__init__(0, (EVERY_EPISODE_KIND,), envs=(env,))
+        self.env, self.t, self.episodes, self.every = env, t, episodes, every
+
+    def at(self, env: int, episode: int) -> Fault | None:
+        if env != self.env or episode >= self.episodes or episode % self.every:
+            return None
+        return Fault(env, episode, self.t, EVERY_EPISODE_KIND)
 
 
 class Step(NamedTuple):
@@ -274,8 +293,10 @@ class FaultyEnv(gym.Wrapper):
         key = (self.index, self.episode, self.t)
         fault = self.fault if self.fault is not None and self.fault.t == self.t + 1 else None
         kind = fault.kind if fault is not None else None
-        if kind in RAISE_KINDS or kind == "hang":
+        if kind in RAISE_KINDS or kind in ("hang", EVERY_EPISODE_KIND):
             self.ledger.add_fault(fault)
+            if kind == EVERY_EPISODE_KIND:
+                raise InjectedFault(f"injected failure in episode {self.episode} of {self.index}")
             if kind == "step_raise":
                 raise InjectedFault(f"injected step failure in sub-env {self.index}")
             if kind == "noargs_raise":

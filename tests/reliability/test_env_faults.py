@@ -14,11 +14,13 @@ import time
 import numpy as np
 import pytest
 from faults import (
+    EVERY_EPISODE_KIND,
     FAILING_KINDS,
     RAISE_KINDS,
     RESET_KINDS,
     SHAPE_KINDS,
     VALUE_KINDS,
+    EveryEpisode,
     FaultSchedule,
     InjectedFault,
     Ledger,
@@ -174,7 +176,10 @@ def test_by_default_a_late_non_finite_value_raises_naming_it(kind):
         Run(runner, ledger).sample(8)
 
 
-@pytest.mark.parametrize("kind", FAILING_KINDS[:-1])  # hang: see test_remote_faults.py
+ONE_FAULT_KINDS = [k for k in FAILING_KINDS if k not in ("hang", EVERY_EPISODE_KIND)]
+
+
+@pytest.mark.parametrize("kind", ONE_FAULT_KINDS)  # hang: see test_remote_faults.py
 def test_one_fault_with_restart_drops_one_episode_and_rebuilds_once(kind):
     ledger = Ledger()
     runner = make_runner(
@@ -212,16 +217,53 @@ def test_a_reset_that_always_raises_gives_up_after_the_restart_limit():
     FIGURES.faults_injected.update(ledger.injected())
 
 
-def test_the_restart_limit_counts_failures_in_a_row_only():
-    """A sub-env that fails often but completes steps in between is restarted every time."""
+@pytest.mark.parametrize("mode", ["truncate_episodes", "complete_episodes"])
+def test_a_sub_env_failing_in_every_episode_gives_up_after_the_restart_limit(mode):
+    """Issue 16: good steps between the failures do not reset the budget, only a
+    completed episode does (before, this restarted 1,000 times a second forever; the
+    schedule stops after 50 episodes, so an unbounded runner ends and this test fails)."""
     ledger = Ledger()
-    schedule = FaultSchedule(3, ("step_raise",), envs=(0,), p=1.0, first_step=2, last_step=2)
+    runner = make_runner(
+        EveryEpisode(env=1, t=3, episodes=50),
+        ledger,
+        frag=10,
+        restart_failed_sub_environments=True,
+        sub_env_restart_limit=3,
+        batch_mode=mode,
+    )
+    run = Run(runner, ledger)
+    start = time.monotonic()
+    with pytest.raises(
+        rc.EnvError,
+        match=r"sub-env 1 failed 4 times in a row without completing an episode "
+        r"\(last: InjectedFault: injected failure in episode 3 of 1\); "
+        r"gave up after 3 restarts \(RunnerConfig.sub_env_restart_limit\)",
+    ) as info:
+        run.sample(50)
+    assert time.monotonic() - start < 5  # bounded, no loop
+    assert type(info.value.__cause__) is InjectedFault  # the last exception, as raised
+    assert ledger.injected() == {EVERY_EPISODE_KIND: 4} and ledger.builds[1] == 4
+    records = run.metrics + runner.get_metrics()
+    faulty = [m for m in records if m["episode_faulty"]]
+    assert [(m["env_id"], m["episode_length"]) for m in faulty] == [(1, 2)] * 3
+    check_truth(run, FIGURES)  # what was handed out before the error is true
+    FIGURES.faults_injected.update(ledger.injected())
+    FIGURES.episodes_dropped[EVERY_EPISODE_KIND] += len(faulty)
+
+
+def test_a_completed_episode_between_failures_renews_the_restart_budget():
+    """Failing in every other episode, after good steps, with a budget of one restart:
+    each completed episode in between ends the streak, so every failure is restarted."""
+    ledger = Ledger()
+    schedule = EveryEpisode(env=0, t=2, episodes=10**6, every=2)
     runner = make_runner(
         schedule, ledger, frag=30, restart_failed_sub_environments=True, sub_env_restart_limit=1
     )
     run = Run(runner, ledger).sample(3)
-    assert ledger.injected()["step_raise"] > 10  # far more than the limit, one per episode
+    assert ledger.injected()[EVERY_EPISODE_KIND] > 5  # far more than the limit
+    identity = check_truth(run, FIGURES)
     check_drops(run, FIGURES)
+    check_conservation(run, identity)
     FIGURES.faults_injected.update(ledger.injected())
 
 
@@ -230,7 +272,9 @@ def test_the_invariant_checks_can_fail():
     record are each caught."""
     ledger = Ledger()
     schedule = FaultSchedule(5, ("step_raise",), envs=(1,), p=1.0, first_step=3, last_step=3)
-    runner = make_runner(schedule, ledger, frag=10, restart_failed_sub_environments=True)
+    runner = make_runner(  # every episode of sub-env 1 fails: a budget to last the run
+        schedule, ledger, frag=10, restart_failed_sub_environments=True, sub_env_restart_limit=100
+    )
     run = Run(runner, ledger).sample(3)
     scratch = Figures()
     check_truth(run, scratch)

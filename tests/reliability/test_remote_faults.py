@@ -6,6 +6,8 @@
 - An exception in a worker (no args, an odd constructor, unpicklable) reaches the parent
   as itself (or as a ``RemoteEnvError`` with its type, message and traceback) and names
   the sub-env; with restarts the sub-env is rebuilt in its worker.
+- A sub-env that fails in every episode (after good steps) uses up the restart budget
+  and raises ``EnvError`` in workers as in-process.
 - No worker process is left behind: after ``stop()`` the children are gone.
 
 The envs write to a file-backed ledger (they live in other processes).
@@ -18,7 +20,18 @@ import time
 
 import numpy as np
 import pytest
-from faults import RAISE_KINDS, RESET_KINDS, Fault, FaultSchedule, Ledger, OddFault, OneFault
+from faults import (
+    EVERY_EPISODE_KIND,
+    RAISE_KINDS,
+    RESET_KINDS,
+    EveryEpisode,
+    Fault,
+    FaultSchedule,
+    InjectedFault,
+    Ledger,
+    OddFault,
+    OneFault,
+)
 from invariants import (
     Figures,
     Run,
@@ -192,3 +205,36 @@ def test_with_restarts_raising_workers_are_rebuilt_in_place(tmp_path):
     injected = ledger.injected()
     assert sum(injected.values()) >= 10
     FIGURES.faults_injected.update(injected)
+
+
+def test_a_worker_sub_env_failing_in_every_episode_gives_up_after_the_restart_limit(tmp_path):
+    before = _children()
+    ledger = Ledger(tmp_path / "ledger")
+    runner = make_runner(
+        EveryEpisode(env=1, t=3, episodes=50),
+        ledger,
+        num_envs=2,
+        frag=10,
+        remote_envs=True,
+        restart_failed_sub_environments=True,
+        sub_env_restart_limit=2,
+    )
+    run = Run(runner, ledger)
+    try:
+        start = time.monotonic()
+        with pytest.raises(
+            rc.EnvError, match=r"sub-env 1 failed 3 times in a row without completing an episode"
+        ) as info:
+            run.sample(50)
+        assert time.monotonic() - start < 20  # bounded, no loop
+        assert isinstance(info.value.__cause__, InjectedFault)
+    finally:
+        runner.stop()
+    assert _children() <= before
+    injected = ledger.refresh().injected()
+    assert injected == {EVERY_EPISODE_KIND: 3} and ledger.builds[1] == 3  # 2 restarts
+    faulty = [m for m in run.metrics + runner.get_metrics() if m["episode_faulty"]]
+    assert [(m["env_id"], m["episode_length"]) for m in faulty] == [(1, 2)] * 2
+    check_truth(run, FIGURES)
+    FIGURES.faults_injected.update(injected)
+    FIGURES.episodes_dropped[EVERY_EPISODE_KIND] += len(faulty)

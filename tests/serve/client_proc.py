@@ -41,7 +41,7 @@ def raw_post(url: str, path: str, body: bytes, headers: dict | None = None) -> t
 
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", path, body, headers or {})
+    conn.request("POST", path, body, {"Content-Type": "application/x-msgpack"} | (headers or {}))
     resp = conn.getresponse()
     payload = resp.read()
     conn.close()

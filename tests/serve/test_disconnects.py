@@ -42,7 +42,8 @@ def post_and_reset(srv: PolicyServer, body: dict, half: bool) -> None:
     """POST get_action on a new socket, then reset it (RST) before any answer."""
     data = encode(body)
     head = (
-        f"POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n\r\n"
+        "POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-msgpack\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
     ).encode()
     with socket.create_connection((srv.address, srv.port), timeout=5) as sock:
         sock.sendall(head + (data[: len(data) // 2] if half else data))
@@ -73,7 +74,10 @@ def test_a_silent_client_is_dropped_after_the_request_timeout(capfd):
     srv = PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0, request_timeout_s=0.3)
     try:
         with socket.create_connection((srv.address, srv.port), timeout=5) as sock:
-            sock.sendall(b"POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            sock.sendall(
+                b"POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                b"Content-Type: application/x-msgpack\r\n\r\n"
+            )
             sock.sendall(b"0123456789")
             start = time.monotonic()
             assert sock.recv(1024) == b""  # closed by the server, no answer

@@ -67,9 +67,17 @@ _MAX_IDS = 100_000  # ids of finished (and of timed-out) episodes remembered, ol
 
 
 def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
-    """``obs`` converted to the space's dtype, or BadObservationError naming the mismatch."""
+    """``obs`` converted to the space's dtype, or BadObservationError naming the mismatch.
+
+    A Box takes real numbers and bools only: a cast would drop the imaginary part of a
+    complex number (gymnasium's Box has no complex dtype) or read a string as a number.
+    """
     if isinstance(space, gym.spaces.Box):
         try:
+            kind = np.asarray(obs).dtype.kind
+            if kind not in "biuf":
+                what = "complex numbers" if kind == "c" else f"values of dtype kind {kind!r}"
+                raise TypeError(f"it holds {what}; send real {space.dtype} values")
             arr = np.asarray(obs, dtype=space.dtype)
         except (TypeError, ValueError) as exc:
             raise BadObservationError(

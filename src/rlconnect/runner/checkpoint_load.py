@@ -8,6 +8,7 @@ pipelines are only verified here; they are built later for a connector context
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from rlconnect.checkpoints.container import unpack
 from rlconnect.errors import CheckpointError
 from rlconnect.runner.checkpoint_format import FILE_ROLES, read_blob, read_manifest
 from rlconnect.runner.config import RunnerConfig
-from rlconnect.spaces import space_from_json
+from rlconnect.spaces import MAX_JSON_DEPTH, space_from_json
 
 __all__ = ["WEIGHTS_FORMAT", "LoadedCheckpoint", "PolicyRecord", "load_checkpoint"]
 
@@ -59,9 +60,16 @@ class LoadedCheckpoint:
         """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied.
 
         The saved ``PATH_FIELDS`` (``output``, ``input``) are left at their defaults: a file
-        must not make the runner create, write or read files elsewhere.
+        must not make the runner create, write or read files elsewhere. The saved
+        ``env_config`` is restored, as the env creator's own input (for a gymnasium id, the
+        ``gym.make`` keyword arguments), once checked to be plain JSON data (string keys,
+        finite numbers, at most ``MAX_JSON_DEPTH`` levels); ``overrides`` can replace it
+        when the checkpoint comes from someone else.
         """
         saved = dict(self.manifest["config"])
+        overrides = dict(overrides or {})
+        if "env_config" in saved and "env_config" not in overrides:
+            _check_plain(saved["env_config"], "env_config", 0, self.path)
         fields = attrs.fields_dict(RunnerConfig)
         unknown = sorted(set(saved) - set(fields))
         if unknown:
@@ -76,7 +84,27 @@ class LoadedCheckpoint:
             raise CheckpointError(
                 f"checkpoint {self.path!r}: manifest.json: invalid config: {exc}"
             ) from None
-        return attrs.evolve(config, **dict(overrides or {}))
+        return attrs.evolve(config, **overrides)
+
+
+def _check_plain(value: Any, where: str, depth: int, path: str) -> None:
+    """CheckpointError unless ``value`` is plain JSON data: JSON already gives only dicts
+    with string keys, lists, strings, numbers, booleans and None, but also NaN and
+    infinities, and nesting as deep as the parser's recursion allows."""
+
+    def fail(msg: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint {path!r}: manifest.json: config {where}: {msg}")
+
+    if depth > MAX_JSON_DEPTH:
+        raise fail(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_plain(v, f"{where}[{k!r}]", depth + 1, path)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_plain(v, f"{where}[{i}]", depth + 1, path)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise fail(f"{value} is not a finite number")
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:

@@ -47,6 +47,12 @@ MAX_NUM_ENVS = 1 << 12
 """Most sub-envs one runner builds (a bound on what a checkpoint's config can ask for)."""
 
 
+MAX_WORKER_PROCESSES = 256
+"""Most env worker processes one runner starts (``remote_envs=True``: one per sub-env), so
+a config read from a file (a checkpoint, ``rlconnect sample --config``) cannot make it fork
+thousands of processes; more sub-envs in processes: several runners (``rc.RunnerGroup``)."""
+
+
 def _num_envs(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     _positive_int(inst, attribute, value)
     if value > MAX_NUM_ENVS:
@@ -176,8 +182,8 @@ class RunnerConfig:
     #: rebuild a sub-env whose step/reset raised (or that returned a non-finite or
     #: malformed observation or reward), dropping its episode from the data
     restart_failed_sub_environments: bool = attrs.field(default=False, validator=_bool)
-    #: restarts of one sub-env in a row (no completed step in between) before ``sample()``
-    #: gives up with an EnvError instead (a sub-env that can never reset)
+    #: restarts of one sub-env in a row (no completed episode in between) before
+    #: ``sample()`` gives up with an EnvError instead (a sub-env that fails every episode)
     sub_env_restart_limit: int = attrs.field(default=5, validator=_non_negative_int)
     #: seconds a sub-env in a worker process (``remote_envs=True``) may take for one
     #: ``step``/``reset``; past it the worker is killed and the sub-env failed (None: wait)
@@ -259,6 +265,13 @@ class RunnerConfig:
             raise ValueError(
                 "RunnerConfig.off_policy_estimation needs input= files to estimate on "
                 "(a path, a glob, or a dict of sources)"
+            )
+        if self.remote_envs and self.num_envs > MAX_WORKER_PROCESSES:
+            raise ValueError(
+                f"RunnerConfig.remote_envs=True with num_envs={self.num_envs} would start "
+                f"{self.num_envs} worker processes: at most {MAX_WORKER_PROCESSES} "
+                "(MAX_WORKER_PROCESSES); use fewer sub-envs, remote_envs=False, or several "
+                "runners (rc.RunnerGroup)"
             )
         if self.sub_env_timeout_s is not None and not self.remote_envs:
             raise ValueError(

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.episodes import Episode
+from rlconnect.errors import EnvError
 from rlconnect.runner.callbacks import Callbacks
 
 __all__ = ["EpisodeHooks", "EpisodeTracker"]
@@ -157,6 +158,17 @@ class EpisodeTracker:
         self.metrics.append(ep.to_metrics())
         self._reset_connectors(env_id)
         self.episodes[env_id] = None
+
+    def refuse_endless(self, limit: int) -> None:
+        """Raise ``EnvError`` naming a sub-env whose episode ran past ``limit`` steps
+        (``complete_episodes`` without a horizon would otherwise wait forever)."""
+        longest = int(np.argmax(self.length))
+        if self.length[longest] > limit:
+            raise EnvError(
+                f"sub-env {longest} has run {int(self.length[longest]):,} steps without "
+                "ending its episode while batch_mode='complete_episodes' waits for whole "
+                "episodes; set RunnerConfig.horizon (or use 'truncate_episodes')"
+            )
 
     def take_metrics(self) -> list[dict[str, Any]]:
         """The metric records of episodes ended since the last call."""

@@ -2,8 +2,10 @@
 
 - A sub-env that raised in ``step``/``reset`` (or returned an observation that cannot be
   one of its space) is restarted when ``RunnerConfig.restart_failed_sub_environments`` is
-  set: its episode is dropped and reported with ``episode_faulty=True``. At most
-  ``sub_env_restart_limit`` restarts in a row without a completed step, then ``EnvError``.
+  set: its episode is dropped and reported with ``episode_faulty=True``. A sub-env that
+  fails ``sub_env_restart_limit + 1`` times without completing one episode in between
+  (failing at reset, or after some good steps) raises ``EnvError`` instead, so a sub-env
+  that fails in every episode never makes ``sample()`` loop forever.
   Without restarts, ``EnvError`` names the sub-env, with the original error as
   ``__cause__``.
 - With restarts on, every poll is also screened for non-finite observations and rewards
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -54,7 +56,7 @@ class SubEnvFaults:
     def __init__(self, num_envs: int, *, restart: bool, limit: int) -> None:
         self.restart = restart
         self.limit = limit
-        #: failures of each sub-env since its last completed step
+        #: failures of each sub-env since its last completed (non-faulty) episode
         self.in_a_row = np.zeros(num_envs, dtype=np.int64)
 
     def on_error(self, env_id: int, exc: BaseException) -> None:
@@ -70,14 +72,16 @@ class SubEnvFaults:
         if self.in_a_row[env_id] > self.limit:
             raise EnvError(
                 f"sub-env {env_id} failed {self.in_a_row[env_id]} times in a row without "
-                f"completing a step (last: {describe_exception(exc)}); gave up after "
+                f"completing an episode (last: {describe_exception(exc)}); gave up after "
                 f"{self.limit} restarts (RunnerConfig.sub_env_restart_limit)"
             ) from exc
 
-    def completed(self, stepped: np.ndarray) -> None:
-        """Sub-envs ``stepped`` completed a step: their failure streaks end."""
-        if len(stepped):
-            self.in_a_row[stepped] = 0
+    def episodes_completed(self, env_ids: Iterable[int]) -> None:
+        """Sub-envs ``env_ids`` completed an episode (terminated or truncated, not
+        dropped): their failure streaks end. Completed steps do not end a streak, or a
+        sub-env failing at the same step of every episode would be restarted forever."""
+        for e in env_ids:
+            self.in_a_row[e] = 0
 
 
 def _finite_rows(obs: Any, n: int) -> np.ndarray:

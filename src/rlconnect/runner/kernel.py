@@ -31,7 +31,6 @@ from rlconnect.connectors import AgentData
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
 from rlconnect.episodes import Episode
-from rlconnect.errors import EnvError
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act
 from rlconnect.runner.agents import MultiAgentBook, episode_flags
@@ -113,8 +112,8 @@ class StepKernel:
                         break
                 elif group.ready(mode, target, count_by):
                     break
-                elif self.poll_index % ENDLESS_CHECK_EVERY == 0:
-                    self._refuse_endless_episodes(target)
+                elif self.poll_index % ENDLESS_CHECK_EVERY == 0 and self.config.horizon is None:
+                    self.episodes.refuse_endless(max(ENDLESS_EPISODE_STEPS, 100 * target))
                 t0 = clock()
                 rows = env.poll()
                 self._secs["mean_env_wait_ms"] += clock() - t0
@@ -122,20 +121,6 @@ class StepKernel:
                 self.step(rows)
         finally:
             recorder.flush()
-
-    def _refuse_endless_episodes(self, target: int) -> None:
-        """``complete_episodes`` without a horizon waits for episodes to end: name a
-        sub-env whose episode ran far past any batch instead of waiting forever."""
-        if self.config.horizon is not None:
-            return
-        limit = max(ENDLESS_EPISODE_STEPS, 100 * target)
-        longest = int(np.argmax(self.episodes.length))
-        if self.episodes.length[longest] > limit:
-            raise EnvError(
-                f"sub-env {longest} has run {int(self.episodes.length[longest]):,} steps "
-                f"without ending its episode while batch_mode='complete_episodes' waits for "
-                "whole episodes; set RunnerConfig.horizon (or use 'truncate_episodes')"
-            )
 
     def step(self, rows: EnvRows) -> None:
         """Everything one poll's rows cause: episodes, connectors, recording, actions."""
@@ -215,8 +200,6 @@ class StepKernel:
             episodes.fire_step(stepped)
         if done_envs:
             self._finish(rows, done_envs)
-        if self.faults.restart:
-            self.faults.completed(stepped)
 
     # -- parts of a step ------------------------------------------------------------------
     def _screen(self, rows: EnvRows, poll: int) -> EnvRows:
@@ -383,6 +366,8 @@ class StepKernel:
     def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
         """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""
         cfg = self.config
+        if self.faults.restart:  # a completed episode ends a sub-env's failure streak
+            self.faults.episodes_completed(done_envs)
         for e in sorted(done_envs):
             self.episodes.end(e)
             soft = cfg.soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs

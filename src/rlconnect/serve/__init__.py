@@ -7,7 +7,8 @@
 """
 
 from rlconnect.serve.client import PolicyClient, ServerError
-from rlconnect.serve.server import PolicyServer, ServingEnv, ServingMultiAgentEnv
+from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv
+from rlconnect.serve.server import PolicyServer
 from rlconnect.serve.wire import WireError
 
 __all__ = [

@@ -62,6 +62,15 @@ class _Unavailable(Exception):
     """HTTP 503: retried like a connection failure."""
 
 
+def _message(payload: bytes) -> str:
+    """The ``kind: message`` of an error answer (its raw start if it is not one)."""
+    try:
+        out = decode(payload)
+        return f"{out['error']}: {out['message']}"
+    except Exception:
+        return repr(payload[:200])
+
+
 class _Http:
     """One keep-alive connection per thread; retries connection failures with backoff."""
 
@@ -100,15 +109,16 @@ class _Http:
                 resp = conn.getresponse()
                 payload = resp.read()
                 status = resp.status
-                if status == 503:  # the server is shutting down: a restarted one may answer
-                    raise _Unavailable(payload)
+                if status == 503:  # shutting down, or not sampling: may answer later
+                    raise _Unavailable(_message(payload))
                 break
             except (*_RETRY, _Unavailable) as exc:
                 self._drop()
                 if time.monotonic() + delay > deadline:
+                    why = f"HTTP 503: {exc}" if isinstance(exc, _Unavailable) else repr(exc)
                     raise ConnectionError(
-                        f"policy server {self.host}:{self.port} unreachable for "
-                        f"{self.retry_timeout_s:g} s ({type(exc).__name__}: {exc})"
+                        f"policy server {self.host}:{self.port} unavailable for "
+                        f"{self.retry_timeout_s:g} s ({why})"
                     ) from exc
                 self.retries += 1
                 time.sleep(delay)

@@ -18,109 +18,34 @@ weights            {}                                          weights, connecto
 
 ``GET /v1/health`` answers ``{"ok": true, ...}``. The server is the stdlib
 ``ThreadingHTTPServer`` (one thread per connection, HTTP/1.1 keep-alive): no dependency,
-and the work per request is tiny next to the runner's step.
+and the work per request is tiny next to the runner's step. ``serve.handler`` holds the
+HTTP side (size and Content-Type checks, statuses), ``serve.tasks`` the runner work a
+request needs (``checkpoint``, ``weights``: done by the sampling thread between two steps),
+``serve.envs`` the ServingEnvs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import (
-    BadObservationError,
-    EpisodeError,
-    ExternalEnv,
-    ExternalEnvAdapter,
-    TooManyEpisodesError,
-    UnknownEpisodeError,
-    _Reply,
-)
+from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
-from rlconnect.errors import EnvError
 from rlconnect.policy import Policy
-from rlconnect.serve.wire import WireError, decode, encode
+from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv, _Idle
+from rlconnect.serve.handler import BadRequest, HTTPServer, NoEndpoint, make_handler
+from rlconnect.serve.tasks import run_in_sampler
 from rlconnect.spaces import space_to_json
 
 __all__ = ["PolicyServer", "ServingEnv", "ServingMultiAgentEnv"]
-
-log = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 64 << 20
-
-
-class _Idle:
-    """``run()`` of an env fed by a server: wait until closed."""
-
-    # not ``_stop``: that name is threading.Thread's own method (is_alive() calls it)
-    _closed: threading.Event
-
-    def run(self) -> None:
-        self._closed.wait()
-
-    def stop(self) -> None:
-        self._closed.set()
-
-
-class ServingEnv(_Idle, ExternalEnv):
-    """An ExternalEnv whose episodes come from a PolicyServer (no ``run()`` to write)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._closed = threading.Event()
-        super().__init__(*args, **kwargs)
-
-
-class ServingMultiAgentEnv(_Idle, ExternalMultiAgentEnv):
-    """The multi-agent ServingEnv: observations, actions and rewards by agent id."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._closed = threading.Event()
-        super().__init__(*args, **kwargs)
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    """Counts clients that vanish mid-request (``disconnects``) instead of printing them."""
-
-    daemon_threads = True
-    disconnects = 0
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # reset, broken pipe, ..., or silent past the request timeout (TimeoutError)
-        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
-            self.disconnects += 1
-            log.debug("PolicyServer: %s disconnected or went silent mid-request", client_address)
-        else:
-            super().handle_error(request, client_address)
-
-
-class BadRequest(ValueError):
-    """A request that is missing a field or has one of the wrong type."""
-
-
-class NoEndpoint(Exception):
-    """The request names no endpoint."""
-
-
-_STATUS: list[tuple[type[BaseException], int]] = [
-    (WireError, 400),
-    (BadRequest, 400),
-    (UnknownEpisodeError, 404),
-    (TooManyEpisodesError, 429),
-    (BadObservationError, 422),
-    (EpisodeError, 409),
-    (TimeoutError, 504),
-    (EnvError, 503),
-]
 
 
 def _field(body: dict, name: str, kinds: tuple[type, ...] | None = None, default: Any = ...) -> Any:
@@ -149,7 +74,10 @@ class PolicyServer:
         max_concurrent: episodes at once (when the server builds the env).
         episode_timeout_s: an episode without requests for this long is closed as
             truncated and listed in ``server.env.timed_out_episodes``.
-        get_action_timeout_s: how long a ``get_action`` waits for the runner.
+        get_action_timeout_s: how long a ``get_action`` waits for the runner, and how
+            long a ``checkpoint`` or ``weights`` request waits for a sampling step to take
+            it (they run on the sampling thread between two steps, never beside one;
+            HTTP 503 when no step comes).
         request_timeout_s: a connection silent for this long (mid-request, or idle
             between requests) is closed, so stalled clients cannot hold server threads;
             ``PolicyClient`` reconnects by itself. None waits forever.
@@ -183,15 +111,15 @@ class PolicyServer:
             runner = EnvRunner(env, runner_or_policy, config=config)
         elif isinstance(runner_or_policy, EnvRunner):
             runner = runner_or_policy
-            if not isinstance(runner.env, ExternalEnvAdapter):
-                raise TypeError(
-                    "PolicyServer needs a runner built on an ExternalEnv (e.g. "
-                    f"rc.serve.ServingEnv), but this runner's env is {type(runner.env).__name__}"
-                )
         else:
             raise TypeError(
                 f"PolicyServer takes an rc.EnvRunner or an rc.Policy, got "
                 f"{type(runner_or_policy).__name__}"
+            )
+        if not isinstance(runner.env, ExternalEnvAdapter):
+            raise TypeError(
+                "PolicyServer needs a runner built on an ExternalEnv (e.g. "
+                f"rc.serve.ServingEnv), but this runner's env is {type(runner.env).__name__}"
             )
         self.runner = runner
         self.env: ExternalEnv = runner.env.external
@@ -201,8 +129,9 @@ class PolicyServer:
         self.errors = 0
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
-        self._httpd = _HTTPServer((address, port), _make_handler(self, request_timeout_s))
-        self.address, self.port = self._httpd.server_address[:2]
+        self._httpd = HTTPServer((address, port), make_handler(self, request_timeout_s))
+        host, self.port = self._httpd.server_address[:2]
+        self.address = host if isinstance(host, str) else host.decode()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.1},
@@ -229,6 +158,15 @@ class PolicyServer:
             self.env.stop()
 
     close = stop
+
+    def track(self, conn: socket.socket) -> None:
+        """A connection opened (``stop`` shuts down the ones still open)."""
+        with self._conns_lock:
+            self._conns.add(conn)
+
+    def untrack(self, conn: socket.socket) -> None:
+        with self._conns_lock:
+            self._conns.discard(conn)
 
     def __enter__(self) -> PolicyServer:
         return self
@@ -318,21 +256,10 @@ class PolicyServer:
             ops[cmd[0]](cmd[1])
         return {"applied": len(commands)}
 
-    def _in_runner(self, fn: Callable[[Any], Any], timeout_s: float = 2.0) -> Any:
-        """Run ``fn(runner)`` between sampling steps (directly if the runner is idle)."""
-        hub, reply = self.env._hub, _Reply()
-        with hub.cond:
-            hub.tasks.append((fn, reply))
-            hub.cond.notify_all()
-        if reply.event.wait(timeout_s):
-            if reply.error is not None:
-                raise reply.error
-            return reply.value
-        with hub.cond:
-            if (fn, reply) not in hub.tasks:  # taken by a poll just now: wait for it
-                return reply.wait(timeout_s * 10, "a runner task")
-            hub.tasks.remove((fn, reply))
-        return fn(self.runner)
+    def _in_runner(self, fn: Callable[[Any], Any], what: str) -> Any:
+        """``fn(runner)`` on the sampling thread, between two steps (see ``serve.tasks``)."""
+        hub = self.env._hub
+        return run_in_sampler(hub, fn, what, hub.get_action_timeout_s)
 
     def _checkpoint(self, body: dict) -> dict:
         def save(runner: Any) -> dict[str, bytes]:
@@ -347,90 +274,10 @@ class PolicyServer:
 
         if isinstance(self.env, ExternalMultiAgentEnv):
             raise BadRequest("local inference is not supported for multi-agent serving yet")
-        return {"files": self._in_runner(save)}
+        return {"files": self._in_runner(save, "checkpoint")}
 
     def _weights(self, body: dict) -> dict:
         return self._in_runner(
-            lambda r: {"weights": r.get_weights(), "connector_states": r.get_connector_states()}
+            lambda r: {"weights": r.get_weights(), "connector_states": r.get_connector_states()},
+            "weights",
         )
-
-
-def _make_handler(
-    server: PolicyServer, request_timeout_s: float | None
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "rlconnect-serve/1"
-        timeout = request_timeout_s  # socket timeout: a silent client cannot hold a thread
-
-        def setup(self) -> None:
-            super().setup()
-            # answers are written as headers + body: without this, Nagle and delayed ACKs
-            # add ~40 ms to every keep-alive request
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with server._conns_lock:
-                server._conns.add(self.connection)
-
-        def finish(self) -> None:
-            with server._conns_lock:
-                server._conns.discard(self.connection)
-            with contextlib.suppress(OSError):
-                super().finish()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: int, payload: Any) -> None:
-            data = encode(payload)
-            self.send_response(status)
-            self.send_header("Content-Type", "application/x-msgpack")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _error(self, status: int, kind: str, message: str) -> None:
-            server.errors += 1
-            self._send(status, {"error": kind, "message": message})
-
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") == "/v1/health":
-                self._send(200, server.health())
-            else:
-                self._error(404, "NotFound", f"no endpoint GET {self.path}; try GET /v1/health")
-
-        def do_POST(self) -> None:
-            server.requests += 1
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                self.close_connection = True
-                return self._error(411, "LengthRequired", "send a Content-Length header")
-            if length < 0:
-                self.close_connection = True
-                return self._error(400, "BadRequest", f"negative Content-Length {length}")
-            if length > MAX_BODY_BYTES:
-                self.close_connection = True
-                return self._error(413, "TooLarge", f"bodies are limited to {MAX_BODY_BYTES} B")
-            try:
-                raw = self.rfile.read(length)
-            except TimeoutError:  # silent past request_timeout_s: drop it, quietly
-                self.server.disconnects += 1  # type: ignore[attr-defined]
-                self.close_connection = True
-                return None
-            name = self.path.removeprefix("/v1/").strip("/")
-            try:
-                result = server.handle(name, decode(raw) if raw else {})
-            except NoEndpoint as exc:
-                return self._error(404, "NotFound", str(exc))
-            except Exception as exc:
-                for cls, status in _STATUS:
-                    if isinstance(exc, cls):
-                        return self._error(status, type(exc).__name__, str(exc))
-                log.exception("PolicyServer: %s failed", name)
-                return self._error(500, type(exc).__name__, f"{name} failed: {exc}")
-            try:
-                self._send(200, result)
-            except TypeError as exc:  # an action the wire format cannot carry
-                self._error(500, "EncodeError", str(exc))
-
-    return Handler

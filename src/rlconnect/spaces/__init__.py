@@ -23,6 +23,7 @@ from rlconnect.spaces.checks import Problem as Problem
 from rlconnect.spaces.checks import batch_in_space, check_batch
 from rlconnect.spaces.codec import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from rlconnect.spaces.codec import MAX_JSON_ELEMENTS as MAX_JSON_ELEMENTS
+from rlconnect.spaces.codec import MAX_SPACE_BYTES as MAX_SPACE_BYTES
 from rlconnect.spaces.codec import space_from_json, space_to_json
 from rlconnect.spaces.describe import describe_space, spaces_equal
 from rlconnect.spaces.flatten import (

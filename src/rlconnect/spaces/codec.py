@@ -1,7 +1,9 @@
 """A safe JSON codec for spaces: `space_to_json`, and a strict `space_from_json` for hostile input.
 
 Decoding validates every field, allows only numeric dtypes, and bounds nesting depth
-(`MAX_JSON_DEPTH`) and array sizes (`MAX_JSON_ELEMENTS`).
+(`MAX_JSON_DEPTH`), array sizes (`MAX_JSON_ELEMENTS`) and the bytes the decoded space's
+arrays take in all (`MAX_SPACE_BYTES`), each checked before anything is allocated: a Box
+whose bounds are one number each is a few bytes of JSON but allocates its whole shape.
 """
 
 from __future__ import annotations
@@ -14,10 +16,20 @@ import numpy as np
 import tree
 from gymnasium import spaces as gs
 
-__all__ = ["MAX_JSON_DEPTH", "MAX_JSON_ELEMENTS", "space_from_json", "space_to_json"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_ELEMENTS",
+    "MAX_SPACE_BYTES",
+    "space_from_json",
+    "space_to_json",
+]
 
 MAX_JSON_DEPTH = 32
 MAX_JSON_ELEMENTS = 2**24
+#: bytes the arrays of one decoded space may take in all (a Box: its low and high bounds
+#: and gymnasium's two boolean masks, per element). 32 MiB holds the bounds of a float32
+#: Box of 3.3 million values, e.g. a (1000, 1000, 3) frame.
+MAX_SPACE_BYTES = 2**25
 _INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _BOX_DTYPES = ("float16", "float32", "float64", *_INT_DTYPES)
 
@@ -84,6 +96,22 @@ _FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "Dict": ({"spaces"}, set()),
     "Text": ({"max_length"}, {"min_length", "charset"}),
 }
+
+
+class _Budget:
+    """The bytes a decode may still allocate (``MAX_SPACE_BYTES`` for the whole space)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_SPACE_BYTES
+
+    def charge(self, nbytes: int, path: str, what: str) -> None:
+        self.left -= nbytes
+        if self.left < 0:
+            raise ValueError(
+                f"{path}: {what} would take {nbytes:,} bytes, beyond the "
+                f"{MAX_SPACE_BYTES:,} bytes a decoded space may take in all "
+                "(spaces.MAX_SPACE_BYTES); checked before allocating anything"
+            )
 
 
 def _int(v: Any, path: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> int:
@@ -171,10 +199,12 @@ def _array(v: Any, shape: tuple[int, ...], dtype: np.dtype, path: str) -> np.nda
     return raw.astype(dtype)
 
 
-def _decode_leaf(kind: str, obj: dict[str, Any], path: str) -> gs.Space:
+def _decode_leaf(kind: str, obj: dict[str, Any], path: str, budget: _Budget) -> gs.Space:
     if kind == "Box":
         dtype = _dtype(obj.get("dtype", "float32"), f"{path}.dtype", _BOX_DTYPES)
         shape = _shape(obj["shape"], f"{path}.shape")
+        what = f"a {dtype} Box of shape {shape}"
+        budget.charge(math.prod(shape) * (2 * dtype.itemsize + 2), path, what)
         low = _array(obj["low"], shape, dtype, f"{path}.low")
         return gs.Box(low, _array(obj["high"], shape, dtype, f"{path}.high"), shape, dtype)
     if kind == "Discrete":
@@ -184,6 +214,7 @@ def _decode_leaf(kind: str, obj: dict[str, Any], path: str) -> gs.Space:
     if kind == "MultiDiscrete":
         dtype = _dtype(obj.get("dtype", "int64"), f"{path}.dtype", _INT_DTYPES)
         shape = _infer_shape(obj["nvec"], f"{path}.nvec")
+        budget.charge(math.prod(shape) * 2 * dtype.itemsize, path, f"a MultiDiscrete of {shape}")
         nvec = _array(_list(obj["nvec"], f"{path}.nvec"), shape, dtype, f"{path}.nvec")
         start = _array(obj.get("start", 0), shape, dtype, f"{path}.start")
         return gs.MultiDiscrete(nvec, dtype=dtype, start=start)
@@ -195,14 +226,14 @@ def _decode_leaf(kind: str, obj: dict[str, Any], path: str) -> gs.Space:
     charset = obj.get("charset")
     if charset is not None and (not isinstance(charset, str) or len(charset) > 2**16):
         raise ValueError(f"{path}.charset: expected a string of at most 65536 characters")
-    return gs.Text(
-        _int(obj["max_length"], f"{path}.max_length", 0, MAX_JSON_ELEMENTS),
-        min_length=_int(obj.get("min_length", 1), f"{path}.min_length", 0),
-        **({} if charset is None else {"charset": charset}),
-    )
+    max_length = _int(obj["max_length"], f"{path}.max_length", 0, MAX_JSON_ELEMENTS)
+    min_length = _int(obj.get("min_length", 1), f"{path}.min_length", 0)
+    if charset is None:
+        return gs.Text(max_length, min_length=min_length)
+    return gs.Text(max_length, min_length=min_length, charset=charset)
 
 
-def _decode(obj: Any, path: str, depth: int) -> gs.Space:
+def _decode(obj: Any, path: str, depth: int, budget: _Budget) -> gs.Space:
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"{path}: spaces nested deeper than {MAX_JSON_DEPTH} levels")
     if not isinstance(obj, dict):
@@ -223,7 +254,9 @@ def _decode(obj: Any, path: str, depth: int) -> gs.Space:
         )
     if kind == "Tuple":
         subs = _list(obj["spaces"], f"{path}.spaces")
-        return gs.Tuple([_decode(s, f"{path}.spaces[{i}]", depth + 1) for i, s in enumerate(subs)])
+        return gs.Tuple(
+            [_decode(s, f"{path}.spaces[{i}]", depth + 1, budget) for i, s in enumerate(subs)]
+        )
     if kind == "Dict":
         pairs = _list(obj["spaces"], f"{path}.spaces")
         items: list[tuple[str, gs.Space]] = []
@@ -233,10 +266,10 @@ def _decode(obj: Any, path: str, depth: int) -> gs.Space:
                 raise ValueError(f"{p}: expected a [key, space] pair with a string key")
             if any(pair[0] == k for k, _ in items):
                 raise ValueError(f"{p}: duplicate key {pair[0]!r}")
-            items.append((pair[0], _decode(pair[1], f"{p}[1]", depth + 1)))
+            items.append((pair[0], _decode(pair[1], f"{p}[1]", depth + 1, budget)))
         return gs.Dict(items)
     try:
-        return _decode_leaf(kind, obj, path)
+        return _decode_leaf(kind, obj, path, budget)
     except ValueError as e:
         if str(e).startswith(path):  # our own message, already names the field
             raise
@@ -249,6 +282,7 @@ def space_from_json(obj: Any) -> gs.Space:
     """Decode `space_to_json` output, strictly: this input may come from a hostile file.
 
     Raises ValueError naming the JSON path for unknown types, missing/extra/wrong-typed fields,
-    dtypes outside a numeric allow-list, nesting deeper than 32, or shapes over 2**24 elements.
+    dtypes outside a numeric allow-list, nesting deeper than 32, shapes over 2**24 elements,
+    or arrays over ``MAX_SPACE_BYTES`` in all.
     """
-    return _decode(obj, "$", 1)
+    return _decode(obj, "$", 1, _Budget())
