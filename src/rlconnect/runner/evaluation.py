@@ -86,12 +86,11 @@ def preserved_random_state(policies: list[Policy]) -> Iterator[None]:
     if torch is not None:
         stateful = (np.random.RandomState, torch.Generator)
     for policy in policies:
-        value: Any
         for value in vars(policy).values():
             if isinstance(value, np.random.Generator):
                 saved.append((value, copy.deepcopy(value.bit_generator.state)))
             elif isinstance(value, stateful):
-                saved.append((value, value.get_state()))
+                saved.append((value, value.get_state()))  # type: ignore[attr-defined]
     try:
         yield
     finally:
