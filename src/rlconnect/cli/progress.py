@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import math
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -79,6 +80,7 @@ class Progress:
         stream: where to draw (stderr).
         enabled: False draws nothing (``--quiet``).
         console: a rich Console to draw on instead of one over ``stream`` (tests).
+        clock: seconds since some start (tests pass a fixed one).
     """
 
     def __init__(
@@ -88,11 +90,13 @@ class Progress:
         *,
         enabled: bool = True,
         console: Console | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        self.clock = clock
         self.total = total
         self.enabled = enabled
         self.console = console or Console(file=stream, highlight=False, soft_wrap=False)
-        self.start = time.perf_counter()
+        self.start = clock()
         self.state: tuple[int, int, float, dict[str, Any]] = (0, 0, math.nan, {})
         self._last_decile = -1
         self._live: Live | None = None
@@ -110,7 +114,7 @@ class Progress:
         """``(progress fields, time-share fields)`` as ``(rank, text)``; lower ranks stay
         longer when the width is short. The bar fills the room the other fields leave."""
         steps, episodes, mean_return, perf = self.state
-        elapsed = time.perf_counter() - self.start
+        elapsed = self.clock() - self.start
         rate = steps / elapsed if elapsed > 0 else 0.0
         frac = min(steps / self.total, 1.0)
         left = max(self.total - steps, 0)
