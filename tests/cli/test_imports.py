@@ -59,3 +59,50 @@ def test_lazy_names_are_the_real_classes() -> None:
 
     p = MLPPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2))
     assert policy_kind(p) == "MLPPolicy"
+
+
+MISSING_PYARROW = """
+import sys
+import gymnasium as gym
+import rlconnect as rc
+
+folder = sys.argv[1]
+sys.modules["pyarrow"] = None  # as if the offline extra were not installed
+env = gym.make("CartPole-v1")
+policy = rc.RandomPolicy(env.observation_space, env.action_space)
+for what, call in [
+    ("read", lambda: list(rc.read_batches(folder))),
+    ("write", lambda: rc.EnvRunner(
+        "CartPole-v1", policy, config=rc.RunnerConfig(output=folder + "/new"))),
+    ("writer", lambda: rc.offline.ParquetBatchWriter),
+]:
+    try:
+        call()
+    except ImportError as exc:
+        print(what, exc)
+"""
+
+
+def test_a_missing_pyarrow_names_the_extra_and_the_pip_command(tmp_path: Path) -> None:
+    import gymnasium as gym
+
+    import rlconnect as rc
+
+    env = gym.make("CartPole-v1")
+    policy = rc.RandomPolicy(env.observation_space, env.action_space)
+    config = rc.RunnerConfig(rollout_fragment_length=10, output=str(tmp_path))
+    with rc.EnvRunner("CartPole-v1", policy, config=config) as runner:
+        runner.sample()
+    done = subprocess.run(
+        [sys.executable, "-c", MISSING_PYARROW, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=user_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [x.split()[0] for x in lines] == ["read", "write", "writer"]
+    for line in lines:
+        assert "needs pyarrow, the offline extra: pip install 'rlconnect[offline]'" in line
