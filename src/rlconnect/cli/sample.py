@@ -72,11 +72,10 @@ def _collect(
         result.elapsed = time.perf_counter() - start
 
 
-def cmd_sample(args: argparse.Namespace) -> int:
-    """Collect ``steps`` env steps; progress on stderr, a summary table on stdout."""
+def _prepare_outputs(args: argparse.Namespace, config: Any) -> tuple[Any, Any, Any, Any]:
+    """Check every output path now: ``(config, out folder, batch format, plot format)``."""
     import attrs
 
-    run, config = resolve_settings(args)
     plot_format = outputs.check_plot(args.plot) if args.plot else None
     out = fmt = None
     if args.out:
@@ -84,6 +83,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
         out = outputs.check_out(args.out)
         if fmt == "parquet":  # the runner writes finished Parquet files as it samples
             config = attrs.evolve(config, output=str(out))
+    return config, out, fmt, plot_format
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    """Collect ``steps`` env steps; progress on stderr, a summary table on stdout."""
+    run, config = resolve_settings(args)
+    config, out, fmt, plot_format = _prepare_outputs(args, config)
     hints: list[str] = []
     runner = build_runner(run, config, hints)
     for hint in hints:
@@ -106,8 +112,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
         runner.stop()
     if args.plot and plot_format:
         title = f"{run['env']}  ({run['policy']} policy)"
-        outputs.plot_returns(result.returns, result.return_steps, title, args.plot, plot_format)
-        notes.append(f"returns plot: {args.plot} ({plot_format})")
+        try:
+            outputs.plot_returns(result.returns, result.return_steps, title, args.plot, plot_format)
+            notes.append(f"returns plot: {args.plot} ({plot_format})")
+        except OSError as exc:  # checked before sampling, but a disk can fill up: keep the rest
+            notes.append(f"returns plot FAILED: {args.plot}: {exc.strerror or exc}")
     rows = _summary_rows(run, config, result, perf)
     rows[3:3] = _policy_rows(runner)
     if out is not None:
