@@ -114,3 +114,23 @@ def test_corrupted_checkpoint_is_one_line(tmp_path) -> None:
     done = run_cli("inspect", str(out / "checkpoint"))
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
+    """``rlconnect sample | head -1``: no BrokenPipeError message when the reader leaves."""
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import user_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlconnect", "sample", *SMALL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=user_env(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader leaves before the summary is printed
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Error" not in stderr and "Traceback" not in stderr, stderr

@@ -119,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rlconnect inspect run | head`: the reader left, say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 1
     except Exception as exc:  # one line, not a traceback, unless asked for
         if args.traceback or os.environ.get("RLCONNECT_TRACEBACK"):
             traceback.print_exc()
