@@ -1,27 +1,36 @@
-# The two README commands live here: `make sample` (the main job) and `make test`.
+# The two README commands: `make sample` (installs only what sampling needs) and `make test`
+# (installs the dev extra too, then runs ruff and the whole test suite).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# torch is installed first, pinned: pip then keeps it instead of pulling another build. On a
+# machine without a GPU, a CPU-only wheel is much smaller:
+#   make sample TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH ?= torch==2.13.0
 
-.PHONY: install sample test lint bench
+.PHONY: install install-dev sample test lint bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# torch is pinned explicitly first: pip then takes the local CPU wheel instead of a CUDA build.
+# the core package: numpy, gymnasium, torch, ... (no dev tools, Ray, Atari or pyarrow)
 install: $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e .
+
+# everything the test suite needs, optional extras included
+install-dev: install
 	$(BIN)/pip install --quiet -e ".[dev]"
 
 sample: install
 	$(BIN)/rlconnect sample --env CartPole-v1 --num-envs 8 --steps 20000
 
-test: install
+test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 

@@ -3,6 +3,8 @@
 The public names of the API contract; everything else lives in the subpackages.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from rlconnect import serve, spaces
 from rlconnect.batches import (
     DEFAULT_AGENT_ID,
@@ -69,8 +71,11 @@ from rlconnect.offline import (
     read_batches,
     write_batches,
 )
-from rlconnect.policy import MLPPolicy, Policy, RandomPolicy, TorchPolicy, register_policy
+from rlconnect.policy import Policy, RandomPolicy, register_policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
+
+if TYPE_CHECKING:
+    from rlconnect.policy import MLPPolicy, TorchPolicy
 
 __version__ = "0.1.0"
 
@@ -151,3 +156,12 @@ __all__ = [
     "spaces",
     "write_batches",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``rc.MLPPolicy`` and ``rc.TorchPolicy`` import torch on first access only."""
+    if name in ("MLPPolicy", "TorchPolicy"):
+        from rlconnect import policy
+
+        return getattr(policy, name)
+    raise AttributeError(f"module 'rlconnect' has no attribute {name!r}")

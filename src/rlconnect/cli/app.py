@@ -41,15 +41,23 @@ def _seed(text: str) -> int:
     return value
 
 
+def _version() -> str:
+    from rlconnect import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the command."""
     parser = _Parser(
         prog="rlconnect",
-        description="The ``rlconnect`` command: collect experience from an env and show "
-        "what happened.",
+        description="Collect reinforcement-learning experience from an env and show what "
+        "happened. Exit codes: 0 done, 1 a failure while running, 2 bad arguments or paths, "
+        "130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser.add_argument("--version", action="version", version=f"rlconnect {_version()}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     s = sub.add_parser(
         "sample",
         help="collect experience, show progress and a summary",
@@ -64,10 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--policy", choices=("random", "mlp"), help="policy (mlp)")
     s.add_argument("--observation-filter", choices=("NoFilter", "MeanStdFilter"), help="(NoFilter)")
+    s.add_argument(
+        "--preset", choices=("atari",), help="preprocessing for image envs (ALE/Pong-v5)"
+    )
     s.add_argument("--config", metavar="TOML", help="file of RunnerConfig keys, env, steps, policy")
     s.add_argument("--seed", type=_seed, help="base seed (0)")
-    s.add_argument("--out", metavar="DIR", help="write batch files and a checkpoint to DIR")
-    s.add_argument("--plot", metavar="PNG", help="save a plot of episode returns (matplotlib)")
+    s.add_argument(
+        "--out", metavar="DIR", help="write batch files, a checkpoint and run.json to DIR"
+    )
+    s.add_argument(
+        "--format",
+        choices=("parquet", "rlb"),
+        help="batch files of --out (parquet when pyarrow is installed, else rlb)",
+    )
+    s.add_argument(
+        "--plot", metavar="FILE", help="plot episode returns to a .png, .svg or .pdf (matplotlib)"
+    )
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
     s.set_defaults(func=cmd_sample)
@@ -86,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlconnect`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # a bare ``rlconnect`` shows what it can do
+        parser.print_help()
+        return 0
     prog = f"rlconnect {args.command}"
     func: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -96,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rlconnect inspect run | head`: the reader left, say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 1
     except Exception as exc:  # one line, not a traceback, unless asked for
         if args.traceback or os.environ.get("RLCONNECT_TRACEBACK"):
             traceback.print_exc()

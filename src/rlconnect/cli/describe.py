@@ -299,11 +299,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 1
     except PermissionError as exc:
         raise UsageError(f"cannot read {args.path!r}: {exc.strerror}") from None
+    problems = desc.get("checkpoint", {}).get("problems")
     if args.json:
         print(json.dumps(desc, indent=2, default=str))
+    elif problems:  # one line: what is damaged (--json shows what is intact too)
+        print(
+            f"rlconnect inspect: damaged checkpoint: {'; '.join(problems)} "
+            "(--json shows every file)",
+            file=sys.stderr,
+        )
+        return 1
     else:
         print("\n".join(render(desc)))
-    problems = desc.get("checkpoint", {}).get("problems")
     if problems:
         print(f"rlconnect inspect: damaged checkpoint: {'; '.join(problems)}", file=sys.stderr)
         return 1

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
+import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from rlconnect.cli.errors import UsageError
@@ -78,6 +82,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
         "seed": args.seed,
         "observation_filter": args.observation_filter,
         "rollout_fragment_length": args.fragment,
+        "preset": getattr(args, "preset", None),
     }
     merged = {**DEFAULTS, **file_values, **{k: v for k, v in flags.items() if v is not None}}
     run = {k: merged.pop(k) for k in _RUN_KEYS}
@@ -101,24 +106,61 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     return run, config
 
 
+class ZeroArgCreator:
+    """An env creator ``f(env_context)`` over a function that takes no argument."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, ctx: Any = None) -> Any:
+        return self.fn()
+
+
+def _as_creator(fn: Callable[..., Any], spec: str) -> Callable[..., Any]:
+    """``fn`` if it takes the env context, a :class:`ZeroArgCreator` if it takes nothing."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: assume f(ctx)
+        return fn
+    for args in ((None,), ()):
+        try:
+            sig.bind(*args)
+        except TypeError:
+            continue
+        return fn if args else ZeroArgCreator(fn)
+    raise UsageError(
+        f"env creator {spec!r} takes {sig}: it must take no argument or one (the env context)"
+    )
+
+
+def _import_module(module: str, spec: str) -> Any:
+    """Import ``module`` with the current folder importable (as ``python -m`` does)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # any error while importing the user's module
+        raise UsageError(f"cannot import {module!r} for env {spec!r}: {exc}") from None
+
+
 def resolve_env(spec: str) -> Any:
     """A gymnasium id (checked now), or the env creator named by ``module:function``.
 
-    ``module:EnvId`` (gymnasium's form: importing the module registers the id) works too.
-    Raises UsageError for anything that does not name an env.
+    The function takes no argument or one (the env context), and may return a gymnasium
+    env, an ``rc.MultiAgentEnv`` or a PettingZoo Parallel or AEC env. ``module:EnvId``
+    (gymnasium's form: importing the module registers the id) works too. Modules in the
+    current folder are importable. Raises UsageError for anything that does not name an env.
     """
     import gymnasium as gym
 
     env_id = spec
     if ":" in spec:
         module, _, attr = spec.partition(":")
-        try:
-            mod = importlib.import_module(module)
-        except Exception as exc:  # any error while importing the user's module
-            raise UsageError(f"cannot import {module!r} for env {spec!r}: {exc}") from None
+        mod = _import_module(module, spec)
         creator = getattr(mod, attr, None)
         if callable(creator):
-            return creator
+            return _as_creator(creator, spec)
         env_id = attr
     if env_id.startswith("ALE/"):
         try:
@@ -126,37 +168,10 @@ def resolve_env(spec: str) -> Any:
 
             gym.register_envs(ale_py)
         except ImportError:
-            raise UsageError(f"env {spec!r} needs ale-py: pip install ale-py") from None
+            raise UsageError(f"env {spec!r} needs ale-py: pip install 'rlconnect[atari]'") from None
     try:
         gym.spec(env_id)
     except gym.error.Error as exc:
         hint = " (module:function names an env creator)" if ":" in spec else ""
         raise UsageError(f"unknown env {spec!r}: {exc}{hint}") from None
     return spec
-
-
-def build_runner(run: dict[str, Any], config: Any) -> Any:
-    """The EnvRunner for ``rlconnect sample``: default pipelines, one random or MLP policy."""
-    import rlconnect as rc
-    from rlconnect.envs import make_base_env
-
-    env = make_base_env(
-        resolve_env(run["env"]),
-        num_envs=config.num_envs,
-        seed=config.seed,
-        env_config=config.env_config,
-        worker_index=config.worker_index,
-        remote_envs=config.remote_envs,
-    )
-    if env.is_multi_agent:
-        env.close()
-        raise UsageError(
-            f"env {run['env']!r} is multi-agent: it needs a policy mapping, use the Python API"
-        )
-    obs_space = env.observation_space(rc.DEFAULT_AGENT_ID)
-    act_space = env.action_space(rc.DEFAULT_AGENT_ID)
-    ctx = rc.ConnectorContext(obs_space, act_space, config.connector_config())
-    policy_space = rc.default_agent_pipeline(ctx).output_space
-    policy_cls = rc.RandomPolicy if run["policy"] == "random" else rc.MLPPolicy
-    policy = policy_cls(policy_space, act_space, seed=config.seed)
-    return rc.EnvRunner(env, policy, config=config)

@@ -49,9 +49,10 @@ from rlconnect.offline.runner_io import attach_offline_io  # noqa: F401  (regist
 def __getattr__(name: str) -> Any:
     """``ParquetBatchWriter``, imported on first use (pyarrow is an optional extra)."""
     if name == "ParquetBatchWriter":
-        from rlconnect.offline.parquet_writer import ParquetBatchWriter
+        from rlconnect.offline._common import import_parquet_module
 
-        return ParquetBatchWriter
+        module = import_parquet_module("rlconnect.offline.parquet_writer", "ParquetBatchWriter")
+        return module.ParquetBatchWriter
     raise AttributeError(f"module 'rlconnect.offline' has no attribute {name!r}")
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import re
+from types import ModuleType
 
 from rlconnect.errors import CheckpointError
 
@@ -17,8 +19,11 @@ __all__ = [
     "RESERVED_COLUMNS",
     "Malformed",
     "OfflineDataError",
+    "import_parquet_module",
     "parquet_file_name",
 ]
+
+PYARROW_INSTALL = "pip install 'rlconnect[offline]'"
 
 PARQUET_FORMAT = "rlconnect.parquet"
 """The format name recorded in every Parquet file's metadata."""
@@ -58,3 +63,16 @@ class Malformed(Exception):
     """What a file holds contradicts its own metadata or format; the reader turns it into
     an error naming the file (``OfflineDataError`` for Parquet, ``CheckpointError`` for
     ``.rlb`` batch files)."""
+
+
+def import_parquet_module(name: str, what: str) -> ModuleType:
+    """Import one of the Parquet modules; without pyarrow, an ImportError that names the
+    ``offline`` extra and the pip command (``what`` says what needed it)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if (getattr(exc, "name", None) or "").partition(".")[0] != "pyarrow":
+            raise
+        raise ImportError(
+            f"{what} needs pyarrow, the offline extra: {PYARROW_INSTALL}", name="pyarrow"
+        ) from None

@@ -106,9 +106,12 @@ def is_parquet(path: str) -> bool:
 def _file_batches(path: str, check_spaces: bool) -> Iterator[Any]:
     """Whole batches (``.rlb``) or ``BatchPart``s (Parquet) of one file."""
     if is_parquet(path):
-        from rlconnect.offline.parquet_reader import read_parquet_parts
+        from rlconnect.offline._common import import_parquet_module
 
-        yield from read_parquet_parts(path, check_spaces=check_spaces)
+        module = import_parquet_module(
+            "rlconnect.offline.parquet_reader", f"reading the Parquet file {path!r}"
+        )
+        yield from module.read_parquet_parts(path, check_spaces=check_spaces)
     else:
         yield read_batch_file(path)
 

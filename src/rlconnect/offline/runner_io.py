@@ -63,11 +63,14 @@ class RunnerOutput:
     """Writes what the runner samples to ``config.output`` (one finished file per sample)."""
 
     def __init__(self, runner: EnvRunner) -> None:
-        from rlconnect.offline.parquet_writer import ParquetBatchWriter
+        from rlconnect.offline._common import import_parquet_module
 
+        writer = import_parquet_module(
+            "rlconnect.offline.parquet_writer", "RunnerConfig(output=...) (Parquet files)"
+        )
         cfg = runner.config
         self.runner = runner
-        self.writer = ParquetBatchWriter(
+        self.writer = writer.ParquetBatchWriter(
             cfg.output,  # type: ignore[arg-type]
             max_file_size=cfg.output_max_file_size,
             compress_columns=cfg.output_compress_columns,

@@ -6,22 +6,46 @@ Public names: :class:`Policy`, :class:`RandomPolicy`, :class:`TorchPolicy`,
 :func:`policy_from_spec`, :func:`policy_kind`, :class:`UnknownPolicyError`).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rlconnect.policy.base import Policy, PolicyOutput
-from rlconnect.policy.distributions import ActionDistSpec
-from rlconnect.policy.mlp import MLPModel, MLPPolicy
 from rlconnect.policy.random import RandomPolicy, sample_space_batch
 from rlconnect.policy.registry import (
     UnknownPolicyError,
     get_policy_class,
     policy_from_spec,
     policy_kind,
+    register_lazy_policy,
     register_policy,
     registered_policies,
 )
-from rlconnect.policy.torch_policy import TorchPolicy
+
+if TYPE_CHECKING:
+    from rlconnect.policy.distributions import ActionDistSpec
+    from rlconnect.policy.mlp import MLPModel, MLPPolicy
+    from rlconnect.policy.torch_policy import TorchPolicy
+
+#: names whose modules import torch: loaded on first access (``import rlconnect`` and
+#: RandomPolicy never import torch)
+_TORCH_NAMES = {
+    "ActionDistSpec": "rlconnect.policy.distributions",
+    "MLPModel": "rlconnect.policy.mlp",
+    "MLPPolicy": "rlconnect.policy.mlp",
+    "TorchPolicy": "rlconnect.policy.torch_policy",
+}
 
 register_policy("RandomPolicy", RandomPolicy)
-register_policy("MLPPolicy", MLPPolicy)
+register_lazy_policy("MLPPolicy", "rlconnect.policy.mlp:MLPPolicy")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_NAMES:
+        return getattr(importlib.import_module(_TORCH_NAMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ActionDistSpec",

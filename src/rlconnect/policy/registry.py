@@ -6,6 +6,8 @@ weights; :func:`policy_from_spec` rebuilds it through this registry only.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
@@ -24,6 +26,9 @@ __all__ = [
 
 P = TypeVar("P", bound=type[Policy])
 _REGISTRY: dict[str, type[Policy]] = {}
+_LAZY: dict[str, str] = {}
+"""Built-in kinds registered as ``"module:attr"``: imported on first use (torch stays out of
+``import rlconnect`` until a torch policy is used)."""
 
 
 class UnknownPolicyError(KeyError):
@@ -50,6 +55,13 @@ def register_policy(
     def _register(c: P) -> P:
         if not (isinstance(c, type) and issubclass(c, Policy)):
             raise TypeError(f"register_policy({name!r}) needs a Policy subclass, got {c!r}")
+        if name in _LAZY:  # the lazy entry is replaced (by itself, or with override)
+            if _LAZY[name] != f"{c.__module__}:{c.__qualname__}" and not override:
+                raise ValueError(
+                    f"policy kind {name!r} is already registered to {_LAZY[name]!r}; "
+                    "pass override=True to replace it"
+                )
+            del _LAZY[name]
         if _REGISTRY.get(name, c) is not c and not override:
             raise ValueError(
                 f"policy kind {name!r} is already registered to {_REGISTRY[name]!r}; "
@@ -61,13 +73,34 @@ def register_policy(
     return _register if cls is None else _register(cls)
 
 
+def register_lazy_policy(name: str, target: str) -> None:
+    """Register the class at ``"module:attr"`` as ``name`` without importing it yet."""
+    _LAZY[name] = target
+
+
+def _resolve(name: str, *, import_module: bool = True) -> type[Policy] | None:
+    """The class of a lazily registered kind; None if its module is not imported and
+    ``import_module`` is False."""
+    module, _, attr = _LAZY[name].partition(":")
+    if not import_module and module not in sys.modules:
+        return None
+    cls = getattr(importlib.import_module(module), attr)
+    _REGISTRY.setdefault(name, cls)
+    del _LAZY[name]
+    return _REGISTRY[name]
+
+
 def registered_policies() -> list[str]:
     """Sorted names of the registered policy kinds."""
-    return sorted(_REGISTRY)
+    return sorted({*_REGISTRY, *_LAZY})
 
 
 def get_policy_class(name: str) -> type[Policy]:
     """The class registered as ``name``; :class:`UnknownPolicyError` lists known kinds."""
+    if name in _LAZY:
+        cls = _resolve(name)
+        assert cls is not None
+        return cls
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -78,6 +111,8 @@ def get_policy_class(name: str) -> type[Policy]:
 
 def policy_kind(policy: Policy) -> str | None:
     """The registered name of ``type(policy)``, or None if its class is not registered."""
+    for name in list(_LAZY):  # a policy's own module is imported: resolving costs nothing
+        _resolve(name, import_module=False)
     for name, cls in _REGISTRY.items():
         if type(policy) is cls:
             return name

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
 import attrs
 import gymnasium as gym
 import numpy as np
-import torch
 
 from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline
 from rlconnect.connectors.pipeline import ConnectorPipeline
@@ -101,12 +101,16 @@ def _copy_pipeline(pipe: ConnectorPipeline, num_envs: int) -> ConnectorPipeline:
 def preserved_random_state(policies: list[Policy]) -> Iterator[None]:
     """Save the numpy / torch generators held as policy attributes; restore them after."""
     saved: list[tuple[Any, Any]] = []
+    torch = sys.modules.get("torch")  # a torch.Generator exists only once torch is imported
+    stateful: tuple[type, ...] = (np.random.RandomState,)
+    if torch is not None:
+        stateful = (np.random.RandomState, torch.Generator)
     for policy in policies:
         for value in vars(policy).values():
             if isinstance(value, np.random.Generator):
                 saved.append((value, copy.deepcopy(value.bit_generator.state)))
-            elif isinstance(value, np.random.RandomState | torch.Generator):
-                saved.append((value, value.get_state()))
+            elif isinstance(value, stateful):
+                saved.append((value, value.get_state()))  # type: ignore[attr-defined]
     try:
         yield
     finally:

@@ -1,0 +1,90 @@
+"""The EnvRunner of ``rlconnect sample``: the env, one default policy per distinct pair of
+spaces, and the hint for image observations without a preset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from rlconnect.cli.settings import resolve_env
+
+
+class SharedPolicies:
+    """``policy_mapping_fn``: each agent to the policy of its pair of spaces."""
+
+    def __init__(self, policy_of_agent: dict[Any, str]) -> None:
+        self.policy_of_agent = policy_of_agent
+
+    def __call__(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
+        return self.policy_of_agent[agent_id]
+
+
+def group_agents(env: Any) -> dict[str, list[Any]]:
+    """Policy id -> agents: one policy per distinct (observation, action) space pair,
+    ``default_policy`` when every agent has the same spaces."""
+    import rlconnect as rc
+
+    agents = list(env.possible_agents) or [rc.DEFAULT_AGENT_ID]
+    groups: list[tuple[gym.Space, gym.Space, list[Any]]] = []
+    for agent in agents:
+        spaces = (env.observation_space(agent), env.action_space(agent))
+        for group in groups:
+            if (group[0], group[1]) == spaces:
+                group[2].append(agent)
+                break
+        else:
+            groups.append((*spaces, [agent]))
+    if len(groups) == 1:
+        return {rc.DEFAULT_POLICY_ID: groups[0][2]}
+    return {f"policy_{i}": members for i, (_, _, members) in enumerate(groups)}
+
+
+def image_hint(space: gym.Space, preset: str | None) -> str | None:
+    """A hint when observations look like images and no preset prepares them."""
+    if preset is not None or not isinstance(space, gym.spaces.Box):
+        return None
+    shape = space.shape
+    if space.dtype == "uint8" and len(shape) in (2, 3) and min(shape[:2]) >= 32:
+        return (
+            f"observations are images {shape} and go to an MLP unchanged; "
+            "--preset atari grayscales, resizes to 84x84 and stacks 4 frames"
+        )
+    return None
+
+
+def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = None) -> Any:
+    """The EnvRunner for ``rlconnect sample``: default pipelines, random or MLP policies
+    (one per distinct pair of spaces), hints appended to ``hints``."""
+    import rlconnect as rc
+    from rlconnect.envs import make_base_env
+
+    env = make_base_env(
+        resolve_env(run["env"]),
+        num_envs=config.num_envs,
+        seed=config.seed,
+        env_config=config.env_config,
+        worker_index=config.worker_index,
+        remote_envs=config.remote_envs,
+        preset=config.preset,
+    )
+    try:
+        groups = group_agents(env) if env.is_multi_agent else {rc.DEFAULT_POLICY_ID: []}
+        policies = {}
+        for pid, agents in groups.items():
+            agent = agents[0] if agents else rc.DEFAULT_AGENT_ID
+            obs_space, act_space = env.observation_space(agent), env.action_space(agent)
+            hint = image_hint(obs_space, config.preset)
+            if hint and hints is not None and hint not in hints:
+                hints.append(hint)
+            ctx = rc.ConnectorContext(obs_space, act_space, config.connector_config())
+            space = rc.default_agent_pipeline(ctx).output_space
+            policy_cls = rc.RandomPolicy if run["policy"] == "random" else rc.MLPPolicy
+            policies[pid] = policy_cls(space, act_space, seed=config.seed)
+        mapping = None
+        if env.is_multi_agent:
+            mapping = SharedPolicies({a: pid for pid, agents in groups.items() for a in agents})
+        return rc.EnvRunner(env, policies, policy_mapping_fn=mapping, config=config)
+    except BaseException:
+        env.close()
+        raise
