@@ -1,5 +1,5 @@
 # The two README commands: `make sample` (installs only what sampling needs) and `make test`
-# (installs the dev extra too, then runs ruff and the whole test suite).
+# (installs the dev extra too, then runs ruff, mypy and the whole test suite).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -28,6 +28,7 @@ sample: install
 
 test: install-dev
 	$(BIN)/ruff check .
+	$(BIN)/mypy src
 	$(BIN)/python -m pytest -q
 
 lint: install-dev
