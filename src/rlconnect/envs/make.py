@@ -10,9 +10,11 @@ import gymnasium as gym
 
 from rlconnect.envs.atari import atari_env_creator, is_atari_id
 from rlconnect.envs.base import BaseEnv
+from rlconnect.envs.envpool_env import is_envpool, make_envpool
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
+from rlconnect.envs.parallel import check_parallel_spec, in_workers
 from rlconnect.envs.remote import RemoteVectorEnv
 from rlconnect.envs.vector import VectorEnvAdapter
 
@@ -110,14 +112,38 @@ def make_base_env(
     remote_envs: bool = False,
     preset: str | None = None,
     sub_env_timeout_s: float | None = None,
+    num_env_workers: int = 0,
+    env_poll_size: int | None = None,
+    horizon: int | None = None,
+    soft_horizon: bool = False,
 ) -> BaseEnv:
     """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv).
 
     With ``preset="atari"`` an ale-py game id gets the env-side Atari preprocessing
     (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it). With
     ``remote_envs``, ``sub_env_timeout_s`` bounds each worker's ``step``/``reset``.
+    ``num_env_workers`` / ``env_poll_size``: env worker processes and asynchronous polls;
+    ``"envpool:<task id>"`` and EnvPool pools become an ``EnvPoolEnv`` (API.md section 9;
+    ``horizon`` becomes the pool's ``max_episode_steps``).
     """
     env_config = dict(env_config or {})
+    check_parallel_spec(
+        env,
+        num_envs=num_envs,
+        num_env_workers=num_env_workers,
+        env_poll_size=env_poll_size,
+        remote_envs=remote_envs,
+    )
+    if is_envpool(env):
+        return make_envpool(
+            env,
+            num_envs=num_envs,
+            seed=seed,
+            env_config=env_config,
+            poll_size=env_poll_size,
+            horizon=horizon,
+            soft_horizon=soft_horizon,
+        )
     if isinstance(env, BaseEnv):
         return env
     if isinstance(env, ExternalEnv):
@@ -158,6 +184,17 @@ def make_base_env(
             f"cannot make an env from {type(env).__name__}: pass a gymnasium id, a gymnasium.Env,"
             " an env creator, a VectorEnv, an rc.MultiAgentEnv, a PettingZoo env, an rc.BaseEnv"
             " or an rc.ExternalEnv"
+        )
+    if num_env_workers or (remote_envs and env_poll_size is not None):
+        return in_workers(
+            creator,
+            num_envs,
+            num_env_workers=num_env_workers,
+            seed=seed,
+            env_config=env_config,
+            worker_index=worker_index,
+            env_poll_size=env_poll_size,
+            timeout_s=sub_env_timeout_s,
         )
     if remote_envs:
         return _async_vector(creator, num_envs, seed, env_config, worker_index, sub_env_timeout_s)

@@ -107,6 +107,8 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
         "sample_async": False,
         "record_env_actions": False,
         "keep_raw_obs": False,
+        "num_env_workers": min(config.num_env_workers, num_envs),
+        "env_poll_size": None,
     }
     if "output" in attrs.fields_dict(RunnerConfig):  # never write evaluation batches
         changes["output"] = None
@@ -143,6 +145,9 @@ def evaluate(runner: EnvRunner, num_episodes: int = 10, *, env: Any = None) -> l
         remote_envs=cfg.remote_envs,
         preset=cfg.preset,
         sub_env_timeout_s=cfg.sub_env_timeout_s,
+        num_env_workers=min(cfg.num_env_workers, num_envs),
+        horizon=cfg.horizon,
+        soft_horizon=cfg.soft_horizon,
     )
     pids = list(runner.policies)
     records: list[dict] = []

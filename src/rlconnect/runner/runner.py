@@ -98,6 +98,10 @@ class EnvRunner:
             remote_envs=cfg.remote_envs,
             preset=cfg.preset,
             sub_env_timeout_s=cfg.sub_env_timeout_s,
+            num_env_workers=cfg.num_env_workers,
+            env_poll_size=cfg.env_poll_size,
+            horizon=cfg.horizon,
+            soft_horizon=cfg.soft_horizon,
         )
         self.num_envs = self.env.num_envs
         #: sub-envs a fragment counts: an ExternalEnv has one slot per concurrent episode
