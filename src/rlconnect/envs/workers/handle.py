@@ -92,8 +92,8 @@ class WorkerHandle:
 
     def died(self) -> EnvError:
         """Mark the worker dead; the error that names its sub-envs."""
+        self.kill()  # reaps it, so the exit code is known
         code = self.proc.exitcode if self.proc is not None else None
-        self.kill()
         return EnvError(
             f"the worker process of {self.what} died (exit code {code}); the open episodes "
             "of these sub-envs are lost"
