@@ -1,0 +1,133 @@
+"""EnvPool as an env: "envpool:<task id>" and user-built pools, sync and async."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from env_cases import check_cartpole_truth, spaces
+from test_workers_async import check_episodes
+
+import rlconnect as rc
+from rlconnect.envs.envpool_env import EnvPoolEnv
+
+envpool = pytest.importorskip("envpool")  # the optional extra (installed with "dev")
+
+
+def runner(env="envpool:CartPole-v1", *, n=4, frag=20, **cfg) -> rc.EnvRunner:
+    config = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=7, **cfg)
+    return rc.EnvRunner(env, rc.RandomPolicy(*spaces()), config=config)
+
+
+def sample(r: rc.EnvRunner, k: int = 3) -> tuple[list[rc.SampleBatch], list[dict]]:
+    try:
+        return [r.sample() for _ in range(k)], r.get_metrics()
+    finally:
+        r.stop()
+
+
+def check_metrics_match_rows(batches: list[rc.SampleBatch], metrics: list[dict]) -> None:
+    """Every finished episode wholly inside the batches has the length and return of its rows."""
+    rows: dict[int, list[float]] = {}
+    starts: set[int] = set()
+    ends: set[int] = set()
+    for b in batches:
+        done = (b["terminateds"] | b["truncateds"]).tolist()
+        for eps, t, r, d in zip(b["eps_id"].tolist(), b["t"].tolist(), b["rewards"].tolist(), done):
+            rows.setdefault(eps, []).append(r)
+            if t == 0:
+                starts.add(eps)
+            if d:
+                ends.add(eps)
+    whole = [m for m in metrics if m["episode_id"] in starts & ends]
+    assert whole
+    for m in whole:
+        assert m["episode_length"] == len(rows[m["episode_id"]])
+        assert m["episode_reward"] == pytest.approx(sum(rows[m["episode_id"]]))
+
+
+@pytest.mark.parametrize("poll", [None, 2])
+def test_envpool_rows_are_exact_transitions_without_reset_steps(poll):
+    r = runner(env_poll_size=poll)
+    assert isinstance(r.env, EnvPoolEnv) and r.env.poll_size == (poll or 4)
+    batches, metrics = sample(r)
+    for b in batches:
+        assert len(b) == 80  # truncate_episodes: rollout_fragment_length * num_envs
+        check_cartpole_truth(b)  # true final obs, and no reset step recorded as a step
+        check_episodes(b)
+        ends = b["terminateds"] | b["truncateds"]
+        assert ends.any()
+    check_metrics_match_rows(batches, metrics)
+
+
+def test_envpool_first_observations_are_the_pools_own_reset():
+    own = envpool.make_gymnasium("CartPole-v1", num_envs=4, seed=7)
+    expected, _ = own.reset()
+    batch = sample(runner(), 1)[0][0]
+    for e in range(4):
+        mine = np.flatnonzero(batch["env_id"] == e)
+        first = mine[np.argmin(batch["eps_id"][mine])]
+        assert batch["t"][first] == 0
+        np.testing.assert_array_equal(batch["obs"][first], expected[e])
+
+
+def test_envpool_sync_run_equals_envpool_stepped_by_hand():
+    """The runner's sync rows are the pool's own steps for the recorded actions."""
+    batch = sample(runner(n=3, frag=30), 1)[0][0]
+    own = envpool.make_gymnasium("CartPole-v1", num_envs=3, seed=7)
+    obs, _ = own.reset()
+    by_env = {}
+    for e in range(3):
+        mine = np.flatnonzero(batch["env_id"] == e)
+        by_env[e] = mine[np.lexsort((batch["t"][mine], batch["eps_id"][mine]))]
+    cursor = dict.fromkeys(range(3), 0)
+    resetting = np.zeros(3, dtype=bool)
+    for _ in range(30):
+        actions = np.zeros(3, dtype=np.int64)
+        for e in range(3):
+            if not resetting[e]:
+                k = by_env[e][cursor[e]]
+                np.testing.assert_array_equal(obs[e], batch["obs"][k])
+                actions[e] = batch["actions"][k]
+        obs, rew, term, trunc, _ = own.step(actions)
+        for e in range(3):
+            if resetting[e]:
+                resetting[e] = False
+                continue
+            k = by_env[e][cursor[e]]
+            np.testing.assert_array_equal(obs[e], batch["new_obs"][k])
+            assert rew[e] == batch["rewards"][k] and term[e] == batch["terminateds"][k]
+            cursor[e] += 1
+            resetting[e] = term[e] or trunc[e]
+            if cursor[e] == len(by_env[e]):
+                return
+
+
+def test_a_user_built_pool_is_accepted():
+    pool = envpool.make_gymnasium("CartPole-v1", num_envs=3, seed=1)
+    batches, _ = sample(runner(pool, n=3, frag=10), 2)
+    for b in batches:
+        assert len(b) == 30
+        check_cartpole_truth(b)
+    with pytest.raises(ValueError, match="num_envs=4"):
+        runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=4)
+    with pytest.raises(ValueError, match="max_episode_steps=9"):
+        runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=3, horizon=9)
+
+
+def test_the_horizon_is_the_pools_episode_limit_and_a_soft_one_is_refused():
+    batches, metrics = sample(runner(horizon=6, frag=12), 2)
+    for b in batches:
+        assert b["t"].max() <= 5
+        check_cartpole_truth(b)
+    assert max(m["episode_length"] for m in metrics) == 6
+    with pytest.raises(ValueError, match="soft_horizon"):
+        runner(horizon=6, soft_horizon=True)
+    with pytest.raises(ValueError, match="num_env_workers"):
+        runner(num_env_workers=2)
+
+
+def test_the_envpool_prefix_is_not_read_by_gymnasium():
+    with pytest.raises(Exception, match="NoSuchTask|not|No"):
+        runner("envpool:NoSuchTask-v0")
+    assert isinstance(gym.spaces.Discrete(2), gym.Space)
