@@ -75,6 +75,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
         "steps": args.steps,
         "policy": args.policy,
         "num_envs": args.num_envs,
+        "num_env_workers": getattr(args, "env_workers", None),
         "seed": args.seed,
         "observation_filter": args.observation_filter,
         "rollout_fragment_length": args.fragment,
@@ -110,6 +111,8 @@ def resolve_env(spec: str) -> Any:
     import gymnasium as gym
 
     env_id = spec
+    if spec.startswith("envpool:"):  # an EnvPool task: the runner builds the pool
+        return spec
     if ":" in spec:
         module, _, attr = spec.partition(":")
         try:
@@ -147,6 +150,10 @@ def build_runner(run: dict[str, Any], config: Any) -> Any:
         env_config=config.env_config,
         worker_index=config.worker_index,
         remote_envs=config.remote_envs,
+        num_env_workers=config.num_env_workers,
+        env_poll_size=config.env_poll_size,
+        horizon=config.horizon,
+        soft_horizon=config.soft_horizon,
     )
     if env.is_multi_agent:
         env.close()

@@ -29,8 +29,8 @@ from rlconnect.errors import EnvError, describe_exception
 __all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "is_envpool", "make_envpool"]
 
 ENVPOOL_PREFIX = "envpool:"
-#: EnvPool's own bookkeeping in ``info``: not handed out as row infos
-_BOOKKEEPING = frozenset({"env_id", "players", "elapsed_step"})
+#: EnvPool's own bookkeeping in ``info`` (and Atari's copy of the RAM): not row infos
+_BOOKKEEPING = frozenset({"env_id", "players", "elapsed_step", "ram"})
 
 
 def is_envpool(env: Any) -> bool:

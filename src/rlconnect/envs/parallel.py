@@ -20,7 +20,6 @@ __all__ = ["check_parallel_spec", "in_workers"]
 def _instance(env: Any) -> str | None:
     """What kind of built env ``env`` is (None: an id or a creator)."""
     kinds = (
-        (BaseEnv, "an rc.BaseEnv"),
         (ExternalEnv, "an rc.ExternalEnv"),
         (gym.vector.VectorEnv, "a gymnasium VectorEnv"),
         (gym.Env, "a gymnasium.Env instance"),
@@ -38,6 +37,8 @@ def check_parallel_spec(
     env: Any, *, num_envs: int, num_env_workers: int, env_poll_size: int | None, remote_envs: bool
 ) -> None:
     """Raise ``ValueError`` for env workers or asynchronous polls the env cannot have."""
+    if isinstance(env, BaseEnv):
+        return  # built already (e.g. by make_base_env with these settings): used as it is
     envpool = is_envpool(env)
     if num_env_workers:
         if envpool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import weakref
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
@@ -99,6 +100,8 @@ class WorkerEnvs(BaseEnv):
         except BaseException:
             self.close()
             raise
+        assert self._block is not None
+        weakref.finalize(self, _shutdown, self.workers, self._block)
         self.polls_dense = not self.is_multi_agent and self._a.obs is not None
         self._all_ids = np.arange(num_envs, dtype=np.int64)
         self._all_ids.flags.writeable = False
@@ -389,12 +392,17 @@ class WorkerEnvs(BaseEnv):
         )
 
     def close(self) -> None:
-        for w in self.workers:
-            w.close()
         self._a = None  # type: ignore[assignment]
-        if self._block is not None:
-            self._block.close()
-            self._block = None
+        _shutdown(self.workers, self._block)
+        self._block = None
+
+
+def _shutdown(workers: list[WorkerHandle], block: SharedBlock | None) -> None:
+    """End every worker process and free the block (also at exit, for envs never closed)."""
+    for w in workers:
+        w.close()
+    if block is not None:
+        block.close()
 
 
 def _concat(parts: list[EnvRows], errors: dict[int, BaseException], multi: bool) -> EnvRows:
