@@ -185,3 +185,45 @@ def test_multi_agent_envs_in_workers_sample_what_in_process_ones_do():
     for x, y in zip(local, remote, strict=True):
         assert len(y.policy_batches["p"]) >= 36
         assert_same_batches([x.policy_batches["p"]], [y.policy_batches["p"]])
+
+
+def _rps(ctx):
+    from pettingzoo.classic import rps_v2
+
+    return rps_v2.parallel_env(max_cycles=5)
+
+
+def test_pettingzoo_parallel_envs_in_workers_sample_what_in_process_ones_do():
+    pytest.importorskip("pettingzoo")
+    pytest.importorskip("pygame")
+    from rlconnect.spaces import flatten_space
+
+    probe = _rps(None)
+    agent = probe.possible_agents[0]
+    obs_space = flatten_space(probe.observation_space(agent))
+    policy = rc.RandomPolicy(obs_space, probe.action_space(agent))
+
+    def run(**cfg):
+        config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=10, seed=8, **cfg)
+        runner = rc.EnvRunner(_rps, {"p": policy}, lambda *a, **k: "p", config=config)
+        try:
+            return [runner.sample().policy_batches["p"] for _ in range(2)]
+        finally:
+            runner.stop()
+
+    assert_same_batches(run(), run(num_env_workers=3))
+
+
+def test_evaluate_and_a_local_runner_group_with_workers():
+    runner = runner_for("CartPole-v1", make_cartpole, n=4, frag=5, num_env_workers=2)
+    try:
+        records = runner.evaluate(num_episodes=3)
+        assert len(records) == 3 and all(r["episode_length"] > 0 for r in records)
+    finally:
+        runner.stop()
+    config = rc.RunnerConfig(num_envs=4, rollout_fragment_length=5, seed=0, num_env_workers=2)
+    group = rc.RunnerGroup("CartPole-v1", rc.RandomPolicy(*spaces()), config=config)
+    try:
+        assert len(group.sample()) == 20
+    finally:
+        group.stop()
