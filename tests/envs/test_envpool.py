@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from env_cases import check_cartpole_truth, spaces
@@ -127,7 +126,53 @@ def test_the_horizon_is_the_pools_episode_limit_and_a_soft_one_is_refused():
         runner(num_env_workers=2)
 
 
-def test_the_envpool_prefix_is_not_read_by_gymnasium():
-    with pytest.raises(Exception, match="NoSuchTask|not|No"):
+def test_an_unknown_envpool_task_is_a_clear_error():
+    with pytest.raises(
+        ValueError, match=r"EnvPool cannot make task 'NoSuchTask-v0'.*list_all_envs"
+    ):
         runner("envpool:NoSuchTask-v0")
-    assert isinstance(gym.spaces.Discrete(2), gym.Space)
+
+
+class _FailOnce:
+    """A pool proxy whose ``step`` raises once, at call ``at``."""
+
+    def __init__(self, pool, at: int) -> None:
+        self._pool, self._left = pool, at
+
+    def step(self, *args):
+        self._left -= 1
+        if self._left == 0:
+            raise RuntimeError("pool crashed")
+        return self._pool.step(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+
+def test_a_failing_pool_is_rebuilt_whole_with_restarts():
+    r = runner(n=3, frag=10, restart_failed_sub_environments=True)
+    try:
+        r.sample()
+        r.get_metrics()
+        old = r.env.pool
+        r.env.pool = _FailOnce(old, 3)
+        batches = [r.sample() for _ in range(2)]
+        metrics = r.get_metrics()
+        assert r.env.pool is not old and not isinstance(r.env.pool, _FailOnce)
+    finally:
+        r.stop()
+    for b in batches:
+        assert len(b) == 30
+        check_cartpole_truth(b)
+    assert sorted(m["env_id"] for m in metrics if m["episode_faulty"]) == [0, 1, 2]
+
+
+def test_a_failing_pool_without_restarts_is_an_env_error():
+    r = runner(n=2, frag=10)
+    try:
+        r.sample()
+        r.env.pool = _FailOnce(r.env.pool, 1)
+        with pytest.raises(rc.EnvError, match="pool crashed"):
+            r.sample()
+    finally:
+        r.stop()

@@ -94,7 +94,14 @@ def make_envpool(
         import envpool  # noqa: F401
     except ImportError:
         raise ImportError(f"env {env!r} needs EnvPool: pip install 'rlconnect[envpool]'") from None
-    return EnvPoolEnv(build(0), rebuild=build)
+    try:
+        pool = build(0)
+    except Exception as exc:  # EnvPool asserts on unknown tasks and bad arguments
+        raise ValueError(
+            f"env {env!r}: EnvPool cannot make task {task!r} with {kwargs}: "
+            f"{describe_exception(exc)}"
+        ) from exc
+    return EnvPoolEnv(pool, rebuild=build)
 
 
 class EnvPoolEnv(BaseEnv):
