@@ -37,11 +37,11 @@ from rlconnect.envs.workers.layout import (
     CMD_SOFT,
     CMD_STEP,
     CMD_STEP_PIPED,
-    ST_ROW,
     SharedBlock,
     SharedLayout,
     array_template,
 )
+from rlconnect.envs.workers.rows import block_rows, concat_rows, decode_replies
 from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error
 from rlconnect.errors import EnvError, EnvTimeoutError, describe_exception
 from rlconnect.spaces import describe_space, spaces_equal, unstack_batch
@@ -94,6 +94,8 @@ class WorkerEnvs(BaseEnv):
         ]
         self._of_env = np.repeat(np.arange(num_workers), [w.hi - w.lo for w in self.workers])
         self._block: SharedBlock | None = None
+        self._all_ids = np.arange(num_envs, dtype=np.int64)
+        self._all_ids.flags.writeable = False  # shared by every full poll's rows
         self._extra: dict[int, dict[str, list]] = {}
         try:
             self._start(self.workers)
@@ -103,8 +105,6 @@ class WorkerEnvs(BaseEnv):
         assert self._block is not None
         weakref.finalize(self, _shutdown, self.workers, self._block)
         self.polls_dense = not self.is_multi_agent and self._a.obs is not None
-        self._all_ids = np.arange(num_envs, dtype=np.int64)
-        self._all_ids.flags.writeable = False
         self._a.cmd[:] = CMD_RESET  # the first poll resets every sub-env
 
     # -- processes ------------------------------------------------------------------------
@@ -332,64 +332,13 @@ class WorkerEnvs(BaseEnv):
                 errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
 
     def _rows(self, replies: dict[int, bytes], errors: dict[int, BaseException]) -> EnvRows:
-        infos: dict[int, dict] = {}
-        piped: list[EnvRows] = []
-        for w_index, raw in sorted(replies.items()):
-            if not raw:
-                continue
-            w = self.workers[w_index]
-            w_infos, w_errors, rows = pickle.loads(raw)  # from our own worker process
-            for local, payload in w_errors.items():
-                errors[w.lo + local] = decode_error(payload, f"sub-env {w.lo + local}")
-            if w_infos:
-                infos.update({w.lo + i: v for i, v in w_infos.items()})
-            if rows is not None:
-                rows.env_ids = rows.env_ids + w.lo
-                rows.stepped = rows.stepped + w.lo
-                rows.done_envs = {w.lo + e: f for e, f in rows.done_envs.items()}
-                rows.extra_rewards = [(w.lo + e, *rest) for e, *rest in rows.extra_rewards]
-                piped.append(rows)
-        if self.polls_dense:
-            return self._block_rows(sorted(replies), infos, errors)
-        return _concat(piped, errors, self.is_multi_agent)
-
-    def _block_rows(
-        self, answered: list[int], infos: dict[int, dict], errors: dict[int, BaseException]
-    ) -> EnvRows:
-        a = self._a
-        if len(answered) == len(self.workers) and (a.status == ST_ROW).all():
-            ids: Any = self._all_ids
-            obs = tree.map_structure(np.copy, a.obs)
-            first, rew, term, trunc = a.first.copy(), a.rew.copy(), a.term.copy(), a.trunc.copy()
-        else:
-            parts = [np.arange(self.workers[w].lo, self.workers[w].hi) for w in answered]
-            span = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-            ids = span[a.status[span] == ST_ROW]
-            obs = tree.map_structure(lambda v: v[ids], a.obs)
-            first, rew, term, trunc = a.first[ids], a.rew[ids], a.term[ids], a.trunc[ids]
-        n = len(ids)
-        ended = np.flatnonzero(term | trunc)
-        done = {int(ids[k]): (bool(term[k]), bool(trunc[k])) for k in ended.tolist()}
-        info_list = (
-            [{} for _ in range(n)] if not infos else [infos.get(i, {}) for i in ids.tolist()]
-        )
-        return EnvRows(
-            ids,
-            (DEFAULT_AGENT_ID,) * n,
-            obs,
-            rew,
-            term,
-            trunc,
-            info_list,
-            first,
-            stacked=True,
-            stepped=ids[~first],
-            done_envs=done,
-            errors=errors,
-            # every sub-env has its row: the runner's fast path (a subset of sub-envs is
-            # dense too once the runner accepts such polls, see API.md section 9)
-            dense=not errors and n == self.num_envs,
-        )
+        answered = [self.workers[w] for w in sorted(replies)]
+        infos, piped = decode_replies(answered, [replies[w.index] for w in answered], errors)
+        if not self.polls_dense:
+            return concat_rows(piped, errors, self.is_multi_agent)
+        full = len(answered) == len(self.workers)
+        spans = [(w.lo, w.hi) for w in answered]
+        return block_rows(self._a, spans, full, self._all_ids, infos, errors)
 
     def close(self) -> None:
         self._a = None  # type: ignore[assignment]
@@ -403,31 +352,3 @@ def _shutdown(workers: list[WorkerHandle], block: SharedBlock | None) -> None:
         w.close()
     if block is not None:
         block.close()
-
-
-def _concat(parts: list[EnvRows], errors: dict[int, BaseException], multi: bool) -> EnvRows:
-    """Rows that came through the pipes (multi-agent envs, spaces that are not arrays)."""
-    if not parts:
-        return EnvRows.empty(errors)
-    if len(parts) == 1 and not errors:
-        return parts[0]
-    obs: Any
-    if multi or not parts[0].stacked:
-        obs = [o for p in parts for o in p.obs]
-    else:
-        obs = tree.map_structure(lambda *xs: np.concatenate(xs), *[p.obs for p in parts])
-    return EnvRows(
-        np.concatenate([p.env_ids for p in parts]),
-        tuple(a for p in parts for a in p.agent_ids),
-        obs,
-        np.concatenate([p.rewards for p in parts]),
-        np.concatenate([p.terminateds for p in parts]),
-        np.concatenate([p.truncateds for p in parts]),
-        [i for p in parts for i in p.infos],
-        np.concatenate([p.is_first for p in parts]),
-        stacked=parts[0].stacked,
-        stepped=np.concatenate([p.stepped for p in parts]),
-        done_envs={e: f for p in parts for e, f in p.done_envs.items()},
-        extra_rewards=[x for p in parts for x in p.extra_rewards],
-        errors=errors,
-    )
