@@ -176,3 +176,32 @@ def test_a_failing_pool_without_restarts_is_an_env_error():
             r.sample()
     finally:
         r.stop()
+
+
+def test_the_atari_preset_on_an_envpool_task_stacks_once_and_starts_with_the_pools_stacks():
+    pytest.importorskip("ale_py")  # the preset's connectors are those of the Atari extra
+    import gymnasium as gym
+
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=4, seed=3, preset="atari")
+    r = rc.EnvRunner(
+        "envpool:Pong-v5", rc.RandomPolicy(space, gym.spaces.Discrete(6)), config=config
+    )
+    try:
+        assert r.agent_pipeline("default_policy").output_space == space
+        assert r.env.observation_space().shape == (84, 84)  # EnvPool's frames, unstacked
+        batch = r.sample()
+    finally:
+        r.stop()
+    own, _ = envpool.make_gymnasium("Pong-v5", num_envs=2, seed=3).reset()  # stack_num=4
+    for e in range(2):
+        k = np.flatnonzero((batch["env_id"] == e) & (batch["t"] == 0))[0]
+        np.testing.assert_array_equal(batch["obs"][k], own[e])
+    # one stack per step: the newest three frames of obs are the oldest three of new_obs
+    np.testing.assert_array_equal(batch["new_obs"][:, :3], batch["obs"][:, 1:])
+    with pytest.raises(ValueError, match="stack_num=1"):
+        rc.EnvRunner(
+            envpool.make_gymnasium("Pong-v5", num_envs=2),
+            rc.RandomPolicy(space, gym.spaces.Discrete(6)),
+            config=config,
+        )

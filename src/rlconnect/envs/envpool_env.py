@@ -49,8 +49,16 @@ def make_envpool(
     poll_size: int | None,
     horizon: int | None,
     soft_horizon: bool,
+    preset: str | None = None,
 ) -> EnvPoolEnv:
-    """The BaseEnv of an EnvPool spec or pool (see the module docstring)."""
+    """The BaseEnv of an EnvPool spec or pool (see the module docstring).
+
+    With ``preset="atari"`` an Atari task is built with ``stack_num=1`` and hands out
+    single ``(84, 84)`` gray frames: EnvPool does the frame skip, max-pooling, no-op and
+    FIRE resets, gray scale and resize, the preset's connectors clip rewards and stack 4
+    frames (copies of the first frame at a reset, as EnvPool's own stack), so the policy
+    sees ``Box(0, 255, (4, 84, 84), uint8)`` and nothing is done twice.
+    """
     if soft_horizon:
         raise ValueError(
             "RunnerConfig.soft_horizon=True cannot be used with EnvPool: a pool cannot keep an "
@@ -71,7 +79,7 @@ def make_envpool(
                 f"max_episode_steps={limit}: build the pool with max_episode_steps={horizon} "
                 "(or pass 'envpool:<task id>')"
             )
-        return EnvPoolEnv(env)
+        return EnvPoolEnv(env, frames=_single_frames(env, preset))
     task = env[len(ENVPOOL_PREFIX) :]
     if not task:
         raise ValueError(
@@ -83,6 +91,8 @@ def make_envpool(
         kwargs["batch_size"] = poll_size
     if horizon is not None:
         kwargs["max_episode_steps"] = horizon
+    if preset == "atari":
+        kwargs.setdefault("stack_num", 1)
 
     def build(restarts: int) -> Any:
         import envpool
@@ -101,7 +111,22 @@ def make_envpool(
             f"env {env!r}: EnvPool cannot make task {task!r} with {kwargs}: "
             f"{describe_exception(exc)}"
         ) from exc
-    return EnvPoolEnv(pool, rebuild=build)
+    return EnvPoolEnv(pool, rebuild=build, frames=_single_frames(pool, preset))
+
+
+def _single_frames(pool: Any, preset: str | None) -> bool:
+    """Whether the preset gets the pool's frames as ``(H, W)`` (stack of one dropped)."""
+    if preset != "atari":
+        return False
+    shape = tuple(pool.observation_space.shape)
+    if len(shape) == 3 and shape[0] == 1:
+        return True
+    raise ValueError(
+        f"preset='atari' stacks frames itself, but this EnvPool pool's observations are "
+        f"{shape}: build it with stack_num=1 and gray_scale=True (the defaults of "
+        "'envpool:<Atari task>' with this preset), or leave the preset out to use EnvPool's "
+        "own stacks"
+    )
 
 
 class EnvPoolEnv(BaseEnv):
@@ -109,15 +134,21 @@ class EnvPoolEnv(BaseEnv):
 
     polls_dense = True
 
-    def __init__(self, pool: Any, *, rebuild: Callable[[int], Any] | None = None) -> None:
+    def __init__(
+        self, pool: Any, *, rebuild: Callable[[int], Any] | None = None, frames: bool = False
+    ) -> None:
         self.pool = pool
+        self._frames = frames  # hand out (H, W) frames of a (1, H, W) pool
         self._rebuild = rebuild
         self._restarts = 0
         self.num_envs = int(pool.config["num_envs"])
         batch = int(pool.config.get("batch_size") or self.num_envs)
         self.poll_size = batch
         self._async = batch < self.num_envs
-        self._obs_space: gym.Space = pool.observation_space
+        space = pool.observation_space
+        if frames:
+            space = gym.spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
+        self._obs_space: gym.Space = space
         self._act_space: gym.Space = pool.action_space
         self.possible_agents = (DEFAULT_AGENT_ID,)
         shape = self._act_space.shape or ()
@@ -220,6 +251,8 @@ class EnvPoolEnv(BaseEnv):
         if first.any():  # reset steps: reward 0, the episode starts
             rew = np.where(first, 0.0, rew)
             term, trunc = term & ~first, trunc & ~first
+        if self._frames:
+            obs = obs[:, 0]
         n = len(ids)
         infos = [{k: info[k][i] for k in extra} if extra else {} for i in range(n)]
         ended = np.flatnonzero(term | trunc)

@@ -143,6 +143,7 @@ def make_base_env(
             poll_size=env_poll_size,
             horizon=horizon,
             soft_horizon=soft_horizon,
+            preset=preset,
         )
     if isinstance(env, BaseEnv):
         return env
