@@ -107,7 +107,8 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
         "sample_async": False,
         "record_env_actions": False,
         "keep_raw_obs": False,
-        "num_env_workers": min(config.num_env_workers, num_envs),
+        "num_env_workers": 0,  # the evaluation env is built (in its workers) already
+        "sub_env_timeout_s": None,
         "env_poll_size": None,
     }
     if "output" in attrs.fields_dict(RunnerConfig):  # never write evaluation batches
@@ -145,7 +146,7 @@ def evaluate(runner: EnvRunner, num_episodes: int = 10, *, env: Any = None) -> l
         remote_envs=cfg.remote_envs,
         preset=cfg.preset,
         sub_env_timeout_s=cfg.sub_env_timeout_s,
-        num_env_workers=min(cfg.num_env_workers, num_envs),
+        num_env_workers=min(cfg.num_env_workers, num_envs) if _rebuildable(spec) else 0,
         horizon=cfg.horizon,
         soft_horizon=cfg.soft_horizon,
     )

@@ -238,6 +238,7 @@ class WorkerEnvs(BaseEnv):
         self._a.cmd[env_id] = CMD_SOFT
 
     def try_restart(self, env_id: int) -> None:
+        self._idle_check(np.array([env_id]))
         w = self.workers[int(self._of_env[env_id])]
         if env_id in self._respawned:  # its whole worker was replaced already
             self._respawned.discard(env_id)
