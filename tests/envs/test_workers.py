@@ -227,3 +227,44 @@ def test_evaluate_and_a_local_runner_group_with_workers():
         assert len(group.sample()) == 20
     finally:
         group.stop()
+
+
+def test_soft_horizons_and_box_actions_in_workers_are_exact():
+    def pendulum(ctx=None):
+        return gym.make("Pendulum-v1", max_episode_steps=7)
+
+    soft = {"horizon": 3, "soft_horizon": True}
+    assert_same_batches(
+        draw(make_indexed, make_indexed, k=2, **soft),
+        draw(make_indexed, make_indexed, k=2, num_env_workers=2, **soft),
+    )
+    local = draw(pendulum, pendulum, k=2, n=3, frag=10)
+    remote = draw(pendulum, pendulum, k=2, n=3, frag=10, num_env_workers=3)
+    assert_same_batches(local, remote)
+    assert remote[0]["actions"].dtype == np.float32
+
+
+def test_actions_of_another_dtype_reach_the_env_as_sent():
+    """float32 actions go through the block, float64 ones through the pipe: both exact."""
+    from rlconnect.envs.gym_envs import GymEnvs
+    from rlconnect.envs.workers.layout import CMD_STEP, CMD_STEP_PIPED
+
+    def pendulum(ctx=None):
+        return gym.make("Pendulum-v1")
+
+    local, remote = GymEnvs(pendulum, 2, seed=5), WorkerEnvs(pendulum, 2, num_workers=2, seed=5)
+    try:
+        a, b = local.poll(), remote.poll()
+        rng = np.random.default_rng(0)
+        for step in range(6):
+            dtype = np.float32 if step % 2 else np.float64
+            act = rng.uniform(-2, 2, (2, 1)).astype(dtype)
+            local.send_actions(a.env_ids, a.agent_ids, act)
+            remote.send_actions(b.env_ids, b.agent_ids, act)
+            assert remote._a.cmd[0] == (CMD_STEP if dtype == np.float32 else CMD_STEP_PIPED)
+            a, b = local.poll(), remote.poll()
+            np.testing.assert_array_equal(a.obs, b.obs)
+            np.testing.assert_array_equal(a.rewards, b.rewards)
+    finally:
+        local.close()
+        remote.close()
