@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--env", help="gymnasium id or module:function env creator (CartPole-v1)")
     s.add_argument("--num-envs", type=_positive_int, help="sub-environments (8)")
+    s.add_argument(
+        "--env-workers",
+        type=_positive_int,
+        metavar="W",
+        help="step the sub-envs in W worker processes (num_env_workers; default: in this process)",
+    )
     s.add_argument("--steps", type=_positive_int, help="env steps to collect (20000)")
     s.add_argument(
         "--fragment", type=_positive_int, help="rollout_fragment_length (200, less for short runs)"

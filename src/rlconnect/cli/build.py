@@ -67,6 +67,10 @@ def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = Non
         worker_index=config.worker_index,
         remote_envs=config.remote_envs,
         preset=config.preset,
+        num_env_workers=config.num_env_workers,
+        env_poll_size=config.env_poll_size,
+        horizon=config.horizon,
+        soft_horizon=config.soft_horizon,
     )
     try:
         groups = group_agents(env) if env.is_multi_agent else {rc.DEFAULT_POLICY_ID: []}

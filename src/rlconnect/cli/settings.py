@@ -79,6 +79,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
         "steps": args.steps,
         "policy": args.policy,
         "num_envs": args.num_envs,
+        "num_env_workers": getattr(args, "env_workers", None),
         "seed": args.seed,
         "observation_filter": args.observation_filter,
         "rollout_fragment_length": args.fragment,
@@ -155,6 +156,8 @@ def resolve_env(spec: str) -> Any:
     import gymnasium as gym
 
     env_id = spec
+    if spec.startswith("envpool:"):  # an EnvPool task: the runner builds the pool
+        return spec
     if ":" in spec:
         module, _, attr = spec.partition(":")
         mod = _import_module(module, spec)

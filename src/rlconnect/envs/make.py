@@ -19,9 +19,11 @@ import gymnasium as gym
 
 from rlconnect.envs.atari import atari_env_creator, is_atari_id
 from rlconnect.envs.base import BaseEnv
+from rlconnect.envs.envpool_env import is_envpool, make_envpool
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
+from rlconnect.envs.parallel import check_parallel_spec, in_workers
 from rlconnect.envs.remote import RemoteVectorEnv
 from rlconnect.envs.vector import VectorEnvAdapter
 
@@ -41,6 +43,12 @@ class EnvSettings:
     remote_envs: bool = False
     preset: str | None = None
     sub_env_timeout_s: float | None = None
+    #: env worker processes (0: this process) and sub-envs a poll waits for (None: all)
+    num_env_workers: int = 0
+    env_poll_size: int | None = None
+    #: the runner's horizon, for env engines that truncate episodes themselves (EnvPool)
+    horizon: int | None = None
+    soft_horizon: bool = False
 
     def context(self, index: int) -> EnvContext:
         """The ``EnvContext`` sub-env ``index`` is built with (first build, not a restart)."""
@@ -110,6 +118,34 @@ def _async_vector(creator: Creator, s: EnvSettings) -> BaseEnv:
     return VectorEnvAdapter(venv, seed=seed)
 
 
+def _in_workers(creator: Creator, s: EnvSettings) -> BaseEnv:
+    """The sub-envs in env worker processes over shared memory (``rlconnect.envs.workers``)."""
+    return in_workers(
+        creator,
+        s.num_envs,
+        num_env_workers=s.num_env_workers,
+        seed=s.seed,
+        env_config=s.env_config,
+        worker_index=s.worker_index,
+        env_poll_size=s.env_poll_size,
+        timeout_s=s.sub_env_timeout_s,
+    )
+
+
+def _from_envpool(env: Any, s: EnvSettings) -> BaseEnv:
+    """``"envpool:<task id>"`` or a pool the user built (``rlconnect.envs.envpool_env``)."""
+    return make_envpool(
+        env,
+        num_envs=s.num_envs,
+        seed=s.seed,
+        env_config=s.env_config,
+        poll_size=s.env_poll_size,
+        horizon=s.horizon,
+        soft_horizon=s.soft_horizon,
+        preset=s.preset,
+    )
+
+
 def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
     """N sub-envs built here: their kind decides the adapter (the first one is built first)."""
     first = creator(s.context(0))
@@ -142,6 +178,7 @@ def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
 #: where the sub-envs of a creator run: the first entry whose test takes the settings
 #: wins, else this process
 _HOSTS: list[tuple[Callable[[EnvSettings], bool], Callable[[Creator, EnvSettings], BaseEnv]]] = [
+    (lambda s: bool(s.num_env_workers or (s.remote_envs and s.env_poll_size)), _in_workers),
     (lambda s: s.remote_envs, _async_vector),
 ]
 
@@ -212,6 +249,7 @@ def _kind(cls: type) -> _Match:
 
 
 _BUILT_IN: list[tuple[_Match, EnvFactory]] = [
+    (is_envpool, _from_envpool),  # before ids: gymnasium reads "envpool:X" as module:id
     (_kind(BaseEnv), lambda env, s: env),
     (_kind(ExternalEnv), _external),
     (_kind(gym.vector.VectorEnv), lambda env, s: VectorEnvAdapter(env, seed=s.seed)),
@@ -263,6 +301,10 @@ def make_base_env(
     remote_envs: bool = False,
     preset: str | None = None,
     sub_env_timeout_s: float | None = None,
+    num_env_workers: int = 0,
+    env_poll_size: int | None = None,
+    horizon: int | None = None,
+    soft_horizon: bool = False,
 ) -> BaseEnv:
     """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv, or a
     kind registered with ``register_env_adapter``).
@@ -270,7 +312,17 @@ def make_base_env(
     With ``preset="atari"`` an ale-py game id gets the env-side Atari preprocessing
     (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it). With
     ``remote_envs``, ``sub_env_timeout_s`` bounds each worker's ``step``/``reset``.
+    ``num_env_workers`` / ``env_poll_size``: env worker processes and asynchronous polls;
+    ``"envpool:<task id>"`` and EnvPool pools become an ``EnvPoolEnv`` (API.md section 9;
+    ``horizon`` becomes the pool's ``max_episode_steps``).
     """
+    check_parallel_spec(
+        env,
+        num_envs=num_envs,
+        num_env_workers=num_env_workers,
+        env_poll_size=env_poll_size,
+        remote_envs=remote_envs,
+    )
     settings = EnvSettings(
         num_envs=num_envs,
         seed=seed,
@@ -279,5 +331,9 @@ def make_base_env(
         remote_envs=remote_envs,
         preset=preset,
         sub_env_timeout_s=sub_env_timeout_s,
+        num_env_workers=num_env_workers,
+        env_poll_size=env_poll_size,
+        horizon=horizon,
+        soft_horizon=soft_horizon,
     )
     return adapter_for(env)(env, settings)

@@ -27,7 +27,7 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.rewards import bad_reward_error, reward_column, scalar_reward
 
-__all__ = ["EnvRows", "EnvRowsBuilder", "ExternalRows", "ExtraReward", "StackFn"]
+__all__ = ["EnvRows", "EnvRowsBuilder", "ExternalRows", "ExtraReward", "StackFn", "errors_only"]
 
 #: ``stack(obs, env_ids) -> (batch, bad)``: one batch of the rows' observations, and the
 #: sub-envs whose observation cannot be one of the space (their rows are left out).
@@ -364,3 +364,11 @@ class EnvRowsBuilder:
             dense=ascending,
         )
         return rows.without_envs(bad) if bad else rows
+
+
+def errors_only(errors: Mapping[int, BaseException]) -> EnvRows:
+    """A poll with no rows, only ``errors`` (e.g. every sub-env of an engine that failed)."""
+    b = EnvRowsBuilder()
+    for env_id, exc in errors.items():
+        b.add_error(env_id, exc)
+    return b.build()

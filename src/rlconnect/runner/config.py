@@ -88,6 +88,28 @@ def _optional_timeout(inst: Any, attribute: attrs.Attribute, value: Any) -> None
         )
 
 
+def _env_workers(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"RunnerConfig.num_env_workers={value!r}: must be an integer >= 0")
+    if not 0 <= value <= inst.num_envs:
+        raise ValueError(
+            f"RunnerConfig.num_env_workers={value!r}: must be between 0 (sub-envs in this "
+            f"process) and num_envs={inst.num_envs} (one worker per sub-env)"
+        )
+
+
+def _env_poll_size(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"RunnerConfig.env_poll_size={value!r}: must be None or an integer")
+    if not 1 <= value <= inst.num_envs:
+        raise ValueError(
+            f"RunnerConfig.env_poll_size={value!r}: must be None or between 1 and "
+            f"num_envs={inst.num_envs} (sub-envs a poll waits for)"
+        )
+
+
 def _dict(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, dict):
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be a dict")
@@ -214,6 +236,13 @@ class RunnerConfig:
     keep_raw_obs: bool = attrs.field(default=False, validator=_bool)
     #: step sub-envs in worker processes (gymnasium's AsyncVectorEnv)
     remote_envs: bool = attrs.field(default=False, validator=_bool)
+    # -- env workers and asynchronous polls (API.md section 9) ------------------------------
+    #: worker processes stepping the sub-envs through shared memory (0: in this process);
+    #: at most ``num_envs``
+    num_env_workers: int = attrs.field(default=0, validator=_env_workers)
+    #: sub-envs a poll waits for (None or ``num_envs``: all of them); ``1 <= B < num_envs``
+    #: returns as soon as B sub-envs have finished their step (env workers or EnvPool)
+    env_poll_size: int | None = attrs.field(default=None, validator=_env_poll_size)
     #: sample in a background thread; ``sample()`` returns the next ready batch
     sample_async: bool = attrs.field(default=False, validator=_bool)
     #: ``fn(agent_obs, worker=, base_env=, policies=, episode=) -> agent_obs`` per env step
@@ -273,11 +302,34 @@ class RunnerConfig:
                 "(MAX_WORKER_PROCESSES); use fewer sub-envs, remote_envs=False, or several "
                 "runners (rc.RunnerGroup)"
             )
-        if self.sub_env_timeout_s is not None and not self.remote_envs:
+        if self.num_env_workers > MAX_WORKER_PROCESSES:
+            raise ValueError(
+                f"RunnerConfig.num_env_workers={self.num_env_workers}: at most "
+                f"{MAX_WORKER_PROCESSES} worker processes (MAX_WORKER_PROCESSES); give each "
+                "worker several sub-envs"
+            )
+        if self.sub_env_timeout_s is not None and not (self.remote_envs or self.num_env_workers):
             raise ValueError(
                 f"RunnerConfig.sub_env_timeout_s={self.sub_env_timeout_s!r} needs "
-                "remote_envs=True: only a sub-env in a worker process can be timed out"
+                "remote_envs=True or num_env_workers >= 1: only a sub-env in a worker process "
+                "can be timed out"
             )
+
+    def env_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments ``rlconnect.envs.make_base_env`` takes from this config."""
+        return {
+            "num_envs": self.num_envs,
+            "seed": self.seed,
+            "env_config": self.env_config,
+            "worker_index": self.worker_index,
+            "remote_envs": self.remote_envs,
+            "preset": self.preset,
+            "sub_env_timeout_s": self.sub_env_timeout_s,
+            "num_env_workers": self.num_env_workers,
+            "env_poll_size": self.env_poll_size,
+            "horizon": self.horizon,
+            "soft_horizon": self.soft_horizon,
+        }
 
     def connector_settings(self) -> ConnectorSettings:
         """This config's connector settings (the fields declared with ``setting_field``)."""

@@ -131,6 +131,9 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
         "sample_async": False,
         "record_env_actions": False,
         "keep_raw_obs": False,
+        "num_env_workers": 0,  # the evaluation env is built (in its workers) already
+        "sub_env_timeout_s": None,
+        "env_poll_size": None,
     }
     if "output" in attrs.fields_dict(RunnerConfig):  # never write evaluation batches
         changes["output"] = None
@@ -156,15 +159,16 @@ def evaluate(runner: EvaluatedRunner, num_episodes: int = 10, *, env: Any = None
     cfg = runner.config
     num_envs = min(cfg.num_envs, num_episodes) if _rebuildable(spec) else 1
     seed = None if cfg.seed is None else cfg.seed + EVAL_SEED_OFFSET
+    workers = min(cfg.num_env_workers, num_envs) if _rebuildable(spec) else 0
     base_env = make_base_env(
         spec,
-        num_envs=num_envs,
-        seed=seed,
-        env_config=cfg.env_config,
-        worker_index=cfg.worker_index,
-        remote_envs=cfg.remote_envs,
-        preset=cfg.preset,
-        sub_env_timeout_s=cfg.sub_env_timeout_s,
+        **{
+            **cfg.env_kwargs(),
+            "num_envs": num_envs,
+            "seed": seed,
+            "num_env_workers": workers,
+            "env_poll_size": None,  # whole episodes, every sub-env each step
+        },
     )
     pids = list(runner.policies)
     records: list[dict] = []

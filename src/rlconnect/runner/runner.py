@@ -80,16 +80,7 @@ class EnvRunner:
         cfg = self.config
         self.policies, self.policy_mapping_fn = policy_set(policies, policy_mapping_fn, cfg)
         self.env_spec = env  # what evaluate() builds its separate sub-envs from
-        self.env = make_base_env(
-            env,
-            num_envs=cfg.num_envs,
-            seed=cfg.seed,
-            env_config=cfg.env_config,
-            worker_index=cfg.worker_index,
-            remote_envs=cfg.remote_envs,
-            preset=cfg.preset,
-            sub_env_timeout_s=cfg.sub_env_timeout_s,
-        )
+        self.env = make_base_env(env, **cfg.env_kwargs())
         self.num_envs = self.env.num_envs
         #: sub-envs a fragment counts: an ExternalEnv has one slot per concurrent episode
         #: but sizes batches as ``fragment_envs`` envs

@@ -1,0 +1,201 @@
+"""Env steps/s on every core: gymnasium vector envs, EnvPool and rlconnect's env workers.
+
+Workloads (random actions; rlconnect samples with a RandomPolicy):
+
+- ``cartpole``: CartPole-v1, N=64 sub-envs;
+- ``pong``: Pong, 84x84 gray, frame skip 4, a stack of 4, N=8 sub-envs (gymnasium's
+  ``AtariPreprocessing`` + ``FrameStackObservation``; rlconnect's ``preset="atari"``;
+  EnvPool's own ``Pong-v5`` defaults).
+
+Contenders: gymnasium ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=True)`` (their
+steps include the reset step after each episode), EnvPool stepped by hand (2 threads),
+and ``EnvRunner.sample()`` with the sub-envs in-process, ``remote_envs=True``,
+``num_env_workers=1`` and ``2``, and on EnvPool (``"envpool:<task>"``, 2 threads) sync and
+async (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
+turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
+[min-max over rounds] and the ratio of medians to the in-process runner. Contenders whose
+package is missing (ale-py, envpool) are skipped. ``--quick``: one short round each.
+
+    python benchmarks/bench_parallel.py [--quick] [--workload cartpole|pong|all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import rlconnect as rc
+from rlconnect.envs import make_base_env
+
+Runner = Callable[[float], tuple[int, float]]  # run for ~seconds -> (env steps, seconds)
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "cartpole": {"n": 64, "gym": "CartPole-v1", "envpool": "CartPole-v1", "frag": 50},
+    "pong": {"n": 8, "gym": "ALE/Pong-v5", "envpool": "Pong-v5", "frag": 50},
+}
+
+
+def _gym_maker(workload: str) -> Callable[[], gym.Env]:
+    if workload == "cartpole":
+        return lambda: gym.make("CartPole-v1")
+
+    def make() -> gym.Env:
+        import ale_py
+
+        gym.register_envs(ale_py)
+        env = gym.make("ALE/Pong-v5", frameskip=1)
+        env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84)
+        return gym.wrappers.FrameStackObservation(env, 4)
+
+    return make
+
+
+def _vector_loop(venv: gym.vector.VectorEnv) -> Runner:
+    venv.reset(seed=0)
+    space = venv.single_action_space
+    space.seed(0)
+    actions = [np.array([space.sample() for _ in range(venv.num_envs)]) for _ in range(256)]
+
+    def run(seconds: float) -> tuple[int, float]:
+        steps, k, t0 = 0, 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            venv.step(actions[k % 256])
+            k += 1
+            steps += venv.num_envs
+        return steps, time.perf_counter() - t0
+
+    return run
+
+
+def _runner_loop(runner: rc.EnvRunner) -> Runner:
+    runner.sample()  # warm-up: worker start, first resets, checks
+
+    def run(seconds: float) -> tuple[int, float]:
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            steps += len(runner.sample())
+        return steps, time.perf_counter() - t0
+
+    return run
+
+
+def _rlconnect(workload: str, env: Any, **cfg: Any) -> tuple[Runner, Callable[[], None]]:
+    w = WORKLOADS[workload]
+    config = rc.RunnerConfig(
+        num_envs=w["n"], rollout_fragment_length=w["frag"], seed=0, check_env=False, **cfg
+    )
+    base = make_base_env(
+        env,
+        num_envs=w["n"],
+        seed=0,
+        env_config=config.env_config,
+        preset=config.preset,
+        remote_envs=config.remote_envs,
+        num_env_workers=config.num_env_workers,
+        env_poll_size=config.env_poll_size,
+    )
+    ctx = rc.ConnectorContext(
+        base.observation_space(rc.DEFAULT_AGENT_ID),
+        base.action_space(rc.DEFAULT_AGENT_ID),
+        config.connector_config(),
+    )
+    space = rc.default_agent_pipeline(ctx).output_space
+    runner = rc.EnvRunner(base, rc.RandomPolicy(space, ctx.action_space), config=config)
+    return _runner_loop(runner), runner.stop
+
+
+def contenders(workload: str) -> dict[str, Callable[[], tuple[Runner, Callable[[], None]]]]:
+    """name -> builder of (run, close); built lazily so a missing package skips one."""
+    w = WORKLOADS[workload]
+    n, make = w["n"], _gym_maker(workload)
+    spec = "CartPole-v1" if workload == "cartpole" else "ALE/Pong-v5"
+    preset = {} if workload == "cartpole" else {"preset": "atari"}
+    pool = f"envpool:{w['envpool']}"
+    threads = {"env_config": {"num_threads": 2}}
+
+    def vector(kind: Any, **kw: Any) -> tuple[Runner, Callable[[], None]]:
+        venv = kind([make] * n, **kw)
+        return _vector_loop(venv), venv.close
+
+    def envpool_raw() -> tuple[Runner, Callable[[], None]]:
+        import envpool
+
+        venv = envpool.make_gymnasium(w["envpool"], num_envs=n, num_threads=2, seed=0)
+        return _vector_loop(venv), venv.close
+
+    return {
+        "gym SyncVectorEnv": lambda: vector(gym.vector.SyncVectorEnv),
+        "gym AsyncVectorEnv (shm)": lambda: vector(gym.vector.AsyncVectorEnv, shared_memory=True),
+        "EnvPool by hand (2 threads)": envpool_raw,
+        "rlconnect in-process": lambda: _rlconnect(workload, spec, **preset),
+        "rlconnect remote_envs": lambda: _rlconnect(workload, spec, remote_envs=True, **preset),
+        "rlconnect 1 env worker": lambda: _rlconnect(workload, spec, num_env_workers=1, **preset),
+        "rlconnect 2 env workers": lambda: _rlconnect(workload, spec, num_env_workers=2, **preset),
+        "rlconnect envpool sync": lambda: _rlconnect(workload, pool, **threads),
+        "rlconnect envpool async": lambda: _rlconnect(
+            workload, pool, env_poll_size=n // 2, **threads
+        ),
+    }
+
+
+def measure(workload: str, rounds: int, seconds: float) -> None:
+    built: dict[str, tuple[Runner, Callable[[], None]]] = {}
+    for name, build in contenders(workload).items():
+        try:
+            built[name] = build()
+        except ImportError as exc:
+            print(f"  skipped {name}: {exc}")
+    rates: dict[str, list[float]] = {name: [] for name in built}
+    try:
+        for r in range(rounds):
+            order = list(built) if r % 2 == 0 else list(reversed(built))  # alternate
+            for name in order:
+                steps, secs = built[name][0](seconds)
+                rates[name].append(steps / secs)
+    finally:
+        for _, close in built.values():
+            close()
+    base = statistics.median(rates.get("rlconnect in-process", [float("nan")]))
+    w = WORKLOADS[workload]
+    print(f"\n{workload}: N={w['n']} sub-envs, env steps/s, median [min-max] of {rounds} rounds")
+    print(f"{'contender':<30} {'median':>10} {'range':>21} {'vs in-process':>14}")
+    for name, values in rates.items():
+        med = statistics.median(values)
+        rng = f"[{min(values):,.0f}-{max(values):,.0f}]"
+        print(f"{name:<30} {med:>10,.0f} {rng:>21} {med / base:>13.2f}x")
+    targets = {
+        "cartpole": [("rlconnect 2 env workers", 1.2), ("rlconnect envpool sync", 3.0)],
+        "pong": [("rlconnect 2 env workers", 1.5)],
+    }[workload]
+    for name, want in targets:
+        if name in rates:
+            got = statistics.median(rates[name]) / base
+            print(
+                f"target {name} >= {want}x in-process: {got:.2f}x "
+                f"({'met' if got >= want else 'NOT met'})"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one short round per contender")
+    ap.add_argument("--workload", choices=("cartpole", "pong", "all"), default="all")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    args = ap.parse_args()
+    rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{os.cpu_count()} CPUs, load average {load:.2f} at start; RandomPolicy / random actions")
+    for workload in ("cartpole", "pong") if args.workload == "all" else (args.workload,):
+        measure(workload, rounds, seconds)
+
+
+if __name__ == "__main__":
+    main()

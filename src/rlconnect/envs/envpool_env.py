@@ -1,0 +1,261 @@
+"""EnvPool pools as a BaseEnv: ``"envpool:<task id>"`` or a pool the user built.
+
+EnvPool steps its envs in C++ threads and autoresets them *next step*: the step after an
+episode ended only resets the env (``info["elapsed_step"] == 0``, reward 0, the action
+ignored). ``EnvPoolEnv`` sends a placeholder action for such an env when the runner asked
+for its reset and reports that step as the first row of the new episode, never as an env
+step, so every trajectory is exact and ends on its true final observation.
+
+Synchronous pools (``batch_size == num_envs``) step every sub-env each poll. With
+``env_poll_size=B`` the pool is built with ``batch_size=B`` and driven with EnvPool's own
+``send`` / ``recv``: a poll returns the first B sub-envs that finished (rows sorted by env
+id) while the others keep stepping in EnvPool's threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.gym_envs import sub_env_seed
+from rlconnect.envs.rows import EnvRowsBuilder, errors_only
+from rlconnect.errors import EnvError, describe_exception
+
+__all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "is_envpool", "make_envpool"]
+
+ENVPOOL_PREFIX = "envpool:"
+#: EnvPool's own bookkeeping in ``info`` (and Atari's copy of the RAM): not row infos
+_BOOKKEEPING = frozenset({"env_id", "players", "elapsed_step", "ram"})
+
+
+def is_envpool(env: Any) -> bool:
+    """True for ``"envpool:<task id>"`` and for pools built by ``envpool.make_*``."""
+    if isinstance(env, str):
+        return env.startswith(ENVPOOL_PREFIX)
+    return any((c.__module__ or "").startswith("envpool") for c in type(env).__mro__)
+
+
+def make_envpool(
+    env: Any,
+    *,
+    num_envs: int,
+    seed: int | None,
+    env_config: dict[str, Any],
+    poll_size: int | None,
+    horizon: int | None,
+    soft_horizon: bool,
+    preset: str | None = None,
+) -> EnvPoolEnv:
+    """The BaseEnv of an EnvPool spec or pool (see the module docstring).
+
+    With ``preset="atari"`` an Atari task is built with ``stack_num=1`` and hands out
+    single ``(84, 84)`` gray frames: EnvPool does the frame skip, max-pooling, no-op and
+    FIRE resets, gray scale and resize, the preset's connectors clip rewards and stack 4
+    frames (copies of the first frame at a reset, as EnvPool's own stack), so the policy
+    sees ``Box(0, 255, (4, 84, 84), uint8)`` and nothing is done twice.
+    """
+    if soft_horizon:
+        raise ValueError(
+            "RunnerConfig.soft_horizon=True cannot be used with EnvPool: a pool cannot keep an "
+            "env running across the horizon; use soft_horizon=False (the horizon then "
+            "truncates episodes through the pool's max_episode_steps)"
+        )
+    if not isinstance(env, str):
+        size = int(env.config["num_envs"])
+        if size != num_envs:
+            raise ValueError(
+                f"the EnvPool pool holds {size} envs but RunnerConfig.num_envs={num_envs}: "
+                "they must be equal"
+            )
+        limit = env.config.get("max_episode_steps")
+        if horizon is not None and limit != horizon:
+            raise ValueError(
+                f"RunnerConfig.horizon={horizon} but the EnvPool pool truncates episodes at "
+                f"max_episode_steps={limit}: build the pool with max_episode_steps={horizon} "
+                "(or pass 'envpool:<task id>')"
+            )
+        return EnvPoolEnv(env, frames=_single_frames(env, preset))
+    task = env[len(ENVPOOL_PREFIX) :]
+    if not task:
+        raise ValueError(
+            f"env {env!r}: name an EnvPool task after the prefix, e.g. 'envpool:Pong-v5'"
+        )
+    kwargs = dict(env_config)
+    kwargs["num_envs"] = num_envs
+    if poll_size is not None and poll_size < num_envs:
+        kwargs["batch_size"] = poll_size
+    if horizon is not None:
+        kwargs["max_episode_steps"] = horizon
+    if preset == "atari":
+        kwargs.setdefault("stack_num", 1)
+
+    def build(restarts: int) -> Any:
+        import envpool
+
+        extra = {} if seed is None else {"seed": sub_env_seed(seed, 0, restarts)}
+        return envpool.make_gymnasium(task, **kwargs, **extra)
+
+    try:
+        import envpool  # noqa: F401
+    except ImportError:
+        raise ImportError(f"env {env!r} needs EnvPool: pip install 'rlconnect[envpool]'") from None
+    try:
+        pool = build(0)
+    except Exception as exc:  # EnvPool asserts on unknown tasks and bad arguments
+        raise ValueError(
+            f"env {env!r}: EnvPool cannot make task {task!r} with {kwargs}: "
+            f"{describe_exception(exc)}"
+        ) from exc
+    return EnvPoolEnv(pool, rebuild=build, frames=_single_frames(pool, preset))
+
+
+def _single_frames(pool: Any, preset: str | None) -> bool:
+    """Whether the preset gets the pool's frames as ``(H, W)`` (stack of one dropped)."""
+    if preset != "atari":
+        return False
+    shape = tuple(pool.observation_space.shape)
+    if len(shape) == 3 and shape[0] == 1:
+        return True
+    raise ValueError(
+        f"preset='atari' stacks frames itself, but this EnvPool pool's observations are "
+        f"{shape}: build it with stack_num=1 and gray_scale=True (the defaults of "
+        "'envpool:<Atari task>' with this preset), or leave the preset out to use EnvPool's "
+        "own stacks"
+    )
+
+
+class EnvPoolEnv(BaseEnv):
+    """An EnvPool pool (gymnasium API) behind the runner's ``BaseEnv`` contract."""
+
+    polls_dense = True
+
+    def __init__(
+        self, pool: Any, *, rebuild: Callable[[int], Any] | None = None, frames: bool = False
+    ) -> None:
+        self.pool = pool
+        self._frames = frames  # hand out (H, W) frames of a (1, H, W) pool
+        self._rebuild = rebuild
+        self._restarts = 0
+        self.num_envs = int(pool.config["num_envs"])
+        batch = int(pool.config.get("batch_size") or self.num_envs)
+        self.poll_size = batch
+        self._async = batch < self.num_envs
+        space = pool.observation_space
+        if frames:
+            space = gym.spaces.Box(space.low[0], space.high[0], dtype=space.dtype)
+        self._obs_space: gym.Space = space
+        self._act_space: gym.Space = pool.action_space
+        self.possible_agents = (DEFAULT_AGENT_ID,)
+        shape = self._act_space.shape or ()
+        self._actions = np.zeros((self.num_envs, *shape), dtype=self._act_space.dtype)
+        self._todo = np.zeros(self.num_envs, dtype=bool)  # an action or a reset is queued
+        self._started = False
+        self._broken: BaseException | None = None
+
+    def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        return self._obs_space
+
+    def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        return self._act_space
+
+    def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        self._actions[env_ids] = actions
+        self._todo[env_ids] = True
+
+    def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        """The env's episode ended: its next step is EnvPool's reset step (the placeholder
+        action is ignored). An episode the pool did not end cannot be reset alone."""
+        self._actions[env_id] = 0
+        self._todo[env_id] = True
+
+    def try_restart(self, env_id: int) -> None:
+        """A failed pool is rebuilt whole (once, at the first sub-env's restart)."""
+        if self._broken is None:
+            return  # rebuilt already for another sub-env of this failure
+        cause, self._broken = self._broken, None
+        if self._rebuild is None:
+            raise EnvError(
+                f"the EnvPool pool failed ({describe_exception(cause)}) and was built by the "
+                "user, so it cannot be rebuilt: pass 'envpool:<task id>' as the env"
+            ) from cause
+        with contextlib.suppress(Exception):
+            self.pool.close()
+        self._restarts += 1
+        try:
+            self.pool = self._rebuild(self._restarts)
+        except Exception as exc:
+            raise EnvError(
+                f"the EnvPool pool could not be rebuilt: {describe_exception(exc)}"
+            ) from exc
+        self._started = False
+        self._todo[:] = False
+
+    def poll(self) -> EnvRows:
+        try:
+            out = self._step()
+        except Exception as exc:  # the pool as a whole failed: every sub-env is reported
+            self._broken = exc
+            self._todo[:] = False
+            return errors_only(dict.fromkeys(range(self.num_envs), exc))
+        return self._rows(*out)
+
+    def _step(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+        pool = self.pool
+        if not self._started:
+            self._started = True
+            if self._async:
+                pool.async_reset()
+                obs, rew, term, trunc, info = pool.recv()
+                return obs, rew, term, trunc, info
+            obs, info = pool.reset()
+            n = self.num_envs
+            zeros = np.zeros(n, dtype=bool)
+            return obs, np.zeros(n), zeros, zeros, info
+        if self._async:
+            ids = np.flatnonzero(self._todo)
+            if len(ids):
+                pool.send(self._actions[ids], ids.astype(np.int32))
+                self._todo[ids] = False
+            return pool.recv()
+        if not self._todo.all():
+            missing = np.flatnonzero(~self._todo).tolist()[:5]
+            raise RuntimeError(
+                f"a synchronous EnvPool pool steps every sub-env together, but sub-envs "
+                f"{missing} got neither an action nor a reset"
+            )
+        self._todo[:] = False
+        return pool.step(self._actions)
+
+    def _rows(self, obs: Any, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> EnvRows:
+        ids = np.asarray(info["env_id"], dtype=np.int64)
+        order = None if (np.diff(ids) > 0).all() else np.argsort(ids, kind="stable")
+        first = np.asarray(info["elapsed_step"]) == 0
+        rew = np.asarray(rew, dtype=np.float64)
+        term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
+        extra = [k for k in info if k not in _BOOKKEEPING]
+        if order is not None:
+            ids, first, rew, term, trunc = (
+                ids[order],
+                first[order],
+                rew[order],
+                term[order],
+                trunc[order],
+            )
+            obs = obs[order]
+            info = {k: np.asarray(info[k])[order] for k in extra}
+        if self._frames:
+            obs = obs[:, 0]
+        n = len(ids)
+        infos = [{k: info[k][i] for k in extra} if extra else {} for i in range(n)]
+        # reset steps become first rows (reward 0, no flags): the episode starts there
+        return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.pool.close()

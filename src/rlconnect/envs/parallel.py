@@ -1,0 +1,88 @@
+"""Which env specs may run in env worker processes or poll asynchronously (API.md 9)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from rlconnect.envs.base import BaseEnv
+from rlconnect.envs.envpool_env import is_envpool
+from rlconnect.envs.external import ExternalEnv
+from rlconnect.envs.gym_envs import EnvContext
+from rlconnect.envs.multi_agent import MultiAgentEnv
+from rlconnect.envs.workers import WorkerEnvs
+
+__all__ = ["check_parallel_spec", "in_workers"]
+
+
+def _instance(env: Any) -> str | None:
+    """What kind of built env ``env`` is (None: an id or a creator)."""
+    kinds = (
+        (ExternalEnv, "an rc.ExternalEnv"),
+        (gym.vector.VectorEnv, "a gymnasium VectorEnv"),
+        (gym.Env, "a gymnasium.Env instance"),
+        (MultiAgentEnv, "an rc.MultiAgentEnv instance"),
+    )
+    for kind, text in kinds:
+        if isinstance(env, kind):
+            return text
+    if (type(env).__module__ or "").startswith("pettingzoo"):
+        return "a PettingZoo env instance"
+    return None
+
+
+def check_parallel_spec(
+    env: Any, *, num_envs: int, num_env_workers: int, env_poll_size: int | None, remote_envs: bool
+) -> None:
+    """Raise ``ValueError`` for env workers or asynchronous polls the env cannot have."""
+    if isinstance(env, BaseEnv):
+        return  # built already (e.g. by make_base_env with these settings): used as it is
+    envpool = is_envpool(env)
+    if num_env_workers:
+        if envpool:
+            raise ValueError(
+                f"num_env_workers={num_env_workers}: an EnvPool env steps its sub-envs in its "
+                "own C++ threads; use num_env_workers=0 (and env_config={'num_threads': ...})"
+            )
+        kind = _instance(env)
+        if kind is not None:
+            raise ValueError(
+                f"num_env_workers={num_env_workers} builds the sub-envs in worker processes, "
+                f"but the env is {kind}: pass a gymnasium id or an env creator "
+                "(a function EnvContext -> env) instead"
+            )
+    asynchronous = env_poll_size is not None and env_poll_size < num_envs
+    if asynchronous and not (num_env_workers or remote_envs or envpool):
+        raise ValueError(
+            f"RunnerConfig.env_poll_size={env_poll_size} polls sub-envs asynchronously, "
+            "which needs them in worker processes (num_env_workers >= 1 or "
+            "remote_envs=True) or an EnvPool env ('envpool:<task id>'); use "
+            "env_poll_size=None to step every sub-env together"
+        )
+
+
+def in_workers(
+    creator: Callable[[EnvContext], Any],
+    num_envs: int,
+    *,
+    num_env_workers: int,
+    seed: int | None,
+    env_config: dict,
+    worker_index: int,
+    env_poll_size: int | None,
+    timeout_s: float | None,
+) -> BaseEnv:
+    """The sub-envs in ``num_env_workers`` worker processes (``remote_envs=True`` with an
+    ``env_poll_size``: one per sub-env)."""
+    return WorkerEnvs(
+        creator,
+        num_envs,
+        num_workers=num_env_workers or num_envs,
+        seed=seed,
+        worker_index=worker_index,
+        env_config=env_config,
+        poll_size=env_poll_size,
+        timeout_s=timeout_s,
+    )

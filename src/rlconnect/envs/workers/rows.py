@@ -1,0 +1,96 @@
+"""The rows of one poll of env workers: from the shared block, or from the pipes."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import tree
+
+from rlconnect.envs.base import EnvRows
+from rlconnect.envs.rows import EnvRowsBuilder, errors_only
+from rlconnect.envs.workers.handle import WorkerHandle
+from rlconnect.envs.workers.layout import ST_ROW, SharedArrays
+from rlconnect.envs.workers.worker import decode_error
+
+__all__ = ["block_rows", "concat_rows", "decode_replies"]
+
+
+def decode_replies(
+    workers: list[WorkerHandle], replies: list[bytes], errors: dict[int, BaseException]
+) -> tuple[dict[int, dict], list[EnvRows]]:
+    """Non-empty infos by env id and rows sent through the pipes (env ids made global);
+    sub-envs that raised are added to ``errors``."""
+    infos: dict[int, dict] = {}
+    piped: list[EnvRows] = []
+    for w, raw in zip(workers, replies):
+        if not raw:
+            continue
+        w_infos, w_errors, rows = pickle.loads(raw)  # from a worker this runner started
+        for local, payload in w_errors.items():
+            errors[w.lo + local] = decode_error(payload, f"sub-env {w.lo + local}")
+        if w_infos:
+            infos.update({w.lo + i: v for i, v in w_infos.items()})
+        if rows is not None:
+            rows.env_ids = rows.env_ids + w.lo
+            rows.stepped = rows.stepped + w.lo
+            rows.done_envs = {w.lo + e: f for e, f in rows.done_envs.items()}
+            rows.extra_rewards = [(w.lo + e, *rest) for e, *rest in rows.extra_rewards]
+            rows.dense = False  # dense for its group, not for the whole env
+            piped.append(rows)
+    return infos, piped
+
+
+def block_rows(
+    a: SharedArrays,
+    spans: list[tuple[int, int]],
+    full: bool,
+    all_ids: np.ndarray,
+    infos: dict[int, dict],
+    errors: dict[int, BaseException],
+) -> EnvRows:
+    """The rows the answering workers (sub-envs ``lo .. hi - 1`` each) wrote to the block,
+    copied out of it; ``full``: every worker answered."""
+    if full and (a.status == ST_ROW).all():
+        ids: Any = all_ids
+        obs = tree.map_structure(np.copy, a.obs)
+        first, rew, term, trunc = a.first.copy(), a.rew.copy(), a.term.copy(), a.trunc.copy()
+    else:
+        parts = [np.arange(lo, hi) for lo, hi in spans]
+        span = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        ids = span[a.status[span] == ST_ROW]
+        obs = tree.map_structure(lambda v: v[ids], a.obs)
+        first, rew, term, trunc = a.first[ids], a.rew[ids], a.term[ids], a.trunc[ids]
+    info_list = [{} for _ in ids] if not infos else [infos.get(i, {}) for i in ids.tolist()]
+    rows = EnvRowsBuilder.columns(ids, obs, rew, term, trunc, info_list, first)
+    return rows.without_envs(errors) if errors else rows
+
+
+def concat_rows(parts: list[EnvRows], errors: dict[int, BaseException], multi: bool) -> EnvRows:
+    """Rows that came through the pipes (multi-agent envs, spaces that are not arrays)."""
+    if not parts:
+        return errors_only(errors)
+    if len(parts) == 1 and not errors:
+        return parts[0]
+    obs: Any
+    if multi or not parts[0].stacked:
+        obs = [o for p in parts for o in p.obs]
+    else:
+        obs = tree.map_structure(lambda *xs: np.concatenate(xs), *[p.obs for p in parts])
+    return EnvRows(
+        env_ids=np.concatenate([p.env_ids for p in parts]),
+        agent_ids=tuple(a for p in parts for a in p.agent_ids),
+        obs=obs,
+        rewards=np.concatenate([p.rewards for p in parts]),
+        terminateds=np.concatenate([p.terminateds for p in parts]),
+        truncateds=np.concatenate([p.truncateds for p in parts]),
+        infos=[i for p in parts for i in p.infos],
+        is_first=np.concatenate([p.is_first for p in parts]),
+        stacked=parts[0].stacked,
+        stepped=np.concatenate([p.stepped for p in parts]),
+        done_envs={e: f for p in parts for e, f in p.done_envs.items()},
+        extra_rewards=[x for p in parts for x in p.extra_rewards],
+        errors=errors,
+        dense=False,
+    )

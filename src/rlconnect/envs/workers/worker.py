@@ -1,0 +1,294 @@
+"""The env worker process: it steps a contiguous group of sub-envs with the in-process
+adapters (``GymEnvs`` / ``MultiAgentEnvs``), so autoreset, per-sub-env errors, restarts,
+checks and seeding are exactly those of sub-envs stepped in the runner's process.
+
+Protocol on the worker's pipe (bytes; the hot path never pickles for array spaces):
+
+- worker -> runner, once after start: a pickled ``Hello`` (spaces, or the build error);
+- runner -> worker: a pickled ``("attach", block name, layout)``; then per poll ``b"p"``
+  (commands and actions are in the block) or a pickled ``("poll", extra)`` carrying
+  restarts and actions the block cannot hold; ``("restart", local index)``; ``b"c"`` closes;
+- worker -> runner per poll: ``b""`` (everything is in the block) or a pickled
+  ``(infos, errors, rows)``: non-empty infos by local index, error payloads by local index,
+  and the rows themselves when they cannot live in the block (multi-agent envs, spaces
+  that are not arrays).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import re
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import attrs
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import tree
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
+from rlconnect.envs.multi_agent import MultiAgentEnvs
+from rlconnect.envs.workers.layout import (
+    CMD_RESET,
+    CMD_SOFT,
+    CMD_STEP,
+    ST_ROW,
+    SharedArrays,
+    SharedBlock,
+)
+from rlconnect.errors import EnvCheckError, EnvError, describe_exception
+
+__all__ = ["GroupSpec", "Hello", "decode_error", "encode_error", "worker_main"]
+
+ErrorPayload = tuple[str, str, str, bytes | None]
+
+
+@attrs.define(frozen=True)
+class GroupSpec:
+    """What a worker builds: sub-envs ``offset .. offset + size - 1`` of ``num_envs``."""
+
+    offset: int
+    size: int
+    num_envs: int
+    seed: int | None
+    worker_index: int
+    env_config: dict[str, Any]
+    restarts: tuple[int, ...]
+
+    def context(self, index: int, restarts: int) -> EnvContext:
+        """The EnvContext of global sub-env ``index`` after ``restarts`` restarts."""
+        return EnvContext(
+            vector_index=index,
+            num_envs=self.num_envs,
+            worker_index=self.worker_index,
+            seed=sub_env_seed(self.seed, index, restarts),
+            config=self.env_config,
+        )
+
+
+@attrs.define(frozen=True)
+class Hello:
+    """A worker's first message: its envs' spaces, or why they could not be built."""
+
+    multi_agent: bool = False
+    obs_space: Any = None
+    act_space: Any = None
+    possible_agents: tuple = ()
+    obs_spaces: dict = attrs.field(factory=dict)
+    act_spaces: dict = attrs.field(factory=dict)
+    error: ErrorPayload | None = None
+
+
+def encode_error(exc: BaseException) -> ErrorPayload:
+    """What the runner needs to report ``exc``: the exception itself only when it survives
+    a pickle round trip."""
+    blob: bytes | None
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)
+    except Exception:
+        blob = None
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return type(exc).__name__, describe_exception(exc), tb, blob
+
+
+def decode_error(payload: ErrorPayload, where: str) -> BaseException:
+    """The worker's exception as itself when it could be sent, else an ``EnvError``."""
+    _name, text, tb, blob = payload
+    if blob is not None:
+        with contextlib.suppress(Exception):
+            exc = pickle.loads(blob)  # written by our own worker process, checked there
+            if isinstance(exc, BaseException):
+                note = getattr(exc, "add_note", None)  # Python >= 3.11
+                if note is not None:
+                    note(f"raised in the worker process of {where}:\n{tb}")
+                return exc
+    return EnvError(f"{text} (in the worker process of {where})\n{tb}")
+
+
+class _GymGroup(GymEnvs):
+    """``GymEnvs`` over a group: sub-envs built and seeded with their global index."""
+
+    def __init__(self, creator: Callable[[EnvContext], Any], spec: GroupSpec, envs: list) -> None:
+        self._spec = spec
+        super().__init__(creator, spec.size, seed=spec.seed, envs=envs)
+
+    def _make(self, index: int) -> gym.Env:
+        spec = self._spec
+        env = self._creator(spec.context(spec.offset + index, self._count(index)))
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"env creator returned {type(env).__name__}, not a gymnasium.Env")
+        return env
+
+    def _count(self, index: int) -> int:
+        return self._spec.restarts[index] + self._restarts[index]
+
+    def _reset_one(self, i: int) -> tuple[Any, dict]:
+        seed = None
+        if not self._seeded[i]:
+            seed = sub_env_seed(self._seed, self._spec.offset + i, self._count(i))
+            self._seeded[i] = True
+        return self.envs[i].reset(seed=seed)
+
+
+class _MultiGroup(MultiAgentEnvs):
+    """``MultiAgentEnvs`` over a group. First resets are seeded ``seed + global index``; a
+    restarted sub-env gets a fresh derived seed (another one than in the runner's process)."""
+
+    def __init__(self, creator: Callable[[EnvContext], Any], spec: GroupSpec, envs: list) -> None:
+        self._spec = spec
+        seed = None if spec.seed is None else spec.seed + spec.offset
+        super().__init__(creator, spec.size, seed=seed, envs=envs)
+
+    def _make(self, index: int) -> Any:
+        spec = self._spec
+        count = spec.restarts[index] + self._restarts[index]
+        return self._creator(spec.context(spec.offset + index, count))
+
+
+def _build(creator: Callable[[EnvContext], Any], spec: GroupSpec) -> tuple[BaseEnv, Hello]:
+    envs = [creator(spec.context(spec.offset + i, spec.restarts[i])) for i in range(spec.size)]
+    first = envs[0]
+    if isinstance(first, gym.Env):
+        group: BaseEnv = _GymGroup(creator, spec, envs)
+        hello = Hello(obs_space=first.observation_space, act_space=first.action_space)
+        return group, hello
+    if hasattr(first, "observation_spaces") and hasattr(first, "step"):
+        multi = _MultiGroup(creator, spec, envs)
+        return multi, Hello(
+            multi_agent=True,
+            possible_agents=multi.possible_agents,
+            obs_spaces=dict(first.observation_spaces),
+            act_spaces=dict(first.action_spaces),
+        )
+    raise TypeError(
+        f"num_env_workers steps gymnasium envs and multi-agent envs in worker processes, but "
+        f"the env creator returned {type(first).__name__}; use num_env_workers=0"
+    )
+
+
+def _global_names(exc: BaseException, offset: int) -> BaseException:
+    """An ``EnvCheckError`` of the group names local sub-envs: name the global ones."""
+    if not isinstance(exc, EnvCheckError) or not offset:
+        return exc
+    text = re.sub(r"\benv (\d+) /", lambda m: f"env {int(m[1]) + offset} /", str(exc))
+    return EnvCheckError(text)
+
+
+class _Server:
+    """The worker's side of one poll: read commands, poll the group, write the results."""
+
+    def __init__(self, group: BaseEnv, spec: GroupSpec, arrays: SharedArrays) -> None:
+        self.group, self.spec, self.a = group, spec, arrays
+        self.lo, self.hi = spec.offset, spec.offset + spec.size
+        self.agents = (DEFAULT_AGENT_ID,) * spec.size
+        self.in_block = not group.is_multi_agent and arrays.obs is not None
+
+    def restart(self, local: int) -> bytes:
+        try:
+            self.group.try_restart(local)
+        except Exception as exc:
+            return pickle.dumps(encode_error(exc.__cause__ or exc))
+        return b""
+
+    def poll(self, extra: dict[str, Any] | None) -> bytes:
+        a, lo, hi, group = self.a, self.lo, self.hi, self.group
+        errors: dict[int, ErrorPayload] = {}
+        for local in (extra or {}).get("restart", ()):
+            reply = self.restart(local)
+            if reply:
+                errors[local] = pickle.loads(reply)
+        codes = a.cmd[lo:hi].copy()
+        step = np.flatnonzero(codes == CMD_STEP)
+        if len(step):
+            acts = tree.map_structure(lambda v: v[lo:hi][step], a.act)
+            group.send_actions(step, self.agents[: len(step)], acts)
+        for local in np.flatnonzero(codes == CMD_RESET).tolist():
+            group.try_reset(local)
+        for local in np.flatnonzero(codes == CMD_SOFT).tolist():
+            group.soft_reset(local)
+        for ids, agents, acts in (extra or {}).get("actions", ()):
+            group.send_actions(ids, agents, acts)
+        rows = group.poll()
+        for local, exc in rows.errors.items():
+            errors[local] = encode_error(_global_names(exc, lo))
+        a.status[lo:hi] = 0
+        if not self.in_block:
+            rows.errors = {}
+            return self._pickled(None, errors, rows)
+        ids = rows.env_ids
+        n = len(ids)
+        if n == hi - lo:
+            where: Any = slice(lo, hi)
+        else:
+            where = ids + lo
+        for view, leaf in zip(a.obs_leaves, tree.flatten(rows.obs)):
+            view[where] = leaf
+        a.rew[where] = rows.rewards
+        a.term[where] = rows.terminateds
+        a.trunc[where] = rows.truncateds
+        a.first[where] = rows.is_first
+        a.status[where] = ST_ROW
+        infos = {i: info for i, info in zip(ids.tolist(), rows.infos) if info} if n else {}
+        if not infos and not errors:
+            return b""
+        return self._pickled(infos, errors, None)
+
+    @staticmethod
+    def _pickled(infos: Any, errors: dict[int, ErrorPayload], rows: EnvRows | None) -> bytes:
+        try:
+            return pickle.dumps((infos, errors, rows))
+        except Exception:  # an info (or multi-agent obs) that cannot be pickled: say so
+            if rows is not None:
+                raise
+            infos = {i: {"unpicklable_info": repr(v)} for i, v in infos.items()}
+            return pickle.dumps((infos, errors, rows))
+
+
+def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Connection) -> None:
+    """Build the group, say hello, attach to the block, then serve polls until closed.
+
+    ``parent_end`` (the runner's end of the pipe, inherited when forked) is closed first,
+    so the worker sees the pipe close when the runner's process goes away."""
+    parent_end.close()
+    group: BaseEnv | None = None
+    block: SharedBlock | None = None
+    try:
+        creator = cloudpickle.loads(blob)
+        try:
+            group, hello = _build(creator, spec)
+        except Exception as exc:
+            conn.send_bytes(pickle.dumps(Hello(error=encode_error(exc))))
+            return
+        conn.send_bytes(pickle.dumps(hello))
+        _, name, layout = pickle.loads(conn.recv_bytes())
+        block = SharedBlock(layout, name)
+        assert block.arrays is not None
+        server = _Server(group, spec, block.arrays)
+        while True:
+            msg = conn.recv_bytes()
+            if msg == b"p":
+                conn.send_bytes(server.poll(None))
+            elif msg == b"c":
+                break
+            else:
+                kind, data = pickle.loads(msg)  # from the runner that started this process
+                if kind == "poll":
+                    conn.send_bytes(server.poll(data))
+                else:
+                    conn.send_bytes(server.restart(data))
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass  # the runner went away or closed the pipe: end quietly
+    finally:
+        if group is not None:
+            group.close()
+        if block is not None:
+            block.close()
+        with contextlib.suppress(Exception):
+            conn.close()

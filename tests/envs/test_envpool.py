@@ -1,0 +1,207 @@
+"""EnvPool as an env: "envpool:<task id>" and user-built pools, sync and async."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from env_cases import check_cartpole_truth, spaces
+from test_workers_async import check_episodes
+
+import rlconnect as rc
+from rlconnect.envs.envpool_env import EnvPoolEnv
+
+envpool = pytest.importorskip("envpool")  # the optional extra (installed with "dev")
+
+
+def runner(env="envpool:CartPole-v1", *, n=4, frag=20, **cfg) -> rc.EnvRunner:
+    config = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=7, **cfg)
+    return rc.EnvRunner(env, rc.RandomPolicy(*spaces()), config=config)
+
+
+def sample(r: rc.EnvRunner, k: int = 3) -> tuple[list[rc.SampleBatch], list[dict]]:
+    try:
+        return [r.sample() for _ in range(k)], r.get_metrics()
+    finally:
+        r.stop()
+
+
+def check_metrics_match_rows(batches: list[rc.SampleBatch], metrics: list[dict]) -> None:
+    """Every finished episode wholly inside the batches has the length and return of its rows."""
+    rows: dict[int, list[float]] = {}
+    starts: set[int] = set()
+    ends: set[int] = set()
+    for b in batches:
+        done = (b["terminateds"] | b["truncateds"]).tolist()
+        for eps, t, r, d in zip(b["eps_id"].tolist(), b["t"].tolist(), b["rewards"].tolist(), done):
+            rows.setdefault(eps, []).append(r)
+            if t == 0:
+                starts.add(eps)
+            if d:
+                ends.add(eps)
+    whole = [m for m in metrics if m["episode_id"] in starts & ends]
+    assert whole
+    for m in whole:
+        assert m["episode_length"] == len(rows[m["episode_id"]])
+        assert m["episode_reward"] == pytest.approx(sum(rows[m["episode_id"]]))
+
+
+@pytest.mark.parametrize("poll", [None, 2])
+def test_envpool_rows_are_exact_transitions_without_reset_steps(poll):
+    r = runner(env_poll_size=poll)
+    assert isinstance(r.env, EnvPoolEnv) and r.env.poll_size == (poll or 4)
+    batches, metrics = sample(r)
+    for b in batches:
+        assert len(b) == 80  # truncate_episodes: rollout_fragment_length * num_envs
+        check_cartpole_truth(b)  # true final obs, and no reset step recorded as a step
+        check_episodes(b)
+        ends = b["terminateds"] | b["truncateds"]
+        assert ends.any()
+    check_metrics_match_rows(batches, metrics)
+
+
+def test_envpool_first_observations_are_the_pools_own_reset():
+    own = envpool.make_gymnasium("CartPole-v1", num_envs=4, seed=7)
+    expected, _ = own.reset()
+    batch = sample(runner(), 1)[0][0]
+    for e in range(4):
+        mine = np.flatnonzero(batch["env_id"] == e)
+        first = mine[np.argmin(batch["eps_id"][mine])]
+        assert batch["t"][first] == 0
+        np.testing.assert_array_equal(batch["obs"][first], expected[e])
+
+
+def test_envpool_sync_run_equals_envpool_stepped_by_hand():
+    """The runner's sync rows are the pool's own steps for the recorded actions."""
+    batch = sample(runner(n=3, frag=30), 1)[0][0]
+    own = envpool.make_gymnasium("CartPole-v1", num_envs=3, seed=7)
+    obs, _ = own.reset()
+    by_env = {}
+    for e in range(3):
+        mine = np.flatnonzero(batch["env_id"] == e)
+        by_env[e] = mine[np.lexsort((batch["t"][mine], batch["eps_id"][mine]))]
+    cursor = dict.fromkeys(range(3), 0)
+    resetting = np.zeros(3, dtype=bool)
+    for _ in range(30):
+        actions = np.zeros(3, dtype=np.int64)
+        for e in range(3):
+            if not resetting[e]:
+                k = by_env[e][cursor[e]]
+                np.testing.assert_array_equal(obs[e], batch["obs"][k])
+                actions[e] = batch["actions"][k]
+        obs, rew, term, trunc, _ = own.step(actions)
+        for e in range(3):
+            if resetting[e]:
+                resetting[e] = False
+                continue
+            k = by_env[e][cursor[e]]
+            np.testing.assert_array_equal(obs[e], batch["new_obs"][k])
+            assert rew[e] == batch["rewards"][k] and term[e] == batch["terminateds"][k]
+            cursor[e] += 1
+            resetting[e] = term[e] or trunc[e]
+            if cursor[e] == len(by_env[e]):
+                return
+
+
+def test_a_user_built_pool_is_accepted():
+    pool = envpool.make_gymnasium("CartPole-v1", num_envs=3, seed=1)
+    batches, _ = sample(runner(pool, n=3, frag=10), 2)
+    for b in batches:
+        assert len(b) == 30
+        check_cartpole_truth(b)
+    with pytest.raises(ValueError, match="num_envs=4"):
+        runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=4)
+    with pytest.raises(ValueError, match="max_episode_steps=9"):
+        runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=3, horizon=9)
+
+
+def test_the_horizon_is_the_pools_episode_limit_and_a_soft_one_is_refused():
+    batches, metrics = sample(runner(horizon=6, frag=12), 2)
+    for b in batches:
+        assert b["t"].max() <= 5
+        check_cartpole_truth(b)
+    assert max(m["episode_length"] for m in metrics) == 6
+    with pytest.raises(ValueError, match="soft_horizon"):
+        runner(horizon=6, soft_horizon=True)
+    with pytest.raises(ValueError, match="num_env_workers"):
+        runner(num_env_workers=2)
+
+
+def test_an_unknown_envpool_task_is_a_clear_error():
+    with pytest.raises(
+        ValueError, match=r"EnvPool cannot make task 'NoSuchTask-v0'.*list_all_envs"
+    ):
+        runner("envpool:NoSuchTask-v0")
+
+
+class _FailOnce:
+    """A pool proxy whose ``step`` raises once, at call ``at``."""
+
+    def __init__(self, pool, at: int) -> None:
+        self._pool, self._left = pool, at
+
+    def step(self, *args):
+        self._left -= 1
+        if self._left == 0:
+            raise RuntimeError("pool crashed")
+        return self._pool.step(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._pool, name)
+
+
+def test_a_failing_pool_is_rebuilt_whole_with_restarts():
+    r = runner(n=3, frag=10, restart_failed_sub_environments=True)
+    try:
+        r.sample()
+        r.get_metrics()
+        old = r.env.pool
+        r.env.pool = _FailOnce(old, 3)
+        batches = [r.sample() for _ in range(2)]
+        metrics = r.get_metrics()
+        assert r.env.pool is not old and not isinstance(r.env.pool, _FailOnce)
+    finally:
+        r.stop()
+    for b in batches:
+        assert len(b) == 30
+        check_cartpole_truth(b)
+    assert sorted(m["env_id"] for m in metrics if m["episode_faulty"]) == [0, 1, 2]
+
+
+def test_a_failing_pool_without_restarts_is_an_env_error():
+    r = runner(n=2, frag=10)
+    try:
+        r.sample()
+        r.env.pool = _FailOnce(r.env.pool, 1)
+        with pytest.raises(rc.EnvError, match="pool crashed"):
+            r.sample()
+    finally:
+        r.stop()
+
+
+def test_the_atari_preset_on_an_envpool_task_stacks_once_and_starts_with_the_pools_stacks():
+    pytest.importorskip("ale_py")  # the preset's connectors are those of the Atari extra
+    import gymnasium as gym
+
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=4, seed=3, preset="atari")
+    r = rc.EnvRunner(
+        "envpool:Pong-v5", rc.RandomPolicy(space, gym.spaces.Discrete(6)), config=config
+    )
+    try:
+        assert r.agent_pipeline("default_policy").output_space == space
+        assert r.env.observation_space().shape == (84, 84)  # EnvPool's frames, unstacked
+        batch = r.sample()
+    finally:
+        r.stop()
+    own, _ = envpool.make_gymnasium("Pong-v5", num_envs=2, seed=3).reset()  # stack_num=4
+    for e in range(2):
+        k = np.flatnonzero((batch["env_id"] == e) & (batch["t"] == 0))[0]
+        np.testing.assert_array_equal(batch["obs"][k], own[e])
+    # one stack per step: the newest three frames of obs are the oldest three of new_obs
+    np.testing.assert_array_equal(batch["new_obs"][:, :3], batch["obs"][:, 1:])
+    with pytest.raises(ValueError, match="stack_num=1"):
+        rc.EnvRunner(
+            envpool.make_gymnasium("Pong-v5", num_envs=2),
+            rc.RandomPolicy(space, gym.spaces.Discrete(6)),
+            config=config,
+        )

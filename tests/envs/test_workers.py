@@ -1,0 +1,270 @@
+"""num_env_workers: sub-envs in worker processes sample exactly what in-process ones do."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from env_cases import (
+    StepCountEnv,
+    check_count_truth,
+    make_cartpole,
+    make_indexed,
+    make_short,
+    runner_for,
+    spaces,
+)
+
+import rlconnect as rc
+from rlconnect.envs.workers import WorkerEnvs, split_evenly
+
+
+def draw(env, make, *, k=3, n=5, frag=30, **cfg) -> list[rc.SampleBatch]:
+    runner = runner_for(env, make, n=n, frag=frag, seed=21, **cfg)
+    try:
+        return [runner.sample() for _ in range(k)]
+    finally:
+        runner.stop()
+
+
+def assert_same_batches(a: list[rc.SampleBatch], b: list[rc.SampleBatch]) -> None:
+    """Every column of every batch equal (infos too)."""
+    for x, y in zip(a, b, strict=True):
+        assert sorted(x.keys()) == sorted(y.keys())
+        for key in x:
+            if key == "infos":
+                assert list(x[key]) == list(y[key])
+            else:
+                np.testing.assert_array_equal(np.asarray(x[key]), np.asarray(y[key]), err_msg=key)
+
+
+def test_split_evenly():
+    assert split_evenly(5, 2) == [(0, 3), (3, 2)]
+    assert split_evenly(4, 4) == [(0, 1), (1, 1), (2, 1), (3, 1)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(
+    ("env", "make"), [("CartPole-v1", make_cartpole), (make_indexed, make_indexed)]
+)
+def test_workers_sample_the_batches_of_in_process_envs(env, make, workers):
+    local = draw(env, make)
+    remote = draw(env, make, num_env_workers=workers)
+    assert_same_batches(local, remote)
+    if make is make_indexed:  # creators got the global context: index and seed show in obs
+        b = remote[0]
+        offsets = b["obs"][:, 3] - b["obs"][:, 3] % 1000
+        np.testing.assert_array_equal(offsets, 10_000 * b["env_id"] + 100_000 * (21 + b["env_id"]))
+
+
+def test_workers_with_lambdas_and_closures_and_a_horizon():
+    limit = 4
+    local = draw(lambda ctx: make_short(ctx), make_short, horizon=limit)
+    remote = draw(lambda ctx: make_short(ctx), make_short, horizon=limit, num_env_workers=2)
+    assert_same_batches(local, remote)
+    for b in remote:
+        check_count_truth(b)
+        assert b["t"].max() < limit
+
+
+def test_dict_observations_go_through_the_shared_block():
+    def make(ctx=None):
+        env = gym.make("CartPole-v1")
+        return gym.wrappers.TransformObservation(
+            env,
+            lambda o: {"x": o[:2], "v": o[2:]},
+            gym.spaces.Dict(
+                {"x": gym.spaces.Box(-10, 10, (2,), np.float32), "v": gym.spaces.Box(-10, 10, (2,))}
+            ),
+        )
+
+    env = WorkerEnvs(make, 3, num_workers=2, seed=1)
+    try:
+        assert env.polls_dense and env._a.obs is not None
+        rows = env.poll()
+        assert rows.dense and set(rows.obs) == {"x", "v"} and rows.obs["x"].shape == (3, 2)
+    finally:
+        env.close()
+
+    def sample(**cfg):
+        config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=20, seed=2, **cfg)
+        policy = rc.RandomPolicy(gym.spaces.Box(-10, 10, (4,), np.float32), gym.spaces.Discrete(2))
+        runner = rc.EnvRunner(make, policy, config=config)
+        try:
+            return [runner.sample()]
+        finally:
+            runner.stop()
+
+    assert_same_batches(sample(), sample(num_env_workers=2))
+
+
+def test_stop_ends_every_worker_process():
+    runner = runner_for("CartPole-v1", make_cartpole, n=4, frag=5, num_env_workers=2)
+    procs = [w.proc for w in runner.env.workers]
+    assert all(p.is_alive() for p in procs)
+    assert len(runner.sample()) == 20
+    runner.stop()
+    for p in procs:
+        p.join(timeout=5)
+    assert not any(p.is_alive() for p in procs)
+    import multiprocessing
+
+    assert not [c for c in multiprocessing.active_children() if c in procs]
+    runner.stop()  # idempotent
+
+
+def test_config_validates_the_new_fields():
+    with pytest.raises(ValueError, match="num_env_workers=3"):
+        rc.RunnerConfig(num_envs=2, num_env_workers=3)
+    with pytest.raises(ValueError, match="num_env_workers=-1"):
+        rc.RunnerConfig(num_envs=2, num_env_workers=-1)
+    with pytest.raises(TypeError, match="num_env_workers"):
+        rc.RunnerConfig(num_envs=2, num_env_workers=1.5)
+    with pytest.raises(ValueError, match="env_poll_size=0"):
+        rc.RunnerConfig(num_envs=2, env_poll_size=0)
+    with pytest.raises(ValueError, match="env_poll_size=3"):
+        rc.RunnerConfig(num_envs=2, env_poll_size=3)
+    rc.RunnerConfig(num_envs=2, num_env_workers=2, env_poll_size=1, sub_env_timeout_s=5)
+
+
+def test_poll_size_needs_workers_or_envpool():
+    with pytest.raises(ValueError, match=r"env_poll_size=1 .*\(num_env_workers"):
+        runner_for("CartPole-v1", make_cartpole, n=2, env_poll_size=1)
+    runner_for("CartPole-v1", make_cartpole, n=2, env_poll_size=2).stop()  # all: synchronous
+
+
+def test_workers_need_an_id_or_a_creator():
+    policy = rc.RandomPolicy(*spaces())
+    cfg = rc.RunnerConfig(num_envs=1, num_env_workers=1)
+    with pytest.raises(ValueError, match=r"gymnasium\.Env instance"):
+        rc.EnvRunner(gym.make("CartPole-v1"), policy, config=cfg)
+
+
+class _TwoAgents(rc.MultiAgentEnv):
+    """Two agents stepping a StepCountEnv each; the episode ends after 5 steps."""
+
+    possible_agents = ["a", "b"]
+    observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
+    action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
+
+    def __init__(self, ctx=None):
+        self.envs = {a: make_short() for a in "ab"}
+
+    def reset(self, *, seed=None, options=None):
+        out = {
+            a: e.reset(seed=None if seed is None else seed + k)
+            for k, (a, e) in enumerate(self.envs.items())
+        }
+        return {a: o for a, (o, _) in out.items()}, {a: i for a, (_, i) in out.items()}
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
+        for a, act in actions.items():
+            obs[a], rew[a], term[a], trunc[a], infos[a] = self.envs[a].step(act)
+        term["__all__"] = False
+        trunc["__all__"] = any(trunc.values())
+        return obs, rew, term, trunc, infos
+
+
+def test_multi_agent_envs_in_workers_sample_what_in_process_ones_do():
+    def run(**cfg):
+        space = StepCountEnv.observation_space, StepCountEnv.action_space
+        config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=12, seed=4, **cfg)
+        runner = rc.EnvRunner(
+            _TwoAgents,
+            {"p": rc.RandomPolicy(*space)},
+            policy_mapping_fn=lambda *a, **k: "p",
+            config=config,
+        )
+        try:
+            return [runner.sample() for _ in range(2)]
+        finally:
+            runner.stop()
+
+    local, remote = run(), run(num_env_workers=2)
+    for x, y in zip(local, remote, strict=True):
+        assert len(y.policy_batches["p"]) >= 36
+        assert_same_batches([x.policy_batches["p"]], [y.policy_batches["p"]])
+
+
+def _rps(ctx):
+    from pettingzoo.classic import rps_v2
+
+    return rps_v2.parallel_env(max_cycles=5)
+
+
+def test_pettingzoo_parallel_envs_in_workers_sample_what_in_process_ones_do():
+    pytest.importorskip("pettingzoo")
+    pytest.importorskip("pygame")
+    from rlconnect.spaces import flatten_space
+
+    probe = _rps(None)
+    agent = probe.possible_agents[0]
+    obs_space = flatten_space(probe.observation_space(agent))
+    policy = rc.RandomPolicy(obs_space, probe.action_space(agent))
+
+    def run(**cfg):
+        config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=10, seed=8, **cfg)
+        runner = rc.EnvRunner(_rps, {"p": policy}, lambda *a, **k: "p", config=config)
+        try:
+            return [runner.sample().policy_batches["p"] for _ in range(2)]
+        finally:
+            runner.stop()
+
+    assert_same_batches(run(), run(num_env_workers=3))
+
+
+def test_evaluate_and_a_local_runner_group_with_workers():
+    runner = runner_for("CartPole-v1", make_cartpole, n=4, frag=5, num_env_workers=2)
+    try:
+        records = runner.evaluate(num_episodes=3)
+        assert len(records) == 3 and all(r["episode_length"] > 0 for r in records)
+    finally:
+        runner.stop()
+    config = rc.RunnerConfig(num_envs=4, rollout_fragment_length=5, seed=0, num_env_workers=2)
+    group = rc.RunnerGroup("CartPole-v1", rc.RandomPolicy(*spaces()), config=config)
+    try:
+        assert len(group.sample()) == 20
+    finally:
+        group.stop()
+
+
+def test_soft_horizons_and_box_actions_in_workers_are_exact():
+    def pendulum(ctx=None):
+        return gym.make("Pendulum-v1", max_episode_steps=7)
+
+    soft = {"horizon": 3, "soft_horizon": True}
+    assert_same_batches(
+        draw(make_indexed, make_indexed, k=2, **soft),
+        draw(make_indexed, make_indexed, k=2, num_env_workers=2, **soft),
+    )
+    local = draw(pendulum, pendulum, k=2, n=3, frag=10)
+    remote = draw(pendulum, pendulum, k=2, n=3, frag=10, num_env_workers=3)
+    assert_same_batches(local, remote)
+    assert remote[0]["actions"].dtype == np.float32
+
+
+def test_actions_of_another_dtype_reach_the_env_as_sent():
+    """float32 actions go through the block, float64 ones through the pipe: both exact."""
+    from rlconnect.envs.gym_envs import GymEnvs
+    from rlconnect.envs.workers.layout import CMD_STEP, CMD_STEP_PIPED
+
+    def pendulum(ctx=None):
+        return gym.make("Pendulum-v1")
+
+    local, remote = GymEnvs(pendulum, 2, seed=5), WorkerEnvs(pendulum, 2, num_workers=2, seed=5)
+    try:
+        a, b = local.poll(), remote.poll()
+        rng = np.random.default_rng(0)
+        for step in range(6):
+            dtype = np.float32 if step % 2 else np.float64
+            act = rng.uniform(-2, 2, (2, 1)).astype(dtype)
+            local.send_actions(a.env_ids, a.agent_ids, act)
+            remote.send_actions(b.env_ids, b.agent_ids, act)
+            assert remote._a.cmd[0] == (CMD_STEP if dtype == np.float32 else CMD_STEP_PIPED)
+            a, b = local.poll(), remote.poll()
+            np.testing.assert_array_equal(a.obs, b.obs)
+            np.testing.assert_array_equal(a.rewards, b.rewards)
+    finally:
+        local.close()
+        remote.close()

@@ -1,0 +1,154 @@
+"""Env workers under faults: killed workers, raising sub-envs, hangs; nothing left behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from env_cases import StepCountEnv, check_count_truth, make_indexed, runner_for
+
+import rlconnect as rc
+from rlconnect.errors import EnvTimeoutError
+
+
+class Flaky(StepCountEnv):
+    """Raises at step ``fail_at`` of its second episode (first build only), or hangs there."""
+
+    def __init__(self, offset: float, fail_at: int | None, hang: bool = False) -> None:
+        super().__init__(offset)
+        self.fail_at, self.hang = fail_at, hang
+
+    def step(self, action):
+        if self.fail_at is not None and self.episode == 1 and self.t + 1 == self.fail_at:
+            if self.hang:
+                time.sleep(60)
+            raise RuntimeError("flaky env failed")
+        return super().step(action)
+
+
+def make_flaky(ctx: rc.EnvContext, hang: bool = False) -> gym.Env:
+    first_build = ctx.seed == 21 + ctx.vector_index  # rebuilt sub-envs get a derived seed
+    fail_at = 3 if ctx.vector_index == 1 and first_build else None
+    env = Flaky(10_000 * ctx.vector_index, fail_at, hang)
+    return gym.wrappers.TimeLimit(env, max_episode_steps=5)
+
+
+def make_plain(ctx: rc.EnvContext) -> gym.Env:
+    return gym.wrappers.TimeLimit(StepCountEnv(10_000 * ctx.vector_index), max_episode_steps=5)
+
+
+def make_hanging(ctx: rc.EnvContext) -> gym.Env:
+    return make_flaky(ctx, hang=True)
+
+
+def children() -> set[int]:
+    return {p.pid for p in multiprocessing.active_children()}
+
+
+def sample_all(runner: rc.EnvRunner, k: int) -> tuple[list[rc.SampleBatch], list[dict]]:
+    try:
+        batches = [runner.sample() for _ in range(k)]
+        return batches, runner.get_metrics()
+    finally:
+        runner.stop()
+
+
+def test_a_raising_sub_env_is_rebuilt_in_its_worker_exactly_as_in_process():
+    cfg = {"restart_failed_sub_environments": True, "seed": 21}
+    local, local_m = sample_all(runner_for(make_flaky, make_indexed, n=3, frag=12, **cfg), 2)
+    remote, remote_m = sample_all(
+        runner_for(make_flaky, make_indexed, n=3, frag=12, num_env_workers=2, **cfg), 2
+    )
+    for a, b in zip(local, remote, strict=True):
+        for key in ("obs", "new_obs", "actions", "rewards", "env_id", "t", "truncateds"):
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        check_count_truth(b)
+    faulty = [m for m in remote_m if m["episode_faulty"]]
+    assert [(m["env_id"], m["episode_length"]) for m in faulty] == [(1, 2)]
+    assert remote_m == local_m
+
+
+def test_a_raising_sub_env_without_restarts_is_an_env_error_naming_it():
+    runner = runner_for(make_flaky, make_indexed, n=3, frag=12, seed=21, num_env_workers=2)
+    with pytest.raises(rc.EnvError, match=r"sub-env 1 raised RuntimeError: flaky env failed"):
+        sample_all(runner, 2)
+
+
+def test_a_killed_worker_is_replaced_and_only_its_episodes_dropped():
+    before = children()
+    runner = runner_for(
+        make_plain,
+        make_indexed,
+        n=4,
+        frag=10,
+        seed=21,
+        num_env_workers=2,
+        restart_failed_sub_environments=True,
+    )
+    try:
+        runner.sample()
+        runner.get_metrics()
+        old = [w.proc.pid for w in runner.env.workers]
+        os.kill(old[1], signal.SIGKILL)
+        batches = [runner.sample() for _ in range(2)]
+        metrics = runner.get_metrics()
+        new = [w.proc.pid for w in runner.env.workers]
+        assert new[0] == old[0] and new[1] != old[1]
+        assert len(children() - before) == 2
+    finally:
+        runner.stop()
+    assert children() <= before  # no process left after stop()
+    for b in batches:
+        assert len(b) == 40
+        check_count_truth(b)
+    faulty = sorted(m["env_id"] for m in metrics if m["episode_faulty"])
+    assert faulty == [2, 3]  # the killed worker's sub-envs, one open episode each
+    assert all(not m["episode_faulty"] for m in metrics if m["env_id"] < 2)
+
+
+def test_a_killed_worker_without_restarts_is_an_env_error_naming_its_sub_envs():
+    runner = runner_for(make_plain, make_indexed, n=4, frag=10, seed=21, num_env_workers=2)
+    try:
+        runner.sample()
+        os.kill(runner.env.workers[0].proc.pid, signal.SIGKILL)
+        with pytest.raises(rc.EnvError, match=r"worker process of sub-envs 0\.\.1 died") as info:
+            runner.sample()
+        assert "exit code -9" in str(info.value.__cause__ or info.value)
+    finally:
+        runner.stop()
+
+
+@pytest.mark.slow
+def test_a_hung_worker_is_killed_at_the_timeout_and_replaced():
+    before = children()
+    runner = runner_for(
+        make_hanging,
+        make_indexed,
+        n=3,
+        frag=12,
+        seed=21,
+        num_env_workers=3,
+        sub_env_timeout_s=1.0,
+        restart_failed_sub_environments=True,
+    )
+    start = time.monotonic()
+    batches, metrics = sample_all(runner, 2)
+    assert time.monotonic() - start < 20
+    assert children() <= before
+    for b in batches:
+        check_count_truth(b)
+    assert [m["env_id"] for m in metrics if m["episode_faulty"]] == [1]
+
+
+@pytest.mark.slow
+def test_a_hung_worker_without_restarts_is_a_timeout_error():
+    runner = runner_for(
+        make_hanging, make_indexed, n=2, frag=12, seed=21, num_env_workers=2, sub_env_timeout_s=1.0
+    )
+    with pytest.raises(EnvTimeoutError, match=r"sub-env 1 did not finish a step within 1\.0 s"):
+        sample_all(runner, 2)
