@@ -12,7 +12,14 @@ import multiprocessing
 
 import numpy as np
 import pytest
-from faults import RAISE_KINDS, RESET_KINDS, FaultSchedule, Ledger, OneFault
+from faults import (
+    RAISE_KINDS,
+    RESET_KINDS,
+    EveryEpisode,
+    FaultSchedule,
+    Ledger,
+    OneFault,
+)
 from invariants import Figures, Run, check_conservation, check_drops, check_truth, make_runner
 
 import rlconnect as rc
@@ -112,3 +119,30 @@ def test_with_restarts_a_hung_worker_is_replaced_and_only_its_episodes_dropped(t
     assert _children() <= before
     FIGURES.faults_injected.update(ledger.injected())
     FIGURES.counts["hangs_detected"] += 1
+
+
+def test_a_sub_env_failing_in_every_episode_gives_up_in_its_worker_too(tmp_path):
+    """Issue 16's endless loop, with the sub-env in a worker process: the restart budget
+    counts failures until a completed episode there too, and ends with EnvError."""
+    before = _children()
+    ledger = Ledger(tmp_path / "ledger")
+    runner = make_runner(
+        EveryEpisode(env=1, t=3, episodes=50),
+        ledger,
+        num_envs=3,
+        frag=10,
+        num_env_workers=2,
+        restart_failed_sub_environments=True,
+        sub_env_restart_limit=3,
+    )
+    try:
+        with pytest.raises(
+            rc.EnvError,
+            match=r"sub-env 1 failed 4 times in a row without completing an episode "
+            r"\(last: .*injected failure in episode 3 of 1\)",
+        ) as info:
+            Run(runner, ledger).sample(50)  # the schedule ends after 50 episodes: no hang
+        assert info.value.__cause__ is not None  # the last exception, from the worker
+    finally:
+        runner.stop()
+    assert _children() <= before
