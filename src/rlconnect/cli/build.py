@@ -59,19 +59,7 @@ def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = Non
     import rlconnect as rc
     from rlconnect.envs import make_base_env
 
-    env = make_base_env(
-        resolve_env(run["env"]),
-        num_envs=config.num_envs,
-        seed=config.seed,
-        env_config=config.env_config,
-        worker_index=config.worker_index,
-        remote_envs=config.remote_envs,
-        preset=config.preset,
-        num_env_workers=config.num_env_workers,
-        env_poll_size=config.env_poll_size,
-        horizon=config.horizon,
-        soft_horizon=config.soft_horizon,
-    )
+    env = make_base_env(resolve_env(run["env"]), **config.env_kwargs())
     try:
         groups = group_agents(env) if env.is_multi_agent else {rc.DEFAULT_POLICY_ID: []}
         policies = {}
