@@ -96,6 +96,7 @@ class StepKernel:
         self._not_done: np.ndarray = np.zeros(0, dtype=bool)
         self._runner = hooks.runner  # what user functions are shown as ``worker=``
         self._on_step = hooks.on_step
+        self._check_finite = config.check_finite
         self._secs = timers.seconds  # stage -> seconds, added to without a call per stage
 
     # -- the loop -------------------------------------------------------------------------
@@ -126,7 +127,10 @@ class StepKernel:
         """Everything one poll's rows cause: episodes, connectors, recording, actions."""
         poll = self.poll_index
         self.poll_index += 1
-        rows = self._screen(rows, poll)
+        if self.faults.restart or rows.errors or self._checks_left:
+            rows = self._screen(rows, poll)
+        elif self._check_finite and len(rows.env_ids):  # the common case, without a call
+            check_finite(rows, poll, self.episodes.length)
         env_ids = rows.env_ids
         n = len(env_ids)
         if not n and not rows.extra_rewards:
@@ -214,7 +218,7 @@ class StepKernel:
         if self._checks_left and (len(rows) or rows.extra_rewards):
             self._checks_left -= 1
             check_rows(self.env, rows)
-        if not restart and self.config.check_finite and len(rows):
+        if not restart and self._check_finite and len(rows):
             check_finite(rows, poll, self.episodes.length)
         return rows
 
@@ -334,7 +338,7 @@ class StepKernel:
         """Policy, action pipeline and env actions for the rows that are not done."""
         inputs: Any = data
         where: np.ndarray | None = None
-        if np.count_nonzero(done):
+        if done is not self._not_done and np.count_nonzero(done):  # (shared: none done)
             where = ~done
             if not np.count_nonzero(where):
                 return
