@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import re
 from types import ModuleType
+from typing import Any
 
 from rlconnect.errors import CheckpointError
 
@@ -19,7 +20,9 @@ __all__ = [
     "RESERVED_COLUMNS",
     "Malformed",
     "OfflineDataError",
+    "expect",
     "import_parquet_module",
+    "name_value_pairs",
     "parquet_file_name",
 ]
 
@@ -63,6 +66,26 @@ class Malformed(Exception):
     """What a file holds contradicts its own metadata or format; the reader turns it into
     an error naming the file (``OfflineDataError`` for Parquet, ``CheckpointError`` for
     ``.rlb`` batch files)."""
+
+
+def expect(cond: bool, msg: str) -> None:
+    """Raise ``Malformed(msg)`` unless ``cond``: the readers' one way to refuse a file."""
+    if not cond:
+        raise Malformed(msg)
+
+
+def name_value_pairs(value: Any, where: str, *, unique: bool = False) -> list[tuple[str, Any]]:
+    """A JSON list of ``[name, value]`` pairs as tuples (``unique``: no name twice)."""
+    expect(isinstance(value, list), f"{where} is not a list")
+    out = []
+    for i, item in enumerate(value):
+        ok = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+        expect(ok, f"{where}[{i}] is not a [name, value] pair")
+        out.append((item[0], item[1]))
+    if unique:
+        names = [k for k, _ in out]
+        expect(len(set(names)) == len(names), f"{where} repeats a name")
+    return out
 
 
 def import_parquet_module(name: str, what: str) -> ModuleType:

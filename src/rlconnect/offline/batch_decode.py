@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import MultiAgentBatch, SampleBatch
-from rlconnect.offline._common import Malformed
+from rlconnect.offline._common import Malformed, expect, name_value_pairs
 from rlconnect.offline.json_values import MAX_JSON_DEPTH
 
 __all__ = ["RAW_DTYPE_RE", "decode_structure"]
@@ -24,30 +24,13 @@ RAW_DTYPE_RE = re.compile(r"^[<>|=][a-zA-Z]\d+(\[\w+\])?$")
 """``dtype.str`` of the dtypes stored as raw bytes (no objects, no fields)."""
 
 
-def _expect(cond: bool, msg: str) -> None:
-    if not cond:
-        raise Malformed(msg)
-
-
 def _field(obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    _expect(isinstance(obj, dict), f"{where} is not an object")
-    _expect(key in obj, f"{where} lacks {key!r}")
+    expect(isinstance(obj, dict), f"{where} is not an object")
+    expect(key in obj, f"{where} lacks {key!r}")
     value = obj[key]
     ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is int)
-    _expect(ok, f"{where}.{key} has the wrong type ({type(value).__name__})")
+    expect(ok, f"{where}.{key} has the wrong type ({type(value).__name__})")
     return value
-
-
-def _pairs(value: Any, where: str) -> list[tuple[str, Any]]:
-    _expect(isinstance(value, list), f"{where} is not a list")
-    out = []
-    for i, item in enumerate(value):
-        ok = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        _expect(ok, f"{where}[{i}] is not a [name, value] pair")
-        out.append((item[0], item[1]))
-    names = [k for k, _ in out]
-    _expect(len(set(names)) == len(names), f"{where} repeats a name")
-    return out
 
 
 def decode_structure(obj: Any) -> SampleBatch | MultiAgentBatch:
@@ -58,8 +41,10 @@ def decode_structure(obj: Any) -> SampleBatch | MultiAgentBatch:
         return _decode_batch(_field(obj, "batch", dict, "the structure"), "batch")
     if kind == "MultiAgentBatch":
         env_steps = _field(obj, "env_steps", int, "the structure")
-        _expect(env_steps >= 0, "env_steps is negative")
-        pairs = _pairs(_field(obj, "policy_batches", list, "the structure"), "policy_batches")
+        expect(env_steps >= 0, "env_steps is negative")
+        pairs = name_value_pairs(
+            _field(obj, "policy_batches", list, "the structure"), "policy_batches", unique=True
+        )
         return MultiAgentBatch(
             {pid: _decode_batch(b, f"policy batch {pid!r}") for pid, b in pairs}, env_steps
         )
@@ -73,28 +58,28 @@ def _decode_batch(obj: Any, where: str) -> SampleBatch:
         meta = json.loads(meta_text)
     except (ValueError, RecursionError):
         raise Malformed(f"{where}: meta is not valid JSON") from None
-    _expect(isinstance(meta, dict), f"{where}: meta is not a JSON object")
-    pairs = _pairs(_field(obj, "columns", list, where), f"{where} columns")
+    expect(isinstance(meta, dict), f"{where}: meta is not a JSON object")
+    pairs = name_value_pairs(_field(obj, "columns", list, where), f"{where} columns", unique=True)
     columns = {name: _decode_column(col, f"{where} column {name!r}", 0) for name, col in pairs}
     try:
         batch = SampleBatch(columns, meta=meta)
     except (ValueError, TypeError) as exc:
         raise Malformed(f"{where}: {exc}") from None
-    _expect(len(batch) == count, f"{where}: holds {len(batch)} rows, not {count}")
+    expect(len(batch) == count, f"{where}: holds {len(batch)} rows, not {count}")
     return batch
 
 
 def _decode_column(obj: Any, where: str, depth: int) -> Any:
-    _expect(depth <= MAX_JSON_DEPTH, f"{where}: nested too deeply")
+    expect(depth <= MAX_JSON_DEPTH, f"{where}: nested too deeply")
     node = _field(obj, "node", str, where)
     if node == "dict":
-        items = _pairs(_field(obj, "items", list, where), where)
+        items = name_value_pairs(_field(obj, "items", list, where), where, unique=True)
         return {k: _decode_column(v, f"{where}/{k}", depth + 1) for k, v in items}
     if node == "tuple":
         items = _field(obj, "items", list, where)
         return tuple(_decode_column(v, f"{where}/{i}", depth + 1) for i, v in enumerate(items))
     shape_list = _field(obj, "shape", list, where)
-    _expect(
+    expect(
         len(shape_list) >= 1
         and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape_list),
         f"{where}: malformed shape",
@@ -103,22 +88,22 @@ def _decode_column(obj: Any, where: str, depth: int) -> Any:
     data = _field(obj, "data", np.ndarray, where)
     if node == "array":
         dtype = _field(obj, "dtype", str, where)
-        _expect(data.dtype.name == dtype, f"{where}: stored as {data.dtype.name}, not {dtype}")
-        _expect(data.shape == shape, f"{where}: stored with shape {data.shape}, not {shape}")
+        expect(data.dtype.name == dtype, f"{where}: stored as {data.dtype.name}, not {dtype}")
+        expect(data.shape == shape, f"{where}: stored with shape {data.shape}, not {shape}")
         return data
-    _expect(data.dtype == np.uint8 and data.ndim == 1, f"{where}: data is not a byte array")
+    expect(data.dtype == np.uint8 and data.ndim == 1, f"{where}: data is not a byte array")
     if node == "raw":
         dtype_str = _field(obj, "dtype", str, where)
-        _expect(bool(RAW_DTYPE_RE.match(dtype_str)), f"{where}: malformed dtype {dtype_str[:20]!r}")
+        expect(bool(RAW_DTYPE_RE.match(dtype_str)), f"{where}: malformed dtype {dtype_str[:20]!r}")
         try:
             dt = np.dtype(dtype_str)
         except (TypeError, ValueError):
             raise Malformed(f"{where}: unknown dtype {dtype_str!r}") from None
-        _expect(
+        expect(
             not dt.hasobject and dt.fields is None and dt.itemsize > 0,
             f"{where}: dtype {dtype_str!r} is not allowed",
         )
-        _expect(
+        expect(
             data.size == math.prod(shape) * dt.itemsize,
             f"{where}: {data.size} bytes do not make an array of {dt} and shape {shape}",
         )
@@ -128,7 +113,7 @@ def _decode_column(obj: Any, where: str, depth: int) -> Any:
             values = json.loads(data.tobytes().decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise Malformed(f"{where}: the stored JSON text is damaged") from None
-        _expect(
+        expect(
             isinstance(values, list) and len(values) == math.prod(shape),
             f"{where}: the stored JSON is not a list of {math.prod(shape)} values",
         )

@@ -40,6 +40,7 @@ from rlconnect.offline._common import (
     POLICY_ID_COLUMN,
     Malformed,
     OfflineDataError,
+    expect,
 )
 from rlconnect.offline.json_values import to_json_value
 
@@ -145,11 +146,6 @@ def encode_column(
 
 
 # --------------------------------------------------------------------------------- decode
-def _expect(cond: bool, msg: str) -> None:
-    if not cond:
-        raise Malformed(msg)
-
-
 def _writable(a: np.ndarray) -> np.ndarray:
     return a if a.flags.writeable else a.copy()
 
@@ -170,26 +166,26 @@ def decode_leaf(node: dict[str, Any], arr: pa.Array, rows: int) -> np.ndarray:
     where = f"column {node['column']!r}"
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    _expect(len(arr) == rows, f"{where} holds {len(arr)} rows, not {rows}")
-    _expect(arr.null_count == 0, f"{where} holds {arr.null_count} missing (null) values")
+    expect(len(arr) == rows, f"{where} holds {len(arr)} rows, not {rows}")
+    expect(arr.null_count == 0, f"{where} holds {arr.null_count} missing (null) values")
     dt, rest, enc = np.dtype(node["dtype"]), tuple(node["shape"]), node["encoding"]
     if enc == "json":
-        _expect(
+        expect(
             pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type),
             f"{where} is not text",
         )
         return _json_rows(arr, where)
     if enc == "scalar":
-        _expect(arr.type == _PRIMITIVE[dt.str], f"{where} has Arrow type {arr.type}, not {dt}")
+        expect(arr.type == _PRIMITIVE[dt.str], f"{where} has Arrow type {arr.type}, not {dt}")
         return _writable(arr.to_numpy(zero_copy_only=False))
     per_row = math.prod(rest)
     if enc == "list":
         want = pa.list_(_PRIMITIVE[dt.str], per_row)
-        _expect(arr.type == want, f"{where} has Arrow type {arr.type}, not {want}")
+        expect(arr.type == want, f"{where} has Arrow type {arr.type}, not {want}")
         flat = arr.flatten().to_numpy(zero_copy_only=False)
         return _writable(flat.reshape((rows, *rest)))
     width = per_row * dt.itemsize
-    _expect(arr.type == pa.binary(width), f"{where} has Arrow type {arr.type}, not binary({width})")
+    expect(arr.type == pa.binary(width), f"{where} has Arrow type {arr.type}, not binary({width})")
     buf = arr.buffers()[1]
     data = np.frombuffer(buf, dtype=np.uint8, count=rows * width, offset=arr.offset * width)
     return data.view(dt).reshape((rows, *rest)).copy()
@@ -197,43 +193,43 @@ def decode_leaf(node: dict[str, Any], arr: pa.Array, rows: int) -> np.ndarray:
 
 def check_node(node: Any, where: str, depth: int = 0) -> None:
     """Validate one column node from a file's metadata (hostile input) or raise Malformed."""
-    _expect(depth <= _MAX_DEPTH, f"{where}: nested too deeply")
-    _expect(isinstance(node, dict), f"{where}: not an object")
+    expect(depth <= _MAX_DEPTH, f"{where}: nested too deeply")
+    expect(isinstance(node, dict), f"{where}: not an object")
     kind = node.get("node")
     if kind in ("dict", "tuple"):
         items = node.get("items")
-        _expect(isinstance(items, list), f"{where}: 'items' is not a list")
+        expect(isinstance(items, list), f"{where}: 'items' is not a list")
         for i, item in enumerate(items):
             if kind == "dict":
                 ok = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-                _expect(ok, f"{where}: item {i} is not a [key, node] pair")
+                expect(ok, f"{where}: item {i} is not a [key, node] pair")
                 check_node(item[1], f"{where}/{item[0]}", depth + 1)
             else:
                 check_node(item, f"{where}/{i}", depth + 1)
         return
-    _expect(kind == "leaf", f"{where}: unknown node kind {str(kind)[:30]!r}")
-    _expect(isinstance(node.get("column"), str), f"{where}: no column name")
+    expect(kind == "leaf", f"{where}: unknown node kind {str(kind)[:30]!r}")
+    expect(isinstance(node.get("column"), str), f"{where}: no column name")
     shape = node.get("shape")
-    _expect(
+    expect(
         isinstance(shape, list)
         and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
         and math.prod(shape) <= 2**31,
         f"{where}: malformed shape",
     )
     enc, dtype = node.get("encoding"), node.get("dtype")
-    _expect(enc in ("scalar", "list", "tensor", "json"), f"{where}: unknown encoding {enc!r}")
-    _expect(isinstance(dtype, str) and len(dtype) <= 16, f"{where}: malformed dtype")
+    expect(enc in ("scalar", "list", "tensor", "json"), f"{where}: unknown encoding {enc!r}")
+    expect(isinstance(dtype, str) and len(dtype) <= 16, f"{where}: malformed dtype")
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):
         raise Malformed(f"{where}: unknown dtype {dtype!r}") from None
     if enc == "json":
-        _expect(dt.kind == "O" and not shape, f"{where}: json leaves are 1-D object columns")
+        expect(dt.kind == "O" and not shape, f"{where}: json leaves are 1-D object columns")
         return
-    _expect(not dt.hasobject and dt.fields is None and dt.itemsize > 0, f"{where}: bad dtype")
+    expect(not dt.hasobject and dt.fields is None and dt.itemsize > 0, f"{where}: bad dtype")
     if enc in ("scalar", "list"):
-        _expect(dt.str in _PRIMITIVE, f"{where}: {enc} leaves need a numeric dtype")
-        _expect((enc == "scalar") == (not shape), f"{where}: shape does not fit {enc!r}")
+        expect(dt.str in _PRIMITIVE, f"{where}: {enc} leaves need a numeric dtype")
+        expect((enc == "scalar") == (not shape), f"{where}: shape does not fit {enc!r}")
 
 
 def decode_column(node: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> Any:

@@ -27,6 +27,8 @@ from rlconnect.offline._common import (
     PARQUET_FORMAT_VERSIONS,
     Malformed,
     OfflineDataError,
+    expect,
+    name_value_pairs,
 )
 from rlconnect.offline.parquet_format import (
     check_node,
@@ -50,23 +52,8 @@ class BatchPart(NamedTuple):
     policy_batches: dict[str, SampleBatch]
 
 
-def _expect(cond: bool, msg: str) -> None:
-    if not cond:
-        raise Malformed(msg)
-
-
 def _int(value: Any, lo: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= lo
-
-
-def _pairs(value: Any, where: str) -> list[tuple[str, Any]]:
-    _expect(isinstance(value, list), f"{where} is not a list")
-    out = []
-    for i, item in enumerate(value):
-        ok = isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
-        _expect(ok, f"{where}[{i}] is not a [name, value] pair")
-        out.append((item[0], item[1]))
-    return out
 
 
 class ParquetFileReader:
@@ -99,27 +86,27 @@ class ParquetFileReader:
             doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise Malformed(f"the {METADATA_KEY!r} metadata is not valid JSON") from None
-        _expect(isinstance(doc, dict), "the metadata is not a JSON object")
-        _expect(doc.get("format") == PARQUET_FORMAT, f"format is {doc.get('format')!r}")
+        expect(isinstance(doc, dict), "the metadata is not a JSON object")
+        expect(doc.get("format") == PARQUET_FORMAT, f"format is {doc.get('format')!r}")
         version = doc.get("version")
-        _expect(
+        expect(
             _int(version) and version in PARQUET_FORMAT_VERSIONS,  # a list is unhashable
             f"schema version {version!r} is not supported (this rlconnect reads versions "
             f"{sorted(PARQUET_FORMAT_VERSIONS)}); upgrade rlconnect to read it",
         )
         self.policies: dict[str, dict[str, Any]] = {}
-        for pid, entry in _pairs(doc.get("policies"), "policies"):
+        for pid, entry in name_value_pairs(doc.get("policies"), "policies"):
             self.policies[pid] = self._parse_policy(pid, entry)
         self.batches = [self._parse_batch(b, i) for i, b in enumerate(_list(doc, "batches"))]
 
     def _parse_policy(self, pid: str, entry: Any) -> dict[str, Any]:
         where = f"policy {pid!r}"
-        _expect(isinstance(entry, dict), f"{where} is not an object")
-        columns = _pairs(entry.get("columns"), f"{where} columns")
+        expect(isinstance(entry, dict), f"{where} is not an object")
+        columns = name_value_pairs(entry.get("columns"), f"{where} columns")
         for name, node in columns:
             check_node(node, f"{where} column {name!r}")
         spaces_json = entry.get("spaces", {})
-        _expect(isinstance(spaces_json, dict), f"{where} spaces is not an object")
+        expect(isinstance(spaces_json, dict), f"{where} spaces is not an object")
         spaces = {}
         for col, sp in spaces_json.items():
             try:
@@ -133,28 +120,28 @@ class ParquetFileReader:
 
     def _parse_batch(self, rec: Any, i: int) -> dict[str, Any]:
         where = f"batch record {i}"
-        _expect(isinstance(rec, dict), f"{where} is not an object")
-        _expect(_int(rec.get("index")), f"{where}: bad index")
-        _expect(rec.get("kind") in ("SampleBatch", "MultiAgentBatch"), f"{where}: bad kind")
-        _expect(_int(rec.get("env_steps")), f"{where}: bad env_steps")
-        _expect(isinstance(rec.get("last"), bool), f"{where}: bad 'last'")
-        _expect(_int(rec.get("part")), f"{where}: bad 'part'")
-        parts = _pairs(rec.get("policies"), f"{where} policies")
+        expect(isinstance(rec, dict), f"{where} is not an object")
+        expect(_int(rec.get("index")), f"{where}: bad index")
+        expect(rec.get("kind") in ("SampleBatch", "MultiAgentBatch"), f"{where}: bad kind")
+        expect(_int(rec.get("env_steps")), f"{where}: bad env_steps")
+        expect(isinstance(rec.get("last"), bool), f"{where}: bad 'last'")
+        expect(_int(rec.get("part")), f"{where}: bad 'part'")
+        parts = name_value_pairs(rec.get("policies"), f"{where} policies")
         n_rg = self.file.metadata.num_row_groups
         for pid, e in parts:
-            _expect(pid in self.policies, f"{where}: unknown policy {pid!r}")
-            _expect(isinstance(e, dict) and _int(e.get("rows")), f"{where}: bad rows")
+            expect(pid in self.policies, f"{where}: unknown policy {pid!r}")
+            expect(isinstance(e, dict) and _int(e.get("rows")), f"{where}: bad rows")
             rg = e.get("row_groups")
-            _expect(
+            expect(
                 isinstance(rg, list)
                 and len(rg) == 2
                 and all(_int(x) for x in rg)
                 and rg[0] <= rg[1] <= n_rg,
                 f"{where}: row groups {rg!r} are not within the file's {n_rg}",
             )
-            _expect(isinstance(e.get("meta"), dict), f"{where}: meta is not an object")
+            expect(isinstance(e.get("meta"), dict), f"{where}: meta is not an object")
         if rec["kind"] == "SampleBatch":
-            _expect(len(parts) == 1, f"{where}: a SampleBatch holds one policy")
+            expect(len(parts) == 1, f"{where}: a SampleBatch holds one policy")
         return {**rec, "policies": parts}
 
     # -- data -----------------------------------------------------------------------------
@@ -198,7 +185,7 @@ class ParquetFileReader:
         names = [leaf["column"] for leaf in leaves]
         present = set(self.file.schema_arrow.names)
         missing = [n for n in names if n not in present]
-        _expect(not missing, f"column(s) {missing} missing (listed in the file's metadata)")
+        expect(not missing, f"column(s) {missing} missing (listed in the file's metadata)")
         rows = self.file.metadata.row_group(rg).num_rows
         table = self.file.read_row_group(rg, columns=names)
         return {
