@@ -254,7 +254,7 @@ class EnvPoolEnv(BaseEnv):
         n = len(ids)
         infos = [{k: info[k][i] for k in extra} if extra else {} for i in range(n)]
         # reset steps become first rows (reward 0, no flags): the episode starts there
-        return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first)
+        return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first, in_order=True)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -89,8 +89,6 @@ class GymEnvs(BaseEnv):
         self._id_list = list(range(num_envs))
         self._all_ids = np.arange(num_envs, dtype=np.int64)
         self._all_ids.flags.writeable = False  # shared by every poll's rows
-        self._no_firsts = np.zeros(num_envs, dtype=bool)
-        self._no_firsts.flags.writeable = False
         self.possible_agents = (DEFAULT_AGENT_ID,)
         self._needs_reset = set(range(num_envs))
         self._seeded = [False] * num_envs
@@ -224,13 +222,12 @@ class GymEnvs(BaseEnv):
         stacked, bad = (None, None) if errors else self._stack(obs, self._id_list)
         if errors or bad:  # the general path names and drops the culprits
             return self._redo(obs, rew, term, trunc, infos, set(reset_ok), errors)
+        first = None
         if reset_ok:
             first = np.zeros(self.num_envs, dtype=bool)
             first[reset_ok] = True
-        else:
-            first = self._no_firsts
         rows = EnvRowsBuilder.columns(
-            ids, stacked, rew, term, trunc, infos, first, agent_ids=self._agent_ids
+            ids, stacked, rew, term, trunc, infos, first, agent_ids=self._agent_ids, in_order=True
         )
         if rows.errors:  # a reward that is not a number
             self._failures.update(rows.errors)

@@ -85,9 +85,8 @@ class EnvRows:
         "truncateds",
     )
 
-    def __init__(
+    def __init__(  # positional or keyword: the builder passes them in order (cheaper)
         self,
-        *,
         env_ids: np.ndarray,
         agent_ids: tuple,
         obs: Any,
@@ -330,42 +329,61 @@ class EnvRowsBuilder:
         terminateds: Any,
         truncateds: Any,
         infos: Sequence[dict],
-        is_first: np.ndarray,
+        is_first: np.ndarray | None,
         *,
         agent_ids: tuple | None = None,
+        in_order: bool = False,
     ) -> EnvRows:
         """Single-agent rows from whole columns (``obs`` already one stacked batch): for
         adapters that step sub-envs as arrays. ``agent_ids`` defaults to
-        ``DEFAULT_AGENT_ID`` per row; first rows get reward 0 and no flags."""
+        ``DEFAULT_AGENT_ID`` per row; first rows get reward 0 and no flags.
+
+        What an adapter knows for free it may say, so the common poll costs a few numpy
+        calls: ``is_first=None`` means no row is a first observation, ``in_order=True``
+        that ``env_ids`` are strictly ascending (e.g. every sub-env in order), and flags
+        given as Python lists are looked at in Python (cheaper than numpy for a few rows).
+        """
         n = len(env_ids)
         agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
         rew, bad = reward_column(rewards, env_ids, agents)
+        ended = _any_true(terminateds) or _any_true(truncateds)
         term = np.asarray(terminateds, dtype=bool)
         trunc = np.asarray(truncateds, dtype=bool)
-        if np.count_nonzero(is_first):
+        if is_first is None:
+            is_first = np.zeros(n, dtype=bool)
+            stepped = env_ids
+        elif np.count_nonzero(is_first):
             keep = ~is_first
             rew, term, trunc = np.where(keep, rew, 0.0), term & keep, trunc & keep
             stepped = env_ids[keep]
         else:
             stepped = env_ids
-        ascending = _ascending(env_ids)
-        rows = EnvRows(
-            env_ids=env_ids,
-            agent_ids=agents,
-            obs=obs,
-            rewards=rew,
-            terminateds=term,
-            truncateds=trunc,
-            infos=infos,
-            is_first=is_first,
-            stacked=True,
-            stepped=stepped if ascending else np.unique(stepped),
-            done_envs=_done_envs(env_ids, term, trunc),
-            extra_rewards=[],
-            errors={},
-            dense=ascending,
+        ascending = in_order or _ascending(env_ids)
+        rows = EnvRows(  # in the order of EnvRows.__init__
+            env_ids,
+            agents,
+            obs,
+            rew,
+            term,
+            trunc,
+            infos,
+            is_first,
+            True,  # stacked
+            stepped if ascending else np.unique(stepped),
+            _done_envs(env_ids, term, trunc) if ended else {},
+            [],  # extra_rewards
+            {},  # errors
+            ascending,  # dense
         )
         return rows.without_envs(bad) if bad else rows
+
+
+def _any_true(flags: Any) -> bool:
+    """Whether any flag is set: a list in Python (a few rows: cheaper than numpy), else
+    one numpy call; a column that is not a list or array is looked at by numpy."""
+    if type(flags) is list and len(flags) <= 64:
+        return any(flags)
+    return bool(np.count_nonzero(np.asarray(flags)))
 
 
 def errors_only(errors: Mapping[int, BaseException]) -> EnvRows:

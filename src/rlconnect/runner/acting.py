@@ -26,21 +26,6 @@ from rlconnect.runner.pipelines import PolicyPipelines
 __all__ = ["act"]
 
 
-def _call(
-    policy: Any, policy_id: str, inputs: Any, explore: bool, env_ids: np.ndarray, agent_ids: tuple
-) -> tuple[Any, list, dict]:
-    """``policy.compute_actions``, with any error raised as a ``PolicyError`` naming it."""
-    try:
-        return policy.compute_actions(inputs, explore=explore)
-    except Exception as exc:
-        raise PolicyError(
-            f"policy {policy_id!r} ({type(policy).__name__}) raised "
-            f"{describe_exception(exc)} in compute_actions on {len(env_ids)} row(s) "
-            f"(env ids {sorted(set(env_ids.tolist()))[:5]}, agents "
-            f"{sorted(set(map(str, agent_ids)))[:5]})"
-        ) from exc
-
-
 def act(
     pid: str,
     policy: Policy,
@@ -63,7 +48,14 @@ def act(
     """
     clock = time.perf_counter
     t0 = clock()
-    actions, state_outs, fetches = _call(policy, pid, inputs, explore, env_ids, agent_ids)
+    try:
+        actions, state_outs, fetches = policy.compute_actions(inputs, explore=explore)
+    except Exception as exc:
+        raise PolicyError(
+            f"policy {pid!r} ({type(policy).__name__}) raised {describe_exception(exc)} in "
+            f"compute_actions on {len(env_ids)} row(s) (env ids "
+            f"{sorted(set(env_ids.tolist()))[:5]}, agents {sorted(set(map(str, agent_ids)))[:5]})"
+        ) from exc
     if logged:  # ExternalEnv.log_action: the logged action is what gets recorded
         actions, fetches = apply_logged_actions(
             policy, logged, env_ids, agent_ids, actions, fetches

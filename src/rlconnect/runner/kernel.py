@@ -176,7 +176,12 @@ class StepKernel:
             episodes.ret[env_ids] += rows.rewards  # one row per sub-env
         block = self.blockable and rows.dense
         if not done_envs:
-            done = self._none_done(n) if block else terminateds | truncateds
+            if not block:
+                done = terminateds | truncateds
+            elif len(self._not_done) == n:
+                done = self._not_done
+            else:
+                done = self._none_done(n)
         else:
             done = terminateds | truncateds
             if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
@@ -275,8 +280,9 @@ class StepKernel:
         agent_steps: np.ndarray | None,
         full: bool,
     ) -> None:
-        """The rows of one policy: agent pipeline, record, then act for the live ones
-        (``flags``: terminated, truncated, and done for every row of the poll)."""
+        """The rows of one policy: agent pipeline, record, then the policy, the action
+        pipeline and the env actions for the rows that are not done (``flags``:
+        terminated, truncated, and done for every row of the poll)."""
         cfg, episodes = self.config, self.episodes
         t0 = time.perf_counter()
         pipe = self.pipes.agent[pid]
@@ -324,30 +330,14 @@ class StepKernel:
         if agent_steps is not None:
             self.book.mark_closed(env_ids, agent_ids, done)
         self._secs["mean_raw_obs_processing_ms"] += time.perf_counter() - t0
-        self._act(pid, data, env_ids, agent_ids, done, getattr(rows, "logged_actions", None))
-
-    def _act(
-        self,
-        pid: str,
-        data: AgentData,
-        env_ids: np.ndarray,
-        agent_ids: tuple,
-        done: np.ndarray,
-        logged: Any,
-    ) -> None:
-        """Policy, action pipeline and env actions for the rows that are not done."""
+        # act for the rows that are not done (the shared none-done column: every row)
         inputs: Any = data
         where: np.ndarray | None = None
-        if done is not self._not_done and np.count_nonzero(done):  # (shared: none done)
+        if done is not self._not_done and np.count_nonzero(done):
             where = ~done
             if not np.count_nonzero(where):
                 return
-            ai = np.flatnonzero(where)
-            inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
-            env_ids = env_ids[ai]
-            agent_ids = (
-                tuple(agent_ids[i] for i in ai.tolist()) if self.multi else agent_ids[: len(ai)]
-            )
+            inputs, env_ids, agent_ids = self._live_rows(data, env_ids, agent_ids, where)
         outputs, env_actions = act(
             pid,
             self.policies[pid],
@@ -355,17 +345,26 @@ class StepKernel:
             inputs,
             env_ids,
             agent_ids,
-            explore=self.config.explore,
+            explore=cfg.explore,
             check=self._action_checks[pid],
-            logged=logged,
+            logged=getattr(rows, "logged_actions", None),
             timers=self.timers,
         )
-        if self.config.record_env_actions:
+        if cfg.record_env_actions:
             outputs["env_actions"] = env_actions
         self.recorder.outputs(pid, outputs, where)
         t0 = time.perf_counter()
         self.env.send_actions(env_ids, agent_ids, env_actions)
         self._secs["mean_env_wait_ms"] += time.perf_counter() - t0
+
+    def _live_rows(
+        self, data: AgentData, env_ids: np.ndarray, agent_ids: tuple, where: np.ndarray
+    ) -> tuple[dict[str, Any], np.ndarray, tuple]:
+        """The policy inputs, env ids and agent ids of the rows in ``where``."""
+        ai = np.flatnonzero(where)
+        inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
+        kept = tuple(agent_ids[i] for i in ai.tolist()) if self.multi else agent_ids[: len(ai)]
+        return inputs, env_ids[ai], kept
 
     def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
         """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""

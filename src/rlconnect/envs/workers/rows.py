@@ -52,7 +52,8 @@ def block_rows(
 ) -> EnvRows:
     """The rows the answering workers (sub-envs ``lo .. hi - 1`` each) wrote to the block,
     copied out of it; ``full``: every worker answered."""
-    if full and (a.status == ST_ROW).all():
+    in_order = full and bool((a.status == ST_ROW).all())
+    if in_order:
         ids: Any = all_ids
         obs = tree.map_structure(np.copy, a.obs)
         first, rew, term, trunc = a.first.copy(), a.rew.copy(), a.term.copy(), a.trunc.copy()
@@ -63,7 +64,7 @@ def block_rows(
         obs = tree.map_structure(lambda v: v[ids], a.obs)
         first, rew, term, trunc = a.first[ids], a.rew[ids], a.term[ids], a.trunc[ids]
     info_list = [{} for _ in ids] if not infos else [infos.get(i, {}) for i in ids.tolist()]
-    rows = EnvRowsBuilder.columns(ids, obs, rew, term, trunc, info_list, first)
+    rows = EnvRowsBuilder.columns(ids, obs, rew, term, trunc, info_list, first, in_order=in_order)
     return rows.without_envs(errors) if errors else rows
 
 
