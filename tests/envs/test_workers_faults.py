@@ -152,3 +152,62 @@ def test_a_hung_worker_without_restarts_is_a_timeout_error():
     )
     with pytest.raises(EnvTimeoutError, match=r"sub-env 1 did not finish a step within 1\.0 s"):
         sample_all(runner, 2)
+
+
+class FlakyPair(rc.MultiAgentEnv):
+    """Agents ``a`` and ``b`` step one ``make_flaky`` env each: sub-env 1 raises in its
+    second episode (first build only) and is rebuilt; its next reset shows its seed."""
+
+    possible_agents = ["a", "b"]
+    observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
+    action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
+
+    def __init__(self, ctx: rc.EnvContext) -> None:
+        self.envs = {a: make_flaky(ctx) for a in "ab"}
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = {}, {}
+        for k, (a, env) in enumerate(self.envs.items()):
+            obs[a], infos[a] = env.reset(seed=None if seed is None else seed + k)
+        return obs, infos
+
+    def step(self, actions):
+        out = {a: self.envs[a].step(act) for a, act in actions.items()}
+        obs, rew, term, trunc, infos = ({a: o[k] for a, o in out.items()} for k in range(5))
+        term["__all__"] = False
+        trunc["__all__"] = any(trunc.values())
+        return obs, rew, term, trunc, infos
+
+
+def sample_pairs(**cfg) -> tuple[list[rc.SampleBatch], list[dict]]:
+    space = StepCountEnv.observation_space, StepCountEnv.action_space
+    config = rc.RunnerConfig(
+        num_envs=3,
+        rollout_fragment_length=12,
+        seed=21,
+        restart_failed_sub_environments=True,
+        **cfg,
+    )
+    runner = rc.EnvRunner(
+        FlakyPair, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+    )
+    batches, metrics = sample_all(runner, 3)
+    return [b.policy_batches["p"] for b in batches], metrics
+
+
+@pytest.mark.parametrize("cfg", [{"num_env_workers": 3}, {"num_env_workers": 2}])
+def test_a_restarted_multi_agent_sub_env_in_a_worker_samples_what_in_process_does(cfg):
+    local, local_m = sample_pairs()
+    remote, remote_m = sample_pairs(**cfg)
+    faulty = [m for m in local_m if m["episode_faulty"]]
+    assert [m["env_id"] for m in faulty] == [1]
+    starts = {float(s) for b in local for s in b["obs"][b["env_id"] == 1][:, 3]}
+    assert len(starts) >= 3  # the rebuilt sub-env's episodes start where its seed says
+    for a, b in zip(local, remote, strict=True):
+        assert sorted(a.keys()) == sorted(b.keys())
+        for key in a:
+            if key == "infos":
+                assert list(a[key]) == list(b[key])
+            else:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert remote_m == local_m
