@@ -79,27 +79,29 @@ def test_a_raising_sub_env_without_restarts_is_an_env_error_naming_it():
         sample_all(runner, 2)
 
 
-def test_a_killed_worker_is_replaced_and_only_its_episodes_dropped():
+def workers(before: set[int]) -> dict[str, int]:
+    """Worker processes started since ``before``, by name (``rlconnect-env-worker-<w>``)."""
+    return {p.name: p.pid for p in multiprocessing.active_children() if p.pid not in before}
+
+
+@pytest.mark.parametrize(
+    ("cfg", "lost"), [({"num_env_workers": 2}, [2, 3]), ({"remote_envs": True}, [1])]
+)
+def test_a_killed_worker_is_replaced_and_only_its_episodes_dropped(cfg, lost):
     before = children()
     runner = runner_for(
-        make_plain,
-        make_indexed,
-        n=4,
-        frag=10,
-        seed=21,
-        num_env_workers=2,
-        restart_failed_sub_environments=True,
+        make_plain, make_indexed, n=4, frag=10, seed=21, restart_failed_sub_environments=True, **cfg
     )
     try:
         runner.sample()
         runner.get_metrics()
-        old = [w.proc.pid for w in runner.env.workers]
-        os.kill(old[1], signal.SIGKILL)
+        old = workers(before)
+        os.kill(old["rlconnect-env-worker-1"], signal.SIGKILL)
         batches = [runner.sample() for _ in range(2)]
         metrics = runner.get_metrics()
-        new = [w.proc.pid for w in runner.env.workers]
-        assert new[0] == old[0] and new[1] != old[1]
-        assert len(children() - before) == 2
+        new = workers(before)
+        assert new.keys() == old.keys()  # as many live workers as before, no leftover
+        assert {name for name in old if new[name] != old[name]} == {"rlconnect-env-worker-1"}
     finally:
         runner.stop()
     assert children() <= before  # no process left after stop()
@@ -107,16 +109,21 @@ def test_a_killed_worker_is_replaced_and_only_its_episodes_dropped():
         assert len(b) == 40
         check_count_truth(b)
     faulty = sorted(m["env_id"] for m in metrics if m["episode_faulty"])
-    assert faulty == [2, 3]  # the killed worker's sub-envs, one open episode each
-    assert all(not m["episode_faulty"] for m in metrics if m["env_id"] < 2)
+    assert faulty == lost  # the killed worker's sub-envs, one open episode each
+    assert all(not m["episode_faulty"] for m in metrics if m["env_id"] not in lost)
 
 
-def test_a_killed_worker_without_restarts_is_an_env_error_naming_its_sub_envs():
-    runner = runner_for(make_plain, make_indexed, n=4, frag=10, seed=21, num_env_workers=2)
+@pytest.mark.parametrize(
+    ("cfg", "held"),
+    [({"num_env_workers": 2}, r"sub-envs 0\.\.1"), ({"remote_envs": True}, "sub-env 0")],
+)
+def test_a_killed_worker_without_restarts_is_an_env_error_naming_its_sub_envs(cfg, held):
+    before = children()
+    runner = runner_for(make_plain, make_indexed, n=4, frag=10, seed=21, **cfg)
     try:
         runner.sample()
-        os.kill(runner.env.workers[0].proc.pid, signal.SIGKILL)
-        with pytest.raises(rc.EnvError, match=r"worker process of sub-envs 0\.\.1 died") as info:
+        os.kill(workers(before)["rlconnect-env-worker-0"], signal.SIGKILL)
+        with pytest.raises(rc.EnvError, match=rf"worker process of {held} died") as info:
             runner.sample()
         assert "exit code -9" in str(info.value.__cause__ or info.value)
     finally:
@@ -195,7 +202,7 @@ def sample_pairs(**cfg) -> tuple[list[rc.SampleBatch], list[dict]]:
     return [b.policy_batches["p"] for b in batches], metrics
 
 
-@pytest.mark.parametrize("cfg", [{"num_env_workers": 3}, {"num_env_workers": 2}])
+@pytest.mark.parametrize("cfg", [{"remote_envs": True}, {"num_env_workers": 2}])
 def test_a_restarted_multi_agent_sub_env_in_a_worker_samples_what_in_process_does(cfg):
     local, local_m = sample_pairs()
     remote, remote_m = sample_pairs(**cfg)

@@ -154,8 +154,9 @@ def _build(creator: Callable[[EnvContext], Any], spec: GroupSpec) -> tuple[BaseE
             act_spaces=dict(first.action_spaces),
         )
     raise TypeError(
-        f"num_env_workers steps gymnasium envs and multi-agent envs in worker processes, but "
-        f"the env creator returned {type(first).__name__}; use num_env_workers=0"
+        "env worker processes (num_env_workers >= 1 or remote_envs=True) step gymnasium envs "
+        f"and multi-agent envs, but the env creator returned {type(first).__name__}; use "
+        "num_env_workers=0 and remote_envs=False to build it in the runner's process"
     )
 
 
