@@ -3,7 +3,7 @@
 Workers are not daemonic, so an env may start a ``multiprocessing.Process`` (a simulator
 server, say). ``stop()``, the garbage collection of a runner never stopped, and the
 interpreter's exit each end every worker, and with it (through the envs' ``close()``) the
-processes its envs started.
+processes its envs started; workers whose runner process was killed end by themselves.
 """
 
 from __future__ import annotations
@@ -102,12 +102,12 @@ def test_a_runner_dropped_without_stop_ends_its_workers():
     assert all_gone(helpers)
 
 
-_EXIT_SCRIPT = """
+_SCRIPT = """
 import weakref
 class Early: pass
 early = Early()
 weakref.finalize(early, print, end="")  # weakref's exit hook now runs after multiprocessing's
-import multiprocessing, sys
+import multiprocessing, sys, time
 sys.path.insert(0, {envs!r})
 import rlconnect as rc
 from env_cases import StepCountEnv, make_with_helper
@@ -119,31 +119,43 @@ batch = runner.sample()
 workers = [p.pid for p in multiprocessing.active_children()]
 helpers = sorted({{i["helper_pid"] for i in batch["infos"]}})
 print(" ".join(map(str, workers + helpers)), flush=True)
+time.sleep({hold_s})
 # the script ends here, the runner still referenced and never stopped
 """
 
 
+def script(hold_s: float = 0.0) -> tuple[list[str], dict[str, str]]:
+    """A Python command running ``_SCRIPT``, and the environment it needs."""
+    code = textwrap.dedent(_SCRIPT.format(envs=str(ENVS_DIR), hold_s=hold_s))
+    path = os.pathsep.join([str(SRC_DIR), os.environ.get("PYTHONPATH", "")])
+    return [sys.executable, "-c", code], {**os.environ, "PYTHONPATH": path}
+
+
 def test_interpreter_exit_ends_the_workers_of_a_runner_never_stopped():
-    script = _EXIT_SCRIPT.format(envs=str(ENVS_DIR))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(SRC_DIR), os.environ.get("PYTHONPATH", "")]),
-    }
+    cmd, env = script()
     start = time.monotonic()
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - start < 30  # exit did not wait on a worker forever
     pids = {int(p) for p in out.stdout.split()}
     assert len(pids) == 4  # two workers, two helpers
     assert all_gone(pids)
     assert "Traceback" not in out.stderr and "leaked" not in out.stderr, out.stderr
+
+
+def test_the_workers_of_a_killed_runner_process_end_by_themselves():
+    cmd, env = script(hold_s=60)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        pids = {int(p) for p in proc.stdout.readline().split()}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(pids) == 4  # two workers, two helpers
+    assert all_gone(pids)  # the pipes to the runner closed: the workers closed their envs
 
 
 @pytest.mark.slow
