@@ -1,4 +1,4 @@
-"""Env steps/s of remote_envs=True (gymnasium AsyncVectorEnv workers) vs in-process envs.
+"""Env steps/s of remote_envs=True (one env worker per sub-env) vs in-process envs.
 
 Two workloads at N=4 sub-envs with a RandomPolicy (so the envs dominate): CartPole-v1,
 whose step costs microseconds, and a slow env that sleeps 1 ms per step (a simulator).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import time
 from collections import defaultdict
 
 import gymnasium as gym
@@ -59,6 +61,50 @@ def make_indexed(ctx: rc.EnvContext) -> gym.Env:
     """StepCountEnv whose obs shows the context it was built with (index and seed)."""
     offset = 10_000 * ctx.vector_index + (0 if ctx.seed is None else 100_000 * ctx.seed)
     return gym.wrappers.TimeLimit(StepCountEnv(offset=offset), max_episode_steps=7)
+
+
+def _helper_loop(conn, env_end, linger_s: float) -> None:
+    """A process an env starts (a simulator server): answers ``x`` with ``x + 1``; ends
+    ``linger_s`` after the env's process is gone (``env_end``, inherited when forked, is
+    closed first so that the helper sees it go)."""
+    env_end.close()
+    try:
+        while (x := conn.recv()) is not None:
+            conn.send(x + 1.0)
+    except EOFError:
+        time.sleep(linger_s)
+
+
+class HelperProcessEnv(StepCountEnv):
+    """StepCountEnv whose rewards come from a child process it starts (a
+    ``multiprocessing.Process``, which daemonic processes may not start); its step infos
+    carry the helper's pid, and ``close()`` ends the helper."""
+
+    def __init__(self, offset: float = 0.0, linger_s: float = 0.0) -> None:
+        super().__init__(offset)
+        self._conn, child = multiprocessing.Pipe()
+        args = (child, self._conn, linger_s)
+        self.helper = multiprocessing.Process(target=_helper_loop, args=args)
+        self.helper.start()
+        child.close()
+
+    def step(self, action):
+        obs, _, term, trunc, info = super().step(action)
+        self._conn.send(float(action))
+        return obs, self._conn.recv(), term, trunc, {**info, "helper_pid": self.helper.pid}
+
+    def close(self) -> None:
+        if self.helper.exitcode is None:
+            self._conn.send(None)
+            self.helper.join(5)
+        super().close()
+
+
+def make_with_helper(ctx: rc.EnvContext) -> gym.Env:
+    """A StepCountEnv per sub-env (its index in the obs) with a helper process, which
+    outlives the env's process by ``env_config["helper_linger_s"]``."""
+    env = HelperProcessEnv(10_000 * ctx.vector_index, ctx.config.get("helper_linger_s", 0.0))
+    return gym.wrappers.TimeLimit(env, max_episode_steps=7)
 
 
 ENV_FNS = {"cartpole": make_cartpole, "short_cartpole": make_short_cartpole, "short": make_short}

@@ -1,13 +1,15 @@
-"""remote_envs=True: sub-envs in worker processes sample what in-process sub-envs sample."""
+"""remote_envs=True: one env worker per sub-env, sampling exactly what in-process envs do."""
 
 from __future__ import annotations
 
-import gymnasium as gym
+import multiprocessing
+
 import numpy as np
 import pytest
-from env_cases import make_cartpole, make_indexed, row_tuples, runner_for, spaces
+from env_cases import StepCountEnv, make_cartpole, make_indexed, make_short, runner_for, spaces
 
 import rlconnect as rc
+from rlconnect.envs import GymEnvs
 
 
 def draw(env, make, remote, k=3, **kw):
@@ -18,15 +20,29 @@ def draw(env, make, remote, k=3, **kw):
         runner.stop()
 
 
+def assert_same_batches(a: list[rc.SampleBatch], b: list[rc.SampleBatch]) -> None:
+    """Every column of every batch equal, in the same order (infos too)."""
+    for x, y in zip(a, b, strict=True):
+        assert sorted(x.keys()) == sorted(y.keys())
+        for key in x:
+            if key == "infos":
+                assert list(x[key]) == list(y[key])
+            else:
+                np.testing.assert_array_equal(np.asarray(x[key]), np.asarray(y[key]), err_msg=key)
+
+
+def children() -> set[int]:
+    """The pids of this process's live child processes."""
+    return {p.pid for p in multiprocessing.active_children()}
+
+
 @pytest.mark.parametrize(
     ("env", "make"), [("CartPole-v1", make_cartpole), (make_indexed, make_indexed)]
 )
 def test_remote_envs_sample_what_local_envs_sample(env, make):
     local, remote = draw(env, make, False), draw(env, make, True)
-    for a, b in zip(local, remote, strict=True):
-        assert len(b) == 120
-        assert row_tuples(b) == row_tuples(a)
-        assert b["infos"].tolist() == a["infos"].tolist() or make is make_cartpole
+    assert [len(b) for b in remote] == [120] * 3
+    assert_same_batches(local, remote)
     if make is make_indexed:  # creators got the same context: index and seed show in obs
         b = remote[0]
         offsets = b["obs"][:, 3] - b["obs"][:, 3] % 1000
@@ -35,48 +51,83 @@ def test_remote_envs_sample_what_local_envs_sample(env, make):
 
 
 def test_remote_envs_with_a_horizon_stay_true():
-    runner = runner_for(make_indexed, make_indexed, n=2, frag=10, remote_envs=True, horizon=3)
-    try:
-        batch = runner.sample()
-    finally:
-        runner.stop()
+    def sample(remote):
+        runner = runner_for(make_indexed, make_indexed, n=2, frag=10, remote_envs=remote, horizon=3)
+        try:
+            return [runner.sample()]
+        finally:
+            runner.stop()
+
+    (batch,) = remote = sample(True)
     assert len(batch) == 20
     np.testing.assert_array_equal(batch["new_obs"][:, 1], batch["obs"][:, 1] + 1)
     assert np.all(batch["t"] == batch["obs"][:, 1])  # reset at the horizon: t is the env's
+    assert_same_batches(sample(False), remote)
 
 
-def test_stop_closes_the_worker_processes():
-    runner = runner_for("CartPole-v1", make_cartpole, n=2, frag=5, remote_envs=True)
-    venv = runner.env.venv
-    assert isinstance(venv, gym.vector.AsyncVectorEnv)
-    procs = list(venv.processes)
-    assert len(procs) == 2 and all(p.is_alive() for p in procs)
-    assert len(runner.sample()) == 10
+def test_remote_envs_start_one_worker_per_sub_env_and_stop_ends_them():
+    before = children()
+    runner = runner_for("CartPole-v1", make_cartpole, n=3, frag=5, remote_envs=True)
+    started = children() - before
+    assert len(started) == 3  # one per sub-env
+    assert len(runner.sample()) == 15
     runner.stop()
-    for p in procs:
-        p.join(timeout=5)
-    assert not any(p.is_alive() for p in procs)
-    assert venv.closed
+    assert not children() & started
     runner.stop()  # idempotent
 
 
-def _multi_agent_creator(ctx):
-    from env_cases import StepCountEnv
+class _TwoAgents(rc.MultiAgentEnv):
+    """Two agents stepping a StepCountEnv each; the episode ends after 5 steps."""
 
-    class TwoAgents(rc.MultiAgentEnv):
-        possible_agents = ["a", "b"]
-        observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
-        action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
+    possible_agents = ["a", "b"]
+    observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
+    action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
 
-    return TwoAgents()
+    def __init__(self, ctx=None):
+        self.envs = {a: make_short() for a in "ab"}
+
+    def reset(self, *, seed=None, options=None):
+        out = {
+            a: e.reset(seed=None if seed is None else seed + k)
+            for k, (a, e) in enumerate(self.envs.items())
+        }
+        return {a: o for a, (o, _) in out.items()}, {a: i for a, (_, i) in out.items()}
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
+        for a, act in actions.items():
+            obs[a], rew[a], term[a], trunc[a], infos[a] = self.envs[a].step(act)
+        term["__all__"] = False
+        trunc["__all__"] = any(trunc.values())
+        return obs, rew, term, trunc, infos
+
+
+def test_remote_envs_run_multi_agent_envs_as_in_process():
+    def run(remote):
+        space = StepCountEnv.observation_space, StepCountEnv.action_space
+        config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=12, seed=4, remote_envs=remote)
+        runner = rc.EnvRunner(
+            _TwoAgents, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+        )
+        try:
+            return [runner.sample().policy_batches["p"] for _ in range(2)]
+        finally:
+            runner.stop()
+
+    local, remote = run(False), run(True)
+    assert all(len(b) >= 36 for b in remote)
+    assert_same_batches(local, remote)
+
+
+def _builds_a_base_env(ctx):
+    return GymEnvs(make_cartpole, 2)
 
 
 def test_remote_envs_name_what_they_cannot_run():
     policy = rc.RandomPolicy(*spaces(make_cartpole))
-    with pytest.raises(TypeError, match=r"remote_envs=True .* returned TwoAgents"):
+    before = children()
+    with pytest.raises(TypeError, match=r"remote_envs=True\) step .* returned GymEnvs"):
         rc.EnvRunner(
-            _multi_agent_creator,
-            {"p": policy},
-            policy_mapping_fn=lambda *a, **k: "p",
-            config=rc.RunnerConfig(num_envs=2, remote_envs=True),
+            _builds_a_base_env, policy, config=rc.RunnerConfig(num_envs=2, remote_envs=True)
         )
+    assert children() <= before  # the workers that started were ended

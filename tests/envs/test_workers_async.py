@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 
 import gymnasium as gym
@@ -103,11 +104,14 @@ def test_async_polls_in_complete_episodes_mode():
 
 
 def test_remote_envs_with_a_poll_size_run_one_worker_per_sub_env():
+    before = {p.pid for p in multiprocessing.active_children()}
     runner = runner_for(make_slow, make_indexed, n=3, frag=6, remote_envs=True, env_poll_size=1)
     try:
-        assert isinstance(runner.env, WorkerEnvs) and len(runner.env.workers) == 3
+        started = {p.pid for p in multiprocessing.active_children()} - before
+        assert len(started) == 3
         batch = runner.sample()
     finally:
         runner.stop()
+    assert not {p.pid for p in multiprocessing.active_children()} & started
     assert len(batch) == 18
     check_count_truth(batch)

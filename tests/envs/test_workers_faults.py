@@ -79,27 +79,29 @@ def test_a_raising_sub_env_without_restarts_is_an_env_error_naming_it():
         sample_all(runner, 2)
 
 
-def test_a_killed_worker_is_replaced_and_only_its_episodes_dropped():
+def workers(before: set[int]) -> dict[str, int]:
+    """Worker processes started since ``before``, by name (``rlconnect-env-worker-<w>``)."""
+    return {p.name: p.pid for p in multiprocessing.active_children() if p.pid not in before}
+
+
+@pytest.mark.parametrize(
+    ("cfg", "lost"), [({"num_env_workers": 2}, [2, 3]), ({"remote_envs": True}, [1])]
+)
+def test_a_killed_worker_is_replaced_and_only_its_episodes_dropped(cfg, lost):
     before = children()
     runner = runner_for(
-        make_plain,
-        make_indexed,
-        n=4,
-        frag=10,
-        seed=21,
-        num_env_workers=2,
-        restart_failed_sub_environments=True,
+        make_plain, make_indexed, n=4, frag=10, seed=21, restart_failed_sub_environments=True, **cfg
     )
     try:
         runner.sample()
         runner.get_metrics()
-        old = [w.proc.pid for w in runner.env.workers]
-        os.kill(old[1], signal.SIGKILL)
+        old = workers(before)
+        os.kill(old["rlconnect-env-worker-1"], signal.SIGKILL)
         batches = [runner.sample() for _ in range(2)]
         metrics = runner.get_metrics()
-        new = [w.proc.pid for w in runner.env.workers]
-        assert new[0] == old[0] and new[1] != old[1]
-        assert len(children() - before) == 2
+        new = workers(before)
+        assert new.keys() == old.keys()  # as many live workers as before, no leftover
+        assert {name for name in old if new[name] != old[name]} == {"rlconnect-env-worker-1"}
     finally:
         runner.stop()
     assert children() <= before  # no process left after stop()
@@ -107,16 +109,21 @@ def test_a_killed_worker_is_replaced_and_only_its_episodes_dropped():
         assert len(b) == 40
         check_count_truth(b)
     faulty = sorted(m["env_id"] for m in metrics if m["episode_faulty"])
-    assert faulty == [2, 3]  # the killed worker's sub-envs, one open episode each
-    assert all(not m["episode_faulty"] for m in metrics if m["env_id"] < 2)
+    assert faulty == lost  # the killed worker's sub-envs, one open episode each
+    assert all(not m["episode_faulty"] for m in metrics if m["env_id"] not in lost)
 
 
-def test_a_killed_worker_without_restarts_is_an_env_error_naming_its_sub_envs():
-    runner = runner_for(make_plain, make_indexed, n=4, frag=10, seed=21, num_env_workers=2)
+@pytest.mark.parametrize(
+    ("cfg", "held"),
+    [({"num_env_workers": 2}, r"sub-envs 0\.\.1"), ({"remote_envs": True}, "sub-env 0")],
+)
+def test_a_killed_worker_without_restarts_is_an_env_error_naming_its_sub_envs(cfg, held):
+    before = children()
+    runner = runner_for(make_plain, make_indexed, n=4, frag=10, seed=21, **cfg)
     try:
         runner.sample()
-        os.kill(runner.env.workers[0].proc.pid, signal.SIGKILL)
-        with pytest.raises(rc.EnvError, match=r"worker process of sub-envs 0\.\.1 died") as info:
+        os.kill(workers(before)["rlconnect-env-worker-0"], signal.SIGKILL)
+        with pytest.raises(rc.EnvError, match=rf"worker process of {held} died") as info:
             runner.sample()
         assert "exit code -9" in str(info.value.__cause__ or info.value)
     finally:
@@ -152,3 +159,62 @@ def test_a_hung_worker_without_restarts_is_a_timeout_error():
     )
     with pytest.raises(EnvTimeoutError, match=r"sub-env 1 did not finish a step within 1\.0 s"):
         sample_all(runner, 2)
+
+
+class FlakyPair(rc.MultiAgentEnv):
+    """Agents ``a`` and ``b`` step one ``make_flaky`` env each: sub-env 1 raises in its
+    second episode (first build only) and is rebuilt; its next reset shows its seed."""
+
+    possible_agents = ["a", "b"]
+    observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
+    action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
+
+    def __init__(self, ctx: rc.EnvContext) -> None:
+        self.envs = {a: make_flaky(ctx) for a in "ab"}
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = {}, {}
+        for k, (a, env) in enumerate(self.envs.items()):
+            obs[a], infos[a] = env.reset(seed=None if seed is None else seed + k)
+        return obs, infos
+
+    def step(self, actions):
+        out = {a: self.envs[a].step(act) for a, act in actions.items()}
+        obs, rew, term, trunc, infos = ({a: o[k] for a, o in out.items()} for k in range(5))
+        term["__all__"] = False
+        trunc["__all__"] = any(trunc.values())
+        return obs, rew, term, trunc, infos
+
+
+def sample_pairs(**cfg) -> tuple[list[rc.SampleBatch], list[dict]]:
+    space = StepCountEnv.observation_space, StepCountEnv.action_space
+    config = rc.RunnerConfig(
+        num_envs=3,
+        rollout_fragment_length=12,
+        seed=21,
+        restart_failed_sub_environments=True,
+        **cfg,
+    )
+    runner = rc.EnvRunner(
+        FlakyPair, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+    )
+    batches, metrics = sample_all(runner, 3)
+    return [b.policy_batches["p"] for b in batches], metrics
+
+
+@pytest.mark.parametrize("cfg", [{"remote_envs": True}, {"num_env_workers": 2}])
+def test_a_restarted_multi_agent_sub_env_in_a_worker_samples_what_in_process_does(cfg):
+    local, local_m = sample_pairs()
+    remote, remote_m = sample_pairs(**cfg)
+    faulty = [m for m in local_m if m["episode_faulty"]]
+    assert [m["env_id"] for m in faulty] == [1]
+    starts = {float(s) for b in local for s in b["obs"][b["env_id"] == 1][:, 3]}
+    assert len(starts) >= 3  # the rebuilt sub-env's episodes start where its seed says
+    for a, b in zip(local, remote, strict=True):
+        assert sorted(a.keys()) == sorted(b.keys())
+        for key in a:
+            if key == "infos":
+                assert list(a[key]) == list(b[key])
+            else:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert remote_m == local_m

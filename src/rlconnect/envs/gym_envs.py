@@ -100,15 +100,18 @@ class GymEnvs(BaseEnv):
         self._obs_shape = self._obs_space.shape if box else None
         self._obs_dtype = self._obs_space.dtype if box else None
 
-    def _make(self, index: int) -> gym.Env:
-        ctx = EnvContext(
+    def _context(self, index: int) -> EnvContext:
+        """The context sub-env ``index`` is built with now; its first reset takes its seed."""
+        return EnvContext(
             vector_index=index,
             num_envs=self.num_envs,
             worker_index=self._worker_index,
             seed=sub_env_seed(self._seed, index, self._restarts[index]),
             config=self._env_config,
         )
-        env = self._creator(ctx)
+
+    def _make(self, index: int) -> gym.Env:
+        env = self._creator(self._context(index))
         if not isinstance(env, gym.Env):
             raise TypeError(f"env creator returned {type(env).__name__}, not a gymnasium.Env")
         return env
@@ -149,7 +152,7 @@ class GymEnvs(BaseEnv):
     def _reset_one(self, i: int) -> tuple[Any, dict]:
         seed = None
         if not self._seeded[i]:
-            seed = sub_env_seed(self._seed, i, self._restarts[i])
+            seed = self._context(i).seed
             self._seeded[i] = True
         return self.envs[i].reset(seed=seed)
 

@@ -5,8 +5,9 @@ registered with ``register_env_adapter`` (the latest first), then the built-in o
 this order: an ``rc.BaseEnv`` as it is, an ``rc.ExternalEnv``, a gymnasium ``VectorEnv``, a
 gymnasium id (or an Atari id with ``preset="atari"``), one env instance (gymnasium,
 ``rc.MultiAgentEnv`` or PettingZoo), an env creator. Adding a kind of env is one entry in
-``_BUILT_IN`` (or one ``register_env_adapter`` call). Env creators (and ids) are built
-where ``_HOSTS`` says: in worker processes with ``remote_envs``, else in this process.
+``_BUILT_IN`` (or one ``register_env_adapter`` call). Env creators (and ids) are built in
+env worker processes (``WorkerEnvs``) with ``num_env_workers`` or ``remote_envs`` (one
+worker per sub-env), else in this process.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from rlconnect.envs.envpool_env import is_envpool, make_envpool
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
-from rlconnect.envs.parallel import check_parallel_spec, in_workers
-from rlconnect.envs.remote import RemoteVectorEnv
+from rlconnect.envs.parallel import check_parallel_spec
 from rlconnect.envs.vector import VectorEnvAdapter
+from rlconnect.envs.workers import WorkerEnvs
 
 __all__ = ["EnvFactory", "EnvSettings", "make_base_env", "register_env_adapter"]
 
@@ -76,58 +77,17 @@ def _wrap_instance(env: Any) -> Any:
     return env
 
 
-class _RemoteEnvFn:
-    """Builds sub-env ``index`` in a worker process, with the context a local one would get."""
-
-    def __init__(
-        self, creator: Callable[[EnvContext], Any], ctx: EnvContext, base_seed: int | None = None
-    ) -> None:
-        self.creator = creator
-        self.ctx = ctx
-        self._base_seed = base_seed
-
-    def rebuilt(self, restarts: int) -> _RemoteEnvFn:
-        """The builder of this sub-env after ``restarts`` restarts (a fresh derived seed)."""
-        ctx = attrs.evolve(
-            self.ctx, seed=sub_env_seed(self._base_seed, self.ctx.vector_index, restarts)
-        )
-        return _RemoteEnvFn(self.creator, ctx, self._base_seed)
-
-    def __call__(self) -> gym.Env:
-        env = self.creator(self.ctx)
-        if not isinstance(env, gym.Env):
-            raise TypeError(
-                f"remote_envs=True steps single-agent gymnasium envs in worker processes, but "
-                f"the env creator returned {type(env).__name__}; use remote_envs=False"
-            )
-        return env
-
-
-def _async_vector(creator: Creator, s: EnvSettings) -> BaseEnv:
-    """N sub-envs in worker processes (``RemoteVectorEnv``, gymnasium's AsyncVectorEnv with
-    a worker that reports errors per sub-env, a deadline and single-worker restarts).
-
-    NEXT_STEP autoreset lets a finished sub-env reset while the others step, so rows come
-    exactly as from N local envs (sub-env ``i`` seeded ``seed + i`` at its first reset).
-    """
-    seed = s.seed
-    fns = [_RemoteEnvFn(creator, s.context(i), seed) for i in range(s.num_envs)]
-    venv = RemoteVectorEnv(
-        fns, timeout_s=s.sub_env_timeout_s, seed_of=lambda i, k: sub_env_seed(seed, i, k)
-    )
-    return VectorEnvAdapter(venv, seed=seed)
-
-
 def _in_workers(creator: Creator, s: EnvSettings) -> BaseEnv:
-    """The sub-envs in env worker processes over shared memory (``rlconnect.envs.workers``)."""
-    return in_workers(
+    """The sub-envs in env worker processes over shared memory (``rlconnect.envs.workers``):
+    ``num_env_workers`` of them, or one per sub-env with ``remote_envs``."""
+    return WorkerEnvs(
         creator,
         s.num_envs,
-        num_env_workers=s.num_env_workers,
+        num_workers=s.num_env_workers or s.num_envs,
         seed=s.seed,
-        env_config=s.env_config,
         worker_index=s.worker_index,
-        env_poll_size=s.env_poll_size,
+        env_config=s.env_config,
+        poll_size=s.env_poll_size,
         timeout_s=s.sub_env_timeout_s,
     )
 
@@ -175,14 +135,6 @@ def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
     raise TypeError(f"env creator returned {type(first).__name__}, which is not an env")
 
 
-#: where the sub-envs of a creator run: the first entry whose test takes the settings
-#: wins, else this process
-_HOSTS: list[tuple[Callable[[EnvSettings], bool], Callable[[Creator, EnvSettings], BaseEnv]]] = [
-    (lambda s: bool(s.num_env_workers or (s.remote_envs and s.env_poll_size)), _in_workers),
-    (lambda s: s.remote_envs, _async_vector),
-]
-
-
 def _external(env: ExternalEnv, s: EnvSettings) -> BaseEnv:
     """An ExternalEnv runs its episodes in lanes of one adapter (``max_concurrent`` of them)."""
     from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
@@ -204,9 +156,9 @@ def _from_creator(user_creator: Creator, s: EnvSettings) -> BaseEnv:
 
 
 def _hosted(creator: Creator, s: EnvSettings) -> BaseEnv:
-    for wanted, host in _HOSTS:
-        if wanted(s):
-            return host(creator, s)
+    """The sub-envs of a creator: in env worker processes if asked for, else here."""
+    if s.num_env_workers or s.remote_envs:
+        return _in_workers(creator, s)
     return _in_process(creator, s)
 
 
@@ -310,9 +262,10 @@ def make_base_env(
     kind registered with ``register_env_adapter``).
 
     With ``preset="atari"`` an ale-py game id gets the env-side Atari preprocessing
-    (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it). With
-    ``remote_envs``, ``sub_env_timeout_s`` bounds each worker's ``step``/``reset``.
-    ``num_env_workers`` / ``env_poll_size``: env worker processes and asynchronous polls;
+    (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it).
+    ``num_env_workers`` / ``env_poll_size``: env worker processes and asynchronous polls
+    (``remote_envs``: one worker per sub-env, unless ``num_env_workers`` says how many);
+    ``sub_env_timeout_s`` bounds one poll of a worker (it is killed and replaced);
     ``"envpool:<task id>"`` and EnvPool pools become an ``EnvPoolEnv`` (API.md section 9;
     ``horizon`` becomes the pool's ``max_episode_steps``).
     """

@@ -100,16 +100,18 @@ class MultiAgentEnvs(BaseEnv):
         self._last: dict[int, tuple[dict, dict]] = {}
         self._soft: set[int] = set()
 
-    def _make(self, index: int) -> Any:
-        return self._creator(
-            EnvContext(
-                vector_index=index,
-                num_envs=self.num_envs,
-                worker_index=self._worker_index,
-                seed=sub_env_seed(self._seed, index, self._restarts[index]),
-                config=self._env_config,
-            )
+    def _context(self, index: int) -> EnvContext:
+        """The context sub-env ``index`` is built with now; its first reset takes its seed."""
+        return EnvContext(
+            vector_index=index,
+            num_envs=self.num_envs,
+            worker_index=self._worker_index,
+            seed=sub_env_seed(self._seed, index, self._restarts[index]),
+            config=self._env_config,
         )
+
+    def _make(self, index: int) -> Any:
+        return self._creator(self._context(index))
 
     def observation_space(self, agent_id: Any) -> gym.Space:
         try:
@@ -197,7 +199,7 @@ class MultiAgentEnvs(BaseEnv):
         if resetting:
             seed = None
             if not self._seeded[i]:
-                seed = sub_env_seed(self._seed, i, self._restarts[i])
+                seed = self._context(i).seed
                 self._seeded[i] = True
             o, inf = self.envs[i].reset(seed=seed)
             return o, {}, {}, {}, inf

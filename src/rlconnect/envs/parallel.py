@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -10,11 +9,9 @@ import gymnasium as gym
 from rlconnect.envs.base import BaseEnv
 from rlconnect.envs.envpool_env import is_envpool
 from rlconnect.envs.external import ExternalEnv
-from rlconnect.envs.gym_envs import EnvContext
 from rlconnect.envs.multi_agent import MultiAgentEnv
-from rlconnect.envs.workers import WorkerEnvs
 
-__all__ = ["check_parallel_spec", "in_workers"]
+__all__ = ["check_parallel_spec"]
 
 
 def _instance(env: Any) -> str | None:
@@ -61,28 +58,3 @@ def check_parallel_spec(
             "remote_envs=True) or an EnvPool env ('envpool:<task id>'); use "
             "env_poll_size=None to step every sub-env together"
         )
-
-
-def in_workers(
-    creator: Callable[[EnvContext], Any],
-    num_envs: int,
-    *,
-    num_env_workers: int,
-    seed: int | None,
-    env_config: dict,
-    worker_index: int,
-    env_poll_size: int | None,
-    timeout_s: float | None,
-) -> BaseEnv:
-    """The sub-envs in ``num_env_workers`` worker processes (``remote_envs=True`` with an
-    ``env_poll_size``: one per sub-env)."""
-    return WorkerEnvs(
-        creator,
-        num_envs,
-        num_workers=num_env_workers or num_envs,
-        seed=seed,
-        worker_index=worker_index,
-        env_config=env_config,
-        poll_size=env_poll_size,
-        timeout_s=timeout_s,
-    )

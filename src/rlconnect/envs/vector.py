@@ -31,10 +31,8 @@ class VectorEnvAdapter(BaseEnv):
     - DISABLED: finished sub-envs are reset with a ``reset_mask`` in a round of their own.
 
     In every mode, a sub-env whose episode the runner ends although the vector env did not
-    (``horizon``) is reset with a ``reset_mask`` in such a round of its own.
-
-    A vector env with ``pop_errors()`` / ``restart(i)`` (``RemoteVectorEnv``) reports failed
-    sub-envs in ``EnvRows.errors`` and rebuilds them one at a time (``try_restart``).
+    (``horizon``) is reset with a ``reset_mask`` in such a round of its own. A vector env
+    cannot rebuild one sub-env, so ``try_restart`` raises (``BaseEnv``'s default).
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, *, seed: int | None = None) -> None:
@@ -70,26 +68,6 @@ class VectorEnvAdapter(BaseEnv):
         self._pending_reset.add(env_id)
         self._actions.pop(env_id, None)
 
-    def try_restart(self, env_id: int) -> None:
-        restart = getattr(self.venv, "restart", None)
-        if restart is None:  # a plain gymnasium vector env: its sub-envs cannot be rebuilt
-            return super().try_restart(env_id)
-        restart(env_id)
-        self._done[env_id] = False
-        self._stash.pop(env_id, None)
-        self.try_reset(env_id)
-
-    def _with_errors(self, rows: EnvRows) -> EnvRows:
-        """Rows without the sub-envs the vector env reports as failed (if it reports any);
-        those and the sub-envs whose rows were bad are forgotten until restarted."""
-        pop = getattr(self.venv, "pop_errors", None)
-        errors = pop() if pop is not None else None
-        for i in [*rows.errors, *(errors or ())]:
-            self._done[i] = False
-            self._stash.pop(i, None)
-            self._actions.pop(i, None)
-        return rows.without_envs(errors) if errors else rows
-
     def _rows(
         self,
         ids: list[int],
@@ -119,7 +97,7 @@ class VectorEnvAdapter(BaseEnv):
             obs, info = self.venv.reset(seed=self._seed)
             self._pending_reset.clear()
             self._done[:] = False
-            return self._with_errors(self._first_rows(list(range(n)), obs, _split_infos(info, n)))
+            return self._first_rows(list(range(n)), obs, _split_infos(info, n))
         pending = self._pending_reset
         if self._mode is gym.vector.AutoresetMode.NEXT_STEP:
             masked = sorted(i for i in pending if not self._done[i])  # the venv won't reset these
@@ -143,10 +121,7 @@ class VectorEnvAdapter(BaseEnv):
                 self._stash.clear()
             ids = sorted(firsts)
             pending.difference_update(ids)
-            firsts_rows = self._first_rows(
-                ids, [firsts[i][0] for i in ids], [firsts[i][1] for i in ids]
-            )
-            return self._with_errors(firsts_rows)
+            return self._first_rows(ids, [firsts[i][0] for i in ids], [firsts[i][1] for i in ids])
         acts = []
         for i in range(n):
             a = self._actions.pop(i, None)
@@ -174,7 +149,7 @@ class VectorEnvAdapter(BaseEnv):
                 rows[i] = info["final_obs"][i]
                 infos[i] = finals[i] if finals is not None else {}
             obs = stack_samples(self._obs_space, rows)
-        return self._with_errors(self._rows(list(range(n)), obs, rew, term, trunc, infos, first))
+        return self._rows(list(range(n)), obs, rew, term, trunc, infos, first)
 
     def close(self) -> None:
         self.venv.close()

@@ -207,8 +207,9 @@ class RunnerConfig:
     #: restarts of one sub-env in a row (no completed episode in between) before
     #: ``sample()`` gives up with an EnvError instead (a sub-env that fails every episode)
     sub_env_restart_limit: int = attrs.field(default=5, validator=_non_negative_int)
-    #: seconds a sub-env in a worker process (``remote_envs=True``) may take for one
-    #: ``step``/``reset``; past it the worker is killed and the sub-env failed (None: wait)
+    #: seconds an env worker process (``num_env_workers`` or ``remote_envs``) may take for
+    #: one poll of its sub-envs; past it the worker is killed and its sub-envs failed
+    #: (restarted in a new worker with restarts on; None: wait)
     sub_env_timeout_s: float | None = attrs.field(default=None, validator=_optional_timeout)
     #: check what envs return against their spaces on the first polls
     check_env: bool = attrs.field(default=True, validator=_bool)
@@ -234,9 +235,9 @@ class RunnerConfig:
     record_env_actions: bool = attrs.field(default=False, validator=_bool)
     #: also record ``raw_obs``, the observations before the agent connectors
     keep_raw_obs: bool = attrs.field(default=False, validator=_bool)
-    #: step sub-envs in worker processes (gymnasium's AsyncVectorEnv)
-    remote_envs: bool = attrs.field(default=False, validator=_bool)
     # -- env workers and asynchronous polls (API.md section 9) ------------------------------
+    #: step sub-envs in env worker processes, one per sub-env (``num_env_workers=num_envs``)
+    remote_envs: bool = attrs.field(default=False, validator=_bool)
     #: worker processes stepping the sub-envs through shared memory (0: in this process);
     #: at most ``num_envs``
     num_env_workers: int = attrs.field(default=0, validator=_env_workers)
@@ -299,8 +300,8 @@ class RunnerConfig:
             raise ValueError(
                 f"RunnerConfig.remote_envs=True with num_envs={self.num_envs} would start "
                 f"{self.num_envs} worker processes: at most {MAX_WORKER_PROCESSES} "
-                "(MAX_WORKER_PROCESSES); use fewer sub-envs, remote_envs=False, or several "
-                "runners (rc.RunnerGroup)"
+                "(MAX_WORKER_PROCESSES); use fewer sub-envs, num_env_workers instead (several "
+                "sub-envs per worker), or several runners (rc.RunnerGroup)"
             )
         if self.num_env_workers > MAX_WORKER_PROCESSES:
             raise ValueError(

@@ -1,4 +1,9 @@
-"""The runner's handle on one env worker process: start it, talk to it, end it."""
+"""The runner's handle on one env worker process: start it, talk to it, end it.
+
+Workers are not daemonic, so the envs in them may start processes of their own (a
+simulator server, say: a daemonic process may not). ``WorkerEnvs`` ends them instead:
+``close()``, its garbage collection and the interpreter's exit all run its shutdown.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import multiprocessing
 import pickle
 import time
 from multiprocessing import resource_tracker
+from multiprocessing.connection import wait
 from typing import Any
 
 from rlconnect.envs.workers.layout import SharedLayout
@@ -17,7 +23,8 @@ __all__ = ["WorkerHandle"]
 
 #: building a group of sub-envs may take this long at least (process start, loading assets)
 BUILD_WAIT_S = 60.0
-_CLOSE_WAIT_S = 2.0
+#: how long workers asked to end may take to close their envs before they are killed
+CLOSE_WAIT_S = 2.0
 
 
 class WorkerHandle:
@@ -32,6 +39,7 @@ class WorkerHandle:
         self.busy = False
         self.since = 0.0
         self.alive = False
+        self.closing = False
 
     @property
     def what(self) -> str:
@@ -50,7 +58,7 @@ class WorkerHandle:
             target=worker_main,
             args=(blob, self.spec, child, parent),
             name=f"rlconnect-env-worker-{self.index}",
-            daemon=True,
+            daemon=False,  # its envs may start processes; WorkerEnvs ends it
         )
         proc.start()
         child.close()
@@ -76,13 +84,22 @@ class WorkerHandle:
         self.since = time.monotonic()
 
     def recv(self, wait_s: float | None, what: str) -> bytes:
-        """The next answer within ``wait_s``; a dead or late worker is killed and raises."""
-        if wait_s is not None and not self.conn.poll(wait_s):
+        """The next answer within ``wait_s`` (None: however long it takes); a dead or late
+        worker is killed and raises. Watches the process too: a process the worker's envs
+        started may hold the worker's end of the pipe open after the worker died."""
+        ready = wait([self.conn, self.proc.sentinel], wait_s)
+        if not ready:
             self.kill()
             raise EnvTimeoutError(
                 f"the worker process of {self.what} did not answer {what} within {wait_s} s "
                 "(RunnerConfig.sub_env_timeout_s); it was killed"
             )
+        if self.conn not in ready and not self.conn.poll():  # ended without an answer
+            raise self.died()
+        return self.read()
+
+    def read(self) -> bytes:
+        """The answer of a worker whose pipe is ready; a worker that died raises."""
         try:
             return self.conn.recv_bytes()
         except (EOFError, OSError):
@@ -112,12 +129,28 @@ class WorkerHandle:
         if proc is not None:
             proc.join(1.0)
 
-    def close(self) -> None:
-        """Ask the worker to end (it closes its envs); kill it if it does not in time."""
-        if self.alive and not self.busy:
+    def ask_to_close(self) -> None:
+        """Ask a live worker to end: it closes its envs first (after the poll it is busy
+        with, if any)."""
+        if self.alive:
             with contextlib.suppress(Exception):
                 self.conn.send_bytes(b"c")
-                self.proc.join(_CLOSE_WAIT_S)
+                self.closing = True
+
+    def close(self, deadline: float) -> None:
+        """Wait until ``deadline`` (``time.monotonic()``) for a worker asked to end, reading
+        what it still sends (the answer of a poll it was busy with), then kill it if it
+        still runs."""
+        waiting = [self.conn, self.proc.sentinel] if self.closing else []
+        self.closing = False
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            ready = wait(waiting, left)
+            if not ready or self.proc.sentinel in ready:
+                break
+            try:
+                self.conn.recv_bytes()
+            except (EOFError, OSError):  # it closed its end: wait for it to exit
+                waiting = [self.proc.sentinel]
         self.kill()
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pickle
 import time
-import weakref
 from collections.abc import Callable
+from multiprocessing import util
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -30,7 +30,7 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext
-from rlconnect.envs.workers.handle import WorkerHandle, mp_context
+from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context
 from rlconnect.envs.workers.layout import (
     CMD_NONE,
     CMD_RESET,
@@ -47,6 +47,9 @@ from rlconnect.errors import EnvError, EnvTimeoutError, describe_exception
 from rlconnect.spaces import describe_space, spaces_equal, unstack_batch
 
 __all__ = ["WorkerEnvs", "split_evenly"]
+
+#: how often a poll waiting for workers without a timeout checks that they still run
+_LIVENESS_S = 1.0
 
 
 def split_evenly(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
@@ -100,10 +103,14 @@ class WorkerEnvs(BaseEnv):
         try:
             self._start(self.workers)
         except BaseException:
-            self.close()
+            _shutdown(self.workers, self._block)
             raise
         assert self._block is not None
-        weakref.finalize(self, _shutdown, self.workers, self._block)
+        # multiprocessing's finalizer, not weakref's: at exit it runs before multiprocessing
+        # joins the (non-daemonic) workers, and never in a forked child
+        self._finalizer: util.Finalize[None] = util.Finalize(
+            self, _shutdown, args=(self.workers, self._block), exitpriority=10
+        )
         self.polls_dense = not self.is_multi_agent and self._a.obs is not None
         self._a.cmd[:] = CMD_RESET  # the first poll resets every sub-env
 
@@ -299,38 +306,46 @@ class WorkerEnvs(BaseEnv):
         while pending and (have < need or not got):
             ready = wait(list(pending), timeout=self._wait_s(pending.values()))
             if not ready:
-                self._time_out(pending, errors)
+                self._stalled(pending, errors)
                 continue
             for conn in ready:
                 w = pending.pop(conn)
                 try:
-                    got[w.index] = w.recv(None, "a poll")
+                    got[w.index] = w.read()
                 except EnvError as exc:
                     errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
                 self._a.cmd[w.lo : w.hi] = CMD_NONE
                 have += w.hi - w.lo
         return got
 
-    def _wait_s(self, workers: Any) -> float | None:
+    def _wait_s(self, workers: Any) -> float:
+        """Until the first deadline of ``workers``, or ``_LIVENESS_S`` (no timeout)."""
         if self.timeout_s is None:
-            return None
+            return _LIVENESS_S
         now = time.monotonic()
-        return max(min(w.since for w in workers) + self.timeout_s - now, 0.0)
+        return max(min(min(w.since for w in workers) + self.timeout_s - now, _LIVENESS_S), 0.0)
 
-    def _time_out(self, pending: dict[Any, WorkerHandle], errors: dict) -> None:
+    def _stalled(self, pending: dict[Any, WorkerHandle], errors: dict) -> None:
+        """Fail the sub-envs of workers past ``sub_env_timeout_s`` (killed) and of workers
+        that ended without answering (a process their envs started may hold their pipe
+        open, so no end of file tells)."""
         now = time.monotonic()
-        assert self.timeout_s is not None
         for conn, w in list(pending.items()):
-            if now - w.since >= self.timeout_s:
-                del pending[conn]
-                pid = w.proc.pid
-                w.kill()
-                self._a.cmd[w.lo : w.hi] = CMD_NONE
-                exc = EnvTimeoutError(
-                    f"the worker process (pid {pid}) of {w.what} did not finish a step within "
-                    f"{self.timeout_s} s (sub_env_timeout_s); it was killed"
-                )
-                errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
+            late = self.timeout_s is not None and now - w.since >= self.timeout_s
+            if not late and w.proc.exitcode is None:
+                continue
+            del pending[conn]
+            self._a.cmd[w.lo : w.hi] = CMD_NONE
+            if not late:
+                errors.update(dict.fromkeys(range(w.lo, w.hi), w.died()))
+                continue
+            pid = w.proc.pid
+            w.kill()
+            exc = EnvTimeoutError(
+                f"the worker process (pid {pid}) of {w.what} did not finish a step within "
+                f"{self.timeout_s} s (sub_env_timeout_s); it was killed"
+            )
+            errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
 
     def _rows(self, replies: dict[int, bytes], errors: dict[int, BaseException]) -> EnvRows:
         answered = [self.workers[w] for w in sorted(replies)]
@@ -343,13 +358,19 @@ class WorkerEnvs(BaseEnv):
 
     def close(self) -> None:
         self._a = None  # type: ignore[assignment]
-        _shutdown(self.workers, self._block)
+        self._finalizer()
         self._block = None
 
 
 def _shutdown(workers: list[WorkerHandle], block: SharedBlock | None) -> None:
-    """End every worker process and free the block (also at exit, for envs never closed)."""
+    """End every worker process and free the block: on ``close()``, when an env never
+    closed is garbage collected, and at interpreter exit. The workers close their envs in
+    parallel (one busy with a poll finishes it first); those still running after
+    ``CLOSE_WAIT_S`` are killed."""
     for w in workers:
-        w.close()
+        w.ask_to_close()
+    deadline = time.monotonic() + CLOSE_WAIT_S
+    for w in workers:
+        w.close(deadline)
     if block is not None:
         block.close()

@@ -61,13 +61,16 @@ class GroupSpec:
     env_config: dict[str, Any]
     restarts: tuple[int, ...]
 
-    def context(self, index: int, restarts: int) -> EnvContext:
-        """The EnvContext of global sub-env ``index`` after ``restarts`` restarts."""
+    def local_context(self, local: int, restarts_here: int) -> EnvContext:
+        """The EnvContext of the group's sub-env ``local`` after ``restarts_here`` restarts
+        in this process: the one the runner's process would build it with, restarts in
+        replaced worker processes counted too."""
+        index = self.offset + local
         return EnvContext(
             vector_index=index,
             num_envs=self.num_envs,
             worker_index=self.worker_index,
-            seed=sub_env_seed(self.seed, index, restarts),
+            seed=sub_env_seed(self.seed, index, self.restarts[local] + restarts_here),
             config=self.env_config,
         )
 
@@ -113,47 +116,30 @@ def decode_error(payload: ErrorPayload, where: str) -> BaseException:
 
 
 class _GymGroup(GymEnvs):
-    """``GymEnvs`` over a group: sub-envs built and seeded with their global index."""
+    """``GymEnvs`` over a group: sub-envs built and seeded with their global index and
+    restart count (restarts before this process included), as in the runner's process."""
 
     def __init__(self, creator: Callable[[EnvContext], Any], spec: GroupSpec, envs: list) -> None:
         self._spec = spec
         super().__init__(creator, spec.size, seed=spec.seed, envs=envs)
 
-    def _make(self, index: int) -> gym.Env:
-        spec = self._spec
-        env = self._creator(spec.context(spec.offset + index, self._count(index)))
-        if not isinstance(env, gym.Env):
-            raise TypeError(f"env creator returned {type(env).__name__}, not a gymnasium.Env")
-        return env
-
-    def _count(self, index: int) -> int:
-        return self._spec.restarts[index] + self._restarts[index]
-
-    def _reset_one(self, i: int) -> tuple[Any, dict]:
-        seed = None
-        if not self._seeded[i]:
-            seed = sub_env_seed(self._seed, self._spec.offset + i, self._count(i))
-            self._seeded[i] = True
-        return self.envs[i].reset(seed=seed)
+    def _context(self, index: int) -> EnvContext:
+        return self._spec.local_context(index, self._restarts[index])
 
 
 class _MultiGroup(MultiAgentEnvs):
-    """``MultiAgentEnvs`` over a group. First resets are seeded ``seed + global index``; a
-    restarted sub-env gets a fresh derived seed (another one than in the runner's process)."""
+    """``MultiAgentEnvs`` over a group: built and seeded like ``_GymGroup``'s sub-envs."""
 
     def __init__(self, creator: Callable[[EnvContext], Any], spec: GroupSpec, envs: list) -> None:
         self._spec = spec
-        seed = None if spec.seed is None else spec.seed + spec.offset
-        super().__init__(creator, spec.size, seed=seed, envs=envs)
+        super().__init__(creator, spec.size, seed=spec.seed, envs=envs)
 
-    def _make(self, index: int) -> Any:
-        spec = self._spec
-        count = spec.restarts[index] + self._restarts[index]
-        return self._creator(spec.context(spec.offset + index, count))
+    def _context(self, index: int) -> EnvContext:
+        return self._spec.local_context(index, self._restarts[index])
 
 
 def _build(creator: Callable[[EnvContext], Any], spec: GroupSpec) -> tuple[BaseEnv, Hello]:
-    envs = [creator(spec.context(spec.offset + i, spec.restarts[i])) for i in range(spec.size)]
+    envs = [creator(spec.local_context(i, 0)) for i in range(spec.size)]
     first = envs[0]
     if isinstance(first, gym.Env):
         group: BaseEnv = _GymGroup(creator, spec, envs)
@@ -168,8 +154,9 @@ def _build(creator: Callable[[EnvContext], Any], spec: GroupSpec) -> tuple[BaseE
             act_spaces=dict(first.action_spaces),
         )
     raise TypeError(
-        f"num_env_workers steps gymnasium envs and multi-agent envs in worker processes, but "
-        f"the env creator returned {type(first).__name__}; use num_env_workers=0"
+        "env worker processes (num_env_workers >= 1 or remote_envs=True) step gymnasium envs "
+        f"and multi-agent envs, but the env creator returned {type(first).__name__}; use "
+        "num_env_workers=0 and remote_envs=False to build it in the runner's process"
     )
 
 
