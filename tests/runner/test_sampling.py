@@ -343,3 +343,29 @@ def test_empty_infos_share_one_read_only_mapping():
     assert len({id(i) for i in cart}) == 1 and dict(cart[0]) == {}
     with pytest.raises(TypeError):
         cart[0]["x"] = 1  # batch data is not mutated through a shared mapping
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_policies_mapped_per_sub_env_of_a_vector_env(n):
+    """Single-agent sub-envs mapped to different policies: every full poll is split by
+    policy, and each policy's rows are exact trajectories of its own sub-envs."""
+    env = CounterEnv(length=5)
+    policies = {
+        pid: rc.RandomPolicy(env.observation_space, env.action_space, seed=k)
+        for k, pid in enumerate(("even", "odd"))
+    }
+    config = rc.RunnerConfig(num_envs=n, rollout_fragment_length=6, seed=0)
+    runner = rc.EnvRunner(
+        lambda ctx: CounterEnv(length=5),
+        policies,
+        config=config,
+        policy_mapping_fn=lambda agent_id, episode, **kw: ("odd", "even")[episode.env_id % 2 == 0],
+    )
+    for _ in range(3):
+        batch = runner.sample()
+        assert set(batch.policy_batches) == {"even", "odd"}
+        assert batch.env_steps() == n * 6
+        for pid, part in batch.policy_batches.items():
+            assert set((part["env_id"] % 2).tolist()) == {0 if pid == "even" else 1}
+            check_counter_truth(part)
+            assert len(part) == (n // 2) * 6

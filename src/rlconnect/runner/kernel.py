@@ -88,6 +88,7 @@ class StepKernel:
         )
         self._checks_left = CHECKED_POLLS if config.check_env else 0
         self._pids = list(policies)
+        self._one_pid = self._pids[0] if len(self._pids) == 1 else ""  # "": several
         self._action_checks = {pid: ActionCheck(env, p, pid) for pid, p in policies.items()}
         #: dense polls may be recorded in blocks: one policy, no per-step hook or soft horizon
         self.blockable = (
@@ -136,8 +137,7 @@ class StepKernel:
         if not n and not rows.extra_rewards:
             return
         episodes, multi = self.episodes, self.multi
-        # a full dense poll: row i is sub-env i, so per-env arrays serve as columns
-        full = rows.dense and n == len(episodes.length)
+        full = rows.dense and n == len(episodes.length)  # row i is sub-env i
         stepped = rows.stepped
         all_stepped = full and len(stepped) == n  # then no row is a first observation
         firsts: list[int] = []
@@ -187,15 +187,18 @@ class StepKernel:
             if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
                 done |= np.isin(env_ids, list(done_envs))
         flags = (terminateds, truncateds, done)
-        if len(self._pids) == 1:  # every row is the one policy's
+        # a full poll of one policy: row i is sub-env i, so copies of the per-env arrays
+        # are its columns (and its episode ids those of the env-step log too)
+        eps = episodes.eps_id.copy() if full and self._one_pid else None
+        if self._one_pid:  # every row is the one policy's
             if n:
                 self._policy_step(
-                    self._pids[0], None, rows, obs, flags, poll, block, agent_steps, full
+                    self._one_pid, None, rows, obs, flags, poll, block, agent_steps, eps
                 )
         else:
             for pid, idx in self._groups(rows):
-                self._policy_step(pid, idx, rows, obs, flags, poll, block, agent_steps, full)
-        step_eps = episodes.eps_id.copy() if all_stepped else episodes.eps_id[stepped]
+                self._policy_step(pid, idx, rows, obs, flags, poll, block, agent_steps, None)
+        step_eps = eps if all_stepped and eps is not None else episodes.eps_id[stepped]
         if agent_steps is not None:
             for e in sorted(done_envs):
                 self.book.close_open_agents(e, done_envs[e], poll, agent_steps)
@@ -278,13 +281,15 @@ class StepKernel:
         poll: int,
         block: bool,
         agent_steps: np.ndarray | None,
-        full: bool,
+        eps: np.ndarray | None,
     ) -> None:
         """The rows of one policy: agent pipeline, record, then the policy, the action
         pipeline and the env actions for the rows that are not done (``flags``:
-        terminated, truncated, and done for every row of the poll)."""
+        terminated, truncated, and done for every row of the poll; ``eps``: the episode id
+        of every sub-env when the rows are a full poll of this one policy, else None)."""
         cfg, episodes = self.config, self.episodes
         t0 = time.perf_counter()
+        full = eps is not None
         pipe = self.pipes.agent[pid]
         connectors = len(pipe)
         terminateds, truncateds, done = flags
@@ -305,7 +310,7 @@ class StepKernel:
             traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
             rewards = rewards + self.book.take_pending(env_ids, agent_ids)
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
-        elif full:  # row i is sub-env i: copies of the per-env arrays are the columns
+        elif full:
             traj = self.trajectories.of_env.copy()
         else:
             traj = self.trajectories.of_env[env_ids]
@@ -321,7 +326,7 @@ class StepKernel:
         if connectors:
             data = pipe(data)
         record = dict(data.columns)
-        record["eps_id"] = episodes.eps_id.copy() if full else episodes.eps_id[env_ids]
+        record["eps_id"] = eps if full else episodes.eps_id[env_ids]
         record["env_id"] = env_ids
         record["agent_index"] = agent_index
         if cfg.keep_raw_obs:

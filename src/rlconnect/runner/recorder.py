@@ -38,7 +38,6 @@ class RowBlock:
 
     __slots__ = (
         "counts",
-        "env_steps",
         "events",
         "infos_empty",
         "last",
@@ -57,7 +56,6 @@ class RowBlock:
         self.polls: list[int] = []
         self.counts: list[int] = []
         self.events: list[tuple[int, np.ndarray, np.ndarray]] = []
-        self.env_steps = 0  # env steps in ``events``
 
     def __len__(self) -> int:
         return len(self.records)
@@ -147,20 +145,19 @@ class Recorder:
         self.collectors = collectors
         self.block_polls = block_polls
         self.blocks_handed_over = 0  # how often a block reached the collectors (tests)
+        #: env steps waiting in the block, not yet counted by the collectors (an attribute,
+        #: not a property: the sampling loop reads it at every poll)
+        self.buffered_env_steps = 0
         self._block = RowBlock()
         self._pid = ""
         self._blocking = False
-
-    @property
-    def buffered_env_steps(self) -> int:
-        """Env steps waiting in the block (not yet counted by the collectors)."""
-        return self._block.env_steps
 
     def flush(self) -> None:
         """Hand the buffered polls to the collectors."""
         if len(self._block):
             self._block.hand_over(self.collectors, self._pid)
             self._block = RowBlock()
+            self.buffered_env_steps = 0
             self.blocks_handed_over += 1
 
     def rows(
@@ -212,6 +209,6 @@ class Recorder:
         if self._blocking:
             if len(env_ids):
                 self._block.events.append((poll, env_ids, eps_ids))
-                self._block.env_steps += len(env_ids)
+                self.buffered_env_steps += len(env_ids)
         elif len(env_ids):
             self.collectors.add_env_steps(poll, env_ids, eps_ids, agent_steps)
