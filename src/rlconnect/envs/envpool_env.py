@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import sub_env_seed
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only
@@ -234,7 +235,8 @@ class EnvPoolEnv(BaseEnv):
 
     def _rows(self, obs: Any, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> EnvRows:
         ids = np.asarray(info["env_id"], dtype=np.int64)
-        order = None if (np.diff(ids) > 0).all() else np.argsort(ids, kind="stable")
+        ascending = len(ids) < 2 or not np.count_nonzero(ids[1:] <= ids[:-1])
+        order = None if ascending else np.argsort(ids, kind="stable")
         first = np.asarray(info["elapsed_step"]) == 0
         rew = np.asarray(rew, dtype=np.float64)
         term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
@@ -252,7 +254,8 @@ class EnvPoolEnv(BaseEnv):
         if self._frames:
             obs = obs[:, 0]
         n = len(ids)
-        infos = [{k: info[k][i] for k in extra} if extra else {} for i in range(n)]
+        # no info of its own (e.g. classic control): one shared empty mapping per row
+        infos = [{k: info[k][i] for k in extra} for i in range(n)] if extra else [EMPTY_INFO] * n
         # reset steps become first rows (reward 0, no flags): the episode starts there
         return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first, in_order=True)
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.envs.base import EnvRows
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only
 from rlconnect.envs.workers.handle import WorkerHandle
@@ -63,7 +64,10 @@ def block_rows(
         ids = span[a.status[span] == ST_ROW]
         obs = tree.map_structure(lambda v: v[ids], a.obs)
         first, rew, term, trunc = a.first[ids], a.rew[ids], a.term[ids], a.trunc[ids]
-    info_list = [{} for _ in ids] if not infos else [infos.get(i, {}) for i in ids.tolist()]
+    # sub-envs without an info share one read-only empty mapping (no dict per row)
+    info_list = (
+        [infos.get(i, EMPTY_INFO) for i in ids.tolist()] if infos else [EMPTY_INFO] * len(ids)
+    )
     rows = EnvRowsBuilder.columns(ids, obs, rew, term, trunc, info_list, first, in_order=in_order)
     return rows.without_envs(errors) if errors else rows
 
