@@ -42,6 +42,7 @@ from rlconnect.envs.workers.layout import (
     SharedArrays,
     SharedBlock,
 )
+from rlconnect.envs.workers.tuning import tune_worker_process
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
 __all__ = ["GroupSpec", "Hello", "decode_error", "encode_error", "worker_main"]
@@ -242,8 +243,11 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
     """Build the group, say hello, attach to the block, then serve polls until closed.
 
     ``parent_end`` (the runner's end of the pipe, inherited when forked) is closed first,
-    so the worker sees the pipe close when the runner's process goes away."""
+    so the worker sees the pipe close when the runner's process goes away. The process is
+    tuned (one thread per numeric library, batch scheduling: ``tuning``) before the env
+    creator is unpickled or run."""
     parent_end.close()
+    tune_worker_process()
     group: BaseEnv | None = None
     block: SharedBlock | None = None
     try:
