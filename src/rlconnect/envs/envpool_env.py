@@ -224,7 +224,7 @@ class EnvPoolEnv(BaseEnv):
                 pool.send(self._actions[ids], ids.astype(np.int32))
                 self._todo[ids] = False
             return pool.recv()
-        if not self._todo.all():
+        if np.count_nonzero(self._todo) != self.num_envs:
             missing = np.flatnonzero(~self._todo).tolist()[:5]
             raise RuntimeError(
                 f"a synchronous EnvPool pool steps every sub-env together, but sub-envs "

@@ -165,8 +165,9 @@ def _done_envs(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> dict
     done = term | trunc
     if not np.count_nonzero(done):  # faster than any() on small arrays
         return {}
-    idx = np.flatnonzero(done).tolist()
-    return {int(env_ids[k]): (bool(term[k]), bool(trunc[k])) for k in idx}
+    idx = done.nonzero()[0]  # the method: np.flatnonzero goes through three wrappers
+    ended = env_ids[idx].tolist()
+    return dict(zip(ended, zip(term[idx].tolist(), trunc[idx].tolist(), strict=True), strict=True))
 
 
 class EnvRowsBuilder:

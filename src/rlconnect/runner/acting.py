@@ -10,12 +10,13 @@ and the check that every env action lies in its space.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from rlconnect.batches import SampleBatch
+from rlconnect.collectors.store import take_rows
 from rlconnect.connectors import ActionData
 from rlconnect.envs.external import apply_logged_actions
 from rlconnect.errors import PolicyError, describe_exception
@@ -23,7 +24,33 @@ from rlconnect.policy import Policy
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
 
-__all__ = ["act"]
+__all__ = ["RowSubset", "act"]
+
+
+class RowSubset(Mapping[str, Any]):
+    """Policy inputs for some rows of a poll (e.g. those whose episode goes on): each
+    column is taken when first read, so a policy that reads only ``obs`` pays for one
+    column, not for every column the agent pipeline made. ``infos`` are not inputs."""
+
+    __slots__ = ("_columns", "_rows", "_taken")
+
+    def __init__(self, columns: Mapping[str, Any], rows: np.ndarray) -> None:
+        self._columns, self._rows = columns, rows
+        self._taken: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._taken:
+            return self._taken[key]
+        if key == "infos":
+            raise KeyError(key)
+        value = self._taken[key] = take_rows(self._columns[key], self._rows)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k in self._columns if k != "infos")
+
+    def __len__(self) -> int:
+        return len(self._columns) - ("infos" in self._columns)
 
 
 def act(

@@ -32,7 +32,7 @@ from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
 from rlconnect.episodes import Episode
 from rlconnect.policy import Policy
-from rlconnect.runner.acting import act
+from rlconnect.runner.acting import RowSubset, act
 from rlconnect.runner.agents import MultiAgentBook, episode_flags
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.episode_tracker import EpisodeHooks, EpisodeTracker
@@ -364,10 +364,10 @@ class StepKernel:
 
     def _live_rows(
         self, data: AgentData, env_ids: np.ndarray, agent_ids: tuple, where: np.ndarray
-    ) -> tuple[dict[str, Any], np.ndarray, tuple]:
+    ) -> tuple[RowSubset, np.ndarray, tuple]:
         """The policy inputs, env ids and agent ids of the rows in ``where``."""
-        ai = np.flatnonzero(where)
-        inputs = {k: take_rows(v, ai) for k, v in data.columns.items() if k != "infos"}
+        ai = where.nonzero()[0]
+        inputs = RowSubset(data.columns, ai)
         kept = tuple(agent_ids[i] for i in ai.tolist()) if self.multi else agent_ids[: len(ai)]
         return inputs, env_ids[ai], kept
 
