@@ -10,7 +10,7 @@ Workloads (random actions; rlconnect samples with a RandomPolicy):
 Contenders: gymnasium ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=True)`` (their
 steps include the reset step after each episode), EnvPool stepped by hand (2 threads),
 and ``EnvRunner.sample()`` with the sub-envs in-process, ``remote_envs=True``,
-``num_env_workers=1`` and ``2``, and on EnvPool (``"envpool:<task>"``, 2 threads) sync and
+``num_env_workers=1`` and ``2`` (sync, and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads) sync and
 async (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
 turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
 [min-max over rounds] and the ratio of medians to the in-process runner. Contenders whose
@@ -138,6 +138,9 @@ def contenders(workload: str) -> dict[str, Callable[[], tuple[Runner, Callable[[
         "rlconnect remote_envs": lambda: _rlconnect(workload, spec, remote_envs=True, **preset),
         "rlconnect 1 env worker": lambda: _rlconnect(workload, spec, num_env_workers=1, **preset),
         "rlconnect 2 env workers": lambda: _rlconnect(workload, spec, num_env_workers=2, **preset),
+        "rlconnect 2 workers async": lambda: _rlconnect(
+            workload, spec, num_env_workers=2, env_poll_size=n // 2, **preset
+        ),
         "rlconnect envpool sync": lambda: _rlconnect(workload, pool, **threads),
         "rlconnect envpool async": lambda: _rlconnect(
             workload, pool, env_poll_size=n // 2, **threads

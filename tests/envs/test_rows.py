@@ -126,6 +126,36 @@ def test_columns_derive_like_the_row_builder():
     assert rows.agent_ids == (A, A, A) and rows.stacked and rows.dense
 
 
+@pytest.mark.parametrize("as_lists", [True, False])
+def test_columns_hints_give_the_rows_the_derivation_gives(as_lists):
+    """``is_first=None`` (no first rows) and ``in_order=True`` are what an adapter knows for
+    free; with them the rows are those the builder derives itself, lists or arrays."""
+    ids = np.arange(4, dtype=np.int64)
+    term, trunc = [False, True, False, False], [False, False, False, True]
+    if not as_lists:
+        term, trunc = np.array(term), np.array(trunc)
+    args = (ids, np.ones((4, 2)), [1.0, 2.0, 3.0, 4.0], term, trunc, [{}] * 4)
+    hinted = EnvRowsBuilder.columns(*args, None, in_order=True)
+    derived = EnvRowsBuilder.columns(*args, np.zeros(4, dtype=bool))
+    for rows in (hinted, derived):
+        assert rows.done_envs == {1: (True, False), 3: (False, True)}
+        assert rows.stepped.tolist() == [0, 1, 2, 3] and rows.dense
+        assert rows.is_first.tolist() == [False] * 4
+        assert all(type(v) is bool for flags in rows.done_envs.values() for v in flags)
+    calm = EnvRowsBuilder.columns(
+        ids, np.ones((4, 2)), [0.0] * 4, [False] * 4, [False] * 4, [{}] * 4, None, in_order=True
+    )
+    assert calm.done_envs == {} and calm.dense
+
+
+def test_columns_without_the_order_hint_check_the_order():
+    ids = np.array([2, 0, 1], dtype=np.int64)
+    rows = EnvRowsBuilder.columns(
+        ids, np.zeros((3, 2)), [1.0] * 3, [False] * 3, [False] * 3, [{}] * 3, None
+    )
+    assert not rows.dense and rows.stepped.tolist() == [0, 1, 2]
+
+
 def test_columns_with_a_bad_reward_shape_fail_every_sub_env():
     rows = EnvRowsBuilder.columns(
         np.arange(2, dtype=np.int64),
