@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import pickle
+import select
 import time
+from collections.abc import Iterable
 from multiprocessing import resource_tracker
 from multiprocessing.connection import wait
 from typing import Any
@@ -19,7 +21,7 @@ from rlconnect.envs.workers.layout import SharedLayout
 from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error, worker_main
 from rlconnect.errors import EnvError, EnvTimeoutError
 
-__all__ = ["WorkerHandle"]
+__all__ = ["WorkerHandle", "ready_workers"]
 
 #: building a group of sub-envs may take this long at least (process start, loading assets)
 BUILD_WAIT_S = 60.0
@@ -157,3 +159,19 @@ class WorkerHandle:
 def mp_context(name: str | None) -> Any:
     """The multiprocessing context workers start in (the platform's default for None)."""
     return multiprocessing.get_context(name)
+
+
+def ready_workers(workers: Iterable[WorkerHandle], timeout_s: float) -> list[WorkerHandle]:
+    """The workers whose pipe has an answer (or was closed) within ``timeout_s``.
+
+    One ``poll(2)`` call where the OS has it: ``multiprocessing.connection.wait`` builds a
+    selector in Python for every call, which cost more than the whole hand-off of a poll.
+    """
+    by_fd = {w.conn.fileno(): w for w in workers}
+    if not hasattr(select, "poll"):  # e.g. Windows
+        ready = wait([w.conn for w in by_fd.values()], timeout_s)
+        return [w for w in by_fd.values() if w.conn in ready]
+    poller = select.poll()
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    return [by_fd[fd] for fd, _ in poller.poll(max(timeout_s, 0.0) * 1000.0)]

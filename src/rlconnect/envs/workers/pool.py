@@ -18,7 +18,6 @@ import pickle
 import time
 from collections.abc import Callable
 from multiprocessing import util
-from multiprocessing.connection import wait
 from typing import Any
 
 import attrs
@@ -30,7 +29,7 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext
-from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context
+from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context, ready_workers
 from rlconnect.envs.workers.layout import (
     CMD_NONE,
     CMD_RESET,
@@ -193,7 +192,9 @@ class WorkerEnvs(BaseEnv):
 
     # -- commands -------------------------------------------------------------------------
     def _idle_check(self, env_ids: np.ndarray) -> None:
-        for w in {int(x) for x in self._of_env[env_ids].tolist()}:
+        if not any(w.busy for w in self.workers):  # always so between synchronous polls
+            return
+        for w in set(self._of_env[env_ids].tolist()):
             if self.workers[w].busy:
                 raise RuntimeError(
                     f"sub-envs of worker {w} got a command while it is stepping: act only on "
@@ -288,7 +289,7 @@ class WorkerEnvs(BaseEnv):
             if w.busy or not w.alive:
                 continue
             extra = self._extra.pop(w.index, None)
-            if not self.is_multi_agent and extra is None and not cmd[w.lo : w.hi].any():
+            if not self.is_multi_agent and extra is None and not np.count_nonzero(cmd[w.lo : w.hi]):
                 continue
             try:
                 w.send(b"p" if extra is None else pickle.dumps(("poll", extra)))
@@ -298,18 +299,18 @@ class WorkerEnvs(BaseEnv):
 
     def _collect(self, errors: dict[int, BaseException]) -> dict[int, bytes]:
         """Answers of busy workers: all of them, or (``poll_size``) enough for B sub-envs."""
-        pending = {w.conn: w for w in self.workers if w.busy}
+        pending = {w.index: w for w in self.workers if w.busy}
         need = sum(w.hi - w.lo for w in pending.values())
         need = min(need, self.poll_size)
         got: dict[int, bytes] = {}
         have = 0
         while pending and (have < need or not got):
-            ready = wait(list(pending), timeout=self._wait_s(pending.values()))
+            ready = ready_workers(pending.values(), self._wait_s(pending.values()))
             if not ready:
                 self._stalled(pending, errors)
                 continue
-            for conn in ready:
-                w = pending.pop(conn)
+            for w in ready:
+                del pending[w.index]
                 try:
                     got[w.index] = w.read()
                 except EnvError as exc:
@@ -330,11 +331,11 @@ class WorkerEnvs(BaseEnv):
         that ended without answering (a process their envs started may hold their pipe
         open, so no end of file tells)."""
         now = time.monotonic()
-        for conn, w in list(pending.items()):
+        for key, w in list(pending.items()):
             late = self.timeout_s is not None and now - w.since >= self.timeout_s
             if not late and w.proc.exitcode is None:
                 continue
-            del pending[conn]
+            del pending[key]
             self._a.cmd[w.lo : w.hi] = CMD_NONE
             if not late:
                 errors.update(dict.fromkeys(range(w.lo, w.hi), w.died()))

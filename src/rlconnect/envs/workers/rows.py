@@ -53,10 +53,10 @@ def block_rows(
 ) -> EnvRows:
     """The rows the answering workers (sub-envs ``lo .. hi - 1`` each) wrote to the block,
     copied out of it; ``full``: every worker answered."""
-    in_order = full and bool((a.status == ST_ROW).all())
+    in_order = full and not np.count_nonzero(a.status != ST_ROW)
     if in_order:
         ids: Any = all_ids
-        obs = tree.map_structure(np.copy, a.obs)
+        obs = a.obs.copy() if type(a.obs) is np.ndarray else tree.map_structure(np.copy, a.obs)
         first, rew, term, trunc = a.first.copy(), a.rew.copy(), a.term.copy(), a.trunc.copy()
     else:
         parts = [np.arange(lo, hi) for lo, hi in spans]
