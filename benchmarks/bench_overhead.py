@@ -61,8 +61,9 @@ class FreeEnv(BaseEnv):
     def poll(self) -> EnvRows:
         k = self._k % POOL
         self._k += 1
-        first = np.zeros(self.num_envs, dtype=bool)
+        first = None  # what GymEnvs says too: no first row, all sub-envs in order
         if self._fresh:
+            first = np.zeros(self.num_envs, dtype=bool)
             first[list(self._fresh)] = True
             self._fresh.clear()
         return EnvRowsBuilder.columns(
@@ -73,6 +74,7 @@ class FreeEnv(BaseEnv):
             self._zeros,
             self._infos,
             first,
+            in_order=True,
         )
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: object) -> None:
