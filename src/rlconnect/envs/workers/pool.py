@@ -191,10 +191,10 @@ class WorkerEnvs(BaseEnv):
             raise KeyError(f"agent {agent_id!r} has no action space; known: {known}") from None
 
     # -- commands -------------------------------------------------------------------------
-    def _idle_check(self, env_ids: np.ndarray) -> None:
+    def _idle_check(self, env_ids: np.ndarray | list[int]) -> None:
         if not any(w.busy for w in self.workers):  # always so between synchronous polls
             return
-        for w in set(self._of_env[env_ids].tolist()):
+        for w in set(self._of_env[np.asarray(env_ids)].tolist()):
             if self.workers[w].busy:
                 raise RuntimeError(
                     f"sub-envs of worker {w} got a command while it is stepping: act only on "
@@ -238,15 +238,15 @@ class WorkerEnvs(BaseEnv):
         self._a.cmd[env_ids] = CMD_STEP_PIPED
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
-        self._idle_check(np.array([env_id]))
+        self._idle_check([env_id])
         self._a.cmd[env_id] = CMD_RESET
 
     def soft_reset(self, env_id: int) -> None:
-        self._idle_check(np.array([env_id]))
+        self._idle_check([env_id])
         self._a.cmd[env_id] = CMD_SOFT
 
     def try_restart(self, env_id: int) -> None:
-        self._idle_check(np.array([env_id]))
+        self._idle_check([env_id])
         w = self.workers[int(self._of_env[env_id])]
         if env_id in self._respawned:  # its whole worker was replaced already
             self._respawned.discard(env_id)
