@@ -176,12 +176,7 @@ class StepKernel:
             episodes.ret[env_ids] += rows.rewards  # one row per sub-env
         block = self.blockable and rows.dense
         if not done_envs:
-            if not block:
-                done = terminateds | truncateds
-            elif len(self._not_done) == n:
-                done = self._not_done
-            else:
-                done = self._none_done(n)
+            done = self._none_done(n) if block else terminateds | truncateds
         else:
             done = terminateds | truncateds
             if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
