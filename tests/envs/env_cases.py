@@ -188,3 +188,40 @@ def check_continuity(batch: rc.SampleBatch) -> None:
         np.testing.assert_array_equal(traj["new_obs"][:-1], traj["obs"][1:])
         ends = traj["terminateds"] | traj["truncateds"]
         assert not ends[:-1].any()
+
+
+class TwoAgents(rc.MultiAgentEnv):
+    """Two agents stepping a StepCountEnv each; the episode ends after 5 steps."""
+
+    possible_agents = ["a", "b"]
+    observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
+    action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
+
+    def __init__(self, ctx=None):
+        self.envs = {a: make_short() for a in "ab"}
+
+    def reset(self, *, seed=None, options=None):
+        out = {
+            a: e.reset(seed=None if seed is None else seed + k)
+            for k, (a, e) in enumerate(self.envs.items())
+        }
+        return {a: o for a, (o, _) in out.items()}, {a: i for a, (_, i) in out.items()}
+
+    def step(self, actions):
+        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
+        for a, act in actions.items():
+            obs[a], rew[a], term[a], trunc[a], infos[a] = self.envs[a].step(act)
+        term["__all__"] = False
+        trunc["__all__"] = any(trunc.values())
+        return obs, rew, term, trunc, infos
+
+
+def assert_same_batches(a: list[rc.SampleBatch], b: list[rc.SampleBatch]) -> None:
+    """Every column of every batch equal, in the same order (infos too)."""
+    for x, y in zip(a, b, strict=True):
+        assert sorted(x.keys()) == sorted(y.keys())
+        for key in x:
+            if key == "infos":
+                assert list(x[key]) == list(y[key])
+            else:
+                np.testing.assert_array_equal(np.asarray(x[key]), np.asarray(y[key]), err_msg=key)

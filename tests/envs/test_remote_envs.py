@@ -6,7 +6,15 @@ import multiprocessing
 
 import numpy as np
 import pytest
-from env_cases import StepCountEnv, make_cartpole, make_indexed, make_short, runner_for, spaces
+from env_cases import (
+    StepCountEnv,
+    TwoAgents,
+    assert_same_batches,
+    make_cartpole,
+    make_indexed,
+    runner_for,
+    spaces,
+)
 
 import rlconnect as rc
 from rlconnect.envs import GymEnvs
@@ -18,17 +26,6 @@ def draw(env, make, remote, k=3, **kw):
         return [runner.sample() for _ in range(k)]
     finally:
         runner.stop()
-
-
-def assert_same_batches(a: list[rc.SampleBatch], b: list[rc.SampleBatch]) -> None:
-    """Every column of every batch equal, in the same order (infos too)."""
-    for x, y in zip(a, b, strict=True):
-        assert sorted(x.keys()) == sorted(y.keys())
-        for key in x:
-            if key == "infos":
-                assert list(x[key]) == list(y[key])
-            else:
-                np.testing.assert_array_equal(np.asarray(x[key]), np.asarray(y[key]), err_msg=key)
 
 
 def children() -> set[int]:
@@ -76,38 +73,12 @@ def test_remote_envs_start_one_worker_per_sub_env_and_stop_ends_them():
     runner.stop()  # idempotent
 
 
-class _TwoAgents(rc.MultiAgentEnv):
-    """Two agents stepping a StepCountEnv each; the episode ends after 5 steps."""
-
-    possible_agents = ["a", "b"]
-    observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
-    action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
-
-    def __init__(self, ctx=None):
-        self.envs = {a: make_short() for a in "ab"}
-
-    def reset(self, *, seed=None, options=None):
-        out = {
-            a: e.reset(seed=None if seed is None else seed + k)
-            for k, (a, e) in enumerate(self.envs.items())
-        }
-        return {a: o for a, (o, _) in out.items()}, {a: i for a, (_, i) in out.items()}
-
-    def step(self, actions):
-        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
-        for a, act in actions.items():
-            obs[a], rew[a], term[a], trunc[a], infos[a] = self.envs[a].step(act)
-        term["__all__"] = False
-        trunc["__all__"] = any(trunc.values())
-        return obs, rew, term, trunc, infos
-
-
 def test_remote_envs_run_multi_agent_envs_as_in_process():
     def run(remote):
         space = StepCountEnv.observation_space, StepCountEnv.action_space
         config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=12, seed=4, remote_envs=remote)
         runner = rc.EnvRunner(
-            _TwoAgents, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+            TwoAgents, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
         )
         try:
             return [runner.sample().policy_batches["p"] for _ in range(2)]

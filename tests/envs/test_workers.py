@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from env_cases import (
     StepCountEnv,
+    TwoAgents,
+    assert_same_batches,
     check_count_truth,
     make_cartpole,
     make_indexed,
@@ -25,17 +27,6 @@ def draw(env, make, *, k=3, n=5, frag=30, **cfg) -> list[rc.SampleBatch]:
         return [runner.sample() for _ in range(k)]
     finally:
         runner.stop()
-
-
-def assert_same_batches(a: list[rc.SampleBatch], b: list[rc.SampleBatch]) -> None:
-    """Every column of every batch equal (infos too)."""
-    for x, y in zip(a, b, strict=True):
-        assert sorted(x.keys()) == sorted(y.keys())
-        for key in x:
-            if key == "infos":
-                assert list(x[key]) == list(y[key])
-            else:
-                np.testing.assert_array_equal(np.asarray(x[key]), np.asarray(y[key]), err_msg=key)
 
 
 def test_split_evenly():
@@ -140,38 +131,12 @@ def test_workers_need_an_id_or_a_creator():
         rc.EnvRunner(gym.make("CartPole-v1"), policy, config=cfg)
 
 
-class _TwoAgents(rc.MultiAgentEnv):
-    """Two agents stepping a StepCountEnv each; the episode ends after 5 steps."""
-
-    possible_agents = ["a", "b"]
-    observation_spaces = dict.fromkeys("ab", StepCountEnv.observation_space)
-    action_spaces = dict.fromkeys("ab", StepCountEnv.action_space)
-
-    def __init__(self, ctx=None):
-        self.envs = {a: make_short() for a in "ab"}
-
-    def reset(self, *, seed=None, options=None):
-        out = {
-            a: e.reset(seed=None if seed is None else seed + k)
-            for k, (a, e) in enumerate(self.envs.items())
-        }
-        return {a: o for a, (o, _) in out.items()}, {a: i for a, (_, i) in out.items()}
-
-    def step(self, actions):
-        obs, rew, term, trunc, infos = {}, {}, {}, {}, {}
-        for a, act in actions.items():
-            obs[a], rew[a], term[a], trunc[a], infos[a] = self.envs[a].step(act)
-        term["__all__"] = False
-        trunc["__all__"] = any(trunc.values())
-        return obs, rew, term, trunc, infos
-
-
 def test_multi_agent_envs_in_workers_sample_what_in_process_ones_do():
     def run(**cfg):
         space = StepCountEnv.observation_space, StepCountEnv.action_space
         config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=12, seed=4, **cfg)
         runner = rc.EnvRunner(
-            _TwoAgents,
+            TwoAgents,
             {"p": rc.RandomPolicy(*space)},
             policy_mapping_fn=lambda *a, **k: "p",
             config=config,

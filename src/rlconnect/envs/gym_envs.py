@@ -21,7 +21,7 @@ from rlconnect.spaces import (
     zeros_batch,
 )
 
-__all__ = ["EnvContext", "GymEnvs", "fits_dtype", "sub_env_seed"]
+__all__ = ["EnvContext", "GymEnvs", "fits_dtype", "sub_env_context", "sub_env_seed"]
 
 
 @attrs.define(frozen=True)
@@ -42,6 +42,25 @@ def sub_env_seed(seed: int | None, index: int, restarts: int = 0) -> int | None:
     if restarts == 0:
         return seed + index
     return int(np.random.SeedSequence([seed, index, restarts]).generate_state(1)[0])
+
+
+def sub_env_context(
+    index: int,
+    num_envs: int,
+    worker_index: int,
+    seed: int | None,
+    restarts: int,
+    config: dict[str, Any],
+) -> EnvContext:
+    """The context sub-env ``index`` is built with after ``restarts`` rebuilds (its first
+    reset takes ``ctx.seed``): one rule for every adapter, in the runner or a worker."""
+    return EnvContext(
+        vector_index=index,
+        num_envs=num_envs,
+        worker_index=worker_index,
+        seed=sub_env_seed(seed, index, restarts),
+        config=config,
+    )
 
 
 def _to_env_action(space: gym.Space, batch: Any) -> list:
@@ -102,12 +121,13 @@ class GymEnvs(BaseEnv):
 
     def _context(self, index: int) -> EnvContext:
         """The context sub-env ``index`` is built with now; its first reset takes its seed."""
-        return EnvContext(
-            vector_index=index,
-            num_envs=self.num_envs,
-            worker_index=self._worker_index,
-            seed=sub_env_seed(self._seed, index, self._restarts[index]),
-            config=self._env_config,
+        return sub_env_context(
+            index,
+            self.num_envs,
+            self._worker_index,
+            self._seed,
+            self._restarts[index],
+            self._env_config,
         )
 
     def _make(self, index: int) -> gym.Env:

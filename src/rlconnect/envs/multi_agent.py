@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import EnvContext, fits_dtype, sub_env_seed
+from rlconnect.envs.gym_envs import EnvContext, fits_dtype, sub_env_context
 from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
@@ -102,12 +102,13 @@ class MultiAgentEnvs(BaseEnv):
 
     def _context(self, index: int) -> EnvContext:
         """The context sub-env ``index`` is built with now; its first reset takes its seed."""
-        return EnvContext(
-            vector_index=index,
-            num_envs=self.num_envs,
-            worker_index=self._worker_index,
-            seed=sub_env_seed(self._seed, index, self._restarts[index]),
-            config=self._env_config,
+        return sub_env_context(
+            index,
+            self.num_envs,
+            self._worker_index,
+            self._seed,
+            self._restarts[index],
+            self._env_config,
         )
 
     def _make(self, index: int) -> Any:
