@@ -347,7 +347,10 @@ class EnvRowsBuilder:
         n = len(env_ids)
         agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
         rew, bad = reward_column(rewards, env_ids, agents)
-        ended = _any_true(terminateds) or _any_true(truncateds)
+        # whether an episode may have ended: any() on a few listed flags is cheaper than
+        # numpy; arrays (or many rows) are left to _done_envs
+        lists = n <= 64 and type(terminateds) is list and type(truncateds) is list
+        ended = not lists or any(terminateds) or any(truncateds)
         term = np.asarray(terminateds, dtype=bool)
         trunc = np.asarray(truncateds, dtype=bool)
         if is_first is None:
@@ -377,14 +380,6 @@ class EnvRowsBuilder:
             ascending,  # dense
         )
         return rows.without_envs(bad) if bad else rows
-
-
-def _any_true(flags: Any) -> bool:
-    """Whether any flag is set: a list in Python (a few rows: cheaper than numpy), else
-    one numpy call; a column that is not a list or array is looked at by numpy."""
-    if type(flags) is list and len(flags) <= 64:
-        return any(flags)
-    return bool(np.count_nonzero(np.asarray(flags)))
 
 
 def errors_only(errors: Mapping[int, BaseException]) -> EnvRows:

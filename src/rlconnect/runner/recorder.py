@@ -178,7 +178,7 @@ class Recorder:
             self.collectors[pid].add_rows(traj, poll, record, last=last)
             return
         b = self._block
-        if len(b) >= self.block_polls:  # bounded memory: small arrays merged often
+        if len(b.records) >= self.block_polls:  # bounded memory: small arrays merged often
             self.flush()
             b = self._block
         self._pid = pid
