@@ -164,8 +164,9 @@ def mp_context(name: str | None) -> Any:
 def ready_workers(workers: Iterable[WorkerHandle], timeout_s: float) -> list[WorkerHandle]:
     """The workers whose pipe has an answer (or was closed) within ``timeout_s``.
 
-    One ``poll(2)`` call where the OS has it: ``multiprocessing.connection.wait`` builds a
-    selector in Python for every call, which cost more than the whole hand-off of a poll.
+    One ``poll(2)`` call where the OS has it (``multiprocessing.connection.wait`` builds a
+    selector object in Python on every call); a closed pipe counts as ready, so reading
+    it tells that the worker died.
     """
     by_fd = {w.conn.fileno(): w for w in workers}
     if not hasattr(select, "poll"):  # e.g. Windows
