@@ -8,6 +8,19 @@ from pathlib import Path
 
 from tests.cli.conftest import user_env
 
+
+def _python(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter (a user's environment), ``folder`` as its argument."""
+    return subprocess.run(
+        [sys.executable, "-c", script, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=user_env(),
+        check=False,
+    )
+
+
 NO_TORCH = """
 import sys
 import gymnasium as gym
@@ -34,14 +47,7 @@ print("TORCH" if "torch" in sys.modules else "NO TORCH")
 
 
 def test_random_policy_files_inspect_and_clients_start_without_torch(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", NO_TORCH, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=user_env(),
-        check=False,
-    )
+    done = _python(NO_TORCH, tmp_path)
     assert done.returncode == 0, done.stderr
     # no torch until MLPPolicy is asked for, then torch
     assert done.stdout.splitlines()[-2:] == ["NO TORCH", "TORCH"]
@@ -93,14 +99,7 @@ def test_a_missing_pyarrow_names_the_extra_and_the_pip_command(tmp_path: Path) -
     config = rc.RunnerConfig(rollout_fragment_length=10, output=str(tmp_path))
     with rc.EnvRunner("CartPole-v1", policy, config=config) as runner:
         runner.sample()
-    done = subprocess.run(
-        [sys.executable, "-c", MISSING_PYARROW, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=user_env(),
-        check=False,
-    )
+    done = _python(MISSING_PYARROW, tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [x.split()[0] for x in lines] == ["read", "write", "writer"]

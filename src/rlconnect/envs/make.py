@@ -22,7 +22,7 @@ from rlconnect.envs.atari import atari_env_creator, is_atari_id
 from rlconnect.envs.base import BaseEnv
 from rlconnect.envs.envpool_env import is_envpool, make_envpool
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
-from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
+from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_context
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.parallel import check_parallel_spec
 from rlconnect.envs.vector import VectorEnvAdapter
@@ -53,8 +53,9 @@ class EnvSettings:
 
     def context(self, index: int) -> EnvContext:
         """The ``EnvContext`` sub-env ``index`` is built with (first build, not a restart)."""
-        seed = sub_env_seed(self.seed, index)
-        return EnvContext(index, self.num_envs, self.worker_index, seed, self.env_config)
+        return sub_env_context(
+            index, self.num_envs, self.worker_index, self.seed, 0, self.env_config
+        )
 
 
 #: ``factory(env, settings) -> BaseEnv``: adapts one kind of env.

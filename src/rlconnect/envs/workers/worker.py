@@ -32,7 +32,7 @@ import tree
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_seed
+from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_context
 from rlconnect.envs.multi_agent import MultiAgentEnvs
 from rlconnect.envs.workers.layout import (
     CMD_RESET,
@@ -66,13 +66,14 @@ class GroupSpec:
         """The EnvContext of the group's sub-env ``local`` after ``restarts_here`` restarts
         in this process: the one the runner's process would build it with, restarts in
         replaced worker processes counted too."""
-        index = self.offset + local
-        return EnvContext(
-            vector_index=index,
-            num_envs=self.num_envs,
-            worker_index=self.worker_index,
-            seed=sub_env_seed(self.seed, index, self.restarts[local] + restarts_here),
-            config=self.env_config,
+        restarts = self.restarts[local] + restarts_here
+        return sub_env_context(
+            self.offset + local,
+            self.num_envs,
+            self.worker_index,
+            self.seed,
+            restarts,
+            self.env_config,
         )
 
 
