@@ -4,7 +4,7 @@ Timed (env steps per second, each env step = 4 emulator frames, random actions):
 
 - ``rlconnect preset``: ``rc.EnvRunner(game, rc.RandomPolicy, RunnerConfig(preset="atari",
   num_envs=N))``: env-side frame skip / max-pool / no-op and FIRE resets on gray screens
-  read from the emulator, then the batched connectors Resize(84, 84) -> ClipReward ->
+  read from the emulator and resized to 84x84, then the batched connectors ClipReward ->
   FrameStack(4), storing every transition in the runner's batches (``obs`` and
   ``new_obs``, each frame once).
 - ``gymnasium loop``: N envs ``AtariPreprocessing(frame_skip=4, screen_size=84,

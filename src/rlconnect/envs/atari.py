@@ -1,5 +1,5 @@
 """The env side of the Atari preset: frame skip with max-pooling, no-op and FIRE resets,
-and gray screens read straight from the emulator.
+gray screens read straight from the emulator, resized to 84x84.
 
 Where each step of the DeepMind Atari preprocessing lives in rlconnect:
 
@@ -7,24 +7,28 @@ Where each step of the DeepMind Atari preprocessing lives in rlconnect:
 step                          where
 ============================  ===========================================================
 frame skip (4)                env side: ``ScreenFrames`` (gymnasium's
-                              ``AtariPreprocessing(frame_skip=4)`` at native size) on a
-                              base env built with ``frameskip=1``
+                              ``AtariPreprocessing(frame_skip=4)``) on a base env built
+                              with ``frameskip=1``
 max over the last two frames  env side: the same wrapper (removes sprite flicker)
 no-op reset (1..30 no-ops)    env side: the same wrapper (``noop_max=30``)
 FIRE reset                    env side: ``FireReset`` below (games whose action 1 is FIRE)
 grayscale                     env side: ALE's gray screen (``ale.getScreenGrayscale``, as
                               gymnasium does); connector ``Grayscale`` (BT.601) for RGB
                               frames (``grayscale=False`` or an env of your own)
-resize to 84x84 (area)        connector: ``Resize(84, 84)``
+resize to 84x84 (area)        env side: the same wrapper, with the ``Resize`` connector's
+                              pixels; connector ``Resize(84, 84)`` for frames of another
+                              size (``screen_size=None`` or an env of your own)
 reward clipped to its sign    connector: ``ClipReward``
 stack of 4 frames             connector: ``FrameStack(num_frames=4)``
 ============================  ===========================================================
 
-The env-side steps must see every emulator frame, which only the env has; the rest are
-batched over all sub-envs by the connectors (``RunnerConfig(preset="atari")``). Reading
-the gray screen from the emulator costs a third of reading RGB and converting it, and the
-base env (``obs_type="ram"``) renders no screen on the frames the wrapper skips. Episodes
-are whole games: a lost life never ends an episode, so episode metrics (``episode_reward``,
+The env-side steps must see every emulator frame, which only the env has, or cost the
+same wherever they run (the resize: per frame here, so it runs in the env worker
+processes with ``num_env_workers`` instead of in the runner); the rest are batched over
+all sub-envs by the connectors (``RunnerConfig(preset="atari")``). Reading the gray
+screen from the emulator costs a third of reading RGB and converting it, and the base env
+(``obs_type="ram"``) renders no screen on the frames the wrapper skips. Episodes are whole
+games: a lost life never ends an episode, so episode metrics (``episode_reward``,
 ``episode_len``) count whole games across lives; ``info["lives"]`` reports the lives left.
 
 The base env keeps ALE's v5 defaults otherwise (sticky actions with probability 0.25, the
@@ -33,17 +37,23 @@ minimal action set). ``ale-py`` ships the ROMs in its wheel: nothing is download
 >>> import rlconnect as rc
 >>> from rlconnect.envs.atari import make_atari_env
 >>> make_atari_env("ALE/Pong-v5").observation_space.shape
+(84, 84)
+>>> make_atari_env("ALE/Pong-v5", screen_size=None).observation_space.shape
 (210, 160)
 >>> make_atari_env("ALE/Pong-v5", grayscale=False).observation_space.shape
-(210, 160, 3)
+(84, 84, 3)
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
+
+from rlconnect.connectors.agent.pixels_resize import MAX_SIDE, FrameResizer
+from rlconnect.connectors.defaults import ATARI_SCREEN
 
 __all__ = ["FireReset", "ScreenFrames", "atari_env_creator", "is_atari_id", "make_atari_env"]
 
@@ -90,37 +100,52 @@ class FireReset(gym.Wrapper):
 
 class ScreenFrames(gym.wrappers.AtariPreprocessing):
     """gymnasium's ``AtariPreprocessing`` (frame skip, max over the last two frames, no-op
-    resets) reading the screen at its native size, gray or RGB, straight from the emulator.
+    resets) reading the screen straight from the emulator, gray or RGB, resized or not.
 
     The base env must be built with ``obs_type="ram"``: it then renders no screen on the
-    frames in between (the wrapper reads the screen itself on the last two of each step),
-    and no resize runs. Observations equal ``AtariPreprocessing(screen_size=native)``'s.
+    frames in between (the wrapper reads the screen itself on the last two of each step).
+    Frames are resized by area (``FrameResizer``, the pixels of the ``Resize`` connector;
+    gymnasium uses OpenCV's ``INTER_AREA``, which is slower per frame and rounds a rare
+    pixel one level the other way); at native size nothing is resized.
 
     Args:
         env: an ale-py env made with ``frameskip=1, obs_type="ram"``.
-        grayscale: read ALE's gray screen ``(H, W)`` (``ale.getScreenGrayscale``, as
-            gymnasium's ``grayscale_obs=True``) instead of RGB ``(H, W, 3)``.
+        grayscale: read ALE's gray screen (``ale.getScreenGrayscale``, as gymnasium's
+            ``grayscale_obs=True``) instead of RGB.
+        screen_size: ``(height, width)`` of the frames; None: the native ``(210, 160)``.
         **kwargs: ``noop_max``, ``frame_skip`` as for ``AtariPreprocessing``.
     """
 
-    def __init__(self, env: gym.Env, *, grayscale: bool = True, **kwargs: Any) -> None:
-        height, width = env.unwrapped.ale.getScreenDims()  # type: ignore[attr-defined]
+    def __init__(
+        self,
+        env: gym.Env,
+        *,
+        grayscale: bool = True,
+        screen_size: tuple[int, int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        native = tuple(env.unwrapped.ale.getScreenDims())  # type: ignore[attr-defined]
+        height, width = native if screen_size is None else screen_size
         super().__init__(
             env,
-            screen_size=(width, height),
+            screen_size=(width, height),  # gymnasium's (OpenCV's) order
             terminal_on_life_loss=False,
             grayscale_obs=grayscale,
             scale_obs=False,
             **kwargs,
         )
-        shape = (height, width) if grayscale else (height, width, 3)
+        shape = native if grayscale else (*native, 3)
         self.obs_buffer = [np.empty(shape, np.uint8), np.empty(shape, np.uint8)]
+        resized = (height, width) != native
+        self._resize = FrameResizer(native, (height, width)) if resized else None
 
     def _get_obs(self) -> np.ndarray:
         # as gymnasium's: the max is taken in place (a step that ends early reuses it)
         if self.frame_skip > 1:
             np.maximum(self.obs_buffer[0], self.obs_buffer[1], out=self.obs_buffer[0])
-        return self.obs_buffer[0].copy()
+        if self._resize is None:
+            return self.obs_buffer[0].copy()
+        return self._resize(self.obs_buffer[0][None])[0]
 
 
 def make_atari_env(
@@ -130,9 +155,10 @@ def make_atari_env(
     noop_max: int = 30,
     fire_reset: bool = True,
     grayscale: bool = True,
+    screen_size: int | tuple[int, int] | None = ATARI_SCREEN,
     **make_kwargs: Any,
 ) -> gym.Env:
-    """An ale-py game with the env-side Atari preprocessing: full-size frames, gray by default.
+    """An ale-py game with the env-side Atari preprocessing: 84x84 gray frames by default.
 
     Args:
         env_id: a gymnasium id of an ale-py game, e.g. ``"ALE/Pong-v5"``.
@@ -142,6 +168,10 @@ def make_atari_env(
         grayscale: read gray ``(H, W)`` screens from the emulator (ALE's palette, as
             gymnasium's ``AtariPreprocessing``); False: RGB ``(H, W, 3)`` screens, for a
             ``Grayscale`` connector or a colour model.
+        screen_size: frames resized (by area) to ``(height, width)``, or to a square for
+            an int; None keeps the native ``(210, 160)``. Resizing here, once per frame,
+            puts it where the env runs: in the env worker processes with
+            ``num_env_workers``, not in the runner.
         **make_kwargs: passed on to ``gym.make`` (e.g. ``repeat_action_probability``);
             ``frameskip`` is always 1 there, the wrapper skips frames, and ``obs_type`` is
             ``"ram"`` (the wrapper reads the screen itself).
@@ -158,11 +188,34 @@ def make_atari_env(
             "wrapper reads the screen itself)"
         )
     env = gym.make(env_id, frameskip=1, obs_type="ram", **make_kwargs)
-    env = ScreenFrames(env, grayscale=grayscale, noop_max=noop_max, frame_skip=frame_skip)
+    env = ScreenFrames(
+        env,
+        grayscale=grayscale,
+        screen_size=_screen_size(env_id, screen_size),
+        noop_max=noop_max,
+        frame_skip=frame_skip,
+    )
     meanings = cast(Any, env.unwrapped).get_action_meanings()  # ALE's own method
     if fire_reset and len(meanings) > 1 and meanings[1] == "FIRE":
         env = FireReset(env)
     return env
+
+
+def _screen_size(env_id: str, size: Any) -> tuple[int, int] | None:
+    """``screen_size`` as ``(height, width)``; a clear error for anything else."""
+    if size is None:
+        return None
+    pair = (size, size) if isinstance(size, numbers.Integral) else size
+    if isinstance(pair, tuple | list) and len(pair) == 2:
+        sides = [
+            int(v) for v in pair if isinstance(v, numbers.Integral) and not isinstance(v, bool)
+        ]
+        if len(sides) == 2 and all(1 <= v <= MAX_SIDE for v in sides):
+            return sides[0], sides[1]
+    raise ValueError(
+        f"make_atari_env({env_id!r}): screen_size must be an int or a (height, width) pair "
+        f"of ints in [1, {MAX_SIDE}], or None for the native size; got {size!r}"
+    )
 
 
 def atari_env_creator(env_id: str) -> Any:

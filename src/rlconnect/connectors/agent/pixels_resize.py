@@ -31,7 +31,7 @@ from rlconnect.connectors.base import ObservationConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import MAX_JSON_ELEMENTS
 
-__all__ = ["INTERPOLATIONS", "MAX_SIDE", "Resize", "resize_weights"]
+__all__ = ["INTERPOLATIONS", "MAX_SIDE", "FrameResizer", "Resize", "resize_weights"]
 
 INTERPOLATIONS = ("area", "bilinear")
 MAX_SIDE = 1 << 14
@@ -90,6 +90,36 @@ def _band(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return index, band[:, None, :]
 
 
+class FrameResizer:
+    """Resizes batches ``(B, H, W[, C])`` of frames of one size ``(H, W)`` to
+    ``(B, height, width[, C])``, keeping the dtype (integers rounded to the nearest level).
+
+    The banded weights are built once here; ``Resize`` (on a batch of every sub-env's
+    frames) and the Atari env side (``rlconnect.envs.atari.ScreenFrames``, one frame per
+    step) both resize with it, so their pixels are the same.
+    """
+
+    def __init__(
+        self,
+        size_in: tuple[int, int],
+        size_out: tuple[int, int],
+        dtype: Any = np.uint8,
+        interpolation: str = "area",
+    ) -> None:
+        self._rows = _band(resize_weights(size_in[0], size_out[0], interpolation))
+        self._cols = _band(resize_weights(size_in[1], size_out[1], interpolation))
+        self._dtype = np.dtype(dtype)
+        self._round = np.issubdtype(self._dtype, np.integer)
+
+    def __call__(self, frames: np.ndarray) -> np.ndarray:
+        # (B, H, W[, C]) -> (B, h, W[, C]); then the same along W, on the swapped view
+        tall = _resize_axis1(frames, *self._rows)
+        out = _resize_axis1(tall.swapaxes(1, 2), *self._cols).swapaxes(1, 2)
+        if self._round:  # the weights are >= 0 and sum to 1: no result leaves the range
+            np.rint(out, out=out)
+        return out.astype(self._dtype, order="C")
+
+
 def _positive_int(key: str, value: Any) -> int:
     if (
         isinstance(value, bool)
@@ -124,9 +154,7 @@ class Resize(ObservationConnector):
             )
         super().__init__(ctx, height=height, width=width, interpolation=interpolation)
         self.height, self.width, self.interpolation = height, width, interpolation
-        self._rows = self._cols = (np.zeros((0, 1), np.intp), np.zeros((0, 1, 1), np.float32))
-        self._dtype: np.dtype = np.dtype(np.uint8)
-        self._round = True
+        self._resize: FrameResizer | None = None
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
         box = image_box("Resize", input_space)
@@ -140,19 +168,12 @@ class Resize(ObservationConnector):
 
     def setup(self, input_space: gym.Space) -> None:
         h, w = image_box("Resize", input_space).shape[:2]
-        self._rows = _band(resize_weights(h, self.height, self.interpolation))
-        self._cols = _band(resize_weights(w, self.width, self.interpolation))
-        self._dtype = np.dtype(input_space.dtype)
-        self._round = np.issubdtype(self._dtype, np.integer)
+        size = (self.height, self.width)
+        self._resize = FrameResizer((h, w), size, input_space.dtype, self.interpolation)
 
     def transform(self, value: Any) -> np.ndarray:
-        frames = np.asarray(value)
-        # (B, H, W[, C]) -> (B, h, W[, C]); then the same along W, on the swapped view
-        tall = _resize_axis1(frames, *self._rows)
-        out = _resize_axis1(tall.swapaxes(1, 2), *self._cols).swapaxes(1, 2)
-        if self._round:  # the weights are >= 0 and sum to 1: no result leaves the range
-            np.rint(out, out=out)
-        return out.astype(self._dtype, order="C")
+        assert self._resize is not None, "Resize.setup runs when the pipeline is built"
+        return self._resize(np.asarray(value))
 
 
 def _resize_axis1(frames: np.ndarray, index: np.ndarray, weights: np.ndarray) -> np.ndarray:
