@@ -29,6 +29,7 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext
+from rlconnect.envs.workers.affinity import worker_cpus
 from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context, ready_workers
 from rlconnect.envs.workers.layout import (
     CMD_NONE,
@@ -41,7 +42,7 @@ from rlconnect.envs.workers.layout import (
     array_template,
 )
 from rlconnect.envs.workers.rows import block_rows, concat_rows, decode_replies
-from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error
+from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error, poll_message
 from rlconnect.errors import EnvError, EnvTimeoutError, describe_exception
 from rlconnect.spaces import describe_space, spaces_equal, unstack_batch
 
@@ -90,9 +91,12 @@ class WorkerEnvs(BaseEnv):
         self._restarts = [0] * num_envs
         self._respawned: set[int] = set()  # restarted with their whole worker already
         cfg = dict(env_config or {})
+        groups = split_evenly(num_envs, num_workers)
         self.workers = [
-            WorkerHandle(w, GroupSpec(off, size, num_envs, seed, worker_index, cfg, (0,) * size))
-            for w, (off, size) in enumerate(split_evenly(num_envs, num_workers))
+            WorkerHandle(
+                w, GroupSpec(off, size, num_envs, seed, worker_index, cfg, (0,) * size, cpu)
+            )
+            for w, ((off, size), cpu) in enumerate(zip(groups, worker_cpus(num_workers)))
         ]
         self._of_env = np.repeat(np.arange(num_workers), [w.hi - w.lo for w in self.workers])
         self._block: SharedBlock | None = None
@@ -292,7 +296,7 @@ class WorkerEnvs(BaseEnv):
             if not self.is_multi_agent and extra is None and not np.count_nonzero(cmd[w.lo : w.hi]):
                 continue
             try:
-                w.send(b"p" if extra is None else pickle.dumps(("poll", extra)))
+                w.send(poll_message() if extra is None else pickle.dumps(("poll", extra)))
             except OSError:
                 exc = w.died()
                 errors.update(dict.fromkeys(range(w.lo, w.hi), exc))

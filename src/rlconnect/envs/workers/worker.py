@@ -6,7 +6,8 @@ Protocol on the worker's pipe (bytes; the hot path never pickles for array space
 
 - worker -> runner, once after start: a pickled ``Hello`` (spaces, or the build error);
 - runner -> worker: a pickled ``("attach", block name, layout)``; then per poll ``b"p"``
-  (commands and actions are in the block) or a pickled ``("poll", extra)`` carrying
+  and the send time (``poll_message``: commands and actions are in the block; the time
+  tells the worker how long its wake-up took) or a pickled ``("poll", extra)`` carrying
   restarts and actions the block cannot hold; ``("restart", local index)``; ``b"c"`` closes;
 - worker -> runner per poll: ``b""`` (everything is in the block) or a pickled
   ``(infos, errors, rows)``: non-empty infos by local index, error payloads by local index,
@@ -19,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import pickle
 import re
+import struct
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -34,6 +37,7 @@ from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_context
 from rlconnect.envs.multi_agent import MultiAgentEnvs
+from rlconnect.envs.workers.affinity import CorePin
 from rlconnect.envs.workers.layout import (
     CMD_RESET,
     CMD_SOFT,
@@ -45,9 +49,15 @@ from rlconnect.envs.workers.layout import (
 from rlconnect.envs.workers.tuning import tune_worker_process
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
-__all__ = ["GroupSpec", "Hello", "decode_error", "encode_error", "worker_main"]
+__all__ = ["GroupSpec", "Hello", "decode_error", "encode_error", "poll_message", "worker_main"]
 
 ErrorPayload = tuple[str, str, str, bytes | None]
+_SENT = struct.Struct("d")
+
+
+def poll_message() -> bytes:
+    """The runner's "poll" to a worker: ``b"p"`` and ``time.monotonic()`` at sending."""
+    return b"p" + _SENT.pack(time.monotonic())
 
 
 @attrs.define(frozen=True)
@@ -61,6 +71,7 @@ class GroupSpec:
     worker_index: int
     env_config: dict[str, Any]
     restarts: tuple[int, ...]
+    cpu: int | None = None  # the CPU the worker keeps to while it pays (``affinity``)
 
     def local_context(self, local: int, restarts_here: int) -> EnvContext:
         """The EnvContext of the group's sub-env ``local`` after ``restarts_here`` restarts
@@ -241,12 +252,13 @@ class _Server:
 
 
 def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Connection) -> None:
-    """Build the group, say hello, attach to the block, then serve polls until closed.
+    """Build the group, say hello, attach to the block, then serve polls until closed
+    (keeping to ``spec.cpu`` while that pays: ``affinity``).
 
-    ``parent_end`` (the runner's end of the pipe, inherited when forked) is closed first,
-    so the worker sees the pipe close when the runner's process goes away. The process is
-    tuned (one thread per numeric library, batch scheduling: ``tuning``) before the env
-    creator is unpickled or run."""
+        ``parent_end`` (the runner's end of the pipe, inherited when forked) is closed first,
+        so the worker sees the pipe close when the runner's process goes away. The process is
+        tuned (one thread per numeric library, batch scheduling: ``tuning``) before the env
+        creator is unpickled or run."""
     parent_end.close()
     tune_worker_process()
     group: BaseEnv | None = None
@@ -263,10 +275,16 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
         block = SharedBlock(layout, name)
         assert block.arrays is not None
         server = _Server(group, spec, block.arrays)
+        pin = CorePin(spec.cpu)
         while True:
             msg = conn.recv_bytes()
-            if msg == b"p":
-                conn.send_bytes(server.poll(None))
+            if msg[:1] == b"p":
+                cpu = time.thread_time()
+                reply = server.poll(None)
+                # from the runner's send: a wake-up delayed by a busy CPU counts too
+                (sent,) = _SENT.unpack_from(msg, 1)
+                pin.polled(time.monotonic() - sent, time.thread_time() - cpu)
+                conn.send_bytes(reply)
             elif msg == b"c":
                 break
             else:

@@ -1,0 +1,123 @@
+"""Env workers keep to CPUs of their own while they get those CPUs' time, and let go when
+something else keeps their CPU busy (``rlconnect.envs.workers.affinity``)."""
+
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import pytest
+from env_cases import StepCountEnv
+
+from rlconnect.envs.workers import WorkerEnvs
+from rlconnect.envs.workers.affinity import (
+    FIRST_PAUSE_S,
+    MAX_PAUSE_S,
+    WINDOW_S,
+    CorePin,
+    worker_cpus,
+)
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity"), reason="the OS cannot pin processes to CPUs"
+)
+
+
+@pytest.fixture
+def allowed():
+    """This process's CPUs, given back after the test (CorePin pins the calling process)."""
+    cpus = os.sched_getaffinity(0)
+    yield sorted(cpus)
+    os.sched_setaffinity(0, cpus)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def window(pin: CorePin, share: float) -> None:
+    """One measuring window of polls that got ``share`` of their wall time as CPU time."""
+    for _ in range(10):
+        pin.polled(WINDOW_S / 10 + 1e-9, share * WINDOW_S / 10)
+
+
+def test_a_worker_lets_go_of_a_busy_cpu_and_comes_back_after_a_doubling_pause(allowed):
+    clock = Clock()
+    pin = CorePin(allowed[-1], clock=clock)
+    assert pin.pinned and os.sched_getaffinity(0) == {allowed[-1]}
+    window(pin, 0.95)  # got its CPU: stays
+    assert pin.pinned
+    window(pin, 0.5)  # half of it: something else runs there
+    assert not pin.pinned and os.sched_getaffinity(0) == set(allowed)
+    clock.now += FIRST_PAUSE_S - 0.01
+    window(pin, 1.0)
+    assert not pin.pinned  # still pausing
+    clock.now += 0.01
+    pin.polled(0.001, 0.001)
+    assert pin.pinned and os.sched_getaffinity(0) == {allowed[-1]}
+    window(pin, 0.5)  # busy again: the pause doubles
+    clock.now += FIRST_PAUSE_S
+    pin.polled(0.001, 0.001)
+    assert not pin.pinned
+    clock.now += FIRST_PAUSE_S
+    pin.polled(0.001, 0.001)
+    assert pin.pinned
+    for _ in range(12):  # the pause stops doubling at MAX_PAUSE_S
+        window(pin, 0.1)
+        clock.now += MAX_PAUSE_S
+        pin.polled(0.001, 0.001)
+        assert pin.pinned
+    window(pin, 0.9)  # a good window: the next pause is the first one again
+    window(pin, 0.1)
+    clock.now += FIRST_PAUSE_S
+    pin.polled(0.001, 0.001)
+    assert pin.pinned
+
+
+def test_no_cpu_means_never_pinned(allowed):
+    pin = CorePin(None)
+    window(pin, 0.1)
+    assert not pin.pinned and os.sched_getaffinity(0) == set(allowed)
+
+
+def test_a_cpu_that_cannot_be_had_stops_pinning(allowed):
+    pin = CorePin(max(allowed) + 4096)  # no such CPU
+    assert not pin.pinned and pin.cpu is None
+    window(pin, 0.1)
+    assert os.sched_getaffinity(0) == set(allowed)
+
+
+def test_workers_get_distinct_cpus_only_when_there_is_one_for_each(allowed):
+    assert worker_cpus(len(allowed)) == allowed
+    assert worker_cpus(1) == allowed[:1]
+    assert worker_cpus(len(allowed) + 1) == [None] * (len(allowed) + 1)
+
+
+class AffinityEnv(StepCountEnv):
+    """Its reset info tells which CPUs the process that built it may run on."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        info["cpus"] = sorted(os.sched_getaffinity(0))
+        return obs, info
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["one-cpu-each", "more-workers-than-cpus"])
+def test_worker_processes_are_pinned_when_there_is_a_cpu_for_each(allowed, extra: int):
+    num_workers = len(allowed) + extra
+    env = WorkerEnvs(
+        lambda ctx: gym.wrappers.TimeLimit(AffinityEnv(), 5), num_workers, num_workers=num_workers
+    )
+    try:
+        cpus = [info["cpus"] for info in env.poll().infos]  # the first poll resets them all
+    finally:
+        env.close()
+    if extra:
+        assert cpus == [allowed] * num_workers
+    else:
+        assert cpus == [[c] for c in allowed]
+    assert os.sched_getaffinity(0) == set(allowed)  # the runner's process is left alone
