@@ -206,13 +206,16 @@ class _Server:
                 errors[local] = pickle.loads(reply)
         codes = a.cmd[lo:hi].copy()
         step = np.flatnonzero(codes == CMD_STEP)
-        if len(step):
-            acts = tree.map_structure(lambda v: v[lo:hi][step], a.act)
-            group.send_actions(step, self.agents[: len(step)], acts)
-        for local in np.flatnonzero(codes == CMD_RESET).tolist():
-            group.try_reset(local)
-        for local in np.flatnonzero(codes == CMD_SOFT).tolist():
-            group.soft_reset(local)
+        if len(step) == hi - lo and type(a.act) is np.ndarray:  # the common poll
+            group.send_actions(step, self.agents, a.act[lo:hi].copy())
+        else:
+            if len(step):
+                acts = tree.map_structure(lambda v: v[lo:hi][step], a.act)
+                group.send_actions(step, self.agents[: len(step)], acts)
+            for local in np.flatnonzero(codes == CMD_RESET).tolist():
+                group.try_reset(local)
+            for local in np.flatnonzero(codes == CMD_SOFT).tolist():
+                group.soft_reset(local)
         for ids, agents, acts in (extra or {}).get("actions", ()):
             group.send_actions(ids, agents, acts)
         rows = group.poll()
@@ -228,14 +231,21 @@ class _Server:
             where: Any = slice(lo, hi)
         else:
             where = ids + lo
-        for view, leaf in zip(a.obs_leaves, tree.flatten(rows.obs)):
-            view[where] = leaf
+        if type(rows.obs) is np.ndarray and type(a.obs) is np.ndarray:
+            a.obs[where] = rows.obs
+        else:
+            for view, leaf in zip(a.obs_leaves, tree.flatten(rows.obs)):
+                view[where] = leaf
         a.rew[where] = rows.rewards
         a.term[where] = rows.terminateds
         a.trunc[where] = rows.truncateds
         a.first[where] = rows.is_first
         a.status[where] = ST_ROW
-        infos = {i: info for i, info in zip(ids.tolist(), rows.infos) if info} if n else {}
+        infos = (
+            {i: info for i, info in zip(ids.tolist(), rows.infos) if info}
+            if any(rows.infos)
+            else {}
+        )
         if not infos and not errors:
             return b""
         return self._pickled(infos, errors, None)
