@@ -124,6 +124,8 @@ def test_the_horizon_is_the_pools_episode_limit_and_a_soft_one_is_refused():
         runner(horizon=6, soft_horizon=True)
     with pytest.raises(ValueError, match="num_env_workers"):
         runner(num_env_workers=2)
+    with pytest.raises(ValueError, match="remote_envs=True: an EnvPool env"):
+        runner(remote_envs=True)
 
 
 def test_an_unknown_envpool_task_is_a_clear_error():

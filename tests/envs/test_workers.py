@@ -124,11 +124,19 @@ def test_poll_size_needs_workers_or_envpool():
     runner_for("CartPole-v1", make_cartpole, n=2, env_poll_size=2).stop()  # all: synchronous
 
 
-def test_workers_need_an_id_or_a_creator():
+@pytest.mark.parametrize(
+    ("asked", "match"),
+    [({"num_env_workers": 1}, "num_env_workers=1"), ({"remote_envs": True}, "remote_envs=True")],
+)
+def test_workers_need_an_id_or_a_creator(asked: dict, match: str):
+    """An env built already cannot be moved into a worker process: said, never ignored."""
     policy = rc.RandomPolicy(*spaces())
-    cfg = rc.RunnerConfig(num_envs=1, num_env_workers=1)
-    with pytest.raises(ValueError, match=r"gymnasium\.Env instance"):
+    cfg = rc.RunnerConfig(num_envs=1, **asked)
+    with pytest.raises(ValueError, match=rf"{match} .*gymnasium\.Env instance"):
         rc.EnvRunner(gym.make("CartPole-v1"), policy, config=cfg)
+    vector = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    with pytest.raises(ValueError, match=rf"{match} .*VectorEnv"):
+        rc.EnvRunner(vector, policy, config=cfg)
 
 
 def test_multi_agent_envs_in_workers_sample_what_in_process_ones_do():

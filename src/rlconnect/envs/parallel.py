@@ -37,18 +37,18 @@ def check_parallel_spec(
     if isinstance(env, BaseEnv):
         return  # built already (e.g. by make_base_env with these settings): used as it is
     envpool = is_envpool(env)
-    if num_env_workers:
+    if num_env_workers or remote_envs:
+        asked = f"num_env_workers={num_env_workers}" if num_env_workers else "remote_envs=True"
         if envpool:
             raise ValueError(
-                f"num_env_workers={num_env_workers}: an EnvPool env steps its sub-envs in its "
-                "own C++ threads; use num_env_workers=0 (and env_config={'num_threads': ...})"
+                f"{asked}: an EnvPool env steps its sub-envs in its own C++ threads; use "
+                "num_env_workers=0 and remote_envs=False (and env_config={'num_threads': ...})"
             )
         kind = _instance(env)
         if kind is not None:
             raise ValueError(
-                f"num_env_workers={num_env_workers} builds the sub-envs in worker processes, "
-                f"but the env is {kind}: pass a gymnasium id or an env creator "
-                "(a function EnvContext -> env) instead"
+                f"{asked} builds the sub-envs in worker processes, but the env is {kind}: "
+                "pass a gymnasium id or an env creator (a function EnvContext -> env) instead"
             )
     asynchronous = env_poll_size is not None and env_poll_size < num_envs
     if asynchronous and not (num_env_workers or remote_envs or envpool):
