@@ -95,6 +95,9 @@ def test_workers_get_distinct_cpus_only_when_there_is_one_for_each(allowed):
     assert worker_cpus(len(allowed)) == allowed
     assert worker_cpus(1) == allowed[:1]
     assert worker_cpus(len(allowed) + 1) == [None] * (len(allowed) + 1)
+    # the runners of a group spread their workers over the CPUs, wrapping around
+    assert worker_cpus(1, runner_index=1) == [allowed[1 % len(allowed)]]
+    assert worker_cpus(len(allowed), runner_index=1) == allowed
 
 
 class AffinityEnv(StepCountEnv):

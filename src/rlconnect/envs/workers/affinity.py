@@ -39,16 +39,18 @@ FIRST_PAUSE_S, MAX_PAUSE_S = 1.0, 64.0
 """How long a worker that let go waits before it tries its CPU again (doubling)."""
 
 
-def worker_cpus(num_workers: int) -> list[int | None]:
+def worker_cpus(num_workers: int, runner_index: int = 0) -> list[int | None]:
     """The CPU each of ``num_workers`` workers is pinned to: distinct CPUs among those this
     process may use, or None for every worker when there are fewer CPUs than workers (or
-    the OS cannot pin)."""
+    the OS cannot pin). Runner ``k`` of a group (its ``worker_index``) starts at CPU
+    ``k * num_workers`` (wrapping), so the runners of one machine spread their workers."""
     if not hasattr(os, "sched_getaffinity") or not hasattr(os, "sched_setaffinity"):
         return [None] * num_workers
     allowed = sorted(os.sched_getaffinity(0))
     if num_workers > len(allowed):
         return [None] * num_workers
-    return list(allowed[:num_workers])
+    first = runner_index * num_workers
+    return [allowed[(first + w) % len(allowed)] for w in range(num_workers)]
 
 
 class CorePin:

@@ -96,7 +96,9 @@ class WorkerEnvs(BaseEnv):
             WorkerHandle(
                 w, GroupSpec(off, size, num_envs, seed, worker_index, cfg, (0,) * size, cpu)
             )
-            for w, ((off, size), cpu) in enumerate(zip(groups, worker_cpus(num_workers)))
+            for w, ((off, size), cpu) in enumerate(
+                zip(groups, worker_cpus(num_workers, worker_index))
+            )
         ]
         self._of_env = np.repeat(np.arange(num_workers), [w.hi - w.lo for w in self.workers])
         self._block: SharedBlock | None = None
