@@ -7,6 +7,9 @@ Timed (env steps per second, each env step = 4 emulator frames, random actions):
   read from the emulator and resized to 84x84, then the batched connectors ClipReward ->
   FrameStack(4), storing every transition in the runner's batches (``obs`` and
   ``new_obs``, each frame once).
+- ``with Resize connector``: the same with ``env_config={"screen_size": None}``: 210x160
+  frames from the env, resized by the ``Resize`` connector over the whole batch (what the
+  preset did before the env resized its frames).
 - ``gymnasium loop``: N envs ``AtariPreprocessing(frame_skip=4, screen_size=84,
   noop_max=30)`` + ``FrameStackObservation(4)``, stepped one after another in a Python
   loop, the reward's sign taken, observations kept in a list (the same work, by hand).
@@ -50,14 +53,18 @@ def _policy(game: str) -> rc.RandomPolicy:
     return policy
 
 
-def _runner(game: str, num_envs: int, batch_rows: int, compress: bool = False) -> rc.EnvRunner:
-    """The preset runner; one ``sample()`` returns about ``batch_rows`` transitions."""
+def _runner(
+    game: str, num_envs: int, batch_rows: int, compress: bool = False, native: bool = False
+) -> rc.EnvRunner:
+    """The preset runner; one ``sample()`` returns about ``batch_rows`` transitions.
+    ``native``: 210x160 frames from the env, resized by the ``Resize`` connector."""
     config = rc.RunnerConfig(
         preset="atari",
         num_envs=num_envs,
         rollout_fragment_length=max(batch_rows // num_envs, 8),
         seed=0,
         compress_observations=compress,
+        env_config={"screen_size": None} if native else {},
     )
     return rc.EnvRunner(game, _policy(game), config=config)
 
@@ -95,22 +102,35 @@ class _HandLoop:
             env.close()
 
 
+def _timed(runner: rc.EnvRunner, rows_wanted: int) -> tuple[float, float]:
+    """(env steps/s, CPU seconds per step) of ``sample()`` calls until ``rows_wanted``."""
+    rows, start, cpu = 0, time.perf_counter(), time.process_time()
+    while rows < rows_wanted:
+        rows += len(runner.sample())
+    return rows / (time.perf_counter() - start), (time.process_time() - cpu) / rows
+
+
 def bench_speed(game: str, num_envs: int, steps: int, rounds: int) -> dict:
-    """Median env steps/s of the preset and the hand loop, alternating ``rounds`` times, and
+    """Median env steps/s of the preset, of the preset resizing with the ``Resize``
+    connector instead of in the env, and of the hand loop, alternating ``rounds`` times;
     the medians of the per-round ratios of wall-clock and of CPU time (the process's own,
     which other programs on a shared machine disturb less)."""
     per_round = max(steps // rounds, num_envs)
-    ours, theirs, cpu_ratios = [], [], []
-    with _runner(game, num_envs, per_round) as runner:  # (registers ale-py's games)
+    ours, native, theirs, cpu_ratios, native_ratios = [], [], [], [], []
+    with (
+        _runner(game, num_envs, per_round) as runner,  # (registers ale-py's games)
+        _runner(game, num_envs, per_round, native=True) as connector,
+    ):
         loop = _HandLoop(game, num_envs)
         runner.sample()  # warm up: env resets, first batch
+        connector.sample()
         loop.run(8 * num_envs)
         for _ in range(rounds):
-            rows, start, cpu = 0, time.perf_counter(), time.process_time()
-            while rows < per_round:
-                rows += len(runner.sample())
-            ours.append(rows / (time.perf_counter() - start))
-            ours_cpu = (time.process_time() - cpu) / rows
+            rate, ours_cpu = _timed(runner, per_round)
+            ours.append(rate)
+            rate, native_cpu = _timed(connector, per_round)
+            native.append(rate)
+            native_ratios.append(native_cpu / ours_cpu)
             start, cpu = time.perf_counter(), time.process_time()
             done = loop.run(per_round)
             theirs.append(done / (time.perf_counter() - start))
@@ -118,9 +138,12 @@ def bench_speed(game: str, num_envs: int, steps: int, rounds: int) -> dict:
     loop.close()
     return {
         "preset": statistics.median(ours),
+        "connector": statistics.median(native),
         "gymnasium": statistics.median(theirs),
         "ratio": statistics.median(a / b for a, b in zip(ours, theirs)),
         "cpu_ratio": statistics.median(cpu_ratios),
+        "vs_connector": statistics.median(a / b for a, b in zip(ours, native)),
+        "vs_connector_cpu": statistics.median(native_ratios),
     }
 
 
@@ -175,12 +198,16 @@ def main(argv: list[str] | None = None) -> None:
     rounds = args.rounds or (2 if args.quick else 10)
 
     print(f"{args.game}, {steps} env steps per N (4 frames each) in {rounds} alternating rounds")
-    print(f"{'N':>3} {'rlconnect preset':>18} {'gymnasium loop':>16} {'ratio':>7} {'by CPU':>7}")
+    print(
+        f"{'N':>3} {'rlconnect preset':>18} {'gymnasium loop':>16} {'ratio':>7} {'by CPU':>7}"
+        f" {'with Resize connector':>23} {'preset vs it':>13} {'by CPU':>7}"
+    )
     for n in (1, 8):
         r = bench_speed(args.game, n, steps, rounds)
         print(
             f"{n:>3} {r['preset']:>12.0f} st/s {r['gymnasium']:>10.0f} st/s "
-            f"{r['ratio']:>6.2f}x {r['cpu_ratio']:>6.2f}x"
+            f"{r['ratio']:>6.2f}x {r['cpu_ratio']:>6.2f}x {r['connector']:>17.0f} st/s "
+            f"{r['vs_connector']:>12.2f}x {r['vs_connector_cpu']:>6.2f}x"
         )
 
     mem = bench_memory(args.game, 8, steps)
