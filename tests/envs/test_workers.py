@@ -90,17 +90,26 @@ def test_dict_observations_go_through_the_shared_block():
 
 
 def test_stop_ends_every_worker_process():
+    """Seen from outside: the runner's child processes named as env workers."""
+    import multiprocessing
+
+    def workers() -> list:
+        return [
+            c
+            for c in multiprocessing.active_children()
+            if c.name.startswith("rlconnect-env-worker-")
+        ]
+
+    assert not workers()
     runner = runner_for("CartPole-v1", make_cartpole, n=4, frag=5, num_env_workers=2)
-    procs = [w.proc for w in runner.env.workers]
-    assert all(p.is_alive() for p in procs)
+    procs = workers()
+    assert len(procs) == 2 and all(p.is_alive() for p in procs)
     assert len(runner.sample()) == 20
     runner.stop()
     for p in procs:
         p.join(timeout=5)
     assert not any(p.is_alive() for p in procs)
-    import multiprocessing
-
-    assert not [c for c in multiprocessing.active_children() if c in procs]
+    assert not workers()
     runner.stop()  # idempotent
 
 
