@@ -102,16 +102,17 @@ class EpisodeTracker:
 
     def start(self, env_id: int) -> Episode:
         """A new episode in ``env_id`` (its first observation is about to arrive)."""
-        ep = Episode(self.next_id, env_id, self._mapping_fn, worker=self._hooks.runner)
+        hooks = self._hooks
+        ep = Episode(self.next_id, env_id, self._mapping_fn, worker=hooks.runner)
         self.next_id += 1
         self.episodes[env_id] = ep
         self.eps_id[env_id] = ep.episode_id
-        self.length[env_id] = 0
+        self.length[env_id] = self.agent_steps[env_id] = 0
         self.ret[env_id] = 0.0
-        self.agent_steps[env_id] = 0
         if not self.multi_agent:
             ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
-        self._hooks.created(env_id, ep)
+        if hooks.on_created:
+            hooks.created(env_id, ep)
         return ep
 
     def open(self, env_ids: list[int]) -> list[Episode]:
