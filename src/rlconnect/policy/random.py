@@ -70,7 +70,7 @@ def sample_space_batch(space: gym.Space, n: int, rng: np.random.Generator) -> An
     """
     if isinstance(space, gym.spaces.Discrete):
         start = int(space.start)
-        out = rng.integers(start, start + int(space.n), size=_Rows(n), dtype=np.int64)
+        out = rng.integers(start, start + int(space.n), size=_Rows(n))  # int64 by default
         return out.astype(space.dtype, copy=False)
     if isinstance(space, gym.spaces.MultiDiscrete):
         starts = np.asarray(space.start, dtype=np.int64)

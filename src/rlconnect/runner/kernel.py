@@ -392,9 +392,10 @@ class StepKernel:
             for _, ep in ended:
                 self.collectors.drop_episode(ep.episode_id)
             return
-        steps = self.episodes.agent_steps
-        self.collectors.finish_episodes(
-            [ep.episode_id for _, ep in ended],
-            sum(ep.length for _, ep in ended),
-            sum(int(steps[e]) for e, _ in ended) if self.multi else None,
-        )
+        ids, env_steps, agent_steps = [], 0, 0
+        for e, ep in ended:
+            ids.append(ep.episode_id)
+            env_steps += ep.length
+            if self.multi:
+                agent_steps += int(self.episodes.agent_steps[e])
+        self.collectors.finish_episodes(ids, env_steps, agent_steps if self.multi else None)

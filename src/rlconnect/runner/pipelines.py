@@ -54,7 +54,7 @@ class PolicyPipelines:
                 if type(pipe).reset is not ConnectorPipeline.reset:  # a pipeline of its own
                     out.append(pipe.reset)
                     continue
-                for c in pipe:
+                for _, c in pipe.items():
                     if getattr(c.reset, "__func__", None) is not Connector.reset:
                         out.append(c.reset)
         return out
