@@ -48,7 +48,7 @@ class PolicyPipelines:
         """The ``reset(env_id)`` of every member that keeps per-episode state: what an
         episode's end must call. Members that do not override ``Connector.reset`` keep
         none and are left out (read at each call: pipelines are edited in place)."""
-        out = []
+        out: list[Callable[[int], None]] = []
         for pipes in (self.agent, self.action):
             for pipe in pipes.values():
                 if type(pipe).reset is not ConnectorPipeline.reset:  # a pipeline of its own
