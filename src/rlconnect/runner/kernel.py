@@ -373,12 +373,9 @@ class StepKernel:
             self.faults.episodes_completed(done_envs)
         ended = sorted(done_envs)
         self.episodes.end(ended)
-        env = self.env
-        for e in ended:
-            if cfg.soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs:
-                env.soft_reset(e)
-            else:
-                env.try_reset(e)
+        for e in ended:  # the soft horizon starts anew without resetting the env
+            soft = cfg.soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
+            (self.env.soft_reset if soft else self.env.try_reset)(e)
 
     def _close_episodes(self, ended: list[tuple[int, Episode]], faulty: bool) -> None:
         """Episodes ended: close their trajectories; their rows count, or are dropped."""
