@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import gymnasium as gym
 import numpy as np
 from cases import CounterEnv
 
@@ -55,3 +56,13 @@ def test_policy_sees_only_the_rows_that_go_on_with_every_column():
     assert {tuple(k for k in keys if k != "infos") for keys, _, _ in Recording.calls} == {
         ("obs", "rewards", "t", "terminateds", "truncateds")
     }
+
+
+def test_row_count_is_known_without_taking_a_column():
+    cols = {"obs": np.arange(12.0).reshape(4, 3), "t": np.arange(4)}
+    sub = RowSubset(cols, np.array([0, 2, 3]))
+    assert sub.num_rows == 3
+    policy = rc.RandomPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+    actions, _, _ = policy.compute_actions(sub)
+    assert actions.shape == (3,)
+    assert sub._taken == {}  # RandomPolicy only needs the count: no column was copied

@@ -157,3 +157,29 @@ def test_huge_but_finite_values_are_not_taken_for_inf(num_envs):
     )
     with np.errstate(over="ignore"):
         assert len(runner.sample()) == 5 * num_envs
+
+
+class _DiscreteEnv(CounterEnv):
+    """A CounterEnv whose actions are ``Discrete(5, start=-2)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = gym.spaces.Discrete(5, start=-2)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_discrete_actions_are_checked_exactly_at_the_bounds(dtype):
+    from rlconnect.errors import PolicyError
+    from rlconnect.runner.faults import ActionCheck
+
+    env = rc.envs.make_base_env(lambda ctx: _DiscreteEnv(), num_envs=3)
+    check = ActionCheck(env, None, "p")
+    ids = np.arange(3)
+    info = np.iinfo(dtype)
+    inside = [v for v in (-2, 0, 2) if info.min <= v <= info.max]
+    check(np.array(inside + [0] * (3 - len(inside)), dtype=dtype), ids, ("a",) * 3)
+    candidates = (-3, 3, int(info.min), int(info.max))
+    outside = [v for v in candidates if info.min <= v <= info.max and not -2 <= v < 3]
+    for bad in outside:
+        with pytest.raises(PolicyError, match=f"{bad!r} for env 1"):
+            check(np.array([0, bad, 1], dtype=dtype), ids, ("a",) * 3)

@@ -70,12 +70,15 @@ class PolicyCollectorGroup:
                 n,
             )
 
-    def finish_episode(self, eps_id: int, env_steps: int, agent_steps: int) -> None:
-        """The episode ended after ``env_steps`` / ``agent_steps``: they now count for
-        ``complete_episodes`` (where no step of an unfinished episode is ever handed out)."""
-        self._finished.add(int(eps_id))
+    def finish_episodes(
+        self, eps_ids: list[int], env_steps: int, agent_steps: int | None = None
+    ) -> None:
+        """The episodes ``eps_ids`` ended after ``env_steps`` / ``agent_steps`` in total
+        (None: as many as env steps, one agent): they now count for ``complete_episodes``
+        (where no step of an unfinished episode is ever handed out)."""
+        self._finished.update(eps_ids)
         self._finished_steps += env_steps
-        self._finished_agent_steps += agent_steps
+        self._finished_agent_steps += env_steps if agent_steps is None else agent_steps
 
     def drop_episode(self, eps_id: int) -> None:
         """Forget everything of a faulty episode: its rows and its env steps."""

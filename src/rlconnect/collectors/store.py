@@ -60,6 +60,11 @@ def _zeros_like_rows(template: Any, n: int) -> Any:
 def fill_rows(value: Any, where: np.ndarray | None, n: int) -> Any:
     """``n`` rows shaped like ``value``'s: ``value`` where ``where`` is true, zeros elsewhere
     (all zeros for ``where=None``)."""
+    if type(value) is np.ndarray:  # the common case, without the calls below
+        col = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
+        if where is not None:
+            col[where] = value
+        return col
     col = _zeros_like_rows(_template(value), n)
     if where is not None:
         if _is_leaf(col):

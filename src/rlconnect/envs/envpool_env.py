@@ -156,6 +156,11 @@ class EnvPoolEnv(BaseEnv):
         shape = self._act_space.shape or ()
         self._actions = np.zeros((self.num_envs, *shape), dtype=self._act_space.dtype)
         self._todo = np.zeros(self.num_envs, dtype=bool)  # an action or a reset is queued
+        #: a full poll in env order (what a synchronous pool returns) is recognised by the
+        #: bytes of its ``env_id`` and gets these ids, shared and read-only
+        self._all_ids = np.arange(self.num_envs, dtype=np.int64)
+        self._all_ids.flags.writeable = False
+        self._in_order = np.arange(self.num_envs, dtype=np.int32).tobytes()
         self._started = False
         self._broken: BaseException | None = None
 
@@ -234,9 +239,13 @@ class EnvPoolEnv(BaseEnv):
         return pool.step(self._actions)
 
     def _rows(self, obs: Any, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> EnvRows:
-        ids = np.asarray(info["env_id"], dtype=np.int64)
-        ascending = len(ids) < 2 or not np.count_nonzero(ids[1:] <= ids[:-1])
-        order = None if ascending else np.argsort(ids, kind="stable")
+        raw = info["env_id"]
+        if type(raw) is np.ndarray and raw.tobytes() == self._in_order:  # int32, 0..n-1
+            ids, order = self._all_ids, None
+        else:
+            ids = np.asarray(raw, dtype=np.int64)
+            ascending = len(ids) < 2 or not np.count_nonzero(ids[1:] <= ids[:-1])
+            order = None if ascending else np.argsort(ids, kind="stable")
         first = np.asarray(info["elapsed_step"]) == 0
         rew = np.asarray(rew, dtype=np.float64)
         term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)

@@ -358,7 +358,9 @@ class EnvRowsBuilder:
             stepped = env_ids
         elif np.count_nonzero(is_first):
             keep = ~is_first
-            rew, term, trunc = np.where(keep, rew, 0.0), term & keep, trunc & keep
+            rew = rew.copy()  # (np.where goes through a Python wrapper)
+            rew[is_first] = 0.0
+            term, trunc = term & keep, trunc & keep
             stepped = env_ids[keep]
         else:
             stepped = env_ids

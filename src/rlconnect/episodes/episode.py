@@ -78,7 +78,7 @@ class Episode:
             "episode_reward": self.total_reward,
             "agent_rewards": dict(self.agent_rewards),
             "custom_metrics": dict(self.custom_metrics),
-            "hist_data": {k: list(v) for k, v in self.hist_data.items()},
+            "hist_data": {k: list(v) for k, v in self.hist_data.items()} if self.hist_data else {},
             "episode_faulty": self.faulty,
         }
 

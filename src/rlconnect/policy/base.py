@@ -74,7 +74,14 @@ def validate_weights(
 
 
 def batch_size(input_batch: Mapping[str, Any]) -> int:
-    """Number of rows of ``input_batch`` (the leading length of its ``obs`` column)."""
+    """Number of rows of ``input_batch`` (the leading length of its ``obs`` column).
+
+    A batch that knows its row count says so with an int ``num_rows`` attribute (the
+    runner's views of some rows of a poll): then no column is read, so a policy that only
+    needs the count (``RandomPolicy``) does not make the view copy its observations."""
+    rows = getattr(input_batch, "num_rows", None)
+    if type(rows) is int:
+        return rows
     try:
         obs = input_batch["obs"]
     except KeyError:

@@ -30,13 +30,15 @@ __all__ = ["RowSubset", "act"]
 class RowSubset(Mapping[str, Any]):
     """Policy inputs for some rows of a poll (e.g. those whose episode goes on): each
     column is taken when first read, so a policy that reads only ``obs`` pays for one
-    column, not for every column the agent pipeline made. ``infos`` are not inputs."""
+    column, not for every column the agent pipeline made (and ``num_rows`` for none).
+    ``infos`` are not inputs."""
 
-    __slots__ = ("_columns", "_rows", "_taken")
+    __slots__ = ("_columns", "_rows", "_taken", "num_rows")
 
     def __init__(self, columns: Mapping[str, Any], rows: np.ndarray) -> None:
         self._columns, self._rows = columns, rows
         self._taken: dict[str, Any] = {}
+        self.num_rows = len(rows)
 
     def __getitem__(self, key: str) -> Any:
         if key in self._taken:

@@ -7,7 +7,7 @@ policy mapping function see) are created at episode start and completed at the e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,9 +59,11 @@ class EpisodeHooks:
 class EpisodeTracker:
     """Starts, advances and ends the episode of each of ``num_envs`` sub-envs.
 
-    ``on_close(env_id, episode, faulty)`` runs when an episode ends, after its totals are
-    final and before ``on_episode_end``: the owner closes its trajectories there.
-    ``reset_connectors(env_id)`` runs last, so per-episode connector state is dropped.
+    ``on_close(ended, faulty)`` runs once for the ``(env_id, episode)`` pairs that end
+    together, after their totals are final and before ``on_episode_end``: the owner closes
+    their trajectories there. ``connector_resets()`` gives the ``reset(env_id)`` of every
+    connector that keeps per-episode state; each ended episode's sub-env is passed to them
+    last, so that state is dropped.
     """
 
     def __init__(
@@ -72,8 +74,8 @@ class EpisodeTracker:
         mapping_fn: Callable[..., str],
         first_id: int,
         hooks: EpisodeHooks,
-        on_close: Callable[[int, Episode, bool], None],
-        reset_connectors: Callable[[int], None],
+        on_close: Callable[[list[tuple[int, Episode]], bool], None],
+        connector_resets: Callable[[], list[Callable[[int], None]]],
     ) -> None:
         self.multi_agent = multi_agent
         self.episodes: list[Episode | None] = [None] * num_envs
@@ -86,7 +88,7 @@ class EpisodeTracker:
         self._mapping_fn = mapping_fn
         self._hooks = hooks
         self._on_close = on_close
-        self._reset_connectors = reset_connectors
+        self._connector_resets = connector_resets
 
     def __getitem__(self, env_id: int) -> Episode:
         ep = self.episodes[env_id]
@@ -100,16 +102,17 @@ class EpisodeTracker:
 
     def start(self, env_id: int) -> Episode:
         """A new episode in ``env_id`` (its first observation is about to arrive)."""
-        ep = Episode(self.next_id, env_id, self._mapping_fn, worker=self._hooks.runner)
+        hooks = self._hooks
+        ep = Episode(self.next_id, env_id, self._mapping_fn, worker=hooks.runner)
         self.next_id += 1
         self.episodes[env_id] = ep
         self.eps_id[env_id] = ep.episode_id
-        self.length[env_id] = 0
+        self.length[env_id] = self.agent_steps[env_id] = 0
         self.ret[env_id] = 0.0
-        self.agent_steps[env_id] = 0
         if not self.multi_agent:
             ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
-        self._hooks.created(env_id, ep)
+        if hooks.on_created:
+            hooks.created(env_id, ep)
         return ep
 
     def open(self, env_ids: list[int]) -> list[Episode]:
@@ -119,7 +122,7 @@ class EpisodeTracker:
         for e in env_ids:
             ep = self.episodes[e]
             if ep is not None and self.length[e] > 0:
-                self.end(e)
+                self.end([e])
                 ep = None
             out.append(self.start(e) if ep is None else ep)
         return out
@@ -140,24 +143,34 @@ class EpisodeTracker:
                 ep.length = int(self.length[e])
                 hooks.call(hooks.callbacks.on_episode_step, e, ep)
 
-    def end(self, env_id: int, *, faulty: bool = False) -> None:
-        """End ``env_id``'s episode: totals, trajectories, ``on_episode_end``, its metric
-        record, per-episode connector state (nothing happens when none is open)."""
-        ep = self.episodes[env_id]
-        if ep is None:
+    def end(self, env_ids: Sequence[int], *, faulty: bool = False) -> None:
+        """End the episodes of ``env_ids``, in this order (a sub-env without one is
+        skipped): totals, then their trajectories in one ``on_close`` call, then per
+        episode ``on_episode_end``, its metric record and its connectors' per-episode state.
+
+        The episodes that end at one poll go through together: one call per poll for the
+        bookkeeping they share, not one per episode."""
+        episodes = self.episodes
+        ended = [(e, ep) for e in env_ids if (ep := episodes[e]) is not None]
+        if not ended:
             return
-        ep.length = int(self.length[env_id])
-        if not self.multi_agent:
-            ep.total_reward = float(self.ret[env_id])
-            ep.agent_rewards = {(a, ep.policy_for(a)): ep.total_reward for a in ep.get_agents()}
-        ep.faulty = faulty
-        self._on_close(env_id, ep, faulty)
-        hooks = self._hooks
-        if hooks.on_end:
-            hooks.call(hooks.callbacks.on_episode_end, env_id, ep)
-        self.metrics.append(ep.to_metrics())
-        self._reset_connectors(env_id)
-        self.episodes[env_id] = None
+        single = not self.multi_agent
+        for e, ep in ended:
+            ep.length = int(self.length[e])
+            if single:
+                ep.total_reward = total = float(self.ret[e])
+                ep.agent_rewards = {(a, ep.policy_for(a)): total for a in ep.get_agents()}
+            ep.faulty = faulty
+        self._on_close(ended, faulty)
+        hooks, metrics = self._hooks, self.metrics
+        resets = self._connector_resets()
+        for e, ep in ended:
+            if hooks.on_end:
+                hooks.call(hooks.callbacks.on_episode_end, e, ep)
+            metrics.append(ep.to_metrics())
+            for reset in resets:
+                reset(e)
+            episodes[e] = None
 
     def refuse_endless(self, limit: int) -> None:
         """Raise ``EnvError`` naming a sub-env whose episode ran past ``limit`` steps

@@ -78,8 +78,8 @@ class StepKernel:
             mapping_fn=mapping_fn,
             first_id=config.worker_index << 40,
             hooks=hooks,
-            on_close=self._close_episode,
-            reset_connectors=pipes.reset,
+            on_close=self._close_episodes,
+            connector_resets=pipes.episode_resets,
         )
         self.book = MultiAgentBook(n, self.episodes, self.trajectories, collectors)
         self.recorder = Recorder(collectors)
@@ -231,7 +231,7 @@ class StepKernel:
             self.faults.on_error(env_id, exc)  # raises unless the sub-env may be restarted
             if not self.episodes.is_open(env_id):  # the reset itself failed: report it too
                 self.episodes.start(env_id)
-            self.episodes.end(env_id, faulty=True)
+            self.episodes.end([env_id], faulty=True)
             self.env.try_restart(env_id)
             if self.config.check_env:  # a rebuilt env is checked again
                 self._checks_left = max(self._checks_left, 2)
@@ -371,23 +371,28 @@ class StepKernel:
         cfg = self.config
         if self.faults.restart:  # a completed episode ends a sub-env's failure streak
             self.faults.episodes_completed(done_envs)
-        for e in sorted(done_envs):
-            self.episodes.end(e)
+        ended = sorted(done_envs)
+        self.episodes.end(ended)
+        for e in ended:  # the soft horizon starts anew without resetting the env
             soft = cfg.soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
-            if soft:
-                self.env.soft_reset(e)
-            else:
-                self.env.try_reset(e)
+            (self.env.soft_reset if soft else self.env.try_reset)(e)
 
-    def _close_episode(self, env_id: int, episode: Episode, faulty: bool) -> None:
-        """An episode ended: close its trajectories; its rows count, or are dropped."""
+    def _close_episodes(self, ended: list[tuple[int, Episode]], faulty: bool) -> None:
+        """Episodes ended: close their trajectories; their rows count, or are dropped."""
         if self.multi:
-            self.book.close_episode(env_id)
+            for e, _ in ended:
+                self.book.close_episode(e)
         else:
-            self.trajectories.close_single(env_id)
+            self.trajectories.close_single([e for e, _ in ended])
         if faulty:
             self.recorder.flush()
-            self.collectors.drop_episode(episode.episode_id)
-        else:
-            steps = int(self.episodes.agent_steps[env_id]) if self.multi else episode.length
-            self.collectors.finish_episode(episode.episode_id, episode.length, steps)
+            for _, ep in ended:
+                self.collectors.drop_episode(ep.episode_id)
+            return
+        ids, env_steps, agent_steps = [], 0, 0
+        for e, ep in ended:
+            ids.append(ep.episode_id)
+            env_steps += ep.length
+            if self.multi:
+                agent_steps += int(self.episodes.agent_steps[e])
+        self.collectors.finish_episodes(ids, env_steps, agent_steps if self.multi else None)

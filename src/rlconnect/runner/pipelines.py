@@ -20,7 +20,9 @@ from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.connectors import (
     ActionConnectorPipeline,
     AgentConnectorPipeline,
+    Connector,
     ConnectorContext,
+    ConnectorPipeline,
     default_action_pipeline,
     default_agent_pipeline,
 )
@@ -42,12 +44,20 @@ class PolicyPipelines:
     agent: dict[str, AgentConnectorPipeline] = attrs.field(factory=dict)
     action: dict[str, ActionConnectorPipeline] = attrs.field(factory=dict)
 
-    def reset(self, env_id: int) -> None:
-        """Drop every pipeline's per-episode state of sub-env ``env_id``."""
+    def episode_resets(self) -> list[Callable[[int], None]]:
+        """The ``reset(env_id)`` of every member that keeps per-episode state: what an
+        episode's end must call. Members that do not override ``Connector.reset`` keep
+        none and are left out (read at each call: pipelines are edited in place)."""
+        out: list[Callable[[int], None]] = []
         for pipes in (self.agent, self.action):
             for pipe in pipes.values():
-                if len(pipe):
-                    pipe.reset(env_id)
+                if type(pipe).reset is not ConnectorPipeline.reset:  # a pipeline of its own
+                    out.append(pipe.reset)
+                    continue
+                for _, c in pipe.items():
+                    if getattr(c.reset, "__func__", None) is not Connector.reset:
+                        out.append(c.reset)
+        return out
 
 
 def _same_shape(a: gym.Space, b: gym.Space) -> bool:

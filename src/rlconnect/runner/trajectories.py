@@ -43,19 +43,25 @@ class TrajectoryIds:
 
     def open_single(self, env_ids: list[int], agent_id: Any, episodes: list[Episode]) -> None:
         """Single-agent: a new trajectory in each of ``env_ids`` (their episodes began)."""
-        for e, ep in zip(env_ids, episodes):
-            self.of_env[e] = self.new(agent_id, ep)
+        of_env, owners, t = self.of_env, self._owners, self._next
+        for e, ep in zip(env_ids, episodes):  # new() inlined: a few episodes start each poll
+            owners[t] = (agent_id, ep)
+            of_env[e] = t
+            t += 1
+        self._next = t
 
     def close(self, traj_id: int) -> None:
         """The trajectory ended: forget it once its rows have all been handed out."""
         self._closed.append(traj_id)
 
-    def close_single(self, env_id: int) -> None:
-        """Single-agent: the trajectory of sub-env ``env_id`` ended."""
-        t = int(self.of_env[env_id])
-        if t >= 0:
-            self._closed.append(t)
-            self.of_env[env_id] = -1
+    def close_single(self, env_ids: list[int]) -> None:
+        """Single-agent: the trajectories of sub-envs ``env_ids`` ended."""
+        of_env, closed = self.of_env, self._closed
+        for e in env_ids:
+            t = int(of_env[e])
+            if t >= 0:
+                closed.append(t)
+                of_env[e] = -1
 
     def owner(self, traj_id: int) -> tuple[Any, Episode | None]:
         """``(agent_id, episode)`` of a trajectory (``(None, None)`` when forgotten)."""
