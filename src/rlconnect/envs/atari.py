@@ -22,10 +22,12 @@ reward clipped to its sign    connector: ``ClipReward``
 stack of 4 frames             connector: ``FrameStack(num_frames=4)``
 ============================  ===========================================================
 
-The env-side steps must see every emulator frame, which only the env has, or cost the
-same wherever they run (the resize: per frame here, so it runs in the env worker
-processes with ``num_env_workers`` instead of in the runner); the rest are batched over
-all sub-envs by the connectors (``RunnerConfig(preset="atari")``). Reading the gray
+The env-side steps must see every emulator frame, which only the env has, or belong
+beside the emulator: the resize, one frame at a time, costs the in-process runner a few
+percent more than one batch would (``benchmarks/bench_pixels.py``), and with
+``num_env_workers`` it runs in the worker processes instead of in the runner they all
+wait on. The rest are batched over all sub-envs by the connectors
+(``RunnerConfig(preset="atari")``). Reading the gray
 screen from the emulator costs a third of reading RGB and converting it, and the base env
 (``obs_type="ram"``) renders no screen on the frames the wrapper skips. Episodes are whole
 games: a lost life never ends an episode, so episode metrics (``episode_reward``,
