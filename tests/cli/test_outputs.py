@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -68,22 +69,27 @@ def test_plot_format_follows_the_suffix(tmp_path: Path, suffix: str, magic: byte
     assert f"({suffix})" in done.stdout
 
 
-def test_an_interrupted_run_leaves_a_folder_inspect_reads(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [0, 2], ids=["in-process", "2-env-workers"])
+def test_an_interrupted_run_leaves_a_folder_inspect_reads(tmp_path: Path, workers: int) -> None:
+    """Ctrl-C in a terminal (SIGINT to the whole process group, env workers included):
+    the batch in progress is finished, so the files hold exactly the counted steps."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rlconnect", "sample", "--steps", "50000000", "--num-envs", "2"]
+    env_workers = ["--env-workers", str(workers)] if workers else []
     proc = subprocess.Popen(
-        [*cmd, "--fragment", "100", "--quiet", "--out", str(out)],
+        [*cmd, "--fragment", "100", "--quiet", "--out", str(out), *env_workers],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=user_env(),
+        start_new_session=True,  # its own process group, as a terminal's foreground job
     )
     try:
         deadline = time.monotonic() + 120
         while not list(out.glob("*.parquet")) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert list(out.glob("*.parquet")), "no batch written within 120 s"
-        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
@@ -98,3 +104,15 @@ def test_an_interrupted_run_leaves_a_folder_inspect_reads(tmp_path: Path) -> Non
     shown = run_cli("inspect", str(out))
     assert shown.returncode == 0, shown.stderr
     assert "status: interrupted" in shown.stdout and "sha256 ok" in shown.stdout
+
+
+def test_a_second_ctrl_c_interrupts_at_once() -> None:
+    from rlconnect.cli.sample import _CtrlC
+
+    with _CtrlC() as ctrl_c:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # the handler runs at the next bytecode boundary
+        assert ctrl_c.pending  # the first one only asks the loop to stop
+        with pytest.raises(KeyboardInterrupt):  # the second one, as its handler gets it
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back

@@ -228,3 +228,25 @@ def test_stop_closes_every_env_also_in_workers_busy_with_a_step(tmp_path):
     assert time.monotonic() - start < 1.5  # a step's wait, not the kill deadline
     assert children() <= before
     assert sorted(int(i) for i in log.read_text().split()) == [0, 1, 2, 3]
+
+
+def test_ctrl_c_does_not_end_the_workers():
+    """SIGINT (Ctrl-C in a terminal reaches the whole process group) is the runner's to
+    act on: a worker that gets it keeps stepping, and the runner ends it when it stops."""
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=10, seed=3, num_env_workers=2)
+    policy = rc.RandomPolicy(StepCountEnv.observation_space, StepCountEnv.action_space)
+    before = children()
+    r = rc.EnvRunner(lambda ctx: gym.wrappers.TimeLimit(StepCountEnv(), 7), policy, config=config)
+    try:
+        r.sample()
+        workers = children() - before
+        assert len(workers) == 2
+        for pid in workers:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.3)
+        assert all(alive(pid) for pid in workers)
+        check_count_truth(r.sample())  # the same processes step on
+        assert children() - before == workers
+    finally:
+        r.stop()
+    assert all_gone(workers)

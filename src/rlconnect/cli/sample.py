@@ -2,14 +2,16 @@
 run.json and a plot.
 
 Every path the command writes is checked before sampling starts. Ctrl-C (SIGINT) stops
-sampling after the batch in progress is dropped: the batches already written stay finished,
-the checkpoint and ``run.json`` (``"status": "interrupted"``) are written, the summary is
-printed, and the exit code is 130.
+sampling once the batch in progress is sampled, written and counted, so the files and the
+summary agree (a second Ctrl-C stops at once and drops that batch); the checkpoint and
+``run.json`` (``"status": "interrupted"``) are written, the summary is printed, and the
+exit code is 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -41,35 +43,75 @@ class _Run:
         return float(np.mean(self.returns[-last:] if last else self.returns))
 
 
+class _CtrlC:
+    """While entered, a first SIGINT only sets ``pending`` (the loop stops at its next
+    check); a second one raises ``KeyboardInterrupt`` at once. Outside the main thread,
+    where handlers cannot be set, SIGINT raises as usual."""
+
+    def __init__(self) -> None:
+        self.pending = False
+        self._old: Any = None
+
+    def __enter__(self) -> _CtrlC:
+        try:
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread
+            self._old = None
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
 def _collect(
     runner: Any, total: int, result: _Run, progress: Progress, write: Callable[[Any], Any] | None
 ) -> None:
-    """Sample until ``total`` env steps, passing each batch to ``write``; a
-    KeyboardInterrupt ends the run early and marks it interrupted."""
-    from rlconnect.batches import MultiAgentBatch
-
+    """Sample until ``total`` env steps, passing each batch to ``write``; Ctrl-C ends the
+    run after the batch in progress is written and counted (a second one at once) and
+    marks it interrupted."""
     start = time.perf_counter()
+    ctrl_c = _CtrlC()
     try:
-        while result.steps < total:
-            batch = runner.sample()
-            if write is not None:
-                write(batch)
-            result.steps += batch.env_steps() if isinstance(batch, MultiAgentBatch) else len(batch)
-            result.batches += 1
-            for m in runner.get_metrics():
-                if m.get("episode_faulty"):
-                    continue
-                result.returns.append(float(m["episode_reward"]))
-                result.lengths.append(int(m["episode_length"]))
-                result.return_steps.append(result.steps)
-            progress.update(
-                result.steps, len(result.returns), result.mean_return(), runner.perf_stats()
-            )
+        with ctrl_c:
+            _sample_until(runner, total, result, progress, write, ctrl_c)
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
+        result.interrupted = result.interrupted or (ctrl_c.pending and result.steps < total)
         progress.close()
         result.elapsed = time.perf_counter() - start
+
+
+def _sample_until(
+    runner: Any,
+    total: int,
+    result: _Run,
+    progress: Progress,
+    write: Callable[[Any], Any] | None,
+    ctrl_c: _CtrlC,
+) -> None:
+    from rlconnect.batches import MultiAgentBatch
+
+    while result.steps < total and not ctrl_c.pending:
+        batch = runner.sample()
+        if write is not None:
+            write(batch)
+        result.steps += batch.env_steps() if isinstance(batch, MultiAgentBatch) else len(batch)
+        result.batches += 1
+        for m in runner.get_metrics():
+            if m.get("episode_faulty"):
+                continue
+            result.returns.append(float(m["episode_reward"]))
+            result.lengths.append(int(m["episode_length"]))
+            result.return_steps.append(result.steps)
+        stats = runner.perf_stats()
+        progress.update(result.steps, len(result.returns), result.mean_return(), stats)
 
 
 def _prepare_outputs(args: argparse.Namespace, config: Any) -> tuple[Any, Any, Any, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import pickle
 import re
+import signal
 import struct
 import time
 import traceback
@@ -265,11 +266,14 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
     """Build the group, say hello, attach to the block, then serve polls until closed
     (keeping to ``spec.cpu`` while that pays: ``affinity``).
 
-        ``parent_end`` (the runner's end of the pipe, inherited when forked) is closed first,
-        so the worker sees the pipe close when the runner's process goes away. The process is
-        tuned (one thread per numeric library, batch scheduling: ``tuning``) before the env
-        creator is unpickled or run."""
+    ``parent_end`` (the runner's end of the pipe, inherited when forked) is closed first,
+    so the worker sees the pipe close when the runner's process goes away. SIGINT is
+    ignored: the runner ends its workers. The process is tuned (one thread per numeric
+    library, batch scheduling: ``tuning``) before the env creator is unpickled or run."""
     parent_end.close()
+    # Ctrl-C in a terminal reaches every process of the group: the runner decides what it
+    # means (the command line finishes its batch first), and ends its workers itself
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     tune_worker_process()
     group: BaseEnv | None = None
     block: SharedBlock | None = None
