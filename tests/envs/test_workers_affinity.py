@@ -3,13 +3,15 @@ something else keeps their CPU busy (``rlconnect.envs.workers.affinity``)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 import gymnasium as gym
 import pytest
-from env_cases import StepCountEnv
+from env_cases import StepCountEnv, TwoAgents
 
-from rlconnect.envs.workers import WorkerEnvs
+import rlconnect as rc
+from rlconnect.envs.workers import WorkerEnvs, affinity
 from rlconnect.envs.workers.affinity import (
     FIRST_PAUSE_S,
     MAX_PAUSE_S,
@@ -124,3 +126,36 @@ def test_worker_processes_are_pinned_when_there_is_a_cpu_for_each(allowed, extra
     else:
         assert cpus == [[c] for c in allowed]
     assert os.sched_getaffinity(0) == set(allowed)  # the runner's process is left alone
+
+
+@pytest.mark.parametrize("multi_agent", [False, True], ids=["block", "piped"])
+def test_every_poll_of_a_pinned_worker_is_measured(allowed, tmp_path, monkeypatch, multi_agent):
+    """Polls through the block and polls through the pipe (multi-agent rows) both tell the
+    worker's ``CorePin`` their times, so a starved worker lets go either way."""
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the recording below reaches the workers by fork")
+
+    def record(self, wall_s: float, cpu_s: float) -> None:
+        with open(tmp_path / f"{os.getpid()}.txt", "a") as f:
+            f.write(f"{wall_s} {cpu_s}\n")
+
+    monkeypatch.setattr(affinity.CorePin, "polled", record)
+    space = StepCountEnv.observation_space, StepCountEnv.action_space
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0, num_env_workers=2)
+    if multi_agent:
+        runner = rc.EnvRunner(
+            TwoAgents, {"p": rc.RandomPolicy(*space)}, policy_mapping_fn=lambda *a, **k: "p",
+            config=config,
+        )  # fmt: skip
+    else:
+        env = lambda ctx: gym.wrappers.TimeLimit(StepCountEnv(), 5)  # noqa: E731
+        runner = rc.EnvRunner(env, rc.RandomPolicy(*space), config=config)
+    try:
+        runner.sample()
+    finally:
+        runner.stop()
+    files = sorted(tmp_path.glob("*.txt"))
+    assert len(files) == min(2, len(allowed))  # each pinned worker measured its polls
+    for f in files:
+        times = [tuple(map(float, line.split())) for line in f.read_text().splitlines()]
+        assert len(times) >= 5 and all(wall >= cpu >= 0 for wall, cpu in times)

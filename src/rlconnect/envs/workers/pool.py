@@ -298,7 +298,8 @@ class WorkerEnvs(BaseEnv):
             if not self.is_multi_agent and extra is None and not np.count_nonzero(cmd[w.lo : w.hi]):
                 continue
             try:
-                w.send(poll_message() if extra is None else pickle.dumps(("poll", extra)))
+                piped = ("poll", (extra, time.monotonic()))
+                w.send(poll_message() if extra is None else pickle.dumps(piped))
             except OSError:
                 exc = w.died()
                 errors.update(dict.fromkeys(range(w.lo, w.hi), exc))

@@ -7,8 +7,9 @@ Protocol on the worker's pipe (bytes; the hot path never pickles for array space
 - worker -> runner, once after start: a pickled ``Hello`` (spaces, or the build error);
 - runner -> worker: a pickled ``("attach", block name, layout)``; then per poll ``b"p"``
   and the send time (``poll_message``: commands and actions are in the block; the time
-  tells the worker how long its wake-up took) or a pickled ``("poll", extra)`` carrying
-  restarts and actions the block cannot hold; ``("restart", local index)``; ``b"c"`` closes;
+  tells the worker how long its wake-up took) or a pickled ``("poll", (extra, send
+  time))`` carrying restarts and actions the block cannot hold; ``("restart", local
+  index)``; ``b"c"`` closes;
 - worker -> runner per poll: ``b""`` (everything is in the block) or a pickled
   ``(infos, errors, rows)``: non-empty infos by local index, error payloads by local index,
   and the rows themselves when they cannot live in the block (multi-agent envs, spaces
@@ -290,21 +291,24 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
         assert block.arrays is not None
         server = _Server(group, spec, block.arrays)
         pin = CorePin(spec.cpu)
+
+        def poll(extra: dict[str, Any] | None, sent: float) -> bytes:
+            cpu = time.thread_time()
+            reply = server.poll(extra)
+            # from the runner's send: a wake-up delayed by a busy CPU counts too
+            pin.polled(time.monotonic() - sent, time.thread_time() - cpu)
+            return reply
+
         while True:
             msg = conn.recv_bytes()
             if msg[:1] == b"p":
-                cpu = time.thread_time()
-                reply = server.poll(None)
-                # from the runner's send: a wake-up delayed by a busy CPU counts too
-                (sent,) = _SENT.unpack_from(msg, 1)
-                pin.polled(time.monotonic() - sent, time.thread_time() - cpu)
-                conn.send_bytes(reply)
+                conn.send_bytes(poll(None, _SENT.unpack_from(msg, 1)[0]))
             elif msg == b"c":
                 break
             else:
                 kind, data = pickle.loads(msg)  # from the runner that started this process
                 if kind == "poll":
-                    conn.send_bytes(server.poll(data))
+                    conn.send_bytes(poll(*data))
                 else:
                     conn.send_bytes(server.restart(data))
     except (EOFError, OSError, KeyboardInterrupt):
