@@ -21,7 +21,15 @@ from rlconnect.spaces import (
     zeros_batch,
 )
 
-__all__ = ["EnvContext", "GymEnvs", "fits_dtype", "sub_env_context", "sub_env_seed"]
+__all__ = [
+    "ContextRule",
+    "EnvContext",
+    "GymEnvs",
+    "fits_dtype",
+    "sub_env_context",
+    "sub_env_contexts",
+    "sub_env_seed",
+]
 
 
 @attrs.define(frozen=True)
@@ -63,6 +71,24 @@ def sub_env_context(
     )
 
 
+ContextRule = Callable[[int, int], EnvContext]
+"""``(index, restarts) -> EnvContext``: how an adapter builds (and first seeds) sub-env
+``index`` after ``restarts`` rebuilds."""
+
+
+def sub_env_contexts(
+    num_envs: int, worker_index: int, seed: int | None, config: dict[str, Any] | None
+) -> ContextRule:
+    """The ``ContextRule`` of ``num_envs`` sub-envs in the runner's process; env workers
+    give their adapters ``GroupSpec.local_context`` instead (global indices)."""
+    config = dict(config or {})
+
+    def context(index: int, restarts: int) -> EnvContext:
+        return sub_env_context(index, num_envs, worker_index, seed, restarts, config)
+
+    return context
+
+
 def _to_env_action(space: gym.Space, batch: Any) -> list:
     """Per-row actions as the envs expect them: numpy scalars or arrays (numpy integers pass
     gymnasium's ``Discrete.contains`` faster than Python ints)."""
@@ -92,12 +118,11 @@ class GymEnvs(BaseEnv):
         worker_index: int = 0,
         env_config: dict[str, Any] | None = None,
         envs: list[gym.Env] | None = None,
+        contexts: ContextRule | None = None,
     ) -> None:
         self.num_envs = num_envs
         self._creator = creator
-        self._seed = seed
-        self._worker_index = worker_index
-        self._env_config = dict(env_config or {})
+        self._contexts = contexts or sub_env_contexts(num_envs, worker_index, seed, env_config)
         self._restarts = [0] * num_envs
         self.envs: list[gym.Env] = (
             envs if envs is not None else [self._make(i) for i in range(num_envs)]
@@ -121,14 +146,7 @@ class GymEnvs(BaseEnv):
 
     def _context(self, index: int) -> EnvContext:
         """The context sub-env ``index`` is built with now; its first reset takes its seed."""
-        return sub_env_context(
-            index,
-            self.num_envs,
-            self._worker_index,
-            self._seed,
-            self._restarts[index],
-            self._env_config,
-        )
+        return self._contexts(index, self._restarts[index])
 
     def _make(self, index: int) -> gym.Env:
         env = self._creator(self._context(index))

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import EnvContext, fits_dtype, sub_env_context
+from rlconnect.envs.gym_envs import ContextRule, EnvContext, fits_dtype, sub_env_contexts
 from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
@@ -81,12 +81,11 @@ class MultiAgentEnvs(BaseEnv):
         worker_index: int = 0,
         env_config: dict[str, Any] | None = None,
         envs: list[Any] | None = None,
+        contexts: ContextRule | None = None,
     ) -> None:
         self.num_envs = num_envs
         self._creator = creator
-        self._seed = seed
-        self._worker_index = worker_index
-        self._env_config = dict(env_config or {})
+        self._contexts = contexts or sub_env_contexts(num_envs, worker_index, seed, env_config)
         self._restarts = [0] * num_envs
         self.envs = envs if envs is not None else [self._make(i) for i in range(num_envs)]
         first = self.envs[0]
@@ -102,14 +101,7 @@ class MultiAgentEnvs(BaseEnv):
 
     def _context(self, index: int) -> EnvContext:
         """The context sub-env ``index`` is built with now; its first reset takes its seed."""
-        return sub_env_context(
-            index,
-            self.num_envs,
-            self._worker_index,
-            self._seed,
-            self._restarts[index],
-            self._env_config,
-        )
+        return self._contexts(index, self._restarts[index])
 
     def _make(self, index: int) -> Any:
         return self._creator(self._context(index))

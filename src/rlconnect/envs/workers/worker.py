@@ -130,38 +130,15 @@ def decode_error(payload: ErrorPayload, where: str) -> BaseException:
     return EnvError(f"{text} (in the worker process of {where})\n{tb}")
 
 
-class _GymGroup(GymEnvs):
-    """``GymEnvs`` over a group: sub-envs built and seeded with their global index and
-    restart count (restarts before this process included), as in the runner's process."""
-
-    def __init__(self, creator: Callable[[EnvContext], Any], spec: GroupSpec, envs: list) -> None:
-        self._spec = spec
-        super().__init__(creator, spec.size, seed=spec.seed, envs=envs)
-
-    def _context(self, index: int) -> EnvContext:
-        return self._spec.local_context(index, self._restarts[index])
-
-
-class _MultiGroup(MultiAgentEnvs):
-    """``MultiAgentEnvs`` over a group: built and seeded like ``_GymGroup``'s sub-envs."""
-
-    def __init__(self, creator: Callable[[EnvContext], Any], spec: GroupSpec, envs: list) -> None:
-        self._spec = spec
-        super().__init__(creator, spec.size, seed=spec.seed, envs=envs)
-
-    def _context(self, index: int) -> EnvContext:
-        return self._spec.local_context(index, self._restarts[index])
-
-
 def _build(creator: Callable[[EnvContext], Any], spec: GroupSpec) -> tuple[BaseEnv, Hello]:
     envs = [creator(spec.local_context(i, 0)) for i in range(spec.size)]
     first = envs[0]
     if isinstance(first, gym.Env):
-        group: BaseEnv = _GymGroup(creator, spec, envs)
+        group: BaseEnv = GymEnvs(creator, spec.size, envs=envs, contexts=spec.local_context)
         hello = Hello(obs_space=first.observation_space, act_space=first.action_space)
         return group, hello
     if hasattr(first, "observation_spaces") and hasattr(first, "step"):
-        multi = _MultiGroup(creator, spec, envs)
+        multi = MultiAgentEnvs(creator, spec.size, envs=envs, contexts=spec.local_context)
         return multi, Hello(
             multi_agent=True,
             possible_agents=multi.possible_agents,
