@@ -10,7 +10,13 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
-from env_cases import StepCountEnv, check_count_truth, make_indexed, runner_for
+from env_cases import (
+    StepCountEnv,
+    assert_same_batches,
+    check_count_truth,
+    make_indexed,
+    runner_for,
+)
 
 import rlconnect as rc
 from rlconnect.errors import EnvTimeoutError
@@ -210,11 +216,5 @@ def test_a_restarted_multi_agent_sub_env_in_a_worker_samples_what_in_process_doe
     assert [m["env_id"] for m in faulty] == [1]
     starts = {float(s) for b in local for s in b["obs"][b["env_id"] == 1][:, 3]}
     assert len(starts) >= 3  # the rebuilt sub-env's episodes start where its seed says
-    for a, b in zip(local, remote, strict=True):
-        assert sorted(a.keys()) == sorted(b.keys())
-        for key in a:
-            if key == "infos":
-                assert list(a[key]) == list(b[key])
-            else:
-                np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert_same_batches(local, remote)
     assert remote_m == local_m
