@@ -25,7 +25,7 @@ from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import sub_env_seed
-from rlconnect.envs.rows import EnvRowsBuilder, errors_only
+from rlconnect.envs.rows import EnvRowsBuilder, errors_only, strictly_ascending
 from rlconnect.errors import EnvError, describe_exception
 
 __all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "is_envpool", "make_envpool"]
@@ -244,8 +244,7 @@ class EnvPoolEnv(BaseEnv):
             ids, order = self._all_ids, None
         else:
             ids = np.asarray(raw, dtype=np.int64)
-            ascending = len(ids) < 2 or not np.count_nonzero(ids[1:] <= ids[:-1])
-            order = None if ascending else np.argsort(ids, kind="stable")
+            order = None if strictly_ascending(ids) else np.argsort(ids, kind="stable")
         first = np.asarray(info["elapsed_step"]) == 0
         rew = np.asarray(rew, dtype=np.float64)
         term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)

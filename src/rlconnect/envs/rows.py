@@ -27,7 +27,15 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.rewards import bad_reward_error, reward_column, scalar_reward
 
-__all__ = ["EnvRows", "EnvRowsBuilder", "ExternalRows", "ExtraReward", "StackFn", "errors_only"]
+__all__ = [
+    "EnvRows",
+    "EnvRowsBuilder",
+    "ExternalRows",
+    "ExtraReward",
+    "StackFn",
+    "errors_only",
+    "strictly_ascending",
+]
 
 #: ``stack(obs, env_ids) -> (batch, bad)``: one batch of the rows' observations, and the
 #: sub-envs whose observation cannot be one of the space (their rows are left out).
@@ -155,7 +163,8 @@ class ExternalRows(EnvRows):
         self.logged_actions = logged_actions
 
 
-def _ascending(env_ids: np.ndarray) -> bool:
+def strictly_ascending(env_ids: np.ndarray) -> bool:
+    """Whether ``env_ids`` rise strictly (every sub-env at most once, in order)."""
     # count_nonzero: one C call, where ndarray.all() goes through a Python wrapper
     return len(env_ids) < 2 or not np.count_nonzero(env_ids[1:] <= env_ids[:-1])
 
@@ -313,7 +322,7 @@ class EnvRowsBuilder:
                 and stack is not None
                 and not errors
                 and not extra
-                and _ascending(env_ids)
+                and strictly_ascending(env_ids)
             ),
         }
         if logged_actions is None:
@@ -364,7 +373,7 @@ class EnvRowsBuilder:
             stepped = env_ids[keep]
         else:
             stepped = env_ids
-        ascending = in_order or _ascending(env_ids)
+        ascending = in_order or strictly_ascending(env_ids)
         rows = EnvRows(  # in the order of EnvRows.__init__
             env_ids,
             agents,

@@ -43,12 +43,8 @@ class TrajectoryIds:
 
     def open_single(self, env_ids: list[int], agent_id: Any, episodes: list[Episode]) -> None:
         """Single-agent: a new trajectory in each of ``env_ids`` (their episodes began)."""
-        of_env, owners, t = self.of_env, self._owners, self._next
-        for e, ep in zip(env_ids, episodes):  # new() inlined: a few episodes start each poll
-            owners[t] = (agent_id, ep)
-            of_env[e] = t
-            t += 1
-        self._next = t
+        for e, ep in zip(env_ids, episodes):
+            self.of_env[e] = self.new(agent_id, ep)
 
     def close(self, traj_id: int) -> None:
         """The trajectory ended: forget it once its rows have all been handed out."""
