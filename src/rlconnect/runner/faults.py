@@ -269,30 +269,13 @@ class ActionCheck:
         if not env.is_multi_agent:
             with contextlib.suppress(Exception):  # then every call takes the general path
                 self.space = env.action_space(DEFAULT_AGENT_ID)
-        #: a Discrete space's start and size as 0-d arrays: int64 actions are then checked
-        #: in one pass, ``(a - start) mod 2**64 < n`` (no Python scalar for numpy to convert)
-        self._start: np.ndarray | None = None
-        self._size = np.zeros((), dtype=np.uint64)
-        if isinstance(self.space, gym.spaces.Discrete):
-            self._start = np.asarray(int(self.space.start), dtype=np.int64)
-            self._size = np.asarray(int(self.space.n), dtype=np.uint64)
 
     def __call__(self, actions: Any, env_ids: np.ndarray, agent_ids: Sequence[Any]) -> None:
-        n = len(env_ids)
-        if (
-            self._start is not None
+        fast = (
+            self.space is not None
             and type(actions) is np.ndarray
-            and actions.dtype == np.int64
-            and actions.shape == (n,)
-        ):
-            offset = np.subtract(actions, self._start).view(np.uint64)
-            fast = not np.count_nonzero(np.greater_equal(offset, self._size))
-        else:
-            fast = (
-                self.space is not None
-                and type(actions) is np.ndarray
-                and _fast_bad_rows(self.space, actions, n) is None
-            )
+            and _fast_bad_rows(self.space, actions, len(env_ids)) is None
+        )
         if not fast:  # the general path, which raises naming what is wrong
             check_actions(self.env, self.policy, self.policy_id, actions, env_ids, agent_ids)
 
