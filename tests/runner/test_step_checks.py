@@ -167,19 +167,21 @@ class _DiscreteEnv(CounterEnv):
         self.action_space = gym.spaces.Discrete(5, start=-2)
 
 
+@pytest.mark.parametrize("n", [3, 100], ids=["few-rows", "many-rows"])  # two code paths
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
-def test_discrete_actions_are_checked_exactly_at_the_bounds(dtype):
+def test_discrete_actions_are_checked_exactly_at_the_bounds(dtype, n):
     from rlconnect.errors import PolicyError
     from rlconnect.runner.faults import ActionCheck
 
-    env = rc.envs.make_base_env(lambda ctx: _DiscreteEnv(), num_envs=3)
+    env = rc.envs.make_base_env(lambda ctx: _DiscreteEnv(), num_envs=n)
     check = ActionCheck(env, None, "p")
-    ids = np.arange(3)
+    ids = np.arange(n)
     info = np.iinfo(dtype)
     inside = [v for v in (-2, 0, 2) if info.min <= v <= info.max]
-    check(np.array(inside + [0] * (3 - len(inside)), dtype=dtype), ids, ("a",) * 3)
+    check(np.array(inside + [0] * (n - len(inside)), dtype=dtype), ids, ("a",) * n)
     candidates = (-3, 3, int(info.min), int(info.max))
     outside = [v for v in candidates if info.min <= v <= info.max and not -2 <= v < 3]
     for bad in outside:
+        actions = np.array([0, bad] + [1] * (n - 2), dtype=dtype)
         with pytest.raises(PolicyError, match=f"{bad!r} for env 1"):
-            check(np.array([0, bad, 1], dtype=dtype), ids, ("a",) * 3)
+            check(actions, ids, ("a",) * n)

@@ -229,8 +229,14 @@ def _fast_bad_rows(space: gym.Space, actions: np.ndarray, n: int) -> np.ndarray 
         if actions.shape != (n,) or actions.dtype.kind not in "iu":
             return False
         lo, hi = int(space.start), int(space.start) + int(space.n)
-        values = actions.tolist() if n <= 64 else actions  # tiny batches: Python is faster
-        if not n or (min(values) >= lo and max(values) < hi):
+        if not n:
+            return None
+        if n <= 64:  # tiny batches: Python's min and max on a list are faster than numpy's
+            values = actions.tolist()
+            low, high = min(values), max(values)
+        else:  # (not the builtins: they would walk the array element by element)
+            low, high = actions.min(), actions.max()
+        if low >= lo and high < hi:
             return None
         return np.asarray((actions < lo) | (actions >= hi))
     if isinstance(space, gym.spaces.Box):
