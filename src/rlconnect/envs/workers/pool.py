@@ -298,8 +298,7 @@ class WorkerEnvs(BaseEnv):
             if not self.is_multi_agent and extra is None and not np.count_nonzero(cmd[w.lo : w.hi]):
                 continue
             try:
-                piped = ("poll", (extra, time.monotonic()))
-                w.send(poll_message() if extra is None else pickle.dumps(piped))
+                w.send(poll_message(extra))
             except OSError:
                 exc = w.died()
                 errors.update(dict.fromkeys(range(w.lo, w.hi), exc))

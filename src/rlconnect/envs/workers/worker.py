@@ -57,9 +57,14 @@ ErrorPayload = tuple[str, str, str, bytes | None]
 _SENT = struct.Struct("d")
 
 
-def poll_message() -> bytes:
-    """The runner's "poll" to a worker: ``b"p"`` and ``time.monotonic()`` at sending."""
-    return b"p" + _SENT.pack(time.monotonic())
+def poll_message(extra: dict[str, Any] | None = None) -> bytes:
+    """The runner's "poll" to a worker, stamped with ``time.monotonic()`` at sending:
+    ``b"p"`` and the time, or with ``extra`` (restarts, actions the block cannot hold) a
+    pickled ``("poll", (extra, time))``."""
+    sent = time.monotonic()
+    if extra is None:
+        return b"p" + _SENT.pack(sent)
+    return pickle.dumps(("poll", (extra, sent)))
 
 
 @attrs.define(frozen=True)
