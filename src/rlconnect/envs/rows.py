@@ -164,8 +164,7 @@ class ExternalRows(EnvRows):
 
 
 def strictly_ascending(env_ids: np.ndarray) -> bool:
-    """Whether ``env_ids`` rise strictly (every sub-env at most once, in order);
-    ``count_nonzero`` is one C call, where ``ndarray.all()`` goes through a Python wrapper."""
+    """Whether ``env_ids`` rise strictly (``count_nonzero``: one C call; ``all()`` is not)."""
     return len(env_ids) < 2 or not np.count_nonzero(env_ids[1:] <= env_ids[:-1])
 
 
