@@ -14,9 +14,11 @@ and ``EnvRunner.sample()`` with the sub-envs in-process, ``remote_envs=True``,
 async (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
 turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
 [min-max over rounds] and the ratio of medians to the in-process runner. Contenders whose
-package is missing (ale-py, envpool) are skipped. ``--quick``: one short round each.
+package is missing (ale-py, envpool) are skipped. ``--quick``: one short round each;
+``--only in-process,envpool``: only the contenders whose name contains one of the words
+(the in-process runner always runs: the ratios are to it).
 
-    python benchmarks/bench_parallel.py [--quick] [--workload cartpole|pong|all]
+    python benchmarks/bench_parallel.py [--quick] [--workload cartpole|pong|all] [--only ...]
 """
 
 from __future__ import annotations
@@ -148,9 +150,11 @@ def contenders(workload: str) -> dict[str, Callable[[], tuple[Runner, Callable[[
     }
 
 
-def measure(workload: str, rounds: int, seconds: float) -> None:
+def measure(workload: str, rounds: int, seconds: float, only: list[str]) -> None:
     built: dict[str, tuple[Runner, Callable[[], None]]] = {}
     for name, build in contenders(workload).items():
+        if only and name != "rlconnect in-process" and not any(w in name for w in only):
+            continue
         try:
             built[name] = build()
         except ImportError as exc:
@@ -192,12 +196,14 @@ def main() -> None:
     ap.add_argument("--workload", choices=("cartpole", "pong", "all"), default="all")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--only", default="", help="comma-separated words of contender names")
     args = ap.parse_args()
+    only = [w for w in args.only.split(",") if w]
     rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{os.cpu_count()} CPUs, load average {load:.2f} at start; RandomPolicy / random actions")
     for workload in ("cartpole", "pong") if args.workload == "all" else (args.workload,):
-        measure(workload, rounds, seconds)
+        measure(workload, rounds, seconds, only)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ BENCHMARKS = {
         300,
         ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
     ),
+    "bench_envpool_io.py": (120, ("public send + recv", "direct send + recv", "own cost")),
     "bench_overhead.py": (120, ("own cost per env step", "overhead", " 256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),
     "bench_worker_poll.py": (120, ("worker 0 step", "whole poll", "half a step late")),

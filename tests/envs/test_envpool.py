@@ -136,28 +136,34 @@ def test_an_unknown_envpool_task_is_a_clear_error():
 
 
 class _FailOnce:
-    """A pool proxy whose ``step`` raises once, at call ``at``."""
+    """A pool proxy whose ``method`` (``send``: sent by the gate, during the runner's
+    step; ``recv``: in the poll), public or C++ (``_send``), raises once, at call ``at``."""
 
-    def __init__(self, pool, at: int) -> None:
-        self._pool, self._left = pool, at
-
-    def step(self, *args):
-        self._left -= 1
-        if self._left == 0:
-            raise RuntimeError("pool crashed")
-        return self._pool.step(*args)
+    def __init__(self, pool, at: int, method: str = "recv") -> None:
+        self._pool, self._left, self._method = pool, at, method
 
     def __getattr__(self, name):
-        return getattr(self._pool, name)
+        real = getattr(self._pool, name)
+        if name.lstrip("_") != self._method:
+            return real
+
+        def call(*args):
+            self._left -= 1
+            if self._left == 0:
+                raise RuntimeError("pool crashed")
+            return real(*args)
+
+        return call
 
 
-def test_a_failing_pool_is_rebuilt_whole_with_restarts():
+@pytest.mark.parametrize("method", ["send", "recv"])
+def test_a_failing_pool_is_rebuilt_whole_with_restarts(method):
     r = runner(n=3, frag=10, restart_failed_sub_environments=True)
     try:
         r.sample()
         r.get_metrics()
         old = r.env.pool
-        r.env.pool = _FailOnce(old, 3)
+        r.env.pool = _FailOnce(old, 3, method)
         batches = [r.sample() for _ in range(2)]
         metrics = r.get_metrics()
         assert r.env.pool is not old and not isinstance(r.env.pool, _FailOnce)
@@ -169,11 +175,12 @@ def test_a_failing_pool_is_rebuilt_whole_with_restarts():
     assert sorted(m["env_id"] for m in metrics if m["episode_faulty"]) == [0, 1, 2]
 
 
-def test_a_failing_pool_without_restarts_is_an_env_error():
+@pytest.mark.parametrize("method", ["send", "recv"])
+def test_a_failing_pool_without_restarts_is_an_env_error(method):
     r = runner(n=2, frag=10)
     try:
         r.sample()
-        r.env.pool = _FailOnce(r.env.pool, 1)
+        r.env.pool = _FailOnce(r.env.pool, 1, method)
         with pytest.raises(rc.EnvError, match="pool crashed"):
             r.sample()
     finally:
@@ -207,3 +214,33 @@ def test_the_atari_preset_on_an_envpool_task_stacks_once_and_starts_with_the_poo
             rc.RandomPolicy(space, gym.spaces.Discrete(6)),
             config=config,
         )
+
+
+def test_env_workers_forked_while_a_dropped_pool_awaits_collection_start():
+    """A pool that is garbage in a reference cycle when env workers fork is never destroyed
+    in a worker (where its C++ threads do not exist: the worker crashed)."""
+    import gc
+
+    import gymnasium as gym
+
+    class Cycle:
+        pass
+
+    def drop_a_pool() -> None:
+        c = Cycle()
+        c.me, c.pool = c, envpool.make_gymnasium("CartPole-v1", num_envs=2)
+        c.pool.reset()
+
+    def creator(ctx):
+        gc.collect()  # in the worker: a collection there would destroy the inherited pool
+        return gym.make("CartPole-v1")
+
+    gc.collect()
+    gc.disable()  # the parent must not collect the pool before the fork either
+    try:
+        drop_a_pool()
+        config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, num_env_workers=1)
+        batches, _ = sample(rc.EnvRunner(creator, rc.RandomPolicy(*spaces()), config=config), 1)
+    finally:
+        gc.enable()
+    assert len(batches[0]) == 10

@@ -7,9 +7,11 @@ for its reset and reports that step as the first row of the new episode, never a
 step, so every trajectory is exact and ends on its true final observation.
 
 Synchronous pools (``batch_size == num_envs``) step every sub-env each poll. With
-``env_poll_size=B`` the pool is built with ``batch_size=B`` and driven with EnvPool's own
-``send`` / ``recv``: a poll returns the first B sub-envs that finished (rows sorted by env
-id) while the others keep stepping in EnvPool's threads.
+``env_poll_size=B`` the pool is built with ``batch_size=B``: a poll returns the first B
+sub-envs that finished (rows sorted by env id) while the others keep stepping in EnvPool's
+threads. Either way the pool is driven with EnvPool's own ``send`` / ``recv``, and the
+actions are sent as soon as every sub-env the last poll returned has one (``StepGate``), so
+EnvPool steps while the runner records rows and ends episodes; ``poll()`` only receives.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import numpy as np
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.envpool_io import PoolIO, pool_io
 from rlconnect.envs.gym_envs import sub_env_seed
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only, strictly_ascending
+from rlconnect.envs.step_gate import StepGate
 from rlconnect.errors import EnvError, describe_exception
 
 __all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "is_envpool", "make_envpool"]
@@ -139,7 +143,7 @@ class EnvPoolEnv(BaseEnv):
     def __init__(
         self, pool: Any, *, rebuild: Callable[[int], Any] | None = None, frames: bool = False
     ) -> None:
-        self.pool = pool
+        self._io: PoolIO = pool_io(pool)
         self._frames = frames  # hand out (H, W) frames of a (1, H, W) pool
         self._rebuild = rebuild
         self._restarts = 0
@@ -154,15 +158,27 @@ class EnvPoolEnv(BaseEnv):
         self._act_space: gym.Space = pool.action_space
         self.possible_agents = (DEFAULT_AGENT_ID,)
         shape = self._act_space.shape or ()
-        self._actions = np.zeros((self.num_envs, *shape), dtype=self._act_space.dtype)
+        self._actions = np.zeros((self.num_envs, *shape), dtype=self._io.action_dtype)
         self._todo = np.zeros(self.num_envs, dtype=bool)  # an action or a reset is queued
         #: a full poll in env order (what a synchronous pool returns) is recognised by the
         #: bytes of its ``env_id`` and gets these ids, shared and read-only
         self._all_ids = np.arange(self.num_envs, dtype=np.int64)
         self._all_ids.flags.writeable = False
         self._in_order = np.arange(self.num_envs, dtype=np.int32).tobytes()
+        self._gate = StepGate(self.num_envs)
+        self._sent = False  # a synchronous pool has every sub-env's step under way
         self._started = False
         self._broken: BaseException | None = None
+        self._send_error: BaseException | None = None  # of a send the gate started
+
+    @property
+    def pool(self) -> Any:
+        """The EnvPool pool (a new one after a rebuild)."""
+        return self._io.pool
+
+    @pool.setter
+    def pool(self, pool: Any) -> None:
+        self._io = pool_io(pool)
 
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
         return self._obs_space
@@ -173,12 +189,19 @@ class EnvPoolEnv(BaseEnv):
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
         self._actions[env_ids] = actions
         self._todo[env_ids] = True
+        if self._gate.answered(env_ids):
+            self._send_now()
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         """The env's episode ended: its next step is EnvPool's reset step (the placeholder
-        action is ignored). An episode the pool did not end cannot be reset alone."""
+        action is ignored; queued when the rows came back). An episode the pool did not end
+        cannot be reset alone."""
+        if self._gate.take_reset(env_id):
+            return
         self._actions[env_id] = 0
         self._todo[env_id] = True
+        if self._gate.answered(np.array([env_id])):
+            self._send_now()
 
     def try_restart(self, env_id: int) -> None:
         """A failed pool is rebuilt whole (once, at the first sub-env's restart)."""
@@ -199,17 +222,26 @@ class EnvPoolEnv(BaseEnv):
             raise EnvError(
                 f"the EnvPool pool could not be rebuilt: {describe_exception(exc)}"
             ) from exc
-        self._started = False
+        self._started = self._sent = False
         self._todo[:] = False
 
     def poll(self) -> EnvRows:
         try:
+            if self._send_error is not None:
+                cause, self._send_error = self._send_error, None
+                raise cause
             out = self._step()
         except Exception as exc:  # the pool as a whole failed: every sub-env is reported
             self._broken = exc
             self._todo[:] = False
-            return errors_only(dict.fromkeys(range(self.num_envs), exc))
-        return self._rows(*out)
+            self._sent = False
+            rows = errors_only(dict.fromkeys(range(self.num_envs), exc))
+        else:
+            rows = self._rows(*out)
+        ended = self._gate.returned(rows)
+        self._actions[ended] = 0  # EnvPool resets them at their next step by itself
+        self._todo[ended] = True
+        return rows
 
     def _step(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         pool = self.pool
@@ -223,12 +255,26 @@ class EnvPoolEnv(BaseEnv):
             n = self.num_envs
             zeros = np.zeros(n, dtype=bool)
             return obs, np.zeros(n), zeros, zeros, info
+        if not self._sent:
+            self._send()
+        self._sent = False
+        return self._io.recv()
+
+    def _send_now(self) -> None:
+        """Send what the gate let through; a failure is the next poll's to report."""
+        try:
+            self._send()
+        except Exception as exc:
+            self._send_error = exc
+
+    def _send(self) -> None:
+        """Send the queued actions and resets (a synchronous pool: every sub-env's)."""
         if self._async:
             ids = np.flatnonzero(self._todo)
             if len(ids):
-                pool.send(self._actions[ids], ids.astype(np.int32))
+                self._io.send(self._actions[ids], ids.astype(np.int32))
                 self._todo[ids] = False
-            return pool.recv()
+            return
         if np.count_nonzero(self._todo) != self.num_envs:
             missing = np.flatnonzero(~self._todo).tolist()[:5]
             raise RuntimeError(
@@ -236,7 +282,8 @@ class EnvPoolEnv(BaseEnv):
                 f"{missing} got neither an action nor a reset"
             )
         self._todo[:] = False
-        return pool.step(self._actions)
+        self._io.send(self._actions, None)
+        self._sent = True
 
     def _rows(self, obs: Any, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> EnvRows:
         raw = info["env_id"]
@@ -268,5 +315,10 @@ class EnvPoolEnv(BaseEnv):
         return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first, in_order=True)
 
     def close(self) -> None:
+        """Close the pool once the step the gate started has finished (a pool whose
+        threads are mid-step crashes processes forked from this one)."""
         with contextlib.suppress(Exception):
+            if self._sent:
+                self._io.recv()
+                self._sent = False
             self.pool.close()

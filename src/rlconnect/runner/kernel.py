@@ -326,7 +326,6 @@ class StepKernel:
         record["agent_index"] = agent_index
         if cfg.keep_raw_obs:
             record["raw_obs"] = obs
-        self.recorder.rows(pid, traj, poll, record, done, block=block)
         if agent_steps is not None:
             self.book.mark_closed(env_ids, agent_ids, done)
         self._secs["mean_raw_obs_processing_ms"] += time.perf_counter() - t0
@@ -336,6 +335,7 @@ class StepKernel:
         if done is not self._not_done and np.count_nonzero(done):
             where = ~done
             if not np.count_nonzero(where):
+                self.recorder.rows(pid, traj, poll, record, done, block=block)
                 return
             inputs, env_ids, agent_ids = self._live_rows(data, env_ids, agent_ids, where)
         outputs, env_actions = act(
@@ -352,10 +352,12 @@ class StepKernel:
         )
         if cfg.record_env_actions:
             outputs["env_actions"] = env_actions
-        self.recorder.outputs(pid, outputs, where)
         t0 = time.perf_counter()
         self.env.send_actions(env_ids, agent_ids, env_actions)
         self._secs["mean_env_wait_ms"] += time.perf_counter() - t0
+        # recorded once the actions are out: envs stepping elsewhere start meanwhile
+        self.recorder.rows(pid, traj, poll, record, done, block=block)
+        self.recorder.outputs(pid, outputs, where)
 
     def _live_rows(
         self, data: AgentData, env_ids: np.ndarray, agent_ids: tuple, where: np.ndarray

@@ -1,0 +1,69 @@
+"""``StepGate``: start a pool's next step as soon as the runner answered every row.
+
+An EnvPool pool steps in C++ threads, so it need not wait for the next ``poll()``: once
+every sub-env the last poll returned has its command (an action, or the reset its ended
+episode needs) the step can start while the runner still records rows and ends episodes.
+The runner asks for the reset of a sub-env whose episode ended only after it acted on the
+others, so the gate queues those resets itself when the rows come back; the runner's later
+``try_reset`` for them is then a no-op (``take_reset``).
+
+The gate only ever makes a step start earlier: rows the runner dropped, sub-envs it
+restarted and episodes its horizon ended leave it shut, and the step starts at the next
+``poll()`` as before.
+
+Env worker processes do not use it: measured with 2 workers on 2 CPUs, starting a worker
+while the runner still works takes a CPU from the other worker (CartPole N=64: 0.93x).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlconnect.envs.rows import EnvRows
+
+__all__ = ["StepGate"]
+
+
+class StepGate:
+    """The sub-envs of ``num_envs`` that a poll returned and that still wait for a command."""
+
+    def __init__(self, num_envs: int) -> None:
+        self._waiting = np.zeros(num_envs, dtype=bool)  # returned, no command yet
+        self._queued = np.zeros(num_envs, dtype=bool)  # episode ended: its reset queued here
+        self._left = 0  # how many are waiting
+
+    def returned(self, rows: EnvRows) -> np.ndarray:
+        """Arm the gate for a poll's dense rows; returns the ids of sub-envs whose episode
+        ended there, whose reset the caller queues now (ascending)."""
+        self._waiting[:] = False
+        self._queued[:] = False
+        ids = rows.env_ids
+        if not rows.dense or not len(ids):
+            self._left = 0
+            return ids[:0]
+        ended = np.fromiter(rows.done_envs, np.int64, len(rows.done_envs))
+        ended.sort()
+        self._waiting[ids] = True
+        self._waiting[ended] = False
+        self._queued[ended] = True
+        self._left = len(ids) - len(ended)
+        return ended
+
+    def answered(self, env_ids: np.ndarray) -> bool:
+        """These sub-envs got their command: whether that was the last one waiting."""
+        if not self._left:
+            return False
+        hit = np.count_nonzero(self._waiting[env_ids])
+        if not hit:
+            return False
+        self._waiting[env_ids] = False
+        self._left -= hit
+        return not self._left
+
+    def take_reset(self, env_id: int) -> bool:
+        """Whether the reset of ``env_id`` was queued by ``returned`` (then the caller has
+        nothing left to do for it)."""
+        if not self._queued[env_id]:
+            return False
+        self._queued[env_id] = False
+        return True
