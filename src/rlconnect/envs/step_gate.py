@@ -35,17 +35,21 @@ class StepGate:
     def returned(self, rows: EnvRows) -> np.ndarray:
         """Arm the gate for a poll's dense rows; returns the ids of sub-envs whose episode
         ended there, whose reset the caller queues now (ascending)."""
-        self._waiting[:] = False
-        self._queued[:] = False
-        ids = rows.env_ids
+        ids, waiting, queued = rows.env_ids, self._waiting, self._queued
+        queued.fill(False)
         if not rows.dense or not len(ids):
+            waiting.fill(False)
             self._left = 0
             return ids[:0]
+        if len(ids) == len(waiting):  # every sub-env (a synchronous pool)
+            waiting.fill(True)
+        else:
+            waiting.fill(False)
+            waiting[ids] = True
+        # dense rows ascend, and so do the sub-envs of done_envs
         ended = np.fromiter(rows.done_envs, np.int64, len(rows.done_envs))
-        ended.sort()
-        self._waiting[ids] = True
-        self._waiting[ended] = False
-        self._queued[ended] = True
+        waiting[ended] = False
+        queued[ended] = True
         self._left = len(ids) - len(ended)
         return ended
 
