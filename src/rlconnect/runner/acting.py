@@ -4,29 +4,27 @@ Sampling (every poll, dense or not, single- or multi-agent) and inference
 (``compute_actions``) both act through :func:`act`: ``policy.compute_actions`` (errors
 become a ``PolicyError`` naming the policy and rows), logged actions of an external env
 replacing the policy's, ``on_policy_output`` of the agent pipeline, the action pipeline,
-and the check that every env action lies in its space. The step kernel keeps what acting
-on one policy's rows leaves to record (``Acted``): every policy acts before any rows are
-recorded, so an env that steps elsewhere starts as soon as the last actions are out.
+and the check that every env action lies in its space.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from rlconnect.batches import SampleBatch
 from rlconnect.collectors.store import take_rows
-from rlconnect.connectors import ActionData, AgentData
+from rlconnect.connectors import ActionData
 from rlconnect.envs.external import apply_logged_actions
 from rlconnect.errors import PolicyError, describe_exception
 from rlconnect.policy import Policy
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
 
-__all__ = ["Acted", "RowSubset", "act", "live_rows"]
+__all__ = ["RowSubset", "act"]
 
 
 class RowSubset(Mapping[str, Any]):
@@ -107,28 +105,3 @@ def act(
         secs["mean_inference_ms"] += t1 - t0
         secs["mean_action_processing_ms"] += clock() - t1
     return outputs, env_actions
-
-
-class Acted(NamedTuple):
-    """One policy's rows of a poll, acted on and not yet recorded."""
-
-    pid: str
-    env_ids: np.ndarray
-    columns: Mapping[str, Any]  # the agent pipeline's output
-    obs: Any  # as the env gave them (``keep_raw_obs``)
-    traj: np.ndarray | None  # multi-agent: the agents' trajectories; None: the sub-envs'
-    agent_index: np.ndarray | int
-    done: np.ndarray
-    outputs: dict[str, Any] | None  # None: no row acted
-    where: np.ndarray | None  # the rows that acted; None: all
-
-
-def live_rows(
-    data: AgentData, env_ids: np.ndarray, agent_ids: tuple, where: np.ndarray, multi: bool
-) -> tuple[RowSubset, np.ndarray, tuple]:
-    """The policy inputs, env ids and agent ids of the rows in ``where`` (single-agent
-    rows share one agent id, so a prefix of ``agent_ids`` is theirs)."""
-    ai = where.nonzero()[0]
-    inputs = RowSubset(data.columns, ai)
-    kept = tuple(agent_ids[i] for i in ai.tolist()) if multi else agent_ids[: len(ai)]
-    return inputs, env_ids[ai], kept

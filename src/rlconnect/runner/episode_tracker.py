@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
-from rlconnect.envs.rows import EnvRows
 from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
 from rlconnect.runner.callbacks import Callbacks
@@ -116,16 +115,6 @@ class EpisodeTracker:
             hooks.created(env_id, ep)
         return ep
 
-    def open_later(self, env_ids: list[int]) -> bool:
-        """Whether the episodes of ``env_ids`` may open after the policy acted on their first
-        rows: nothing can see the order (no ``on_episode_created``) and no episode runs
-        there (an env that reset itself mid-episode ends it first). If so, their lengths
-        start at 0 now (the rows' ``t``)."""
-        if self._hooks.on_created or any(self.episodes[e] is not None for e in env_ids):
-            return False
-        self.length[env_ids] = 0
-        return True
-
     def open(self, env_ids: list[int]) -> list[Episode]:
         """Episodes for ``env_ids``, which just gave a first observation (ending the one
         there if the env reset by itself mid-episode)."""
@@ -182,22 +171,6 @@ class EpisodeTracker:
             for reset in resets:
                 reset(e)
             episodes[e] = None
-
-    def horizon(
-        self, rows: EnvRows, stepped: np.ndarray, horizon: int
-    ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[bool, bool]]]:
-        """The rows' flags and the sub-envs whose episode ends, the ``horizon`` included
-        (``stepped``: the sub-envs that took a step, lengths already advanced)."""
-        done_envs = rows.done_envs
-        if not len(stepped):
-            return rows.terminateds, rows.truncateds, done_envs
-        over = stepped[self.length[stepped] >= horizon]
-        if not len(over):
-            return rows.terminateds, rows.truncateds, done_envs
-        done_envs = dict(done_envs)
-        for e in over.tolist():
-            done_envs.setdefault(e, (False, True))
-        return rows.terminateds, rows.truncateds | np.isin(rows.env_ids, over), done_envs
 
     def refuse_endless(self, limit: int) -> None:
         """Raise ``EnvError`` naming a sub-env whose episode ran past ``limit`` steps

@@ -8,13 +8,9 @@ multi-agent, from any env adapter) through
    are checked against the spaces (``check_env``);
 2. episodes: first observations open episodes, lengths advance, the horizon truncates
    (``EpisodeTracker``; agents of multi-agent envs in ``MultiAgentBook``);
-3. per policy, one batched pass: the agent pipeline, and for the rows that act, the
-   policy and the action pipeline (``act``), then the env actions;
-4. the record of every policy's rows (``Recorder``), the env-step log, the episode
-   callbacks, and the end and reset of finished episodes. An env that steps elsewhere
-   (EnvPool) starts once the last actions are out, so all of this overlaps its step; with
-   one policy and no ``on_episode_created`` hook even the episodes of first observations
-   open then (their lengths start at 0 before the policy sees them).
+3. per policy, one batched pass: the agent pipeline, the record (``Recorder``), and for
+   the rows that act, the policy and the action pipeline (``act``), then the env actions;
+4. the env-step log, the episode callbacks, and the end and reset of finished episodes.
 
 Dense single-agent polls take the same steps as arrays over all rows (no per-row Python);
 the recorder then buffers them and hands whole blocks to the collectors.
@@ -36,7 +32,7 @@ from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
 from rlconnect.episodes import Episode
 from rlconnect.policy import Policy
-from rlconnect.runner.acting import Acted, act, live_rows
+from rlconnect.runner.acting import RowSubset, act
 from rlconnect.runner.agents import MultiAgentBook, episode_flags
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.episode_tracker import EpisodeHooks, EpisodeTracker
@@ -145,13 +141,12 @@ class StepKernel:
         stepped = rows.stepped
         all_stepped = full and len(stepped) == n  # then no row is a first observation
         firsts: list[int] = []
-        later = False  # the episodes of first rows open once the actions are out
         if not all_stepped and np.count_nonzero(rows.is_first):
             first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
             firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
-            later = bool(self._one_pid) and not multi and episodes.open_later(firsts)
-            if not later:
-                self._open(firsts)
+            opened = episodes.open(firsts)
+            if not multi:
+                self.trajectories.open_single(firsts, DEFAULT_AGENT_ID, opened)
         if multi:
             for e in np.unique(env_ids).tolist():
                 if not episodes.is_open(e):
@@ -163,9 +158,7 @@ class StepKernel:
         if self.config.horizon is None:
             terminateds, truncateds, done_envs = rows.terminateds, rows.truncateds, rows.done_envs
         else:
-            terminateds, truncateds, done_envs = episodes.horizon(
-                rows, stepped, self.config.horizon
-            )
+            terminateds, truncateds, done_envs = self._horizon(rows, stepped)
         agent_steps = np.zeros(len(episodes.length), dtype=np.int64) if multi else None
         obs = rows.obs
         if agent_steps is not None:
@@ -189,19 +182,17 @@ class StepKernel:
             if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
                 done |= np.isin(env_ids, list(done_envs))
         flags = (terminateds, truncateds, done)
-        groups = [(self._one_pid, None)] if self._one_pid else self._groups(rows)
-        # every policy acts first, then the rows are recorded: envs that step elsewhere
-        # (EnvPool) start as soon as the last actions are out
-        acted = [
-            self._policy_step(pid, idx, rows, obs, flags, agent_steps) for pid, idx in groups if n
-        ]
-        if later:
-            self._open(firsts)
         # a full poll of one policy: row i is sub-env i, so copies of the per-env arrays
         # are its columns (and its episode ids those of the env-step log too)
         eps = episodes.eps_id.copy() if full and self._one_pid else None
-        for part in acted:
-            self._record(part, poll, block, eps)
+        if self._one_pid:  # every row is the one policy's
+            if n:
+                self._policy_step(
+                    self._one_pid, None, rows, obs, flags, poll, block, agent_steps, eps
+                )
+        else:
+            for pid, idx in self._groups(rows):
+                self._policy_step(pid, idx, rows, obs, flags, poll, block, agent_steps, None)
         step_eps = eps if all_stepped and eps is not None else episodes.eps_id[stepped]
         if agent_steps is not None:
             for e in sorted(done_envs):
@@ -234,12 +225,6 @@ class StepKernel:
             check_finite(rows, poll, self.episodes.length)
         return rows
 
-    def _open(self, firsts: list[int]) -> None:
-        """Episodes (and single-agent trajectories) for sub-envs that gave a first obs."""
-        opened = self.episodes.open(firsts)
-        if not self.multi:
-            self.trajectories.open_single(firsts, DEFAULT_AGENT_ID, opened)
-
     def _restart(self, errors: Mapping[int, BaseException]) -> None:
         self.recorder.flush()  # a faulty episode's rows must be in the collectors to drop
         for env_id, exc in sorted(errors.items()):
@@ -250,6 +235,22 @@ class StepKernel:
             self.env.try_restart(env_id)
             if self.config.check_env:  # a rebuilt env is checked again
                 self._checks_left = max(self._checks_left, 2)
+
+    def _horizon(
+        self, rows: EnvRows, stepped: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[bool, bool]]]:
+        """The rows' flags and the sub-envs whose episode ends, ``horizon`` included."""
+        horizon = self.config.horizon
+        done_envs = rows.done_envs
+        if horizon is None or not len(stepped):
+            return rows.terminateds, rows.truncateds, done_envs
+        over = stepped[self.episodes.length[stepped] >= horizon]
+        if not len(over):
+            return rows.terminateds, rows.truncateds, done_envs
+        done_envs = dict(done_envs)
+        for e in over.tolist():
+            done_envs.setdefault(e, (False, True))
+        return rows.terminateds, rows.truncateds | np.isin(rows.env_ids, over), done_envs
 
     def _none_done(self, n: int) -> np.ndarray:
         """A shared all-False ``done`` column of ``n`` rows (read-only)."""
@@ -272,15 +273,18 @@ class StepKernel:
         rows: EnvRows,
         obs: Any,
         flags: tuple[np.ndarray, np.ndarray, np.ndarray],
+        poll: int,
+        block: bool,
         agent_steps: np.ndarray | None,
-    ) -> Acted:
-        """The rows of one policy (``idx``; None: every row): agent pipeline, then the
-        policy, the action pipeline and the env actions for the rows that are not done
-        (``flags``: terminated, truncated, and done for every row of the poll). Returns
-        what ``_record`` records."""
+        eps: np.ndarray | None,
+    ) -> None:
+        """The rows of one policy: agent pipeline, record, then the policy, the action
+        pipeline and the env actions for the rows that are not done (``flags``:
+        terminated, truncated, and done for every row of the poll; ``eps``: the episode id
+        of every sub-env when the rows are a full poll of this one policy, else None)."""
         cfg, episodes = self.config, self.episodes
         t0 = time.perf_counter()
-        full = idx is None and rows.dense and len(rows.env_ids) == len(episodes.length)
+        full = eps is not None
         pipe = self.pipes.agent[pid]
         connectors = len(pipe)
         terminateds, truncateds, done = flags
@@ -296,12 +300,15 @@ class StepKernel:
         else:
             picked = obs if idx is None else [obs[i] for i in members]
             obs = stack_samples(pipe.input_space, picked)
-        traj: np.ndarray | None = None  # single-agent: the sub-envs' (read when recorded)
         agent_index: np.ndarray | int = 0
         if agent_steps is not None:
             traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
             rewards = rewards + self.book.take_pending(env_ids, agent_ids)
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
+        elif full:
+            traj = self.trajectories.of_env.copy()
+        else:
+            traj = self.trajectories.of_env[env_ids]
         cols = {
             "obs": obs,
             "rewards": rewards,
@@ -313,7 +320,12 @@ class StepKernel:
         data = AgentData.trusted(env_ids, agent_ids, cols)
         if connectors:
             data = pipe(data)
-        acted = Acted(pid, env_ids, data.columns, obs, traj, agent_index, done, None, None)
+        record = dict(data.columns)
+        record["eps_id"] = eps if full else episodes.eps_id[env_ids]
+        record["env_id"] = env_ids
+        record["agent_index"] = agent_index
+        if cfg.keep_raw_obs:
+            record["raw_obs"] = obs
         if agent_steps is not None:
             self.book.mark_closed(env_ids, agent_ids, done)
         self._secs["mean_raw_obs_processing_ms"] += time.perf_counter() - t0
@@ -323,8 +335,9 @@ class StepKernel:
         if done is not self._not_done and np.count_nonzero(done):
             where = ~done
             if not np.count_nonzero(where):
-                return acted
-            inputs, env_ids, agent_ids = live_rows(data, env_ids, agent_ids, where, self.multi)
+                self.recorder.rows(pid, traj, poll, record, done, block=block)
+                return
+            inputs, env_ids, agent_ids = self._live_rows(data, env_ids, agent_ids, where)
         outputs, env_actions = act(
             pid,
             self.policies[pid],
@@ -342,25 +355,18 @@ class StepKernel:
         t0 = time.perf_counter()
         self.env.send_actions(env_ids, agent_ids, env_actions)
         self._secs["mean_env_wait_ms"] += time.perf_counter() - t0
-        return acted._replace(outputs=outputs, where=where)
+        # recorded once the actions are out: envs stepping elsewhere start meanwhile
+        self.recorder.rows(pid, traj, poll, record, done, block=block)
+        self.recorder.outputs(pid, outputs, where)
 
-    def _record(self, acted: Acted, poll: int, block: bool, eps: np.ndarray | None) -> None:
-        """Record one policy's rows and outputs (``eps``: the episode id of every sub-env
-        when the rows are a full poll of this one policy, else None)."""
-        env_ids = acted.env_ids
-        record = dict(acted.columns)
-        traj = acted.traj
-        if traj is None:
-            of_env = self.trajectories.of_env
-            traj = of_env.copy() if eps is not None else of_env[env_ids]
-        record["eps_id"] = eps if eps is not None else self.episodes.eps_id[env_ids]
-        record["env_id"] = env_ids
-        record["agent_index"] = acted.agent_index
-        if self.config.keep_raw_obs:
-            record["raw_obs"] = acted.obs
-        self.recorder.rows(acted.pid, traj, poll, record, acted.done, block=block)
-        if acted.outputs is not None:
-            self.recorder.outputs(acted.pid, acted.outputs, acted.where)
+    def _live_rows(
+        self, data: AgentData, env_ids: np.ndarray, agent_ids: tuple, where: np.ndarray
+    ) -> tuple[RowSubset, np.ndarray, tuple]:
+        """The policy inputs, env ids and agent ids of the rows in ``where``."""
+        ai = where.nonzero()[0]
+        inputs = RowSubset(data.columns, ai)
+        kept = tuple(agent_ids[i] for i in ai.tolist()) if self.multi else agent_ids[: len(ai)]
+        return inputs, env_ids[ai], kept
 
     def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
         """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""
