@@ -1,6 +1,8 @@
 """Env steps/s on every core: gymnasium vector envs, EnvPool and rlconnect's env workers.
 
-Workloads (random actions; rlconnect samples with a RandomPolicy):
+Workloads (random actions; rlconnect samples with a RandomPolicy and, as a training loop
+does, takes each batch's episode records with ``get_metrics()``: records nobody takes pile
+up and make Python's full garbage collections ever dearer):
 
 - ``cartpole``: CartPole-v1, N=64 sub-envs;
 - ``pong``: Pong, 84x84 gray, frame skip 4, a stack of 4, N=8 sub-envs (gymnasium's
@@ -83,6 +85,7 @@ def _runner_loop(runner: rc.EnvRunner) -> Runner:
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             steps += len(runner.sample())
+            runner.get_metrics()  # as a training loop does: records not taken pile up
         return steps, time.perf_counter() - t0
 
     return run
