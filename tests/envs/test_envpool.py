@@ -236,7 +236,7 @@ def test_env_workers_forked_while_a_dropped_pool_awaits_collection_start():
         return gym.make("CartPole-v1")
 
     gc.collect()
-    gc.disable()  # the parent must not collect the pool before the fork either
+    gc.disable()  # no automatic collection gets to the pool first: only the runner's own
     try:
         drop_a_pool()
         config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, num_env_workers=1)

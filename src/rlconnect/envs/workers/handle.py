@@ -8,7 +8,6 @@ simulator server, say: a daemonic process may not). ``WorkerEnvs`` ends them ins
 from __future__ import annotations
 
 import contextlib
-import gc
 import multiprocessing
 import pickle
 import select
@@ -63,15 +62,7 @@ class WorkerHandle:
             name=f"rlconnect-env-worker-{self.index}",
             daemon=False,  # its envs may start processes; WorkerEnvs ends it
         )
-        # a forked worker must never collect what it inherits: an object that was garbage
-        # at the fork (e.g. the EnvPool pool of a runner that is gone) would be destroyed
-        # there, where its C++ threads do not exist, and crash the worker; the runner's
-        # process collects it as usual
-        gc.freeze()
-        try:
-            proc.start()
-        finally:
-            gc.unfreeze()
+        proc.start()
         child.close()
         self.proc, self.conn, self.alive, self.busy = proc, parent, True, False
 

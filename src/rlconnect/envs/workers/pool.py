@@ -14,6 +14,7 @@ stepping; a worker starts again as soon as the runner acted on what it returned.
 
 from __future__ import annotations
 
+import gc
 import pickle
 import time
 from collections.abc import Callable
@@ -121,6 +122,9 @@ class WorkerEnvs(BaseEnv):
 
     # -- processes ------------------------------------------------------------------------
     def _start(self, workers: list[WorkerHandle]) -> None:
+        # garbage goes before a fork: a forked worker that collected an EnvPool pool of a
+        # runner that is gone (its C++ threads exist only here) would crash
+        gc.collect()
         for w in workers:
             w.start(self._ctx, self._blob)
         hellos = [w.hello(self.timeout_s) for w in workers]
