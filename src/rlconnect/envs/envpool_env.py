@@ -315,8 +315,7 @@ class EnvPoolEnv(BaseEnv):
         return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first, in_order=True)
 
     def close(self) -> None:
-        """Close the pool once the step the gate started has finished (a pool whose
-        threads are mid-step crashes processes forked from this one)."""
+        """Receive the step the gate started, then close the pool (idle by then)."""
         with contextlib.suppress(Exception):
             if self._sent:
                 self._io.recv()

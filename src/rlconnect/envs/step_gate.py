@@ -13,7 +13,7 @@ restarted and episodes its horizon ended leave it shut, and the step starts at t
 
 Env worker processes do not use it: with as many workers as CPUs, a worker started while
 the runner still works shares a CPU with the runner, and the poll waits for the slower
-worker (2 workers on 2 CPUs sampled CartPole slower with it than without).
+worker.
 """
 
 from __future__ import annotations

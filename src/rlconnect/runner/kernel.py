@@ -8,8 +8,8 @@ multi-agent, from any env adapter) through
    are checked against the spaces (``check_env``);
 2. episodes: first observations open episodes, lengths advance, the horizon truncates
    (``EpisodeTracker``; agents of multi-agent envs in ``MultiAgentBook``);
-3. per policy, one batched pass: the agent pipeline, the record (``Recorder``), and for
-   the rows that act, the policy and the action pipeline (``act``), then the env actions;
+3. per policy, one batched pass: the agent pipeline, for the rows that act the policy and
+   the action pipeline (``act``) and the env actions, then the record (``Recorder``);
 4. the env-step log, the episode callbacks, and the end and reset of finished episodes.
 
 Dense single-agent polls take the same steps as arrays over all rows (no per-row Python);
