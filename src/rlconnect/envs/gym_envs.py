@@ -161,8 +161,7 @@ class GymEnvs(BaseEnv):
         return self._act_space
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
-        for i, a in zip(env_ids.tolist(), _to_env_action(self._act_space, actions)):
-            self._actions[i] = a
+        self._actions.update(zip(env_ids.tolist(), _to_env_action(self._act_space, actions)))
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         self._needs_reset.add(env_id)

@@ -194,12 +194,19 @@ class _Server:
             group.send_actions(step, self.agents, a.act[lo:hi].copy())
         else:
             if len(step):
-                acts = tree.map_structure(lambda v: v[lo:hi][step], a.act)
+                act = a.act
+                acts = (
+                    act[lo:hi][step]
+                    if type(act) is np.ndarray
+                    else tree.map_structure(lambda v: v[lo:hi][step], act)
+                )
                 group.send_actions(step, self.agents[: len(step)], acts)
-            for local in np.flatnonzero(codes == CMD_RESET).tolist():
-                group.try_reset(local)
-            for local in np.flatnonzero(codes == CMD_SOFT).tolist():
-                group.soft_reset(local)
+            for local in np.flatnonzero(codes != CMD_STEP).tolist():  # a few resets
+                code = codes[local]
+                if code == CMD_RESET:
+                    group.try_reset(local)
+                elif code == CMD_SOFT:
+                    group.soft_reset(local)
         for ids, agents, acts in (extra or {}).get("actions", ()):
             group.send_actions(ids, agents, acts)
         rows = group.poll()
