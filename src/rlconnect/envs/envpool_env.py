@@ -187,20 +187,20 @@ class EnvPoolEnv(BaseEnv):
         return self._act_space
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
-        self._actions[env_ids] = actions
-        self._todo[env_ids] = True
-        if self._gate.answered(env_ids):
-            self._send_now()
+        self._queue(env_ids, actions)
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         """The env's episode ended: its next step is EnvPool's reset step (the placeholder
         action is ignored; queued when the rows came back). An episode the pool did not end
         cannot be reset alone."""
-        if self._gate.take_reset(env_id):
-            return
-        self._actions[env_id] = 0
-        self._todo[env_id] = True
-        if self._gate.answered(np.array([env_id])):
+        if not self._gate.take_reset(env_id):
+            self._queue(np.array([env_id]), 0)
+
+    def _queue(self, env_ids: np.ndarray, actions: Any) -> None:
+        """Queue actions (0: the placeholder of a reset step); send once the gate opens."""
+        self._actions[env_ids] = actions
+        self._todo[env_ids] = True
+        if self._gate.answered(env_ids):
             self._send_now()
 
     def try_restart(self, env_id: int) -> None:
@@ -238,9 +238,8 @@ class EnvPoolEnv(BaseEnv):
             rows = errors_only(dict.fromkeys(range(self.num_envs), exc))
         else:
             rows = self._rows(*out)
-        ended = self._gate.returned(rows)
-        self._actions[ended] = 0  # EnvPool resets them at their next step by itself
-        self._todo[ended] = True
+        # EnvPool resets the sub-envs whose episode ended at their next step by itself
+        self._queue(self._gate.returned(rows), 0)
         return rows
 
     def _step(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:

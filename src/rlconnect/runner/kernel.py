@@ -278,8 +278,8 @@ class StepKernel:
         agent_steps: np.ndarray | None,
         eps: np.ndarray | None,
     ) -> None:
-        """The rows of one policy: agent pipeline, record, then the policy, the action
-        pipeline and the env actions for the rows that are not done (``flags``:
+        """The rows of one policy: agent pipeline, then the policy, the action pipeline and
+        the env actions for the rows that are not done, then the record (``flags``:
         terminated, truncated, and done for every row of the poll; ``eps``: the episode id
         of every sub-env when the rows are a full poll of this one policy, else None)."""
         cfg, episodes = self.config, self.episodes
