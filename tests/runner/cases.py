@@ -1,4 +1,5 @@
-"""Named test environments: each one an edge case the runner must get right."""
+"""Named test environments: each one an edge case the runner must get right (and
+``EpisodeLog``, the callbacks that record what episodes went through)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ import gymnasium as gym
 import numpy as np
 
 import rlconnect as rc
+
+
+class EpisodeLog(rc.Callbacks):
+    """Records each episode's start and its end (length and total reward), in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def on_episode_start(self, *, episode, env_index, **kwargs) -> None:
+        self.events.append(("start", env_index, episode.episode_id))
+
+    def on_episode_end(self, *, episode, env_index, **kwargs) -> None:
+        self.events.append(
+            ("end", env_index, episode.episode_id, episode.length, episode.total_reward)
+        )
 
 
 class CounterEnv(gym.Env):

@@ -6,25 +6,14 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from cases import CounterEnv
+from cases import CounterEnv, EpisodeLog
 
 import rlconnect as rc
 from rlconnect.runner.recorder import BLOCK_POLLS
 
 
-class _EpisodeLog(rc.Callbacks):
-    def __init__(self) -> None:
-        self.events: list[tuple] = []
-
-    def on_episode_start(self, *, episode, env_index, **kwargs) -> None:
-        self.events.append(("start", env_index, episode.episode_id))
-
-    def on_episode_end(self, *, episode, env_index, **kwargs) -> None:
-        self.events.append(("end", env_index, episode.episode_id, episode.length))
-
-
 def _run(dense: bool, env, policy_fn, samples: int, block: int = BLOCK_POLLS, **cfg):
-    callbacks = _EpisodeLog()
+    callbacks = EpisodeLog()
     runner = rc.EnvRunner(env, policy_fn(), config=rc.RunnerConfig(**cfg), callbacks=callbacks)
     recorder = runner._kernel.recorder  # blocks of dense polls, or every poll on its own
     recorder.block_polls = block if dense else 1

@@ -8,22 +8,9 @@ import importlib.util
 import gymnasium as gym
 import numpy as np
 import pytest
-from cases import CounterEnv
+from cases import CounterEnv, EpisodeLog
 
 import rlconnect as rc
-
-
-class _Log(rc.Callbacks):
-    def __init__(self) -> None:
-        self.events: list[tuple] = []
-
-    def on_episode_start(self, *, episode, env_index, **kwargs) -> None:
-        self.events.append(("start", env_index, episode.episode_id))
-
-    def on_episode_end(self, *, episode, env_index, **kwargs) -> None:
-        self.events.append(
-            ("end", env_index, episode.episode_id, episode.length, episode.total_reward)
-        )
 
 
 class _ResetLog(rc.AgentConnector):
@@ -45,7 +32,7 @@ def _counter(ctx):
 
 
 def _run(env, one_by_one: bool, callbacks: bool, samples: int = 4, **cfg):
-    log = _Log() if callbacks else None
+    log = EpisodeLog() if callbacks else None
     space = CounterEnv() if env is _counter else gym.make("CartPole-v1")
     config = rc.RunnerConfig(num_envs=4, rollout_fragment_length=12, seed=5, **cfg)
     runner = rc.EnvRunner(
