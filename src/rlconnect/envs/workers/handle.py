@@ -17,6 +17,7 @@ from multiprocessing import resource_tracker
 from multiprocessing.connection import wait
 from typing import Any
 
+from rlconnect.envs.workers.frames import read_frame, set_read_timeout, write_frame
 from rlconnect.envs.workers.layout import SharedLayout
 from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error, worker_main
 from rlconnect.errors import EnvError, EnvTimeoutError
@@ -42,6 +43,8 @@ class WorkerHandle:
         self.since = 0.0
         self.alive = False
         self.closing = False
+        self._read_timeout: float | None = None  # the pipe's, as last set by ``answer``
+        self._timed_reads = True  # False where a pipe cannot have a read timeout
 
     @property
     def what(self) -> str:
@@ -79,9 +82,10 @@ class WorkerHandle:
     def attach(self, name: str, layout: SharedLayout) -> None:
         self.conn.send_bytes(pickle.dumps(("attach", name, layout)))
 
-    def send(self, msg: bytes) -> None:
-        """Start a poll (raises ``OSError`` when the process is gone)."""
-        self.conn.send_bytes(msg)
+    def send(self, framed: bytes) -> None:
+        """Send a message made by ``frames.frame`` (a poll: the worker is busy until it
+        answers); raises ``OSError`` when the process is gone."""
+        write_frame(self.conn, framed)
         self.busy = True
         self.since = time.monotonic()
 
@@ -100,10 +104,31 @@ class WorkerHandle:
             raise self.died()
         return self.read()
 
+    def answer(self, wait_s: float) -> bytes | None:
+        """The answer of a busy worker within ``wait_s``, or None (the caller checks
+        deadlines and whether the process still runs); a worker that died raises.
+
+        Blocks in a read of the pipe itself (a read timeout on the socket): the runner
+        then wakes once, with the answer, not from a ``poll`` and then for the read. Where
+        a pipe cannot have a read timeout, waits with ``poll`` first."""
+        if self._timed_reads and wait_s != self._read_timeout:
+            self._timed_reads = set_read_timeout(self.conn, wait_s)
+            self._read_timeout = wait_s
+        if not self._timed_reads:
+            return self.read() if ready_workers([self], wait_s) else None
+        try:
+            raw = read_frame(self.conn)
+        except BlockingIOError:
+            return None  # still busy
+        except (EOFError, OSError):
+            raise self.died() from None
+        self.busy = False
+        return raw
+
     def read(self) -> bytes:
         """The answer of a worker whose pipe is ready; a worker that died raises."""
         try:
-            return self.conn.recv_bytes()
+            return read_frame(self.conn)
         except (EOFError, OSError):
             raise self.died() from None
         finally:

@@ -3,9 +3,9 @@
 Sub-envs are split into W contiguous groups as evenly as possible; worker ``w`` steps its
 group one sub-env after another with the in-process adapter, so rows, seeds, autoresets,
 errors and restarts are those of the same sub-envs stepped in the runner's process. A poll
-writes commands (and actions) into the shared block, wakes the workers with one byte on
-their pipes, waits, and reads the rows back from the block: nothing is pickled for array
-spaces unless an info is non-empty or a sub-env raised.
+writes commands (and actions) into the shared block, wakes the workers with a short
+message on their pipes, waits, and reads the rows back from the block: nothing is pickled
+for array spaces unless an info is non-empty or a sub-env raised.
 
 With ``poll_size=B`` (``B < N``) a poll returns once at least B sub-envs have results
 (whole workers: a worker answers for its group at once), while the other workers keep
@@ -31,7 +31,9 @@ from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext
 from rlconnect.envs.workers.affinity import worker_cpus
-from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context, ready_workers
+from rlconnect.envs.workers.answers import collect_answers
+from rlconnect.envs.workers.frames import frame
+from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context
 from rlconnect.envs.workers.layout import (
     CMD_NONE,
     CMD_RESET,
@@ -44,13 +46,10 @@ from rlconnect.envs.workers.layout import (
 )
 from rlconnect.envs.workers.rows import block_rows, concat_rows, decode_replies
 from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error, poll_message
-from rlconnect.errors import EnvError, EnvTimeoutError, describe_exception
+from rlconnect.errors import EnvError, describe_exception
 from rlconnect.spaces import describe_space, spaces_equal, unstack_batch
 
 __all__ = ["WorkerEnvs", "split_evenly"]
-
-#: how often a poll waiting for workers without a timeout checks that they still run
-_LIVENESS_S = 1.0
 
 
 def split_evenly(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
@@ -277,7 +276,7 @@ class WorkerEnvs(BaseEnv):
         """Rebuild ``env_id`` inside its live worker; a worker that dies meanwhile is
         replaced whole."""
         try:
-            w.send(pickle.dumps(("restart", env_id - w.lo)))
+            w.send(frame(pickle.dumps(("restart", env_id - w.lo))))
             timeout = None if self.timeout_s is None else max(self.timeout_s, 60.0)
             return w.recv(timeout, "a restart")
         except (OSError, EnvError):
@@ -295,68 +294,30 @@ class WorkerEnvs(BaseEnv):
 
     def _dispatch(self, errors: dict[int, BaseException]) -> None:
         cmd = self._a.cmd
+        plain: bytes | None = None  # one stamped message for every worker without extras
         for w in self.workers:
             if w.busy or not w.alive:
                 continue
             extra = self._extra.pop(w.index, None)
-            if not self.is_multi_agent and extra is None and not np.count_nonzero(cmd[w.lo : w.hi]):
+            if extra is not None:
+                msg = poll_message(extra)
+            elif self.is_multi_agent or np.count_nonzero(cmd[w.lo : w.hi]):
+                msg = plain = plain or poll_message()
+            else:
                 continue
             try:
-                w.send(poll_message(extra))
+                w.send(msg)
             except OSError:
                 exc = w.died()
                 errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
 
     def _collect(self, errors: dict[int, BaseException]) -> dict[int, bytes]:
         """Answers of busy workers: all of them, or (``poll_size``) enough for B sub-envs."""
-        pending = {w.index: w for w in self.workers if w.busy}
-        need = sum(w.hi - w.lo for w in pending.values())
-        need = min(need, self.poll_size)
-        got: dict[int, bytes] = {}
-        have = 0
-        while pending and (have < need or not got):
-            ready = ready_workers(pending.values(), self._wait_s(pending.values()))
-            if not ready:
-                self._stalled(pending, errors)
-                continue
-            for w in ready:
-                del pending[w.index]
-                try:
-                    got[w.index] = w.read()
-                except EnvError as exc:
-                    errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
-                self._a.cmd[w.lo : w.hi] = CMD_NONE
-                have += w.hi - w.lo
-        return got
-
-    def _wait_s(self, workers: Any) -> float:
-        """Until the first deadline of ``workers``, or ``_LIVENESS_S`` (no timeout)."""
-        if self.timeout_s is None:
-            return _LIVENESS_S
-        now = time.monotonic()
-        return max(min(min(w.since for w in workers) + self.timeout_s - now, _LIVENESS_S), 0.0)
-
-    def _stalled(self, pending: dict[Any, WorkerHandle], errors: dict) -> None:
-        """Fail the sub-envs of workers past ``sub_env_timeout_s`` (killed) and of workers
-        that ended without answering (a process their envs started may hold their pipe
-        open, so no end of file tells)."""
-        now = time.monotonic()
-        for key, w in list(pending.items()):
-            late = self.timeout_s is not None and now - w.since >= self.timeout_s
-            if not late and w.proc.exitcode is None:
-                continue
-            del pending[key]
+        pending = [w for w in self.workers if w.busy]
+        got, ended = collect_answers(pending, self.poll_size, self.timeout_s, errors)
+        for w in ended:
             self._a.cmd[w.lo : w.hi] = CMD_NONE
-            if not late:
-                errors.update(dict.fromkeys(range(w.lo, w.hi), w.died()))
-                continue
-            pid = w.proc.pid
-            w.kill()
-            exc = EnvTimeoutError(
-                f"the worker process (pid {pid}) of {w.what} did not finish a step within "
-                f"{self.timeout_s} s (sub_env_timeout_s); it was killed"
-            )
-            errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
+        return got
 
     def _rows(self, replies: dict[int, bytes], errors: dict[int, BaseException]) -> EnvRows:
         answered = [self.workers[w] for w in sorted(replies)]

@@ -2,7 +2,8 @@
 adapters (``GymEnvs`` / ``MultiAgentEnvs``), so autoreset, per-sub-env errors, restarts,
 checks and seeding are exactly those of sub-envs stepped in the runner's process.
 
-Protocol on the worker's pipe (bytes; the hot path never pickles for array spaces):
+Protocol on the worker's pipe (bytes, framed as ``multiprocessing.connection`` frames
+them, read and written by ``frames`` on the hot path; it never pickles for array spaces):
 
 - worker -> runner, once after start: a pickled ``Hello`` (spaces, or the build error);
 - runner -> worker: a pickled ``("attach", block name, layout)``; then per poll ``b"p"``
@@ -40,6 +41,7 @@ from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_context
 from rlconnect.envs.multi_agent import MultiAgentEnvs
 from rlconnect.envs.workers.affinity import CorePin
+from rlconnect.envs.workers.frames import frame, read_frame, write_frame
 from rlconnect.envs.workers.layout import (
     CMD_RESET,
     CMD_SOFT,
@@ -58,13 +60,13 @@ _SENT = struct.Struct("d")
 
 
 def poll_message(extra: dict[str, Any] | None = None) -> bytes:
-    """The runner's "poll" to a worker, stamped with ``time.monotonic()`` at sending:
-    ``b"p"`` and the time, or with ``extra`` (restarts, actions the block cannot hold) a
-    pickled ``("poll", (extra, time))``."""
+    """The runner's "poll" to a worker, framed (``frames``) and stamped with
+    ``time.monotonic()`` at sending: ``b"p"`` and the time, or with ``extra`` (restarts,
+    actions the block cannot hold) a pickled ``("poll", (extra, time))``."""
     sent = time.monotonic()
     if extra is None:
-        return b"p" + _SENT.pack(sent)
-    return pickle.dumps(("poll", (extra, sent)))
+        return frame(b"p" + _SENT.pack(sent))
+    return frame(pickle.dumps(("poll", (extra, sent))))
 
 
 @attrs.define(frozen=True)
@@ -281,25 +283,27 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
         server = _Server(group, spec, block.arrays)
         pin = CorePin(spec.cpu)
 
-        def poll(extra: dict[str, Any] | None, sent: float) -> bytes:
+        def poll(extra: dict[str, Any] | None, sent: float) -> None:
             cpu = time.thread_time()
             reply = server.poll(extra)
-            # from the runner's send: a wake-up delayed by a busy CPU counts too
-            pin.polled(time.monotonic() - sent, time.thread_time() - cpu)
-            return reply
+            answered, used = time.monotonic(), time.thread_time() - cpu
+            write_frame(conn, frame(reply))
+            # after answering, so the runner does not wait for it; from the runner's send:
+            # a wake-up delayed by a busy CPU counts too
+            pin.polled(answered - sent, used)
 
         while True:
-            msg = conn.recv_bytes()
+            msg = read_frame(conn)
             if msg[:1] == b"p":
-                conn.send_bytes(poll(None, _SENT.unpack_from(msg, 1)[0]))
+                poll(None, _SENT.unpack_from(msg, 1)[0])
             elif msg == b"c":
                 break
             else:
                 kind, data = pickle.loads(msg)  # from the runner that started this process
                 if kind == "poll":
-                    conn.send_bytes(poll(*data))
+                    poll(*data)
                 else:
-                    conn.send_bytes(server.restart(data))
+                    write_frame(conn, frame(server.restart(data)))
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the runner went away or closed the pipe: end quietly
     finally:

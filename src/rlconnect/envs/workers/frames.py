@@ -1,0 +1,102 @@
+"""Messages on a worker's pipe, framed as ``multiprocessing.connection`` frames them (a
+4-byte big-endian length, or ``-1`` and an 8-byte length, then the bytes), but written
+and read with plain ``os.write``/``os.read`` calls on POSIX.
+
+Why: a poll sends one small message each way per worker, and ``Connection`` spends
+microseconds of Python around each system call (``recv_bytes`` goes through an
+``io.BytesIO`` twice). On the poll's critical path, just after a process has woken up
+with cold caches, that cost is several times what it is in a warm loop:
+``benchmarks/bench_worker_poll.py`` shows the runner's wake-up and answer phases.
+The framing is the same, so the rarer messages (hello, attach, close) still go through
+``Connection.send_bytes``/``recv_bytes`` on the same pipe: ``Connection`` keeps no
+buffer of its own, so both readers see every frame whole. Elsewhere (Windows' named
+pipes have no file descriptor) these functions use the ``Connection`` methods.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+from multiprocessing.connection import Connection
+
+__all__ = ["frame", "read_frame", "set_read_timeout", "write_frame"]
+
+_SHORT = struct.Struct("!i")
+_LONG = struct.Struct("!Q")
+_RAW = sys.platform != "win32"
+
+
+def frame(data: bytes) -> bytes:
+    """``data`` with its header, ready for one ``os.write``."""
+    n = len(data)
+    if n > 0x7FFFFFFF:
+        return _SHORT.pack(-1) + _LONG.pack(n) + data
+    return _SHORT.pack(n) + data
+
+
+def write_frame(conn: Connection, framed: bytes) -> None:
+    """Send bytes made by ``frame``; raises ``OSError`` when the other end is gone."""
+    if not _RAW:
+        conn.send_bytes(framed[_header_size(framed) :])
+        return
+    fd = conn.fileno()
+    sent = os.write(fd, framed)
+    if sent < len(framed):  # a pipe full of a large message: the rest in pieces
+        view = memoryview(framed)
+        while sent < len(framed):
+            sent += os.write(fd, view[sent:])
+
+
+def read_frame(conn: Connection) -> bytes:
+    """The next message; raises ``EOFError`` when the other end closed the pipe, and
+    ``BlockingIOError`` when no message began within the ``set_read_timeout``."""
+    if not _RAW:
+        return conn.recv_bytes()
+    fd = conn.fileno()
+    (size,) = _SHORT.unpack(_read_exactly(fd, 4))
+    if size == -1:
+        (size,) = _LONG.unpack(_read_exactly(fd, 8))
+    return _read_exactly(fd, size) if size else b""
+
+
+def set_read_timeout(conn: Connection, seconds: float) -> bool:
+    """Make ``read_frame`` on ``conn`` give up after ``seconds`` without a message (the
+    socket's ``SO_RCVTIMEO``: a blocking read that needs no ``poll`` first and no timer
+    of Python's). False where it cannot (not a socket, not POSIX): wait before reading."""
+    if not _RAW:
+        return False
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return False
+    with sock:  # closes the duplicate only; the option belongs to the socket itself
+        usec = max(int(seconds * 1e6), 1)  # 0 would mean "no timeout"
+        timeval = struct.pack("ll", *divmod(usec, 1_000_000))
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+        except OSError:
+            return False
+    return True
+
+
+def _header_size(framed: bytes) -> int:
+    return 12 if _SHORT.unpack_from(framed)[0] == -1 else 4
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    data = os.read(fd, n)  # BlockingIOError when nothing came within the read timeout
+    if len(data) == n:
+        return data
+    parts, got = [data], len(data)
+    while got < n:
+        if not data:
+            raise EOFError("the pipe was closed")
+        try:
+            data = os.read(fd, n - got)
+        except BlockingIOError:  # the rest of a message under way: keep waiting
+            continue
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts)
