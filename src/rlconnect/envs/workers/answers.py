@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
 
 from rlconnect.envs.workers.handle import WorkerHandle, ready_workers
 from rlconnect.errors import EnvError, EnvTimeoutError
@@ -24,7 +23,6 @@ __all__ = ["LIVENESS_S", "collect_answers"]
 LIVENESS_S = 1.0
 
 Answer = tuple[WorkerHandle, "bytes | EnvError"]
-T = TypeVar("T")
 
 
 def collect_answers(
@@ -71,7 +69,10 @@ def _next(waiting: dict[int, WorkerHandle], timeout_s: float | None) -> list[Ans
     """The answer of the first waiting worker, blocking on its pipe; when it is late or
     gone, the answers the others already gave (the caller then checks deadlines)."""
     w = next(iter(waiting.values()))
-    raw = _or_error(lambda: w.answer(_wait_s([w], timeout_s)))
+    try:
+        raw = w.answer(LIVENESS_S if timeout_s is None else _wait_s([w], timeout_s))
+    except EnvError as exc:
+        return [(w, exc)]
     if raw is None:
         return _first(waiting.values(), 0.0)
     return [(w, raw)]
@@ -112,7 +113,7 @@ def _stalled(
     return failed
 
 
-def _or_error(read: Callable[[], T]) -> T | EnvError:
+def _or_error(read: Callable[[], bytes]) -> bytes | EnvError:
     """What ``read`` returns, or the ``EnvError`` of a worker that died."""
     try:
         return read()
