@@ -63,8 +63,9 @@ def read_frame(conn: Connection) -> bytes:
 
 def set_read_timeout(conn: Connection, seconds: float) -> bool:
     """Make ``read_frame`` on ``conn`` give up after ``seconds`` without a message (the
-    socket's ``SO_RCVTIMEO``: a blocking read that needs no ``poll`` first and no timer
-    of Python's). False where it cannot (not a socket, not POSIX): wait before reading."""
+    socket's ``SO_RCVTIMEO``), so a reader can block in the read itself, with no ``poll``
+    call first, and still check on a worker that never answers. False where it cannot
+    (not a socket, not POSIX): the caller then waits with ``poll`` before reading."""
     if not _RAW:
         return False
     try:
