@@ -11,7 +11,8 @@ up and make Python's full garbage collections ever dearer):
 
 Contenders: gymnasium ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=True)`` (their
 steps include the reset step after each episode), EnvPool stepped by hand (2 threads),
-and ``EnvRunner.sample()`` with the sub-envs in-process, ``remote_envs=True``,
+2 forked processes written by hand (the floor of env workers: shared memory, one pipe
+byte each way, no policy or rows), and ``EnvRunner.sample()`` with the sub-envs in-process, ``remote_envs=True``,
 ``num_env_workers=1`` and ``2`` (sync, and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads) sync and
 async (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
 turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
@@ -37,6 +38,7 @@ import numpy as np
 
 import rlconnect as rc
 from rlconnect.envs import make_base_env
+from rlconnect.envs.workers import split_evenly
 
 Runner = Callable[[float], tuple[int, float]]  # run for ~seconds -> (env steps, seconds)
 
@@ -76,6 +78,82 @@ def _vector_loop(venv: gym.vector.VectorEnv) -> Runner:
         return steps, time.perf_counter() - t0
 
     return run
+
+
+def _hand_worker(make: Callable[[], gym.Env], lo: int, hi: int, shared: Any, pipes: Any) -> None:
+    """One process of the hand-written pair: steps sub-envs ``lo .. hi - 1`` on each byte,
+    observations straight into shared memory, one byte back."""
+    obs_raw, act_raw, shape, dtype, n = shared
+    (cmd_r, _), (_, done_w) = pipes
+    envs = [make() for _ in range(lo, hi)]
+    for i, env in enumerate(envs):
+        env.reset(seed=lo + i)
+    obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)[lo:hi]
+    act = np.frombuffer(act_raw, np.int64)[lo:hi]
+    while os.read(cmd_r, 1) == b"s":
+        for j, env in enumerate(envs):
+            o, _, terminated, truncated, _ = env.step(act[j])
+            if terminated or truncated:
+                o, _ = env.reset()
+            obs[j] = o
+        os.write(done_w, b"d")
+
+
+def _hand_workers(make: Callable[[], gym.Env], n: int, workers: int = 2) -> tuple[Runner, Any]:
+    """The floor of env workers: ``workers`` forked processes stepping their groups of
+    sub-envs, written by hand (shared memory for actions and observations, one pipe byte
+    each way, random actions, no policy, no rows, no checks)."""
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        raise ImportError("the hand-written workers are forked")
+    ctx = multiprocessing.get_context("fork")
+    probe = make()
+    space, actions_space = probe.observation_space, probe.action_space
+    probe.close()
+    shape, dtype = space.shape, np.dtype(space.dtype)
+    obs_raw = ctx.RawArray("b", int(np.prod((n, *shape))) * dtype.itemsize)
+    act_raw = ctx.RawArray("q", n)
+    obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)
+    act = np.frombuffer(act_raw, np.int64)
+    rng = np.random.default_rng(0)
+    actions = [rng.integers(0, actions_space.n, n) for _ in range(256)]
+    links, procs = [], []
+    for lo, size in split_evenly(n, workers):
+        pipes = (os.pipe(), os.pipe())
+        proc = ctx.Process(
+            target=_hand_worker,
+            args=(make, lo, lo + size, (obs_raw, act_raw, shape, dtype, n), pipes),
+        )
+        proc.start()
+        os.close(pipes[0][0])  # the worker's ends
+        os.close(pipes[1][1])
+        links.append((pipes[0][1], pipes[1][0]))
+        procs.append(proc)
+
+    def run(seconds: float) -> tuple[int, float]:
+        steps, k, t0 = 0, 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            act[:] = actions[k % 256]
+            for cmd_w, _ in links:
+                os.write(cmd_w, b"s")
+            for _, done_r in links:
+                os.read(done_r, 1)
+            obs.copy()
+            k += 1
+            steps += n
+        return steps, time.perf_counter() - t0
+
+    def close() -> None:
+        for cmd_w, done_r in links:
+            os.write(cmd_w, b"q")
+            os.close(cmd_w)
+            os.close(done_r)
+        for proc in procs:
+            proc.join(5)
+
+    run(0.2)  # warm-up
+    return run, close
 
 
 def _runner_loop(runner: rc.EnvRunner) -> Runner:
@@ -139,6 +217,7 @@ def contenders(workload: str) -> dict[str, Callable[[], tuple[Runner, Callable[[
         "gym SyncVectorEnv": lambda: vector(gym.vector.SyncVectorEnv),
         "gym AsyncVectorEnv (shm)": lambda: vector(gym.vector.AsyncVectorEnv, shared_memory=True),
         "EnvPool by hand (2 threads)": envpool_raw,
+        "2 processes by hand": lambda: _hand_workers(make, n),
         "rlconnect in-process": lambda: _rlconnect(workload, spec, **preset),
         "rlconnect remote_envs": lambda: _rlconnect(workload, spec, remote_envs=True, **preset),
         "rlconnect 1 env worker": lambda: _rlconnect(workload, spec, num_env_workers=1, **preset),
