@@ -39,6 +39,7 @@ import numpy as np
 import rlconnect as rc
 from rlconnect.envs import make_base_env
 from rlconnect.envs.workers import split_evenly
+from rlconnect.envs.workers.tuning import tune_worker_process
 
 Runner = Callable[[float], tuple[int, float]]  # run for ~seconds -> (env steps, seconds)
 
@@ -80,11 +81,18 @@ def _vector_loop(venv: gym.vector.VectorEnv) -> Runner:
     return run
 
 
-def _hand_worker(make: Callable[[], gym.Env], lo: int, hi: int, shared: Any, pipes: Any) -> None:
+def _hand_worker(
+    make: Callable[[], gym.Env], index: int, lo: int, hi: int, shared: Any, pipes: Any
+) -> None:
     """One process of the hand-written pair: steps sub-envs ``lo .. hi - 1`` on each byte,
-    observations straight into shared memory, one byte back."""
-    obs_raw, act_raw, shape, dtype, n = shared
+    observations straight into shared memory, one byte back. Tuned and kept to a CPU of its
+    own like rlconnect's workers, so the comparison is of the hand-off alone."""
+    obs_raw, act_raw, shape, dtype, n, workers = shared
     (cmd_r, _), (_, done_w) = pipes
+    tune_worker_process()  # one thread per numeric library, as rlconnect's workers run
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= workers:  # a CPU each, as rlconnect's workers keep
+        os.sched_setaffinity(0, {cpus[index]})
     envs = [make() for _ in range(lo, hi)]
     for i, env in enumerate(envs):
         env.reset(seed=lo + i)
@@ -119,12 +127,10 @@ def _hand_workers(make: Callable[[], gym.Env], n: int, workers: int = 2) -> tupl
     rng = np.random.default_rng(0)
     actions = [rng.integers(0, actions_space.n, n) for _ in range(256)]
     links, procs = [], []
-    for lo, size in split_evenly(n, workers):
+    shared = (obs_raw, act_raw, shape, dtype, n, workers)
+    for index, (lo, size) in enumerate(split_evenly(n, workers)):
         pipes = (os.pipe(), os.pipe())
-        proc = ctx.Process(
-            target=_hand_worker,
-            args=(make, lo, lo + size, (obs_raw, act_raw, shape, dtype, n), pipes),
-        )
+        proc = ctx.Process(target=_hand_worker, args=(make, index, lo, lo + size, shared, pipes))
         proc.start()
         os.close(pipes[0][0])  # the worker's ends
         os.close(pipes[1][1])
