@@ -12,9 +12,10 @@ up and make Python's full garbage collections ever dearer):
 Contenders: gymnasium ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=True)`` (their
 steps include the reset step after each episode), EnvPool stepped by hand (2 threads),
 2 forked processes written by hand (the floor of env workers: shared memory, one pipe
-byte each way, no policy or rows), and ``EnvRunner.sample()`` with the sub-envs in-process, ``remote_envs=True``,
-``num_env_workers=1`` and ``2`` (sync, and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads) sync and
-async (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
+byte each way, no policy or rows), and ``EnvRunner.sample()`` with the sub-envs
+in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync, and async with
+``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads) sync and async
+(``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
 turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
 [min-max over rounds] and the ratio of medians to the in-process runner. Contenders whose
 package is missing (ale-py, envpool) are skipped. ``--quick``: one short round each;
