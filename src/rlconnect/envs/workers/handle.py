@@ -117,22 +117,21 @@ class WorkerHandle:
         if not self._timed_reads:
             return self.read() if ready_workers([self], wait_s) else None
         try:
-            raw = read_frame(self.conn)
+            return self.read()
         except BlockingIOError:
             return None  # still busy
-        except (EOFError, OSError):
-            raise self.died() from None
-        self.busy = False
-        return raw
 
     def read(self) -> bytes:
-        """The answer of a worker whose pipe is ready; a worker that died raises."""
+        """The answer of a worker whose pipe is ready; a worker that died raises, and
+        ``BlockingIOError`` says the pipe's read timeout passed without one (still busy)."""
         try:
-            return read_frame(self.conn)
+            raw = read_frame(self.conn)
+        except BlockingIOError:
+            raise
         except (EOFError, OSError):
-            raise self.died() from None
-        finally:
-            self.busy = False
+            raise self.died() from None  # marks it dead, so no longer busy
+        self.busy = False
+        return raw
 
     def died(self) -> EnvError:
         """Mark the worker dead; the error that names its sub-envs."""
