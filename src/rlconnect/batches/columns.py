@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
 from rlconnect.batches.sample_batch import SampleBatch
 
 __all__ = [
+    "EMPTY_INFO",
     "IMAGE_COLUMNS",
     "NEXT_OBS_OF",
     "NEXT_ROW_COLUMNS",
@@ -49,6 +51,10 @@ NEXT_ROW_COLUMNS: tuple[str, ...] = (
     SampleBatch.INFOS,
 )
 """Columns a transition takes from the row that followed its observation."""
+
+EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
+"""The ``infos`` entry of every row whose env gave an empty info dict: one shared read-only
+mapping, not a dict per row (envs, the recorder and the collectors all store it)."""
 
 NEXT_OBS_OF: Mapping[str, str] = MappingProxyType({OBS: NEXT_OBS})
 """Column of the following row -> the transition column that holds it (``new_obs[t] ==

@@ -10,8 +10,6 @@ therefore a stable sort by trajectory and a shift by one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -29,10 +27,7 @@ from rlconnect.batches.columns import (
 from rlconnect.batches.frame_stacks import pack_image_columns, transition_observations
 from rlconnect.collectors.store import ColumnStore
 
-__all__ = ["EMPTY_INFO", "PolicyCollector"]
-
-EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
-"""Stored for every empty info dict: one shared read-only mapping, not a dict per row."""
+__all__ = ["PolicyCollector"]
 
 
 class PolicyCollector:

@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
-from rlconnect.collectors.policy_collector import EMPTY_INFO
+from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.envpool_io import PoolIO, pool_io
 from rlconnect.envs.gym_envs import sub_env_seed

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.collectors import AgentCollector, PolicyCollectorGroup
-from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.envs.base import EnvRows
 from rlconnect.runner.episode_tracker import EpisodeTracker
 from rlconnect.runner.trajectories import TrajectoryIds

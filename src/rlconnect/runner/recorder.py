@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.collectors import PolicyCollectorGroup
-from rlconnect.collectors.policy_collector import EMPTY_INFO
 from rlconnect.collectors.store import fill_rows
 
 __all__ = ["BLOCK_POLLS", "Recorder", "RowBlock"]

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import tree
 
-from rlconnect.collectors.policy_collector import EMPTY_INFO
+from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.base import EnvRows
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only
 from rlconnect.envs.workers.handle import WorkerHandle
