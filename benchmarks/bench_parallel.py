@@ -12,7 +12,8 @@ up and make Python's full garbage collections ever dearer):
 Contenders: gymnasium ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=True)`` (their
 steps include the reset step after each episode), EnvPool stepped by hand (2 threads),
 2 forked processes written by hand (the floor of env workers: shared memory, one pipe
-byte each way, no policy or rows), and ``EnvRunner.sample()`` with the sub-envs
+byte each way, no policy or rows) and the same loop in 1 process, and
+``EnvRunner.sample()`` with the sub-envs
 in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync, and async with
 ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads) sync and async
 (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
@@ -22,7 +23,14 @@ package is missing (ale-py, envpool) are skipped. ``--quick``: one short round e
 ``--only in-process,envpool``: only the contenders whose name contains one of the words
 (the in-process runner always runs: the ratios are to it).
 
+``--hand-busy-us K``: the hand-written loops spin K microseconds per step, standing in for
+what a runner does besides stepping (policy, records). With K chosen so that "1 process by
+hand" runs about as fast as "rlconnect in-process", the ratio of the two hand-written
+contenders (printed last) is what 2 workers could gain by hand for a runner that costs as
+much per step as rlconnect's.
+
     python benchmarks/bench_parallel.py [--quick] [--workload cartpole|pong|all] [--only ...]
+                                        [--hand-busy-us K]
 """
 
 from __future__ import annotations
@@ -82,6 +90,57 @@ def _vector_loop(venv: gym.vector.VectorEnv) -> Runner:
     return run
 
 
+def _busy(seconds: float) -> None:
+    """Spin for ``seconds``: a hand-written loop's stand-in for a runner's own work."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _step_group(envs: list[gym.Env], act: np.ndarray, obs: np.ndarray) -> None:
+    """Step each env with its action, resetting those whose episode ended, observations
+    into ``obs``."""
+    for j, env in enumerate(envs):
+        o, _, terminated, truncated, _ = env.step(act[j])
+        if terminated or truncated:
+            o, _ = env.reset()
+        obs[j] = o
+
+
+def _random_actions(space: Any, n: int) -> list[np.ndarray]:
+    """256 steps of random actions of a ``Discrete`` space for ``n`` sub-envs."""
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, space.n, n) for _ in range(256)]
+
+
+def _hand_loop(make: Callable[[], gym.Env], n: int, busy_s: float) -> tuple[Runner, Any]:
+    """The same loop as the hand-written processes, in one process: every sub-env stepped
+    in turn, observations into one array, copied, then ``busy_s`` of spinning."""
+    envs = [make() for _ in range(n)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    space = envs[0].observation_space
+    obs = np.zeros((n, *(space.shape or ())), space.dtype)
+    actions = _random_actions(envs[0].action_space, n)
+
+    def run(seconds: float) -> tuple[int, float]:
+        steps, k, t0 = 0, 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            _step_group(envs, actions[k % 256], obs)
+            obs.copy()
+            _busy(busy_s)
+            k += 1
+            steps += n
+        return steps, time.perf_counter() - t0
+
+    def close() -> None:
+        for env in envs:
+            env.close()
+
+    run(0.2)  # warm-up
+    return run, close
+
+
 def _hand_worker(
     make: Callable[[], gym.Env], index: int, lo: int, hi: int, shared: Any, pipes: Any
 ) -> None:
@@ -100,18 +159,17 @@ def _hand_worker(
     obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)[lo:hi]
     act = np.frombuffer(act_raw, np.int64)[lo:hi]
     while os.read(cmd_r, 1) == b"s":
-        for j, env in enumerate(envs):
-            o, _, terminated, truncated, _ = env.step(act[j])
-            if terminated or truncated:
-                o, _ = env.reset()
-            obs[j] = o
+        _step_group(envs, act, obs)
         os.write(done_w, b"d")
 
 
-def _hand_workers(make: Callable[[], gym.Env], n: int, workers: int = 2) -> tuple[Runner, Any]:
+def _hand_workers(
+    make: Callable[[], gym.Env], n: int, busy_s: float, workers: int = 2
+) -> tuple[Runner, Any]:
     """The floor of env workers: ``workers`` forked processes stepping their groups of
     sub-envs, written by hand (shared memory for actions and observations, one pipe byte
-    each way, random actions, no policy, no rows, no checks)."""
+    each way, random actions, no policy, no rows, no checks); the parent spins ``busy_s``
+    per step after copying the observations, as ``_hand_loop`` does."""
     import multiprocessing
 
     if "fork" not in multiprocessing.get_all_start_methods():
@@ -125,8 +183,7 @@ def _hand_workers(make: Callable[[], gym.Env], n: int, workers: int = 2) -> tupl
     act_raw = ctx.RawArray("q", n)
     obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)
     act = np.frombuffer(act_raw, np.int64)
-    rng = np.random.default_rng(0)
-    actions = [rng.integers(0, actions_space.n, n) for _ in range(256)]
+    actions = _random_actions(actions_space, n)
     links, procs = [], []
     shared = (obs_raw, act_raw, shape, dtype, n, workers)
     for index, (lo, size) in enumerate(split_evenly(n, workers)):
@@ -147,6 +204,7 @@ def _hand_workers(make: Callable[[], gym.Env], n: int, workers: int = 2) -> tupl
             for _, done_r in links:
                 os.read(done_r, 1)
             obs.copy()
+            _busy(busy_s)
             k += 1
             steps += n
         return steps, time.perf_counter() - t0
@@ -201,8 +259,11 @@ def _rlconnect(workload: str, env: Any, **cfg: Any) -> tuple[Runner, Callable[[]
     return _runner_loop(runner), runner.stop
 
 
-def contenders(workload: str) -> dict[str, Callable[[], tuple[Runner, Callable[[], None]]]]:
-    """name -> builder of (run, close); built lazily so a missing package skips one."""
+def contenders(
+    workload: str, busy_s: float = 0.0
+) -> dict[str, Callable[[], tuple[Runner, Callable[[], None]]]]:
+    """name -> builder of (run, close); built lazily so a missing package skips one.
+    ``busy_s``: what the hand-written loops spin per step."""
     w = WORKLOADS[workload]
     n, make = w["n"], _gym_maker(workload)
     spec = "CartPole-v1" if workload == "cartpole" else "ALE/Pong-v5"
@@ -224,7 +285,8 @@ def contenders(workload: str) -> dict[str, Callable[[], tuple[Runner, Callable[[
         "gym SyncVectorEnv": lambda: vector(gym.vector.SyncVectorEnv),
         "gym AsyncVectorEnv (shm)": lambda: vector(gym.vector.AsyncVectorEnv, shared_memory=True),
         "EnvPool by hand (2 threads)": envpool_raw,
-        "2 processes by hand": lambda: _hand_workers(make, n),
+        "1 process by hand": lambda: _hand_loop(make, n, busy_s),
+        "2 processes by hand": lambda: _hand_workers(make, n, busy_s),
         "rlconnect in-process": lambda: _rlconnect(workload, spec, **preset),
         "rlconnect remote_envs": lambda: _rlconnect(workload, spec, remote_envs=True, **preset),
         "rlconnect 1 env worker": lambda: _rlconnect(workload, spec, num_env_workers=1, **preset),
@@ -239,9 +301,9 @@ def contenders(workload: str) -> dict[str, Callable[[], tuple[Runner, Callable[[
     }
 
 
-def measure(workload: str, rounds: int, seconds: float, only: list[str]) -> None:
+def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s: float) -> None:
     built: dict[str, tuple[Runner, Callable[[], None]]] = {}
-    for name, build in contenders(workload).items():
+    for name, build in contenders(workload, busy_s).items():
         if only and name != "rlconnect in-process" and not any(w in name for w in only):
             continue
         try:
@@ -277,6 +339,13 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str]) -> None
                 f"target {name} >= {want}x in-process: {got:.2f}x "
                 f"({'met' if got >= want else 'NOT met'})"
             )
+    if "1 process by hand" in rates and "2 processes by hand" in rates:
+        pair = statistics.median(rates["2 processes by hand"])
+        one = statistics.median(rates["1 process by hand"])
+        print(
+            f"by hand, spinning {busy_s * 1e6:.0f} us per step: 2 processes = "
+            f"{pair / one:.2f}x 1 process"
+        )
 
 
 def main() -> None:
@@ -286,13 +355,22 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--only", default="", help="comma-separated words of contender names")
+    ap.add_argument(
+        "--hand-busy-us",
+        type=float,
+        default=0.0,
+        help="microseconds the hand-written loops spin per step, standing in for a runner's "
+        "own work (bench_worker_poll.py prints rlconnect's)",
+    )
     args = ap.parse_args()
+    if args.hand_busy_us < 0:
+        ap.error("--hand-busy-us must be >= 0")
     only = [w for w in args.only.split(",") if w]
     rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{os.cpu_count()} CPUs, load average {load:.2f} at start; RandomPolicy / random actions")
     for workload in ("cartpole", "pong") if args.workload == "all" else (args.workload,):
-        measure(workload, rounds, seconds, only)
+        measure(workload, rounds, seconds, only, args.hand_busy_us * 1e-6)
 
 
 if __name__ == "__main__":
