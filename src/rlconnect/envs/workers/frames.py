@@ -11,17 +11,23 @@ The framing is the same, so the rarer messages (hello, attach, close) still go t
 ``Connection.send_bytes``/``recv_bytes`` on the same pipe: ``Connection`` keeps no
 buffer of its own, so both readers see every frame whole. Elsewhere (Windows' named
 pipes have no file descriptor) these functions use the ``Connection`` methods.
+
+Each direction has a pipe of its own (``Pipe(duplex=False)`` twice, see
+``handle.WorkerHandle.start``), not one socket pair: a read from a Unix socket wakes the
+process blocked reading the other end (the freed buffer space is signalled on the same
+wait queue), so on one duplex pipe every answer the runner reads wakes the worker that
+sent it for nothing, and every command a worker reads wakes the runner, which then
+preempts that worker when they share a CPU. Plain pipes have a wait queue per direction.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import struct
 import sys
 from multiprocessing.connection import Connection
 
-__all__ = ["frame", "read_frame", "set_read_timeout", "write_frame"]
+__all__ = ["frame", "read_frame", "write_frame"]
 
 _SHORT = struct.Struct("!i")
 _LONG = struct.Struct("!Q")
@@ -50,8 +56,8 @@ def write_frame(conn: Connection, framed: bytes) -> None:
 
 
 def read_frame(conn: Connection) -> bytes:
-    """The next message; raises ``EOFError`` when the other end closed the pipe, and
-    ``BlockingIOError`` when no message began within the ``set_read_timeout``."""
+    """The next message (blocks until one came); raises ``EOFError`` when the other end
+    closed the pipe."""
     if not _RAW:
         return conn.recv_bytes()
     fd = conn.fileno()
@@ -61,43 +67,19 @@ def read_frame(conn: Connection) -> bytes:
     return _read_exactly(fd, size) if size else b""
 
 
-def set_read_timeout(conn: Connection, seconds: float) -> bool:
-    """Make ``read_frame`` on ``conn`` give up after ``seconds`` without a message (the
-    socket's ``SO_RCVTIMEO``), so a reader can block in the read itself, with no ``poll``
-    call first, and still check on a worker that never answers. False where it cannot
-    (not a socket, not POSIX): the caller then waits with ``poll`` before reading."""
-    if not _RAW:
-        return False
-    try:
-        sock = socket.socket(fileno=os.dup(conn.fileno()))
-    except OSError:
-        return False
-    with sock:  # closes the duplicate only; the option belongs to the socket itself
-        usec = max(int(seconds * 1e6), 1)  # 0 would mean "no timeout"
-        timeval = struct.pack("ll", *divmod(usec, 1_000_000))
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
-        except OSError:
-            return False
-    return True
-
-
 def _header_size(framed: bytes) -> int:
     return 12 if _SHORT.unpack_from(framed)[0] == -1 else 4
 
 
 def _read_exactly(fd: int, n: int) -> bytes:
-    data = os.read(fd, n)  # BlockingIOError when nothing came within the read timeout
+    data = os.read(fd, n)
     if len(data) == n:
         return data
     parts, got = [data], len(data)
     while got < n:
         if not data:
             raise EOFError("the pipe was closed")
-        try:
-            data = os.read(fd, n - got)
-        except BlockingIOError:  # the rest of a message under way: keep waiting
-            continue
+        data = os.read(fd, n - got)
         parts.append(data)
         got += len(data)
     return b"".join(parts)

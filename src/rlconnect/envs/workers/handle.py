@@ -17,7 +17,7 @@ from multiprocessing import resource_tracker
 from multiprocessing.connection import wait
 from typing import Any
 
-from rlconnect.envs.workers.frames import read_frame, set_read_timeout, write_frame
+from rlconnect.envs.workers.frames import read_frame, write_frame
 from rlconnect.envs.workers.layout import SharedLayout
 from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error, worker_main
 from rlconnect.errors import EnvError, EnvTimeoutError
@@ -38,13 +38,12 @@ class WorkerHandle:
         self.spec = spec
         self.lo, self.hi = spec.offset, spec.offset + spec.size
         self.proc: Any = None
-        self.conn: Any = None
+        self.to_worker: Any = None  # the runner's ends: commands out, answers in
+        self.from_worker: Any = None
         self.busy = False
         self.since = 0.0
         self.alive = False
         self.closing = False
-        self._read_timeout: float | None = None  # the pipe's, as last set by ``answer``
-        self._timed_reads = True  # False where a pipe cannot have a read timeout
 
     @property
     def what(self) -> str:
@@ -58,16 +57,20 @@ class WorkerHandle:
         # one resource tracker for the runner and its workers: a worker attaching to the
         # block registers it again, the runner's unlink forgets it (no leak warnings)
         resource_tracker.ensure_running()
-        parent, child = ctx.Pipe()
+        # a pipe each way, not one socket pair: reading a socket wakes its peer (``frames``)
+        commands, to_worker = ctx.Pipe(duplex=False)
+        from_worker, answers = ctx.Pipe(duplex=False)
         proc = ctx.Process(
             target=worker_main,
-            args=(blob, self.spec, child, parent),
+            args=(blob, self.spec, commands, answers, (to_worker, from_worker)),
             name=f"rlconnect-env-worker-{self.index}",
             daemon=False,  # its envs may start processes; WorkerEnvs ends it
         )
         proc.start()
-        child.close()
-        self.proc, self.conn, self.alive, self.busy = proc, parent, True, False
+        commands.close()
+        answers.close()
+        self.proc, self.alive, self.busy = proc, True, False
+        self.to_worker, self.from_worker = to_worker, from_worker
 
     def hello(self, timeout_s: float | None) -> Hello:
         """The worker's spaces; raises what its env creator raised, or on a dead worker."""
@@ -80,12 +83,12 @@ class WorkerHandle:
         return hello
 
     def attach(self, name: str, layout: SharedLayout) -> None:
-        self.conn.send_bytes(pickle.dumps(("attach", name, layout)))
+        self.to_worker.send_bytes(pickle.dumps(("attach", name, layout)))
 
     def send(self, framed: bytes) -> None:
         """Send a message made by ``frames.frame`` (a poll: the worker is busy until it
         answers); raises ``OSError`` when the process is gone."""
-        write_frame(self.conn, framed)
+        write_frame(self.to_worker, framed)
         self.busy = True
         self.since = time.monotonic()
 
@@ -93,41 +96,26 @@ class WorkerHandle:
         """The next answer within ``wait_s`` (None: however long it takes); a dead or late
         worker is killed and raises. Watches the process too: a process the worker's envs
         started may hold the worker's end of the pipe open after the worker died."""
-        ready = wait([self.conn, self.proc.sentinel], wait_s)
+        ready = wait([self.from_worker, self.proc.sentinel], wait_s)
         if not ready:
             self.kill()
             raise EnvTimeoutError(
                 f"the worker process of {self.what} did not answer {what} within {wait_s} s "
                 "(RunnerConfig.sub_env_timeout_s); it was killed"
             )
-        if self.conn not in ready and not self.conn.poll():  # ended without an answer
+        if self.from_worker not in ready and not self.from_worker.poll():  # no answer
             raise self.died()
         return self.read()
 
     def answer(self, wait_s: float) -> bytes | None:
         """The answer of a busy worker within ``wait_s``, or None (the caller checks
-        deadlines and whether the process still runs); a worker that died raises.
-
-        Blocks in a read of the pipe itself (a read timeout on the socket): the runner
-        then wakes once, with the answer, not from a ``poll`` and then for the read. Where
-        a pipe cannot have a read timeout, waits with ``poll`` first."""
-        if self._timed_reads and wait_s != self._read_timeout:
-            self._timed_reads = set_read_timeout(self.conn, wait_s)
-            self._read_timeout = wait_s
-        if not self._timed_reads:
-            return self.read() if ready_workers([self], wait_s) else None
-        try:
-            return self.read()
-        except BlockingIOError:
-            return None  # still busy
+        deadlines and whether the process still runs); a worker that died raises."""
+        return self.read() if ready_workers([self], wait_s) else None
 
     def read(self) -> bytes:
-        """The answer of a worker whose pipe is ready; a worker that died raises, and
-        ``BlockingIOError`` says the pipe's read timeout passed without one (still busy)."""
+        """The answer of a worker whose pipe is ready; a worker that died raises."""
         try:
-            raw = read_frame(self.conn)
-        except BlockingIOError:
-            raise
+            raw = read_frame(self.from_worker)
         except (EOFError, OSError):
             raise self.died() from None  # marks it dead, so no longer busy
         self.busy = False
@@ -146,9 +134,10 @@ class WorkerHandle:
         """End the process now (if it still runs) and close the pipe."""
         self.alive = False
         self.busy = False
-        if self.conn is not None:
-            with contextlib.suppress(Exception):
-                self.conn.close()
+        for end in (self.to_worker, self.from_worker):
+            if end is not None:
+                with contextlib.suppress(Exception):
+                    end.close()
         proc = self.proc
         if proc is not None and proc.is_alive():
             proc.kill()
@@ -160,21 +149,21 @@ class WorkerHandle:
         with, if any)."""
         if self.alive:
             with contextlib.suppress(Exception):
-                self.conn.send_bytes(b"c")
+                self.to_worker.send_bytes(b"c")
                 self.closing = True
 
     def close(self, deadline: float) -> None:
         """Wait until ``deadline`` (``time.monotonic()``) for a worker asked to end, reading
         what it still sends (the answer of a poll it was busy with), then kill it if it
         still runs."""
-        waiting = [self.conn, self.proc.sentinel] if self.closing else []
+        waiting = [self.from_worker, self.proc.sentinel] if self.closing else []
         self.closing = False
         while waiting and (left := deadline - time.monotonic()) > 0:
             ready = wait(waiting, left)
             if not ready or self.proc.sentinel in ready:
                 break
             try:
-                self.conn.recv_bytes()
+                self.from_worker.recv_bytes()
             except (EOFError, OSError):  # it closed its end: wait for it to exit
                 waiting = [self.proc.sentinel]
         self.kill()
@@ -192,10 +181,10 @@ def ready_workers(workers: Iterable[WorkerHandle], timeout_s: float) -> list[Wor
     selector object in Python on every call); a closed pipe counts as ready, so reading
     it tells that the worker died.
     """
-    by_fd = {w.conn.fileno(): w for w in workers}
+    by_fd = {w.from_worker.fileno(): w for w in workers}
     if not hasattr(select, "poll"):  # e.g. Windows
-        ready = wait([w.conn for w in by_fd.values()], timeout_s)
-        return [w for w in by_fd.values() if w.conn in ready]
+        ready = wait([w.from_worker for w in by_fd.values()], timeout_s)
+        return [w for w in by_fd.values() if w.from_worker in ready]
     poller = select.poll()
     for fd in by_fd:
         poller.register(fd, select.POLLIN)

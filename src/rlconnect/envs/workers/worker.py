@@ -254,15 +254,24 @@ class _Server:
             return pickle.dumps((infos, errors, rows))
 
 
-def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Connection) -> None:
+def worker_main(
+    blob: bytes,
+    spec: GroupSpec,
+    commands: Connection,
+    answers: Connection,
+    runner_ends: tuple[Connection, Connection],
+) -> None:
     """Build the group, say hello, attach to the block, then serve polls until closed
-    (keeping to ``spec.cpu`` while that pays: ``affinity``).
+    (keeping to ``spec.cpu`` while that pays: ``affinity``). Commands come in on
+    ``commands``, answers go out on ``answers``: a pipe each way (``frames``).
 
-    ``parent_end`` (the runner's end of the pipe, inherited when forked) is closed first,
-    so the worker sees the pipe close when the runner's process goes away. SIGINT is
-    ignored: the runner ends its workers. The process is tuned (one thread per numeric
-    library, batch scheduling: ``tuning``) before the env creator is unpickled or run."""
-    parent_end.close()
+    ``runner_ends`` (the runner's ends of both pipes, inherited when forked) are closed
+    first, so the worker sees its command pipe close when the runner's process goes away.
+    SIGINT is ignored: the runner ends its workers. The process is tuned (one thread per
+    numeric library, batch scheduling: ``tuning``) before the env creator is unpickled or
+    run."""
+    for end in runner_ends:
+        end.close()
     # Ctrl-C in a terminal reaches every process of the group: the runner decides what it
     # means (the command line finishes its batch first), and ends its workers itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -274,10 +283,10 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
         try:
             group, hello = _build(creator, spec)
         except Exception as exc:
-            conn.send_bytes(pickle.dumps(Hello(error=encode_error(exc))))
+            answers.send_bytes(pickle.dumps(Hello(error=encode_error(exc))))
             return
-        conn.send_bytes(pickle.dumps(hello))
-        _, name, layout = pickle.loads(conn.recv_bytes())
+        answers.send_bytes(pickle.dumps(hello))
+        _, name, layout = pickle.loads(commands.recv_bytes())
         block = SharedBlock(layout, name)
         assert block.arrays is not None
         server = _Server(group, spec, block.arrays)
@@ -287,13 +296,13 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
             cpu = time.thread_time()
             reply = server.poll(extra)
             answered, used = time.monotonic(), time.thread_time() - cpu
-            write_frame(conn, frame(reply))
+            write_frame(answers, frame(reply))
             # after answering, so the runner does not wait for it; from the runner's send:
             # a wake-up delayed by a busy CPU counts too
             pin.polled(answered - sent, used)
 
         while True:
-            msg = read_frame(conn)
+            msg = read_frame(commands)
             if msg[:1] == b"p":
                 poll(None, _SENT.unpack_from(msg, 1)[0])
             elif msg == b"c":
@@ -303,7 +312,7 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
                 if kind == "poll":
                     poll(*data)
                 else:
-                    write_frame(conn, frame(server.restart(data)))
+                    write_frame(answers, frame(server.restart(data)))
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the runner went away or closed the pipe: end quietly
     finally:
@@ -311,5 +320,6 @@ def worker_main(blob: bytes, spec: GroupSpec, conn: Connection, parent_end: Conn
             group.close()
         if block is not None:
             block.close()
-        with contextlib.suppress(Exception):
-            conn.close()
+        for end in (commands, answers):
+            with contextlib.suppress(Exception):
+                end.close()
