@@ -27,7 +27,9 @@ package is missing (ale-py, envpool) are skipped. ``--quick``: one short round e
 what a runner does besides stepping (policy, records). With K chosen so that "1 process by
 hand" runs about as fast as "rlconnect in-process", the ratio of the two hand-written
 contenders (printed last) is what 2 workers could gain by hand for a runner that costs as
-much per step as rlconnect's.
+much per step as rlconnect's. On Linux, the CPU time per poll of the parent process and of
+each worker of the two 2-process contenders (``/proc/<pid>/schedstat``) shows where the
+two differ.
 
     python benchmarks/bench_parallel.py [--quick] [--workload cartpole|pong|all] [--only ...]
                                         [--hand-busy-us K]
@@ -36,10 +38,12 @@ much per step as rlconnect's.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -170,8 +174,6 @@ def _hand_workers(
     sub-envs, written by hand (shared memory for actions and observations, one pipe byte
     each way, random actions, no policy, no rows, no checks); the parent spins ``busy_s``
     per step after copying the observations, as ``_hand_loop`` does."""
-    import multiprocessing
-
     if "fork" not in multiprocessing.get_all_start_methods():
         raise ImportError("the hand-written workers are forked")
     ctx = multiprocessing.get_context("fork")
@@ -301,21 +303,35 @@ def contenders(
     }
 
 
+def _cpu_ns(pids: list[int]) -> list[int]:
+    """Nanoseconds each process's main thread has run on a CPU (Linux's schedstat)."""
+    return [int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) for pid in pids]
+
+
 def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s: float) -> None:
     built: dict[str, tuple[Runner, Callable[[], None]]] = {}
+    kids: dict[str, list[int]] = {}  # the worker processes each contender started
     for name, build in contenders(workload, busy_s).items():
         if only and name != "rlconnect in-process" and not any(w in name for w in only):
             continue
+        before = {p.pid for p in multiprocessing.active_children()}
         try:
             built[name] = build()
         except ImportError as exc:
             print(f"  skipped {name}: {exc}")
+        kids[name] = [p.pid for p in multiprocessing.active_children() if p.pid not in before]
     rates: dict[str, list[float]] = {name: [] for name in built}
+    cpu: dict[str, list[list[float]]] = {name: [] for name in built}  # us per poll
+    accounted = Path("/proc/self/schedstat").exists()
     try:
         for r in range(rounds):
             order = list(built) if r % 2 == 0 else list(reversed(built))  # alternate
             for name in order:
+                pids = [os.getpid(), *kids[name][:2]] if accounted else []
+                start = _cpu_ns(pids)
                 steps, secs = built[name][0](seconds)
+                polls = steps / WORKLOADS[workload]["n"]
+                cpu[name].append([(b - a) / polls / 1e3 for a, b in zip(start, _cpu_ns(pids))])
                 rates[name].append(steps / secs)
     finally:
         for _, close in built.values():
@@ -336,9 +352,14 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
         if name in rates:
             got = statistics.median(rates[name]) / base
             print(
-                f"target {name} >= {want}x in-process: {got:.2f}x "
+                f"target {name} >= {want}x in-process: {got:.3f}x "
                 f"({'met' if got >= want else 'NOT met'})"
             )
+    print("CPU time per poll (a step of every sub-env), us, medians: parent | each worker")
+    for name in ("2 processes by hand", "rlconnect 2 env workers"):
+        if cpu.get(name) and len(cpu[name][0]) == 3:
+            parent, *workers = (statistics.median(r[k] for r in cpu[name]) for k in range(3))
+            print(f"  {name:<28} {parent:6.0f} | " + " ".join(f"{w:6.0f}" for w in workers))
     if "1 process by hand" in rates and "2 processes by hand" in rates:
         pair = statistics.median(rates["2 processes by hand"])
         one = statistics.median(rates["1 process by hand"])
