@@ -77,21 +77,26 @@ def _gym_maker(workload: str) -> Callable[[], gym.Env]:
     return make
 
 
+def _timed(step: Callable[[int], Any], n: int) -> Runner:
+    """A contender's run: ``step(k)``, its k-th step of ``n`` sub-envs, until the time is up."""
+
+    def run(seconds: float) -> tuple[int, float]:
+        steps, k, t0 = 0, 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            step(k)
+            k += 1
+            steps += n
+        return steps, time.perf_counter() - t0
+
+    return run
+
+
 def _vector_loop(venv: gym.vector.VectorEnv) -> Runner:
     venv.reset(seed=0)
     space = venv.single_action_space
     space.seed(0)
     actions = [np.array([space.sample() for _ in range(venv.num_envs)]) for _ in range(256)]
-
-    def run(seconds: float) -> tuple[int, float]:
-        steps, k, t0 = 0, 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            venv.step(actions[k % 256])
-            k += 1
-            steps += venv.num_envs
-        return steps, time.perf_counter() - t0
-
-    return run
+    return _timed(lambda k: venv.step(actions[k % 256]), venv.num_envs)
 
 
 def _busy(seconds: float) -> None:
@@ -127,20 +132,16 @@ def _hand_loop(make: Callable[[], gym.Env], n: int, busy_s: float) -> tuple[Runn
     obs = np.zeros((n, *(space.shape or ())), space.dtype)
     actions = _random_actions(envs[0].action_space, n)
 
-    def run(seconds: float) -> tuple[int, float]:
-        steps, k, t0 = 0, 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            _step_group(envs, actions[k % 256], obs)
-            obs.copy()
-            _busy(busy_s)
-            k += 1
-            steps += n
-        return steps, time.perf_counter() - t0
+    def step(k: int) -> None:
+        _step_group(envs, actions[k % 256], obs)
+        obs.copy()
+        _busy(busy_s)
 
     def close() -> None:
         for env in envs:
             env.close()
 
+    run = _timed(step, n)
     run(0.2)  # warm-up
     return run, close
 
@@ -197,19 +198,14 @@ def _hand_workers(
         links.append((pipes[0][1], pipes[1][0]))
         procs.append(proc)
 
-    def run(seconds: float) -> tuple[int, float]:
-        steps, k, t0 = 0, 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            act[:] = actions[k % 256]
-            for cmd_w, _ in links:
-                os.write(cmd_w, b"s")
-            for _, done_r in links:
-                os.read(done_r, 1)
-            obs.copy()
-            _busy(busy_s)
-            k += 1
-            steps += n
-        return steps, time.perf_counter() - t0
+    def step(k: int) -> None:
+        act[:] = actions[k % 256]
+        for cmd_w, _ in links:
+            os.write(cmd_w, b"s")
+        for _, done_r in links:
+            os.read(done_r, 1)
+        obs.copy()
+        _busy(busy_s)
 
     def close() -> None:
         for cmd_w, done_r in links:
@@ -219,6 +215,7 @@ def _hand_workers(
         for proc in procs:
             proc.join(5)
 
+    run = _timed(step, n)
     run(0.2)  # warm-up
     return run, close
 
