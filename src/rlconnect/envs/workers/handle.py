@@ -131,7 +131,7 @@ class WorkerHandle:
         )
 
     def kill(self) -> None:
-        """End the process now (if it still runs) and close the pipe."""
+        """End the process now (if it still runs) and close its pipes."""
         self.alive = False
         self.busy = False
         for end in (self.to_worker, self.from_worker):
