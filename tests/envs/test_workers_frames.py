@@ -99,3 +99,32 @@ def test_a_poll_wakes_each_worker_once():
         runner.stop()
     polls = 4 * 50
     assert all(polls * 0.5 <= s <= polls * 1.2 for s in sleeps), (sleeps, polls)
+
+
+def test_a_synchronous_poll_waits_for_one_worker_at_a_time(monkeypatch):
+    """A synchronous poll waits on the workers' answer pipes in worker order, one at a
+    time (so the runner wakes once when the first one it waits for finishes last); the
+    batches are those of a run that is not watched."""
+    from env_cases import assert_same_batches, make_indexed, runner_for
+
+    from rlconnect.envs.workers import answers
+
+    def draw() -> list:
+        runner = runner_for(make_indexed, make_indexed, n=4, frag=10, seed=21, num_env_workers=2)
+        try:
+            return [runner.sample() for _ in range(2)]
+        finally:
+            runner.stop()
+
+    plain = draw()
+    waits: list[int] = []
+
+    def counted(workers, timeout_s):
+        workers = list(workers)
+        waits.append(len(workers))
+        return ready(workers, timeout_s)
+
+    ready = answers.ready_workers
+    monkeypatch.setattr(answers, "ready_workers", counted)
+    assert_same_batches(plain, draw())
+    assert waits and set(waits) == {1}  # one worker at a time, each waited for first

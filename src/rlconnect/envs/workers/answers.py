@@ -69,13 +69,7 @@ def _next(waiting: dict[int, WorkerHandle], timeout_s: float | None) -> list[Ans
     """The answer of the first waiting worker, blocking on its pipe; when it is late or
     gone, the answers the others already gave (the caller then checks deadlines)."""
     w = next(iter(waiting.values()))
-    try:
-        raw = w.answer(LIVENESS_S if timeout_s is None else _wait_s([w], timeout_s))
-    except EnvError as exc:
-        return [(w, exc)]
-    if raw is None:
-        return _first(waiting.values(), 0.0)
-    return [(w, raw)]
+    return _first([w], _wait_s([w], timeout_s)) or _first(waiting.values(), 0.0)
 
 
 def _wait_s(workers: Iterable[WorkerHandle], timeout_s: float | None) -> float:

@@ -107,11 +107,6 @@ class WorkerHandle:
             raise self.died()
         return self.read()
 
-    def answer(self, wait_s: float) -> bytes | None:
-        """The answer of a busy worker within ``wait_s``, or None (the caller checks
-        deadlines and whether the process still runs); a worker that died raises."""
-        return self.read() if ready_workers([self], wait_s) else None
-
     def read(self) -> bytes:
         """The answer of a worker whose pipe is ready; a worker that died raises."""
         try:
