@@ -300,6 +300,10 @@ def contenders(
     }
 
 
+#: the contenders whose CPU time per poll (parent and each worker) is printed, on Linux
+ACCOUNTED = ("2 processes by hand", "rlconnect 2 env workers")
+
+
 def _cpu_ns(pids: list[int]) -> list[int]:
     """Nanoseconds each process's main thread has run on a CPU (Linux's schedstat)."""
     return [int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) for pid in pids]
@@ -319,12 +323,12 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
         kids[name] = [p.pid for p in multiprocessing.active_children() if p.pid not in before]
     rates: dict[str, list[float]] = {name: [] for name in built}
     cpu: dict[str, list[list[float]]] = {name: [] for name in built}  # us per poll
-    accounted = Path("/proc/self/schedstat").exists()
+    linux = Path("/proc/self/schedstat").exists()
     try:
         for r in range(rounds):
             order = list(built) if r % 2 == 0 else list(reversed(built))  # alternate
             for name in order:
-                pids = [os.getpid(), *kids[name][:2]] if accounted else []
+                pids = [os.getpid(), *kids[name]] if linux and name in ACCOUNTED else []
                 start = _cpu_ns(pids)
                 steps, secs = built[name][0](seconds)
                 polls = steps / WORKLOADS[workload]["n"]
@@ -353,7 +357,7 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
                 f"({'met' if got >= want else 'NOT met'})"
             )
     print("CPU time per poll (a step of every sub-env), us, medians: parent | each worker")
-    for name in ("2 processes by hand", "rlconnect 2 env workers"):
+    for name in ACCOUNTED:
         if cpu.get(name) and len(cpu[name][0]) == 3:
             parent, *workers = (statistics.median(r[k] for r in cpu[name]) for k in range(3))
             print(f"  {name:<28} {parent:6.0f} | " + " ".join(f"{w:6.0f}" for w in workers))
@@ -378,7 +382,8 @@ def main() -> None:
         type=float,
         default=0.0,
         help="microseconds the hand-written loops spin per step, standing in for a runner's "
-        "own work (bench_worker_poll.py prints rlconnect's)",
+        "own work: pick it so that '1 process by hand' runs about as fast as the in-process "
+        "runner",
     )
     args = ap.parse_args()
     if args.hand_busy_us < 0:
