@@ -381,9 +381,8 @@ def main() -> None:
         "--hand-busy-us",
         type=float,
         default=0.0,
-        help="microseconds the hand-written loops spin per step, standing in for a runner's "
-        "own work: pick it so that '1 process by hand' runs about as fast as the in-process "
-        "runner",
+        help="microseconds the hand-written loops spin per step, for a runner's own work: "
+        "pick it so that '1 process by hand' runs about as fast as the in-process runner",
     )
     args = ap.parse_args()
     if args.hand_busy_us < 0:
