@@ -71,6 +71,21 @@ def test_one_bad_sub_env_is_named(bad, at_step):
     assert "env 0 /" not in msg and "env 2 /" not in msg
 
 
+@pytest.mark.parametrize("bad", ["shape", "dtype"])
+def test_a_bad_sub_env_in_a_worker_is_named_by_its_global_index(bad):
+    """A worker's dense poll checks what its sub-envs return as the runner's process does,
+    and names the sub-env by its index in the runner (the worker holds sub-envs 2 and 3)."""
+
+    def make(ctx):
+        return BadObsEnv(bad if ctx.vector_index == 3 else None, 2)
+
+    with pytest.raises(rc.EnvCheckError, match=EXPECTED[bad]) as info:
+        sample_with(make, n=4, num_env_workers=2)
+    msg = str(info.value)
+    assert "env 3 / agent 'agent0'" in msg
+    assert "env 1 /" not in msg and "env 2 /" not in msg
+
+
 @pytest.mark.parametrize("bad", sorted(EXPECTED))
 def test_every_sub_env_bad(bad):
     with pytest.raises(rc.EnvCheckError, match=EXPECTED[bad]) as info:

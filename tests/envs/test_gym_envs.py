@@ -111,3 +111,35 @@ def test_a_rebuilt_env_gets_a_fresh_seed():
     starts = batch["obs"][batch["t"] == 0][:, 3]
     first = make(rc.EnvContext(seed=3)).reset(seed=3)[0][3]
     assert first not in starts  # the crashed episode is gone, the new env is seeded anew
+
+
+def test_a_dense_poll_as_columns_holds_the_rows_poll_gives():
+    """``poll_columns`` (what env workers copy into shared memory) and ``poll`` give the
+    same rows; a poll that is not dense, or that went wrong, comes as ``EnvRows``."""
+    from rlconnect.envs.gym_envs import DenseColumns, GymEnvs
+
+    def make(ctx: rc.EnvContext) -> gym.Env:
+        return gym.make("CartPole-v1")
+
+    envs = [GymEnvs(make, 3, seed=5) for _ in range(2)]
+    ids, agents = np.arange(3), ("agent0",) * 3
+    ended: list[int] = []
+    for k in range(30):
+        for env in envs:
+            for i in ended:
+                env.try_reset(i)
+            if k:
+                keep = np.array([i for i in range(3) if i not in ended], np.int64)
+                env.send_actions(keep, agents[: len(keep)], np.ones(len(keep), np.int64))
+        columns, last = envs[0].poll_columns(), envs[1].poll()
+        ended = np.flatnonzero(last.terminateds | last.truncateds).tolist()
+        assert isinstance(columns, DenseColumns)
+        np.testing.assert_array_equal(columns.obs, last.obs)
+        np.testing.assert_array_equal(columns.rewards, last.rewards)
+        np.testing.assert_array_equal(columns.terminateds, last.terminateds)
+        first = np.zeros(3, bool) if columns.first is None else columns.first
+        np.testing.assert_array_equal(first, last.is_first)
+        assert k or first.all()
+    env = envs[0]
+    env.send_actions(ids[:2], agents[:2], np.ones(2, np.int64))  # sub-env 2 has no action
+    assert not isinstance(env.poll_columns(), DenseColumns)

@@ -38,10 +38,15 @@ def _runner(env, *, num_envs: int = 1, **cfg) -> rc.EnvRunner:
     return rc.EnvRunner(env, policy, config=config)
 
 
-@pytest.mark.parametrize("num_envs", [1, 3])  # 3: the dense fast path; 1: one sub-env
+# 3: the dense fast path; 1: one sub-env; workers: checked in the worker's dense poll
+CASES = [{"num_envs": 1}, {"num_envs": 3}, {"num_envs": 3, "num_env_workers": 1}]
+
+
+@pytest.mark.parametrize("cfg", CASES)
 @pytest.mark.parametrize("shape", [(1,), (1, 1), ()])
-def test_size_one_rewards_are_scalars(num_envs: int, shape: tuple[int, ...]):
-    runner = _runner(lambda ctx: WrappedReward(shape), num_envs=num_envs)
+def test_size_one_rewards_are_scalars(cfg: dict, shape: tuple[int, ...]):
+    num_envs = cfg["num_envs"]
+    runner = _runner(lambda ctx: WrappedReward(shape), **cfg)
     batch = runner.sample()
     assert batch["rewards"].shape == (8 * num_envs,)
     # every episode is t = 1..4: each row's reward is its step in the episode
@@ -49,13 +54,15 @@ def test_size_one_rewards_are_scalars(num_envs: int, shape: tuple[int, ...]):
     assert [m["episode_reward"] for m in runner.get_metrics()] == [10.0] * (2 * num_envs)
 
 
-@pytest.mark.parametrize("num_envs", [1, 3])
-def test_other_reward_shapes_name_the_sub_env_and_field(num_envs: int):
+@pytest.mark.parametrize("cfg", CASES)
+def test_other_reward_shapes_name_the_sub_env_and_field(cfg: dict):
+    num_envs = cfg["num_envs"]
+
     def make(ctx: rc.EnvContext) -> gym.Env:
         return WrappedReward(bad_at=2 if ctx.vector_index == num_envs - 1 else None)
 
     with pytest.raises(rc.EnvCheckError) as err:
-        _runner(make, num_envs=num_envs).sample()
+        _runner(make, **cfg).sample()
     text = str(err.value)
     assert f"env {num_envs - 1} /" in text and "reward" in text and "shape (3,)" in text
 

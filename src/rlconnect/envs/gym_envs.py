@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import gymnasium as gym
@@ -12,20 +12,19 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.obs_stack import ObsStacker
+from rlconnect.envs.rewards import reward_column
 from rlconnect.envs.rows import EnvRowsBuilder
-from rlconnect.errors import EnvCheckError, EnvError, describe_exception
+from rlconnect.errors import EnvError
 from rlconnect.spaces import (
-    describe_space,
-    stack_samples,
     unstack_batch,
-    zeros_batch,
 )
 
 __all__ = [
     "ContextRule",
+    "DenseColumns",
     "EnvContext",
     "GymEnvs",
-    "fits_dtype",
     "sub_env_context",
     "sub_env_contexts",
     "sub_env_seed",
@@ -99,6 +98,19 @@ def _to_env_action(space: gym.Space, batch: Any) -> list:
     return unstack_batch(batch)
 
 
+class DenseColumns(NamedTuple):
+    """A dense poll that went well, as columns (``GymEnvs.poll_columns``): row ``i`` is
+    sub-env ``i``, observations stacked and rewards checked (float64); the rows of fresh
+    episodes (``first``, None when there are none) already have reward 0 and no flags."""
+
+    obs: Any
+    rewards: np.ndarray
+    terminateds: list[bool]
+    truncateds: list[bool]
+    infos: list[dict]
+    first: np.ndarray | None
+
+
 class GymEnvs(BaseEnv):
     """N single-agent gymnasium envs stepped one after another: the columnar fast path.
 
@@ -140,9 +152,7 @@ class GymEnvs(BaseEnv):
         self._last: dict[int, tuple[Any, dict]] = {}
         self._soft: set[int] = set()
         self._failures: dict[int, BaseException] = {}
-        box = isinstance(self._obs_space, gym.spaces.Box)
-        self._obs_shape = self._obs_space.shape if box else None
-        self._obs_dtype = self._obs_space.dtype if box else None
+        self._stack = ObsStacker(self._obs_space)
 
     def _context(self, index: int) -> EnvContext:
         """The context sub-env ``index`` is built with now; its first reset takes its seed."""
@@ -194,6 +204,16 @@ class GymEnvs(BaseEnv):
         return self.envs[i].reset(seed=seed)
 
     def poll(self) -> EnvRows:
+        out = self.poll_columns()
+        if not isinstance(out, DenseColumns):
+            return out
+        ids, agents = self._all_ids, self._agent_ids
+        return EnvRowsBuilder.columns(ids, *out, agent_ids=agents, in_order=True)
+
+    def poll_columns(self) -> DenseColumns | EnvRows:
+        """``poll()``, except that a dense poll that went well (every sub-env stepped or
+        reset, nothing raised, every observation and reward fits) comes as its columns:
+        env workers copy them into shared memory as they are, without making ``EnvRows``."""
         actions, resets, soft = self._actions, self._needs_reset, self._soft
         if not soft and len(actions) + len(resets) == self.num_envs and resets.isdisjoint(actions):
             return self._poll_dense(actions, resets)
@@ -228,7 +248,7 @@ class GymEnvs(BaseEnv):
             self._needs_reset.difference_update(out.errors)
         return out
 
-    def _poll_dense(self, actions: dict[int, Any], resets: set[int]) -> EnvRows:
+    def _poll_dense(self, actions: dict[int, Any], resets: set[int]) -> DenseColumns | EnvRows:
         """The common poll: every sub-env either steps with its action or resets."""
         obs: list[Any] = []
         rew: list[Any] = []
@@ -258,20 +278,17 @@ class GymEnvs(BaseEnv):
             infos.append(info)
         actions.clear()
         resets.difference_update(reset_ok)
-        ids = self._all_ids
-        stacked, bad = (None, None) if errors else self._stack(obs, self._id_list)
-        if errors or bad:  # the general path names and drops the culprits
-            return self._redo(obs, rew, term, trunc, infos, set(reset_ok), errors)
-        first = None
-        if reset_ok:
-            first = np.zeros(self.num_envs, dtype=bool)
-            first[reset_ok] = True
-        rows = EnvRowsBuilder.columns(
-            ids, stacked, rew, term, trunc, infos, first, agent_ids=self._agent_ids, in_order=True
-        )
-        if rows.errors:  # a reward that is not a number
-            self._failures.update(rows.errors)
-        return rows
+        if not errors:
+            stacked, bad = self._stack(obs, self._id_list)
+            rewards, bad_rewards = reward_column(rew, self._id_list, self._agent_ids)
+            if not bad and not bad_rewards:
+                first = None
+                if reset_ok:
+                    first = np.zeros(self.num_envs, dtype=bool)
+                    first[reset_ok] = True
+                return DenseColumns(stacked, rewards, term, trunc, infos, first)
+        # the general path names and drops the culprits
+        return self._redo(obs, rew, term, trunc, infos, set(reset_ok), errors)
 
     def _redo(
         self,
@@ -295,86 +312,7 @@ class GymEnvs(BaseEnv):
             )
         return self._built(rows)
 
-    def _stack(self, obs: list[Any], ids: list[int]) -> tuple[Any, dict[int, EnvCheckError]]:
-        """One batch (one array for Box spaces, in the space's dtype), and the sub-envs whose
-        observation cannot be one of the space.
-
-        Observations of another dtype of the same kind are cast (float64 for float32,
-        ints that fit for another int type). A wrong shape or dtype kind (a cast would hide
-        it) or a wrong structure is reported per sub-env as an ``EnvCheckError`` naming
-        every sub-env that returned one; their rows hold a placeholder until the caller
-        drops them.
-        """
-        if self._obs_shape is None or self._obs_dtype is None:
-            try:
-                return stack_samples(self._obs_space, obs), {}
-            except Exception:  # a wrong structure: find the culprits (error path only)
-                return self._stack_replacing(obs, ids, self._bad_nested(obs, ids))
-        shape, dtype = self._obs_shape, self._obs_dtype
-        if not obs:
-            return np.empty((0, *shape), dtype=dtype), {}
-        try:
-            arr = np.array(obs)  # the fastest stack of N equal arrays, and it keeps dtypes
-        except (ValueError, TypeError):
-            return self._stack_replacing(obs, ids, self._bad_box(obs, ids))
-        if arr.dtype == dtype and arr.shape[1:] == shape:
-            return arr, {}
-        if arr.shape[1:] == shape and fits_dtype(arr, dtype):
-            return arr.astype(dtype), {}
-        return self._stack_replacing(obs, ids, self._bad_box(obs, ids))
-
-    def _stack_replacing(
-        self, obs: list[Any], ids: list[int], problems: dict[int, str]
-    ) -> tuple[Any, dict[int, EnvCheckError]]:
-        """Stack with a valid placeholder in place of each bad observation."""
-        if not problems:  # stacking failed for a reason no single row shows
-            problems = dict.fromkeys(ids, "observations that do not stack")
-        error = EnvCheckError(
-            f"env returned a bad observation: obs does not fit {describe_space(self._obs_space)}"
-            + (f" (shape {self._obs_shape}, dtype {self._obs_dtype})" if self._obs_shape else "")
-            + " in "
-            + "; ".join(f"env {i} / agent {DEFAULT_AGENT_ID!r}: {p}" for i, p in problems.items())
-        )
-        filler = unstack_batch(zeros_batch(self._obs_space, 1))[0]
-        fixed = [filler if i in problems else o for i, o in zip(ids, obs)]
-        return self._stack(fixed, ids)[0], dict.fromkeys(problems, error)
-
-    def _bad_box(self, obs: list[Any], ids: list[int]) -> dict[int, str]:
-        """Observations of a wrong shape or dtype kind for the Box space."""
-        shape, dtype = self._obs_shape, np.dtype(self._obs_dtype)
-        problems: dict[int, str] = {}
-        for i, o in zip(ids, obs):
-            got = np.shape(o)
-            if got != shape:
-                problems[i] = f"wrong shape {got}"
-            elif not fits_dtype(np.asarray(o), dtype):
-                problems[i] = f"wrong dtype {np.asarray(o).dtype}"
-        return problems
-
-    def _bad_nested(self, obs: list[Any], ids: list[int]) -> dict[int, str]:
-        """Observations that do not stack with a valid one (wrong structure or shapes)."""
-        filler = unstack_batch(zeros_batch(self._obs_space, 1))[0]
-        problems: dict[int, str] = {}
-        for i, o in zip(ids, obs):
-            try:
-                stack_samples(self._obs_space, [filler, o])
-            except Exception as exc:
-                problems[i] = f"wrong structure ({describe_exception(exc)})"
-        return problems
-
     def close(self) -> None:
         for env in self.envs:
             with contextlib.suppress(Exception):  # closing must not mask an earlier error
                 env.close()
-
-
-def fits_dtype(arr: np.ndarray, dtype: np.dtype) -> bool:
-    """Whether ``arr`` can be cast to ``dtype`` without changing what it means."""
-    if dtype.kind == "f":
-        return arr.dtype.kind in "biuf"
-    if dtype.kind in "iu" and arr.dtype.kind in "biu":
-        if not arr.size or np.can_cast(arr.dtype, dtype):
-            return True
-        info = np.iinfo(dtype)
-        return bool(arr.min() >= info.min and arr.max() <= info.max)
-    return np.can_cast(arr.dtype, dtype)

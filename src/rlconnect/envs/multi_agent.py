@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import ContextRule, EnvContext, fits_dtype, sub_env_contexts
+from rlconnect.envs.gym_envs import ContextRule, EnvContext, sub_env_contexts
+from rlconnect.envs.obs_stack import fits_dtype
 from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 

@@ -26,7 +26,7 @@ import signal
 import struct
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -38,7 +38,7 @@ import tree
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_context
+from rlconnect.envs.gym_envs import DenseColumns, EnvContext, GymEnvs, sub_env_context
 from rlconnect.envs.multi_agent import MultiAgentEnvs
 from rlconnect.envs.workers.affinity import CorePin
 from rlconnect.envs.workers.frames import frame, read_frame, write_frame
@@ -173,8 +173,12 @@ class _Server:
     def __init__(self, group: BaseEnv, spec: GroupSpec, arrays: SharedArrays) -> None:
         self.group, self.spec, self.a = group, spec, arrays
         self.lo, self.hi = spec.offset, spec.offset + spec.size
+        self.span = slice(self.lo, self.hi)
+        self.local_ids = np.arange(spec.size)
         self.agents = (DEFAULT_AGENT_ID,) * spec.size
         self.in_block = not group.is_multi_agent and arrays.obs is not None
+        # a dense poll of gymnasium envs goes into the block as columns (no EnvRows)
+        self.columns = group.poll_columns if isinstance(group, GymEnvs) and self.in_block else None
 
     def restart(self, local: int) -> bytes:
         try:
@@ -184,64 +188,76 @@ class _Server:
         return b""
 
     def poll(self, extra: dict[str, Any] | None) -> bytes:
-        a, lo, hi, group = self.a, self.lo, self.hi, self.group
         errors: dict[int, ErrorPayload] = {}
-        for local in (extra or {}).get("restart", ()):
-            reply = self.restart(local)
-            if reply:
-                errors[local] = pickle.loads(reply)
-        codes = a.cmd[lo:hi].copy()
-        step = np.flatnonzero(codes == CMD_STEP)
-        if len(step) == hi - lo and type(a.act) is np.ndarray:  # the common poll
-            group.send_actions(step, self.agents, a.act[lo:hi].copy())
-        else:
-            if len(step):
-                act = a.act
-                acts = (
-                    act[lo:hi][step]
-                    if type(act) is np.ndarray
-                    else tree.map_structure(lambda v: v[lo:hi][step], act)
-                )
-                group.send_actions(step, self.agents[: len(step)], acts)
-            for local in np.flatnonzero(codes != CMD_STEP).tolist():  # a few resets
-                code = codes[local]
-                if code == CMD_RESET:
-                    group.try_reset(local)
-                elif code == CMD_SOFT:
-                    group.soft_reset(local)
-        for ids, agents, acts in (extra or {}).get("actions", ()):
-            group.send_actions(ids, agents, acts)
-        rows = group.poll()
+        if extra:
+            for local in extra.get("restart", ()):
+                reply = self.restart(local)
+                if reply:
+                    errors[local] = pickle.loads(reply)
+        self._command()
+        group = self.group
+        if extra:
+            for ids, agents, acts in extra.get("actions", ()):
+                group.send_actions(ids, agents, acts)
+        out = self.columns() if self.columns is not None else group.poll()
+        if isinstance(out, DenseColumns):  # every sub-env has a row
+            obs, rewards, term, trunc, infos, first = out
+            self._write(self.span, obs, rewards, term, trunc, False if first is None else first)
+            return self._reply(self.local_ids, infos, errors)
+        rows = out
         for local, exc in rows.errors.items():
-            errors[local] = encode_error(_global_names(exc, lo))
-        a.status[lo:hi] = 0
+            errors[local] = encode_error(_global_names(exc, self.lo))
+        self.a.status[self.span] = 0
         if not self.in_block:
             rows.errors = {}
             return self._pickled(None, errors, rows)
         ids = rows.env_ids
-        n = len(ids)
-        if n == hi - lo:
-            where: Any = slice(lo, hi)
+        where = self.span if len(ids) == self.hi - self.lo else ids + self.lo
+        self._write(where, rows.obs, rows.rewards, rows.terminateds, rows.truncateds, rows.is_first)
+        return self._reply(ids, rows.infos, errors)
+
+    def _command(self) -> None:
+        """Hand the group the runner's commands (steps with their actions, resets)."""
+        a, lo, hi, group = self.a, self.lo, self.hi, self.group
+        codes = a.cmd[lo:hi].copy()
+        act = a.act
+        plain = type(act) is np.ndarray
+        if plain and not np.count_nonzero(codes != CMD_STEP):  # the common poll
+            group.send_actions(self.local_ids, self.agents, act[lo:hi].copy())
+            return
+        stepping = codes == CMD_STEP
+        step = stepping.nonzero()[0]
+        if len(step):
+            acts = act[lo:hi][step] if plain else tree.map_structure(lambda v: v[lo:hi][step], act)
+            group.send_actions(step, self.agents[: len(step)], acts)
+        others = (~stepping).nonzero()[0]
+        for local, code in zip(others.tolist(), codes[others].tolist()):  # a few resets
+            if code == CMD_RESET:
+                group.try_reset(local)
+            elif code == CMD_SOFT:
+                group.soft_reset(local)
+
+    def _write(self, where: Any, obs: Any, rew: Any, term: Any, trunc: Any, first: Any) -> None:
+        """Rows into the block, at ``where`` (the group's slice, or global indices)."""
+        a = self.a
+        if type(obs) is np.ndarray and type(a.obs) is np.ndarray:
+            a.obs[where] = obs
         else:
-            where = ids + lo
-        if type(rows.obs) is np.ndarray and type(a.obs) is np.ndarray:
-            a.obs[where] = rows.obs
-        else:
-            for view, leaf in zip(a.obs_leaves, tree.flatten(rows.obs)):
+            for view, leaf in zip(a.obs_leaves, tree.flatten(obs)):
                 view[where] = leaf
-        a.rew[where] = rows.rewards
-        a.term[where] = rows.terminateds
-        a.trunc[where] = rows.truncateds
-        a.first[where] = rows.is_first
+        a.rew[where] = rew
+        a.term[where] = term
+        a.trunc[where] = trunc
+        a.first[where] = first
         a.status[where] = ST_ROW
-        infos = (
-            {i: info for i, info in zip(ids.tolist(), rows.infos) if info}
-            if any(rows.infos)
-            else {}
-        )
-        if not infos and not errors:
+
+    def _reply(
+        self, ids: np.ndarray, infos: Sequence[Mapping], errors: dict[int, ErrorPayload]
+    ) -> bytes:
+        """What goes back by pipe: nothing when everything is in the block."""
+        if not errors and not any(infos):
             return b""
-        return self._pickled(infos, errors, None)
+        return self._pickled({i: v for i, v in zip(ids.tolist(), infos) if v}, errors, None)
 
     @staticmethod
     def _pickled(infos: Any, errors: dict[int, ErrorPayload], rows: EnvRows | None) -> bytes:
