@@ -1,4 +1,4 @@
-"""What one ``poll()`` returns (``EnvRows``) and the one way adapters make it (``EnvRowsBuilder``).
+"""What one ``poll()`` returns (``EnvRows``) and how adapters make it (``EnvRowsBuilder``).
 
 An adapter either adds rows one at a time while it steps its sub-envs::
 
@@ -8,11 +8,10 @@ An adapter either adds rows one at a time while it steps its sub-envs::
     b.add_error(failed_id, exc)
     rows = b.build(stack=...)
 
-or hands over whole columns it already has (``EnvRowsBuilder.columns``). Either way the
-builder derives what the columns imply (``stepped``, ``done_envs`` of single-agent rows,
-``stacked``, ``dense``), turns each reward into a float (a size-one array counts as its
-scalar; any other shape is an ``EnvCheckError`` for its sub-env) and leaves out every row
-of a sub-env with an error.
+or hands over whole columns (``EnvRowsBuilder.columns``). The builder derives what the
+columns imply (``stepped``, ``done_envs``, ``stacked``, ``dense``), makes each reward a float
+(a size-one array is its scalar, other shapes an ``EnvCheckError`` of the sub-env) and
+leaves out every row of a sub-env with an error.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ __all__ = [
     "ExternalRows",
     "ExtraReward",
     "StackFn",
+    "done_envs_of",
     "errors_only",
     "strictly_ascending",
 ]
@@ -168,7 +168,7 @@ def strictly_ascending(env_ids: np.ndarray) -> bool:
     return len(env_ids) < 2 or not np.count_nonzero(env_ids[1:] <= env_ids[:-1])
 
 
-def _done_envs(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> dict:
+def done_envs_of(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> dict:
     """``done_envs`` of single-agent rows: each terminated or truncated row ends its episode."""
     done = term | trunc
     if not np.count_nonzero(done):  # faster than any() on small arrays
@@ -297,7 +297,7 @@ class EnvRowsBuilder:
         truncateds = np.array(self._trunc, dtype=bool)
         done = dict(self._done)
         if self.single_agent:
-            done.update(_done_envs(env_ids, terminateds, truncateds))
+            done.update(done_envs_of(env_ids, terminateds, truncateds))
         extra = [x for x in self._extra if x.env_id not in errors]
         unfit: Mapping[int, BaseException] = {}
         if stack is not None:
@@ -356,7 +356,7 @@ class EnvRowsBuilder:
         agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
         rew, bad = reward_column(rewards, env_ids, agents)
         # whether an episode may have ended: any() on a few listed flags is cheaper than
-        # numpy; arrays (or many rows) are left to _done_envs
+        # numpy; arrays (or many rows) are left to done_envs_of
         lists = n <= 64 and type(terminateds) is list and type(truncateds) is list
         ended = not lists or any(terminateds) or any(truncateds)
         term = np.asarray(terminateds, dtype=bool)
@@ -384,7 +384,7 @@ class EnvRowsBuilder:
             is_first,
             True,  # stacked
             stepped if ascending else np.unique(stepped),
-            _done_envs(env_ids, term, trunc) if ended else {},
+            done_envs_of(env_ids, term, trunc) if ended else {},
             [],  # extra_rewards
             {},  # errors
             ascending,  # dense

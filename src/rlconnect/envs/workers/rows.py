@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.base import EnvRows
-from rlconnect.envs.rows import EnvRowsBuilder, errors_only
+from rlconnect.envs.rows import EnvRowsBuilder, done_envs_of, errors_only
 from rlconnect.envs.workers.handle import WorkerHandle
 from rlconnect.envs.workers.layout import ST_ROW, SharedArrays
 from rlconnect.envs.workers.worker import decode_error
@@ -68,7 +69,27 @@ def block_rows(
     info_list = (
         [infos.get(i, EMPTY_INFO) for i in ids.tolist()] if infos else [EMPTY_INFO] * len(ids)
     )
-    rows = EnvRowsBuilder.columns(ids, obs, rew, term, trunc, info_list, first, in_order=in_order)
+    if not in_order:
+        rows = EnvRowsBuilder.columns(ids, obs, rew, term, trunc, info_list, first)
+        return rows.without_envs(errors) if errors else rows
+    # every sub-env has a row: what a worker writes is checked already (float64 rewards,
+    # first rows without reward or flags), so only what the columns imply is derived
+    rows = EnvRows(
+        env_ids=ids,
+        agent_ids=(DEFAULT_AGENT_ID,) * len(ids),
+        obs=obs,
+        rewards=rew,
+        terminateds=term,
+        truncateds=trunc,
+        infos=info_list,
+        is_first=first,
+        stacked=True,
+        stepped=all_ids[~first] if np.count_nonzero(first) else all_ids,
+        done_envs=done_envs_of(ids, term, trunc),
+        extra_rewards=[],
+        errors={},
+        dense=True,
+    )
     return rows.without_envs(errors) if errors else rows
 
 
