@@ -115,7 +115,8 @@ def test_a_rebuilt_env_gets_a_fresh_seed():
 
 def test_a_dense_poll_as_columns_holds_the_rows_poll_gives():
     """``poll_columns`` (what env workers copy into shared memory) and ``poll`` give the
-    same rows; a poll that is not dense, or that went wrong, comes as ``EnvRows``."""
+    same rows; a poll that is not dense comes as ``EnvRows`` (one that went wrong does too:
+    ``test_reward_shapes`` and ``test_env_checks`` run bad sub-envs in workers)."""
     from rlconnect.envs.gym_envs import DenseColumns, GymEnvs
 
     def make(ctx: rc.EnvContext) -> gym.Env:

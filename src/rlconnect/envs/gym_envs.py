@@ -16,9 +16,7 @@ from rlconnect.envs.obs_stack import ObsStacker
 from rlconnect.envs.rewards import reward_column
 from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.errors import EnvError
-from rlconnect.spaces import (
-    unstack_batch,
-)
+from rlconnect.spaces import unstack_batch
 
 __all__ = [
     "ContextRule",

@@ -178,7 +178,9 @@ class _Server:
         self.agents = (DEFAULT_AGENT_ID,) * spec.size
         self.in_block = not group.is_multi_agent and arrays.obs is not None
         # a dense poll of gymnasium envs goes into the block as columns (no EnvRows)
-        self.columns = group.poll_columns if isinstance(group, GymEnvs) and self.in_block else None
+        self.poll_group = (
+            group.poll_columns if isinstance(group, GymEnvs) and self.in_block else group.poll
+        )
 
     def restart(self, local: int) -> bytes:
         try:
@@ -199,7 +201,7 @@ class _Server:
         if extra:
             for ids, agents, acts in extra.get("actions", ()):
                 group.send_actions(ids, agents, acts)
-        out = self.columns() if self.columns is not None else group.poll()
+        out = self.poll_group()
         if isinstance(out, DenseColumns):  # every sub-env has a row
             obs, rewards, term, trunc, infos, first = out
             self._write(self.span, obs, rewards, term, trunc, False if first is None else first)
