@@ -18,7 +18,8 @@ in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync, and asy
 ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads) sync and async
 (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
 turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
-[min-max over rounds] and the ratio of medians to the in-process runner. Contenders whose
+[min-max over rounds] and the median over rounds of the ratio to the in-process runner's
+run of the same round (host load that comes and goes hits both). Contenders whose
 package is missing (ale-py, envpool) are skipped. ``--quick``: one short round each;
 ``--only in-process,envpool``: only the contenders whose name contains one of the words
 (the in-process runner always runs: the ratios are to it).
@@ -337,37 +338,35 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
     finally:
         for _, close in built.values():
             close()
-    base = statistics.median(rates.get("rlconnect in-process", [float("nan")]))
+
+    def ratio(name: str, to: str = "rlconnect in-process") -> float:
+        """The median over rounds of ``name``'s rate over that of ``to`` in the same round."""
+        return statistics.median(a / b for a, b in zip(rates[name], rates[to]))
+
     w = WORKLOADS[workload]
     print(f"\n{workload}: N={w['n']} sub-envs, env steps/s, median [min-max] of {rounds} rounds")
     print(f"{'contender':<30} {'median':>10} {'range':>21} {'vs in-process':>14}")
     for name, values in rates.items():
         med = statistics.median(values)
         rng = f"[{min(values):,.0f}-{max(values):,.0f}]"
-        print(f"{name:<30} {med:>10,.0f} {rng:>21} {med / base:>13.2f}x")
+        print(f"{name:<30} {med:>10,.0f} {rng:>21} {ratio(name):>13.2f}x")
     targets = {
         "cartpole": [("rlconnect 2 env workers", 1.2), ("rlconnect envpool sync", 3.0)],
         "pong": [("rlconnect 2 env workers", 1.5)],
     }[workload]
     for name, want in targets:
         if name in rates:
-            got = statistics.median(rates[name]) / base
-            print(
-                f"target {name} >= {want}x in-process: {got:.3f}x "
-                f"({'met' if got >= want else 'NOT met'})"
-            )
+            got = ratio(name)
+            verdict = "met" if got >= want else "NOT met"
+            print(f"target {name} >= {want}x in-process: {got:.3f}x ({verdict})")
     print("CPU time per poll (a step of every sub-env), us, medians: parent | each worker")
     for name in ACCOUNTED:
         if cpu.get(name) and len(cpu[name][0]) == 3:
             parent, *workers = (statistics.median(r[k] for r in cpu[name]) for k in range(3))
             print(f"  {name:<28} {parent:6.0f} | " + " ".join(f"{w:6.0f}" for w in workers))
     if "1 process by hand" in rates and "2 processes by hand" in rates:
-        pair = statistics.median(rates["2 processes by hand"])
-        one = statistics.median(rates["1 process by hand"])
-        print(
-            f"by hand, spinning {busy_s * 1e6:.0f} us per step: 2 processes = "
-            f"{pair / one:.2f}x 1 process"
-        )
+        pair, us = ratio("2 processes by hand", to="1 process by hand"), busy_s * 1e6
+        print(f"by hand, spinning {us:.0f} us per step: 2 processes = {pair:.2f}x 1 process")
 
 
 def main() -> None:
