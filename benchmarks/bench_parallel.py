@@ -19,7 +19,7 @@ in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync, and asy
 (``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
 turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
 [min-max over rounds] and the median over rounds of the ratio to the in-process runner's
-run of the same round (host load that comes and goes hits both). Contenders whose
+run of the same round (host load that lasts a round or more hits both). Contenders whose
 package is missing (ale-py, envpool) are skipped. ``--quick``: one short round each;
 ``--only in-process,envpool``: only the contenders whose name contains one of the words
 (the in-process runner always runs: the ratios are to it).
