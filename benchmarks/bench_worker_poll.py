@@ -11,12 +11,15 @@ Runs an ``EnvRunner`` with ``num_env_workers=2`` (RandomPolicy) and stamps, per 
 - ``kernel and rest``: everything else until the next poll (step kernel, acting, batch
   building every ``rollout_fragment_length`` polls).
 
-It wraps private methods of ``rlconnect.envs.workers`` (a profiling tool, not an API), so
-workers must be forked (Linux's default start method). Medians, means and the 90th
-percentile over the polls; the share of polls in which a worker started more than half a
-step late shows workers queued behind each other on one CPU.
+``--no-linger`` makes idle workers sleep on their pipe at once instead of watching for the
+next poll first (``rlconnect.envs.workers.linger``): the "until worker runs" phase shows
+what lingering saves. It wraps private methods of ``rlconnect.envs.workers`` (a profiling
+tool, not an API), so workers must be forked (Linux's default start method). Medians,
+means and the 90th percentile over the polls; the share of polls in which a worker started
+more than half a step late shows workers queued behind each other on one CPU.
 
     python benchmarks/bench_worker_poll.py [--env CartPole-v1] [--num-envs 64] [--polls 2000]
+                                           [--no-linger]
     python benchmarks/bench_worker_poll.py --env ALE/Pong-v5 --num-envs 8 --preset atari
 """
 
@@ -106,7 +109,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", default=None)
     ap.add_argument("--polls", type=int, default=2000, help="polls stamped (after 100)")
     ap.add_argument("--quick", action="store_true", help="a short run (300 polls)")
+    ap.add_argument(
+        "--no-linger",
+        action="store_true",
+        help="idle workers sleep on their pipe at once (what they did before `linger`)",
+    )
     args = ap.parse_args(argv)
+    if args.no_linger:  # reaches the workers by fork, like the stamps
+        worker_module.linger = lambda *a, **k: False
     polls = 300 if args.quick else args.polls
     skip = 100  # warm-up polls left out
     log: dict[str, list[tuple[float, float]]] = {}
@@ -141,8 +151,9 @@ def main(argv: list[str] | None = None) -> None:
         cols[f"answer {w} to runner"] = collect[k, 1] - end
         late.append((start - dispatch[k, 0]) > 0.5 * np.median(end - start))
     total = dispatch[k + 1, 0] - dispatch[k, 0]
+    idle = "sleep at once" if args.no_linger else "linger"
     print(
-        f"{args.env}, N={args.num_envs}, 2 env workers, synchronous; {polls} polls; "
+        f"{args.env}, N={args.num_envs}, 2 env workers ({idle}), synchronous; {polls} polls; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
     )
     print(f"{'us per poll':<28} {'median':>9} {'mean':>9} {'p90':>9}")

@@ -26,7 +26,7 @@ BENCHMARKS = {
     "bench_envpool_io.py": (120, ("public send + recv", "direct send + recv", "own cost")),
     "bench_overhead.py": (120, ("own cost per env step", "overhead", " 256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),
-    "bench_worker_poll.py": (120, ("worker 0 step", "whole poll", "half a step late")),
+    "bench_worker_poll.py": (120, ("(linger)", "worker 0 step", "whole poll", "half a step late")),
     "bench_offline.py": (300, ("write rows/s", "read MB/s", "disk MB", "cartpole", "atari")),
     "bench_pixels.py": (
         240,

@@ -80,11 +80,8 @@ def _sleeps(pid: int) -> int:
     raise AssertionError("no voluntary_ctxt_switches line")
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
-def test_a_poll_wakes_each_worker_once():
-    """Each worker sleeps once per poll, waiting for its command. On one socket pair per
-    worker, the runner's read of an answer also woke the worker that sent it (a second
-    sleep per poll), and the worker's read of its command woke the runner."""
+def sleeps_per_worker(polls: int) -> list[int]:
+    """How often each of 2 env workers slept during ``polls`` synchronous polls."""
     from env_cases import make_indexed, runner_for
 
     runner = runner_for(make_indexed, make_indexed, n=4, frag=50, seed=3, num_env_workers=2)
@@ -92,12 +89,27 @@ def test_a_poll_wakes_each_worker_once():
         runner.sample()  # started, first resets done
         pids = [w.proc.pid for w in runner.env.workers]
         before = [_sleeps(p) for p in pids]
-        for _ in range(4):
+        for _ in range(polls // 50):
             runner.sample()
-        sleeps = [_sleeps(p) - b for p, b in zip(pids, before)]
+        return [_sleeps(p) - b for p, b in zip(pids, before)]
     finally:
         runner.stop()
-    polls = 4 * 50
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/status").exists() or multiprocessing.get_start_method() != "fork",
+    reason="needs Linux's /proc, and workers that inherit the patch below by fork",
+)
+def test_a_poll_wakes_each_worker_once(monkeypatch):
+    """Each worker sleeps once per poll, waiting for its command, when it does not linger
+    (``linger``: a worker sharing its CPU). On one socket pair per worker, the runner's read
+    of an answer also woke the worker that sent it (a second sleep per poll), and the
+    worker's read of its command woke the runner."""
+    from rlconnect.envs.workers import worker
+
+    monkeypatch.setattr(worker, "linger", lambda *a, **k: False)
+    polls = 200
+    sleeps = sleeps_per_worker(polls)
     assert all(polls * 0.5 <= s <= polls * 1.2 for s in sleeps), (sleeps, polls)
 
 

@@ -171,6 +171,7 @@ class WorkerEnvs(BaseEnv):
         counts = tuple(self._restarts[w.lo : w.hi])
         w.spec = attrs.evolve(w.spec, restarts=counts)
         w.kill()
+        self._a.posted[w.lo] = 0  # the new process has read no poll yet
         try:
             self._start([w])
         except Exception as exc:
@@ -310,6 +311,8 @@ class WorkerEnvs(BaseEnv):
             except OSError:
                 exc = w.died()
                 errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
+            else:  # after the message is in the pipe: a lingering worker reads it at once
+                self._a.posted[w.lo] += 1
 
     def _collect(self, errors: dict[int, BaseException]) -> dict[int, bytes]:
         """Answers of busy workers: all of them, or (``poll_size``) enough for B sub-envs."""

@@ -50,6 +50,7 @@ from rlconnect.envs.workers.layout import (
     SharedArrays,
     SharedBlock,
 )
+from rlconnect.envs.workers.linger import linger
 from rlconnect.envs.workers.tuning import tune_worker_process
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
@@ -319,15 +320,20 @@ def worker_main(
             # a wake-up delayed by a busy CPU counts too
             pin.polled(answered - sent, used)
 
+        posted, seen = block.arrays.posted, 0  # polls the runner sent, polls read here
         while True:
+            if pin.pinned:  # a CPU of its own: watch for the next poll before sleeping
+                linger(posted, spec.offset, seen)
             msg = read_frame(commands)
             if msg[:1] == b"p":
+                seen += 1
                 poll(None, _SENT.unpack_from(msg, 1)[0])
             elif msg == b"c":
                 break
             else:
                 kind, data = pickle.loads(msg)  # from the runner that started this process
                 if kind == "poll":
+                    seen += 1
                     poll(*data)
                 else:
                     write_frame(answers, frame(server.restart(data)))
