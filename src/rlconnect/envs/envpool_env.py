@@ -11,7 +11,8 @@ Synchronous pools (``batch_size == num_envs``) step every sub-env each poll. Wit
 sub-envs that finished (rows sorted by env id) while the others keep stepping in EnvPool's
 threads. Either way the pool is driven with EnvPool's own ``send`` / ``recv``, and the
 actions are sent as soon as every sub-env the last poll returned has one (``StepGate``), so
-EnvPool steps while the runner records rows and ends episodes; ``poll()`` only receives.
+EnvPool steps while the runner records rows and ends episodes; ``poll()`` only receives,
+once ``RecvPacer`` deems the step nearly done (so the runner seldom sleeps in ``recv``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.envpool_io import PoolIO, pool_io
 from rlconnect.envs.gym_envs import sub_env_seed
+from rlconnect.envs.recv_pacer import RecvPacer
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only, strictly_ascending
 from rlconnect.envs.step_gate import StepGate
 from rlconnect.errors import EnvError, describe_exception
@@ -166,6 +168,7 @@ class EnvPoolEnv(BaseEnv):
         self._all_ids.flags.writeable = False
         self._in_order = np.arange(self.num_envs, dtype=np.int32).tobytes()
         self._gate = StepGate(self.num_envs)
+        self._pacer = RecvPacer()  # when to block in recv after a send
         self._sent = False  # a synchronous pool has every sub-env's step under way
         self._started = False
         self._broken: BaseException | None = None
@@ -257,7 +260,7 @@ class EnvPoolEnv(BaseEnv):
         if not self._sent:
             self._send()
         self._sent = False
-        return self._io.recv()
+        return self._pacer.recv(self._io.recv)
 
     def _send_now(self) -> None:
         """Send what the gate let through; a failure is the next poll's to report."""
@@ -272,6 +275,7 @@ class EnvPoolEnv(BaseEnv):
             ids = np.flatnonzero(self._todo)
             if len(ids):
                 self._io.send(self._actions[ids], ids.astype(np.int32))
+                self._pacer.sent()
                 self._todo[ids] = False
             return
         if np.count_nonzero(self._todo) != self.num_envs:
@@ -282,6 +286,7 @@ class EnvPoolEnv(BaseEnv):
             )
         self._todo[:] = False
         self._io.send(self._actions, None)
+        self._pacer.sent()
         self._sent = True
 
     def _rows(self, obs: Any, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> EnvRows:
