@@ -11,8 +11,9 @@ Synchronous pools (``batch_size == num_envs``) step every sub-env each poll. Wit
 sub-envs that finished (rows sorted by env id) while the others keep stepping in EnvPool's
 threads. Either way the pool is driven with EnvPool's own ``send`` / ``recv``, and the
 actions are sent as soon as every sub-env the last poll returned has one (``StepGate``), so
-EnvPool steps while the runner records rows and ends episodes; ``poll()`` only receives,
-once ``RecvPacer`` deems the step nearly done (so the runner seldom sleeps in ``recv``).
+EnvPool steps while the runner records rows and ends episodes; ``poll()`` only receives
+(a synchronous pool once ``RecvPacer`` deems the step nearly done, so the runner seldom
+sleeps in ``recv``).
 """
 
 from __future__ import annotations
@@ -168,7 +169,9 @@ class EnvPoolEnv(BaseEnv):
         self._all_ids.flags.writeable = False
         self._in_order = np.arange(self.num_envs, dtype=np.int32).tobytes()
         self._gate = StepGate(self.num_envs)
-        self._pacer = RecvPacer()  # when to block in recv after a send
+        #: when to block in recv after a send, for synchronous pools: an asynchronous poll
+        #: returns as soon as the first sub-envs are done, seldom long after the send
+        self._pacer = RecvPacer() if not self._async else None
         self._sent = False  # a synchronous pool has every sub-env's step under way
         self._started = False
         self._broken: BaseException | None = None
@@ -260,6 +263,8 @@ class EnvPoolEnv(BaseEnv):
         if not self._sent:
             self._send()
         self._sent = False
+        if self._pacer is None:
+            return self._io.recv()
         return self._pacer.recv(self._io.recv)
 
     def _send_now(self) -> None:
@@ -275,7 +280,6 @@ class EnvPoolEnv(BaseEnv):
             ids = np.flatnonzero(self._todo)
             if len(ids):
                 self._io.send(self._actions[ids], ids.astype(np.int32))
-                self._pacer.sent()
                 self._todo[ids] = False
             return
         if np.count_nonzero(self._todo) != self.num_envs:
@@ -286,7 +290,8 @@ class EnvPoolEnv(BaseEnv):
             )
         self._todo[:] = False
         self._io.send(self._actions, None)
-        self._pacer.sent()
+        if self._pacer is not None:  # (a synchronous pool has one)
+            self._pacer.sent()
         self._sent = True
 
     def _rows(self, obs: Any, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> EnvRows:
