@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -225,3 +226,25 @@ def assert_same_batches(a: list[rc.SampleBatch], b: list[rc.SampleBatch]) -> Non
                 assert list(x[key]) == list(y[key])
             else:
                 np.testing.assert_array_equal(np.asarray(x[key]), np.asarray(y[key]), err_msg=key)
+
+
+def _sleeps(pid: int) -> int:
+    """How often process ``pid`` has gone to sleep (Linux: voluntary context switches)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+def sleeps_per_worker(polls: int) -> list[int]:
+    """How often each of 2 env workers slept during ``polls`` synchronous polls."""
+    runner = runner_for(make_indexed, make_indexed, n=4, frag=50, seed=3, num_env_workers=2)
+    try:
+        runner.sample()  # started, first resets done
+        pids = [w.proc.pid for w in runner.env.workers]
+        before = [_sleeps(p) for p in pids]
+        for _ in range(polls // 50):
+            runner.sample()
+        return [_sleeps(p) - b for p, b in zip(pids, before)]
+    finally:
+        runner.stop()

@@ -72,30 +72,6 @@ def test_a_closed_pipe_mid_message_is_end_of_file(pipe):
         read_frame(r)
 
 
-def _sleeps(pid: int) -> int:
-    """How often process ``pid`` has gone to sleep (Linux: voluntary context switches)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("voluntary_ctxt_switches:"):
-            return int(line.split()[1])
-    raise AssertionError("no voluntary_ctxt_switches line")
-
-
-def sleeps_per_worker(polls: int) -> list[int]:
-    """How often each of 2 env workers slept during ``polls`` synchronous polls."""
-    from env_cases import make_indexed, runner_for
-
-    runner = runner_for(make_indexed, make_indexed, n=4, frag=50, seed=3, num_env_workers=2)
-    try:
-        runner.sample()  # started, first resets done
-        pids = [w.proc.pid for w in runner.env.workers]
-        before = [_sleeps(p) for p in pids]
-        for _ in range(polls // 50):
-            runner.sample()
-        return [_sleeps(p) - b for p, b in zip(pids, before)]
-    finally:
-        runner.stop()
-
-
 @pytest.mark.skipif(
     not Path("/proc/self/status").exists() or multiprocessing.get_start_method() != "fork",
     reason="needs Linux's /proc, and workers that inherit the patch below by fork",
@@ -109,6 +85,8 @@ def test_a_poll_wakes_each_worker_once(monkeypatch):
 
     monkeypatch.setattr(worker, "linger", lambda *a, **k: False)
     polls = 200
+    from env_cases import sleeps_per_worker
+
     sleeps = sleeps_per_worker(polls)
     assert all(polls * 0.5 <= s <= polls * 1.2 for s in sleeps), (sleeps, polls)
 
