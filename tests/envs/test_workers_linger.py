@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from env_cases import StepCountEnv
 
+from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.workers import WorkerEnvs, linger
 from rlconnect.envs.workers import worker as worker_module
 
@@ -58,7 +59,7 @@ def plain(ctx) -> gym.Env:
 def step_all(env: WorkerEnvs) -> None:
     """Every sub-env's action, as the runner sends them after a synchronous poll."""
     ids = np.arange(env.num_envs)
-    env.send_actions(ids, ("agent0",) * len(ids), np.zeros(len(ids), dtype=np.int64))
+    env.send_actions(ids, (DEFAULT_AGENT_ID,) * len(ids), np.zeros(len(ids), dtype=np.int64))
 
 
 def test_the_runner_counts_the_polls_it_sends_each_worker_and_a_new_worker_starts_at_0():
