@@ -10,19 +10,18 @@ up and make Python's full garbage collections ever dearer):
   EnvPool's own ``Pong-v5`` defaults).
 
 Contenders: gymnasium ``SyncVectorEnv`` and ``AsyncVectorEnv(shared_memory=True)`` (their
-steps include the reset step after each episode), EnvPool stepped by hand (2 threads),
-2 forked processes written by hand (the floor of env workers: shared memory, one pipe
-byte each way, no policy or rows) and the same loop in 1 process, and
-``EnvRunner.sample()`` with the sub-envs
-in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync, and async with
-``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads) sync and async
-(``env_poll_size=N/2``). Every contender is built and warmed up once, then they take
-turns for ``--rounds`` rounds of ``--seconds`` each; the table gives the median env steps/s
-[min-max over rounds] and the median over rounds of the ratio to the in-process runner's
-run of the same round (host load that lasts a round or more hits both). Contenders whose
-package is missing (ale-py, envpool) are skipped. ``--quick``: one short round each;
-``--only in-process,envpool``: only the contenders whose name contains one of the words
-(the in-process runner always runs: the ratios are to it).
+steps include the reset step after each episode), EnvPool stepped by hand (2 threads), 2
+forked processes written by hand (the floor of env workers: shared memory, one pipe byte
+each way, no policy or rows) and the same loop in 1 process, and ``EnvRunner.sample()``
+with the sub-envs in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync,
+and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads)
+sync and async (``env_poll_size=N/2``). Each is built and warmed up once, then they take
+turns for ``--rounds`` rounds of ``--seconds``; the table gives the median env steps/s
+[min-max] and the median over rounds of the ratio to the in-process runner's run of the
+same round (host load that lasts a round or more hits both). Contenders whose package is
+missing (ale-py, envpool) are skipped. ``--quick``: one short round each; ``--only
+in-process,envpool``: the contenders whose name has one of the words (and the in-process
+runner, which the ratios are to).
 
 ``--hand-busy-us K``: the hand-written loops spin K microseconds per step, standing in for
 what a runner does besides stepping (policy, records). With K chosen so that "1 process by
@@ -49,13 +48,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from hand_written import Runner, hand_loop, hand_workers, timed
 
 import rlconnect as rc
 from rlconnect.envs import make_base_env
-from rlconnect.envs.workers import split_evenly
-from rlconnect.envs.workers.tuning import tune_worker_process
-
-Runner = Callable[[float], tuple[int, float]]  # run for ~seconds -> (env steps, seconds)
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "cartpole": {"n": 64, "gym": "CartPole-v1", "envpool": "CartPole-v1", "frag": 50},
@@ -78,147 +74,12 @@ def _gym_maker(workload: str) -> Callable[[], gym.Env]:
     return make
 
 
-def _timed(step: Callable[[int], Any], n: int) -> Runner:
-    """A contender's run: ``step(k)``, its k-th step of ``n`` sub-envs, until the time is up."""
-
-    def run(seconds: float) -> tuple[int, float]:
-        steps, k, t0 = 0, 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            step(k)
-            k += 1
-            steps += n
-        return steps, time.perf_counter() - t0
-
-    return run
-
-
 def _vector_loop(venv: gym.vector.VectorEnv) -> Runner:
     venv.reset(seed=0)
     space = venv.single_action_space
     space.seed(0)
     actions = [np.array([space.sample() for _ in range(venv.num_envs)]) for _ in range(256)]
-    return _timed(lambda k: venv.step(actions[k % 256]), venv.num_envs)
-
-
-def _busy(seconds: float) -> None:
-    """Spin for ``seconds``: a hand-written loop's stand-in for a runner's own work."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
-def _step_group(envs: list[gym.Env], act: np.ndarray, obs: np.ndarray) -> None:
-    """Step each env with its action, resetting those whose episode ended, observations
-    into ``obs``."""
-    for j, env in enumerate(envs):
-        o, _, terminated, truncated, _ = env.step(act[j])
-        if terminated or truncated:
-            o, _ = env.reset()
-        obs[j] = o
-
-
-def _random_actions(space: Any, n: int) -> list[np.ndarray]:
-    """256 steps of random actions of a ``Discrete`` space for ``n`` sub-envs."""
-    rng = np.random.default_rng(0)
-    return [rng.integers(0, space.n, n) for _ in range(256)]
-
-
-def _hand_loop(make: Callable[[], gym.Env], n: int, busy_s: float) -> tuple[Runner, Any]:
-    """The same loop as the hand-written processes, in one process: every sub-env stepped
-    in turn, observations into one array, copied, then ``busy_s`` of spinning."""
-    envs = [make() for _ in range(n)]
-    for i, env in enumerate(envs):
-        env.reset(seed=i)
-    space = envs[0].observation_space
-    obs = np.zeros((n, *(space.shape or ())), space.dtype)
-    actions = _random_actions(envs[0].action_space, n)
-
-    def step(k: int) -> None:
-        _step_group(envs, actions[k % 256], obs)
-        obs.copy()
-        _busy(busy_s)
-
-    def close() -> None:
-        for env in envs:
-            env.close()
-
-    run = _timed(step, n)
-    run(0.2)  # warm-up
-    return run, close
-
-
-def _hand_worker(
-    make: Callable[[], gym.Env], index: int, lo: int, hi: int, shared: Any, pipes: Any
-) -> None:
-    """One process of the hand-written pair: steps sub-envs ``lo .. hi - 1`` on each byte,
-    observations straight into shared memory, one byte back. Tuned and kept to a CPU of its
-    own like rlconnect's workers, so the comparison is of the hand-off alone."""
-    obs_raw, act_raw, shape, dtype, n, workers = shared
-    (cmd_r, _), (_, done_w) = pipes
-    tune_worker_process()  # one thread per numeric library, as rlconnect's workers run
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) >= workers:  # a CPU each, as rlconnect's workers keep
-        os.sched_setaffinity(0, {cpus[index]})
-    envs = [make() for _ in range(lo, hi)]
-    for i, env in enumerate(envs):
-        env.reset(seed=lo + i)
-    obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)[lo:hi]
-    act = np.frombuffer(act_raw, np.int64)[lo:hi]
-    while os.read(cmd_r, 1) == b"s":
-        _step_group(envs, act, obs)
-        os.write(done_w, b"d")
-
-
-def _hand_workers(
-    make: Callable[[], gym.Env], n: int, busy_s: float, workers: int = 2
-) -> tuple[Runner, Any]:
-    """The floor of env workers: ``workers`` forked processes stepping their groups of
-    sub-envs, written by hand (shared memory for actions and observations, one pipe byte
-    each way, random actions, no policy, no rows, no checks); the parent spins ``busy_s``
-    per step after copying the observations, as ``_hand_loop`` does."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        raise ImportError("the hand-written workers are forked")
-    ctx = multiprocessing.get_context("fork")
-    probe = make()
-    space, actions_space = probe.observation_space, probe.action_space
-    probe.close()
-    shape, dtype = space.shape, np.dtype(space.dtype)
-    obs_raw = ctx.RawArray("b", int(np.prod((n, *shape))) * dtype.itemsize)
-    act_raw = ctx.RawArray("q", n)
-    obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)
-    act = np.frombuffer(act_raw, np.int64)
-    actions = _random_actions(actions_space, n)
-    links, procs = [], []
-    shared = (obs_raw, act_raw, shape, dtype, n, workers)
-    for index, (lo, size) in enumerate(split_evenly(n, workers)):
-        pipes = (os.pipe(), os.pipe())
-        proc = ctx.Process(target=_hand_worker, args=(make, index, lo, lo + size, shared, pipes))
-        proc.start()
-        os.close(pipes[0][0])  # the worker's ends
-        os.close(pipes[1][1])
-        links.append((pipes[0][1], pipes[1][0]))
-        procs.append(proc)
-
-    def step(k: int) -> None:
-        act[:] = actions[k % 256]
-        for cmd_w, _ in links:
-            os.write(cmd_w, b"s")
-        for _, done_r in links:
-            os.read(done_r, 1)
-        obs.copy()
-        _busy(busy_s)
-
-    def close() -> None:
-        for cmd_w, done_r in links:
-            os.write(cmd_w, b"q")
-            os.close(cmd_w)
-            os.close(done_r)
-        for proc in procs:
-            proc.join(5)
-
-    run = _timed(step, n)
-    run(0.2)  # warm-up
-    return run, close
+    return timed(lambda k: venv.step(actions[k % 256]), venv.num_envs)
 
 
 def _runner_loop(runner: rc.EnvRunner) -> Runner:
@@ -285,8 +146,8 @@ def contenders(
         "gym SyncVectorEnv": lambda: vector(gym.vector.SyncVectorEnv),
         "gym AsyncVectorEnv (shm)": lambda: vector(gym.vector.AsyncVectorEnv, shared_memory=True),
         "EnvPool by hand (2 threads)": envpool_raw,
-        "1 process by hand": lambda: _hand_loop(make, n, busy_s),
-        "2 processes by hand": lambda: _hand_workers(make, n, busy_s),
+        "1 process by hand": lambda: hand_loop(make, n, busy_s),
+        "2 processes by hand": lambda: hand_workers(make, n, busy_s),
         "rlconnect in-process": lambda: _rlconnect(workload, spec, **preset),
         "rlconnect remote_envs": lambda: _rlconnect(workload, spec, remote_envs=True, **preset),
         "rlconnect 1 env worker": lambda: _rlconnect(workload, spec, num_env_workers=1, **preset),

@@ -97,6 +97,20 @@ def test_failed_runner_is_restarted_within_budget_then_skipped():
         assert metrics["num_healthy_runners"] == 1 and metrics["num_runner_restarts"] == 1
 
 
+def wait_dead(actor, timeout_s: float = 30.0) -> None:
+    """``ray.kill`` returns at once: wait until calls to the actor fail as a dead one's."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ready.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
+
+
 def test_without_flags_the_error_names_runner_and_cause():
     crash = {"crash_worker": 2, "crash_at": 4, "crash_mode": "raise"}
     with group(crash) as g:
@@ -109,6 +123,7 @@ def test_without_flags_the_error_names_runner_and_cause():
         # killed actors (no flags): the error names the runner and that its actor died
         for actor in g._actors.values():
             ray.kill(actor, no_restart=True)
+            wait_dead(actor)  # else runner 2 may still answer, with its RunnerStateError
         with pytest.raises(RunnerFailedError, match=r"remote runner [12] failed in sample\(\)"):
             g.sample()
         assert g.fault_metrics()["failures"][-1]["error_type"] == "ActorDiedError"
