@@ -29,7 +29,8 @@ hand" runs about as fast as "rlconnect in-process", the ratio of the two hand-wr
 contenders (printed last) is what 2 workers could gain by hand for a runner that costs as
 much per step as rlconnect's. On Linux, the CPU time per poll of the parent process and of
 each worker of the two 2-process contenders (``/proc/<pid>/schedstat``) shows where the
-two differ.
+two differ; the workers' figures include their lingering between polls (both kinds linger,
+``rlconnect.envs.workers.linger``), so they are more than the work of a poll.
 
     python benchmarks/bench_parallel.py [--quick] [--workload cartpole|pong|all] [--only ...]
                                         [--hand-busy-us K]

@@ -81,12 +81,12 @@ def test_a_poll_wakes_each_worker_once(monkeypatch):
     (``linger``: a worker sharing its CPU). On one socket pair per worker, the runner's read
     of an answer also woke the worker that sent it (a second sleep per poll), and the
     worker's read of its command woke the runner."""
+    from env_cases import sleeps_per_worker
+
     from rlconnect.envs.workers import worker
 
     monkeypatch.setattr(worker, "linger", lambda *a, **k: False)
     polls = 200
-    from env_cases import sleeps_per_worker
-
     sleeps = sleeps_per_worker(polls)
     assert all(polls * 0.5 <= s <= polls * 1.2 for s in sleeps), (sleeps, polls)
 
