@@ -189,3 +189,49 @@ def test_block_merges_scalars_that_change_between_polls():
     np.testing.assert_array_equal(_merge(two, [2, 2]), [1, 2, 3, 4])
     nest = _merge([{"a": np.zeros(2)}, {"a": np.ones(2)}], [2, 2])
     np.testing.assert_array_equal(nest["a"], [0, 0, 1, 1])
+
+
+class _CreatedLog(EpisodeLog):
+    """EpisodeLog that also logs ``on_episode_created``: the runner then makes a new
+    episode's object before it acts on the poll, not after."""
+
+    def on_episode_created(self, *, episode, env_index, **kwargs) -> None:
+        self.events.append(("created", env_index, episode.episode_id))
+
+
+def test_episodes_made_after_the_actions_equal_those_made_before():
+    """One policy, one agent: new episodes' objects (and the mapping function's call) come
+    after the poll's actions; batches, metrics, callbacks, mapping calls and the episodes
+    postprocessing sees are those of the order with ``on_episode_created``."""
+    seen: dict[str, list] = {"late": [], "early": []}
+
+    class Post(rc.RandomPolicy):
+        def postprocess_trajectory(self, batch, other_agent_batches=None, episode=None):
+            seen[self.mode].append((episode.episode_id, int(batch["eps_id"][0]), len(batch)))
+            return batch
+
+    def run(mode: str, callbacks: EpisodeLog):
+        calls: list[int] = []
+
+        def mapping(agent_id, episode, **kwargs):
+            calls.append(episode.episode_id)
+            return "default_policy"
+
+        policy = Post(CounterEnv().observation_space, CounterEnv().action_space, seed=1)
+        policy.mode = mode
+        config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=6, seed=5)
+        runner = rc.EnvRunner(lambda ctx: CounterEnv(length=4), policy, mapping, config, callbacks)
+        assert runner._kernel._late_episodes == (mode == "late")
+        out = [runner.sample() for _ in range(3)], runner.get_metrics(), calls
+        runner.stop()
+        return out
+
+    late_log, log = EpisodeLog(), _CreatedLog()
+    late, early = run("late", late_log), run("early", log)
+    _assert_same_batches(late[0], early[0])
+    assert late[1] == early[1] and late[1]
+    assert late[2] == early[2] and len(late[2]) == len({*late[2]})  # once per episode
+    assert [e for e in log.events if e[0] != "created"] == late_log.events
+    created = [e[2] for e in log.events if e[0] == "created"]
+    assert created == [e[2] for e in log.events if e[0] == "start"]
+    assert seen["late"] == seen["early"] and seen["late"] and all(a == b for a, b, _ in seen["late"])

@@ -73,6 +73,8 @@ def _normalize(value: Any, name: str = "") -> Column:
 
 def _leaf_lengths(name: str, column: Column) -> list[tuple[str, int]]:
     """`(leaf name, leading length)` for each leaf; 0-d and leafless columns are errors."""
+    if type(column) is np.ndarray and column.ndim:  # the common case, without dm-tree
+        return [(name, column.shape[0])]
     out = []
     for path, leaf in tree.flatten_with_path(column):
         leaf_name = "/".join([name, *map(str, path)])

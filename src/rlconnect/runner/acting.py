@@ -24,7 +24,7 @@ from rlconnect.policy import Policy
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
 
-__all__ = ["RowSubset", "act"]
+__all__ = ["RowSubset", "act", "live_rows"]
 
 
 class RowSubset(Mapping[str, Any]):
@@ -53,6 +53,21 @@ class RowSubset(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._columns) - ("infos" in self._columns)
+
+
+def live_rows(
+    columns: Mapping[str, Any],
+    env_ids: np.ndarray,
+    agent_ids: tuple,
+    where: np.ndarray,
+    *,
+    multi: bool,
+) -> tuple[RowSubset, np.ndarray, tuple]:
+    """The policy inputs, env ids and agent ids of the rows of a poll where ``where`` is
+    true (e.g. those whose episode goes on); ``multi=False``: every row is the same agent."""
+    ai = where.nonzero()[0]
+    kept = tuple(agent_ids[i] for i in ai.tolist()) if multi else agent_ids[: len(ai)]
+    return RowSubset(columns, ai), env_ids[ai], kept
 
 
 def act(

@@ -102,29 +102,55 @@ class EpisodeTracker:
 
     def start(self, env_id: int) -> Episode:
         """A new episode in ``env_id`` (its first observation is about to arrive)."""
-        hooks = self._hooks
-        ep = Episode(self.next_id, env_id, self._mapping_fn, worker=hooks.runner)
+        self.eps_id[env_id] = self.next_id
         self.next_id += 1
-        self.episodes[env_id] = ep
-        self.eps_id[env_id] = ep.episode_id
         self.length[env_id] = self.agent_steps[env_id] = 0
         self.ret[env_id] = 0.0
-        if not self.multi_agent:
-            ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
-        if hooks.on_created:
-            hooks.created(env_id, ep)
-        return ep
+        return self.create([env_id])[0]
 
-    def open(self, env_ids: list[int]) -> list[Episode]:
-        """Episodes for ``env_ids``, which just gave a first observation (ending the one
-        there if the env reset by itself mid-episode)."""
+    def open(self, env_ids: list[int], *, create: bool = True) -> list[int]:
+        """Open episodes in ``env_ids``, which just gave a first observation (ending the one
+        there if the env reset by itself mid-episode; one that has not stepped is kept);
+        returns the sub-envs whose episode is new.
+
+        Their ids and counters are set at once; their ``Episode`` objects (and the mapping
+        function and ``on_episode_created`` they cause) too, or with ``create=False`` only
+        at ``create(new)``: a single-agent runner of one policy acts on the poll before
+        anything reads them, so it makes them once the actions are out."""
+        new = []
+        for e in env_ids:
+            if self.episodes[e] is not None:
+                if not self.length[e]:
+                    continue
+                self.end([e])
+            new.append(e)
+        if new:
+            at = np.array(new)  # one conversion for the four writes
+            self.eps_id[at] = np.arange(self.next_id, self.next_id + len(new))
+            self.next_id += len(new)
+            self.length[at] = self.agent_steps[at] = 0
+            self.ret[at] = 0.0
+            if create:
+                self.create(new)
+        return new
+
+    def create(self, env_ids: list[int]) -> list[Episode]:
+        """The ``Episode`` objects of episodes just opened in ``env_ids`` (see ``open``)."""
+        hooks, eps_id, mapping_fn, single = (
+            self._hooks,
+            self.eps_id,
+            self._mapping_fn,
+            not self.multi_agent,
+        )
         out = []
         for e in env_ids:
-            ep = self.episodes[e]
-            if ep is not None and self.length[e] > 0:
-                self.end([e])
-                ep = None
-            out.append(self.start(e) if ep is None else ep)
+            ep = Episode(eps_id[e], e, mapping_fn, worker=hooks.runner)
+            self.episodes[e] = ep
+            if single:
+                ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode
+            if hooks.on_created:
+                hooks.created(e, ep)
+            out.append(ep)
         return out
 
     def fire_start(self, env_ids: list[int]) -> None:

@@ -32,7 +32,7 @@ from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
 from rlconnect.episodes import Episode
 from rlconnect.policy import Policy
-from rlconnect.runner.acting import RowSubset, act
+from rlconnect.runner.acting import act, live_rows
 from rlconnect.runner.agents import MultiAgentBook, episode_flags
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.episode_tracker import EpisodeHooks, EpisodeTracker
@@ -94,6 +94,8 @@ class StepKernel:
         self.blockable = (
             not self.multi and len(self._pids) == 1 and not config.soft_horizon
         ) and not hooks.on_step
+        #: one policy, one agent: new episodes' objects are made after the step's actions
+        self._late_episodes = not self.multi and bool(self._one_pid) and not hooks.on_created
         self._not_done: np.ndarray = np.zeros(0, dtype=bool)
         self._runner = hooks.runner  # what user functions are shown as ``worker=``
         self._on_step = hooks.on_step
@@ -144,9 +146,8 @@ class StepKernel:
         if not all_stepped and np.count_nonzero(rows.is_first):
             first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
             firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
-            opened = episodes.open(firsts)
-            if not multi:
-                self.trajectories.open_single(firsts, DEFAULT_AGENT_ID, opened)
+            new = episodes.open(firsts, create=not self._late_episodes)
+            trajs = range(0) if multi else self.trajectories.open_single(firsts)
         if multi:
             for e in np.unique(env_ids).tolist():
                 if not episodes.is_open(e):
@@ -201,7 +202,11 @@ class StepKernel:
             self.recorder.env_steps(poll, stepped, step_eps, agent_steps[stepped])
         else:
             self.recorder.env_steps(poll, stepped, step_eps, 1)
-        if firsts:
+        if firsts:  # the actions are out: what nothing read before is made now
+            if self._late_episodes:
+                episodes.create(new)
+            if trajs:
+                self.trajectories.own(trajs, DEFAULT_AGENT_ID, [episodes[e] for e in firsts])
             episodes.fire_start(firsts)
         if self._on_step:
             episodes.fire_step(stepped)
@@ -337,7 +342,9 @@ class StepKernel:
             if not np.count_nonzero(where):
                 self.recorder.rows(pid, traj, poll, record, done, block=block)
                 return
-            inputs, env_ids, agent_ids = self._live_rows(data, env_ids, agent_ids, where)
+            inputs, env_ids, agent_ids = live_rows(
+                data.columns, env_ids, agent_ids, where, multi=self.multi
+            )
         outputs, env_actions = act(
             pid,
             self.policies[pid],
@@ -358,15 +365,6 @@ class StepKernel:
         # recorded once the actions are out: envs stepping elsewhere start meanwhile
         self.recorder.rows(pid, traj, poll, record, done, block=block)
         self.recorder.outputs(pid, outputs, where)
-
-    def _live_rows(
-        self, data: AgentData, env_ids: np.ndarray, agent_ids: tuple, where: np.ndarray
-    ) -> tuple[RowSubset, np.ndarray, tuple]:
-        """The policy inputs, env ids and agent ids of the rows in ``where``."""
-        ai = where.nonzero()[0]
-        inputs = RowSubset(data.columns, ai)
-        kept = tuple(agent_ids[i] for i in ai.tolist()) if self.multi else agent_ids[: len(ai)]
-        return inputs, env_ids[ai], kept
 
     def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
         """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""

@@ -41,10 +41,17 @@ class TrajectoryIds:
         self._owners[t] = (agent_id, episode)
         return t
 
-    def open_single(self, env_ids: list[int], agent_id: Any, episodes: list[Episode]) -> None:
-        """Single-agent: a new trajectory in each of ``env_ids`` (their episodes began)."""
-        for e, ep in zip(env_ids, episodes):
-            self.of_env[e] = self.new(agent_id, ep)
+    def open_single(self, env_ids: list[int]) -> range:
+        """Single-agent: a new trajectory in each of ``env_ids`` (their episodes began);
+        ``own`` says whose they are."""
+        ids = range(self._next, self._next + len(env_ids))
+        self._next += len(env_ids)
+        self.of_env[env_ids] = np.arange(ids.start, ids.stop)
+        return ids
+
+    def own(self, traj_ids: range, agent_id: Any, episodes: list[Episode]) -> None:
+        """Trajectories ``traj_ids`` (from ``open_single``) are ``agent_id``'s in ``episodes``."""
+        self._owners.update(zip(traj_ids, [(agent_id, ep) for ep in episodes], strict=True))
 
     def close(self, traj_id: int) -> None:
         """The trajectory ended: forget it once its rows have all been handed out."""
