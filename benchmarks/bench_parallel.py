@@ -14,8 +14,9 @@ steps include the reset step after each episode), EnvPool stepped by hand (2 thr
 forked processes written by hand (the floor of env workers: shared memory, one pipe byte
 each way, no policy or rows) and the same loop in 1 process, and ``EnvRunner.sample()``
 with the sub-envs in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync,
-and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``, 2 threads)
-sync and async (``env_poll_size=N/2``). Each is built and warmed up once, then they take
+and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``) sync and
+async (``env_poll_size=N/2``) with the threads rlconnect picks (one for CartPole, EnvPool's
+default of a thread per CPU for Pong: ``bench_envpool_threads.py``). Each is built and warmed up once, then they take
 turns for ``--rounds`` rounds of ``--seconds``; the table gives the median env steps/s
 [min-max] and the median over rounds of the ratio to the in-process runner's run of the
 same round (host load that lasts a round or more hits both). Contenders whose package is
@@ -131,7 +132,6 @@ def contenders(
     spec = "CartPole-v1" if workload == "cartpole" else "ALE/Pong-v5"
     preset = {} if workload == "cartpole" else {"preset": "atari"}
     pool = f"envpool:{w['envpool']}"
-    threads = {"env_config": {"num_threads": 2}}
 
     def vector(kind: Any, **kw: Any) -> tuple[Runner, Callable[[], None]]:
         venv = kind([make] * n, **kw)
@@ -156,10 +156,8 @@ def contenders(
         "rlconnect 2 workers async": lambda: _rlconnect(
             workload, spec, num_env_workers=2, env_poll_size=n // 2, **preset
         ),
-        "rlconnect envpool sync": lambda: _rlconnect(workload, pool, **threads),
-        "rlconnect envpool async": lambda: _rlconnect(
-            workload, pool, env_poll_size=n // 2, **threads
-        ),
+        "rlconnect envpool sync": lambda: _rlconnect(workload, pool),
+        "rlconnect envpool async": lambda: _rlconnect(workload, pool, env_poll_size=n // 2),
     }
 
 

@@ -8,7 +8,7 @@ from env_cases import check_cartpole_truth, spaces
 from test_workers_async import check_episodes
 
 import rlconnect as rc
-from rlconnect.envs.envpool_env import EnvPoolEnv
+from rlconnect.envs.envpool_env import EnvPoolEnv, default_threads
 
 envpool = pytest.importorskip("envpool")  # the optional extra (installed with "dev")
 
@@ -126,6 +126,27 @@ def test_the_horizon_is_the_pools_episode_limit_and_a_soft_one_is_refused():
         runner(num_env_workers=2)
     with pytest.raises(ValueError, match="remote_envs=True: an EnvPool env"):
         runner(remote_envs=True)
+
+
+def test_light_tasks_get_one_thread_unless_env_config_names_a_number():
+    """Classic control and toy text: one EnvPool thread (the runner keeps a CPU); other
+    tasks and user-built pools: EnvPool's own default; ``num_threads`` given: as given."""
+    assert default_threads("CartPole-v1") == 1
+    assert default_threads("Taxi-v3") == 1
+    assert default_threads("Pong-v5") is None
+    assert default_threads("NoSuchTask-v0") is None
+
+    def threads(env="envpool:CartPole-v1", **env_config) -> int:
+        r = runner(env, n=2, env_config=env_config)
+        try:
+            return int(r.env.pool.config["num_threads"])
+        finally:
+            r.stop()
+
+    assert threads() == 1
+    assert threads(num_threads=0) == 0  # EnvPool picks: a thread per CPU
+    assert threads(num_threads=2) == 2
+    assert threads(envpool.make_gymnasium("CartPole-v1", num_envs=2)) == 0
 
 
 def test_an_unknown_envpool_task_is_a_clear_error():

@@ -234,4 +234,6 @@ def test_episodes_made_after_the_actions_equal_those_made_before():
     assert [e for e in log.events if e[0] != "created"] == late_log.events
     created = [e[2] for e in log.events if e[0] == "created"]
     assert created == [e[2] for e in log.events if e[0] == "start"]
-    assert seen["late"] == seen["early"] and seen["late"] and all(a == b for a, b, _ in seen["late"])
+    assert (
+        seen["late"] == seen["early"] and seen["late"] and all(a == b for a, b, _ in seen["late"])
+    )

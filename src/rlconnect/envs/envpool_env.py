@@ -35,9 +35,21 @@ from rlconnect.envs.rows import EnvRowsBuilder, errors_only, strictly_ascending
 from rlconnect.envs.step_gate import StepGate
 from rlconnect.errors import EnvError, describe_exception
 
-__all__ = ["ENVPOOL_PREFIX", "EnvPoolEnv", "is_envpool", "make_envpool"]
+__all__ = [
+    "ENVPOOL_PREFIX",
+    "LIGHT_FAMILIES",
+    "EnvPoolEnv",
+    "default_threads",
+    "is_envpool",
+    "make_envpool",
+]
 
 ENVPOOL_PREFIX = "envpool:"
+#: EnvPool's task families whose sub-envs step in about a microsecond: less than the
+#: runner's own work per row, so one EnvPool thread keeps up with the runner, and a thread
+#: per CPU (EnvPool's default) only takes the CPU the runner needs and adds wake-ups
+#: (``python benchmarks/bench_envpool_threads.py``)
+LIGHT_FAMILIES = ("envpool.classic_control", "envpool.toy_text")
 #: EnvPool's own bookkeeping in ``info`` (and Atari's copy of the RAM): not row infos
 _BOOKKEEPING = frozenset({"env_id", "players", "elapsed_step", "ram"})
 
@@ -96,6 +108,8 @@ def make_envpool(
         )
     kwargs = dict(env_config)
     kwargs["num_envs"] = num_envs
+    if "num_threads" not in kwargs and (threads := default_threads(task)) is not None:
+        kwargs["num_threads"] = threads
     if poll_size is not None and poll_size < num_envs:
         kwargs["batch_size"] = poll_size
     if horizon is not None:
@@ -121,6 +135,18 @@ def make_envpool(
             f"{describe_exception(exc)}"
         ) from exc
     return EnvPoolEnv(pool, rebuild=build, frames=_single_frames(pool, preset))
+
+
+def default_threads(task: str) -> int | None:
+    """EnvPool's ``num_threads`` for ``"envpool:<task>"`` when ``env_config`` names none:
+    1 for the tasks of ``LIGHT_FAMILIES``, None (EnvPool's own default) for the others."""
+    try:
+        from envpool.registration import registry
+
+        family = registry.specs[task][0]
+    except Exception:  # an unknown task (EnvPool names it), another EnvPool version
+        return None
+    return 1 if family in LIGHT_FAMILIES else None
 
 
 def _single_frames(pool: Any, preset: str | None) -> bool:
