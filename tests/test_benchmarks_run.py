@@ -25,6 +25,7 @@ BENCHMARKS = {
     ),
     "bench_envpool_io.py": (120, ("public send + recv", "direct send + recv", "own cost")),
     "bench_envpool_pacer.py": (120, ("learned", "no wait", "fixed 60 us", "settled at")),
+    "bench_envpool_poll.py": (120, ("runner until send", "send until recv", "whole poll")),
     "bench_envpool_threads.py": (180, ("rlconnect's default", "the other choice", "Pong-v5")),
     "bench_overhead.py": (120, ("own cost per env step", "overhead", " 256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),

@@ -1,0 +1,111 @@
+"""Where a synchronous poll of an EnvPool pool spends its time, stamped in the runner.
+
+Runs an ``EnvRunner`` on ``"envpool:CartPole-v1"`` (N=64, RandomPolicy, synchronous, the
+runner's default EnvPool threads) and stamps EnvPool's C++ ``send`` and ``recv`` calls,
+then splits each poll into:
+
+- ``runner until send``: from the results being received to the next send: making the
+  rows, episodes, the agent pipeline, the policy, the action pipeline and checks;
+- ``send``: EnvPool's ``send`` (copying the actions, waking its threads);
+- ``send until recv``: the runner recording the poll, ending episodes and waiting
+  (``RecvPacer``) while EnvPool steps;
+- ``recv``: EnvPool's ``recv`` (waiting for what is not done yet, and the results);
+- ``whole poll``: from one receive to the next (a batch's building every
+  ``rollout_fragment_length`` polls included).
+
+It wraps private methods of ``rlconnect.envs.envpool_io`` (a profiling tool, not an API).
+Medians, means and the 90th percentile over the polls.
+
+    python benchmarks/bench_envpool_poll.py [--quick] [--seconds 3] [--threads T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+import rlconnect as rc
+from rlconnect.envs import envpool_io, make_base_env
+
+N = 64
+
+
+def _stamp(log: list[tuple[str, float, float]]) -> None:
+    """``send`` and ``recv`` of the direct pool I/O append ``(kind, start, end)``."""
+    for kind, name in (("s", "send"), ("r", "recv")):
+        method = getattr(envpool_io._DirectIO, name)
+
+        def stamped(self: Any, *args: Any, _m: Any = method, _k: str = kind) -> Any:
+            start = time.perf_counter()
+            out = _m(self, *args)
+            log.append((_k, start, time.perf_counter()))
+            return out
+
+        setattr(envpool_io._DirectIO, name, stamped)
+
+
+def _row(name: str, values: list[float]) -> str:
+    us = np.asarray(values) * 1e6
+    return f"{name:<20} {np.median(us):9.1f} {us.mean():9.1f} {np.percentile(us, 90):9.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a short run")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--threads", type=int, default=None, help="EnvPool's num_threads")
+    args = ap.parse_args()
+    try:
+        import envpool  # noqa: F401
+    except ImportError as exc:
+        print(f"skipped: {exc}")
+        return
+    seconds = 0.5 if args.quick else args.seconds
+    env_config = {} if args.threads is None else {"num_threads": args.threads}
+    log: list[tuple[str, float, float]] = []
+    _stamp(log)
+    config = rc.RunnerConfig(
+        num_envs=N, rollout_fragment_length=50, seed=0, check_env=False, env_config=env_config
+    )
+    base = make_base_env("envpool:CartPole-v1", num_envs=N, seed=0, env_config=env_config)
+    space = base.observation_space(rc.DEFAULT_AGENT_ID), base.action_space(rc.DEFAULT_AGENT_ID)
+    runner = rc.EnvRunner(base, rc.RandomPolicy(*space), config=config)
+    threads = int(base.pool.config["num_threads"])
+    try:
+        runner.sample()  # warm-up: first resets
+        log.clear()
+        steps, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            steps += len(runner.sample())
+            runner.get_metrics()
+        rate = steps / (time.perf_counter() - t0)
+    finally:
+        runner.stop()
+    cols: dict[str, list[float]] = {k: [] for k in ("runner until send", "send")}
+    cols.update({"send until recv": [], "recv": [], "whole poll": []})
+    for (k0, start0, end0), (k1, start1, end1) in itertools.pairwise(log):
+        if k0 == "r" and k1 == "s":
+            cols["runner until send"].append(start1 - end0)
+        elif k0 == "s" and k1 == "r":
+            cols["send"].append(end0 - start0)
+            cols["send until recv"].append(start1 - end0)
+            cols["recv"].append(end1 - start1)
+    ends = [end for kind, _, end in log if kind == "r"]
+    cols["whole poll"] = list(np.diff(ends))
+    shown = f"{threads}" if threads else f"EnvPool's default ({os.cpu_count()} CPUs)"
+    print(
+        f"envpool:CartPole-v1, N={N}, synchronous, EnvPool threads: {shown}; "
+        f"{len(ends)} polls, {rate:,.0f} env steps/s; load average {os.getloadavg()[0]:.2f}"
+    )
+    print(f"{'us per poll':<20} {'median':>9} {'mean':>9} {'p90':>9}")
+    for name, values in cols.items():
+        print(_row(name, values))
+
+
+if __name__ == "__main__":
+    main()
