@@ -54,7 +54,9 @@ def _runner(env: str, threads: int) -> tuple[rc.EnvRunner, Any]:
     return rc.EnvRunner(base, rc.RandomPolicy(*space), config=config), base
 
 
-def _timed(runner: rc.EnvRunner) -> Callable[[float], float]:
+def timed_runner(runner: rc.EnvRunner) -> Callable[[float], float]:
+    """``run(seconds)``: the runner's env steps/s sampling for that long (as a training
+    loop does: each batch's episode records taken), after one warm-up batch."""
     runner.sample()  # warm-up: first resets
 
     def run(seconds: float) -> float:
@@ -88,7 +90,7 @@ def main() -> None:
     for name, fixed in waits.items():
         runners[name], base = _runner("envpool:CartPole-v1", args.threads)
         base._pacer = pacers[name] = Watched(fixed)
-    runs = {name: _timed(r) for name, r in runners.items()}
+    runs = {name: timed_runner(r) for name, r in runners.items()}
     rates: dict[str, list[float]] = {name: [] for name in runs}
     try:
         for r in range(rounds):

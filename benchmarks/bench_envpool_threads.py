@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
-from collections.abc import Callable
 from typing import Any
+
+from bench_envpool_pacer import timed_runner
 
 import rlconnect as rc
 from rlconnect.envs import make_base_env
@@ -54,19 +54,6 @@ def _runner(env: str, n: int, preset: str | None, env_config: dict[str, Any]) ->
     return rc.EnvRunner(base, rc.RandomPolicy(space, ctx.action_space, seed=0), config=config)
 
 
-def _timed(runner: rc.EnvRunner) -> Callable[[float], float]:
-    runner.sample()  # warm-up: first resets
-
-    def run(seconds: float) -> float:
-        steps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            steps += len(runner.sample())
-            runner.get_metrics()
-        return steps / (time.perf_counter() - t0)
-
-    return run
-
-
 def _threads(runner: rc.EnvRunner) -> str:
     """The pool's ``num_threads`` as built (0: EnvPool picks, a thread per CPU)."""
     threads = int(runner.env.pool.config["num_threads"])
@@ -93,7 +80,7 @@ def main() -> None:
             "the other choice": _runner(env, n, preset, other),
         }
         try:
-            runs = {name: _timed(r) for name, r in runners.items()}
+            runs = {name: timed_runner(r) for name, r in runners.items()}
             rates: dict[str, list[float]] = {name: [] for name in runs}
             for r in range(rounds):
                 for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
