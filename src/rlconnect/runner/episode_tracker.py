@@ -136,15 +136,10 @@ class EpisodeTracker:
 
     def create(self, env_ids: list[int]) -> list[Episode]:
         """The ``Episode`` objects of episodes just opened in ``env_ids`` (see ``open``)."""
-        hooks, eps_id, mapping_fn, single = (
-            self._hooks,
-            self.eps_id,
-            self._mapping_fn,
-            not self.multi_agent,
-        )
+        hooks, single = self._hooks, not self.multi_agent
         out = []
         for e in env_ids:
-            ep = Episode(eps_id[e], e, mapping_fn, worker=hooks.runner)
+            ep = Episode(self.eps_id[e], e, self._mapping_fn, worker=hooks.runner)
             self.episodes[e] = ep
             if single:
                 ep.policy_for(DEFAULT_AGENT_ID)  # the mapping fn: once per agent per episode

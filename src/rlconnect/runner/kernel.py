@@ -94,7 +94,8 @@ class StepKernel:
         self.blockable = (
             not self.multi and len(self._pids) == 1 and not config.soft_horizon
         ) and not hooks.on_step
-        #: one policy, one agent: new episodes' objects are made after the step's actions
+        #: one policy, one agent, no ``on_episode_created``: new episodes' objects are made
+        #: once the poll's actions are out (nothing reads them before)
         self._late_episodes = not self.multi and bool(self._one_pid) and not hooks.on_created
         self._not_done: np.ndarray = np.zeros(0, dtype=bool)
         self._runner = hooks.runner  # what user functions are shown as ``worker=``
