@@ -8,10 +8,10 @@ sleeps, but its step of 64 CartPoles takes longer than that spin, so the runner 
 nearly every poll and paid a wake-up each time (CartPole N=64, sync).
 
 The pacer therefore keeps the runner awake, giving its CPU away at each look
-(``sched_yield``: EnvPool's threads go first where they share it), until a learned delay
-after the send, and only then calls the blocking receive. It cannot see when the step is
-done, so it learns the delay from how long each receive then took, against the fastest
-receive seen (one whose results were ready):
+(``yielding.yield_until``: EnvPool's threads go first where they share it), until a
+learned delay after the send, and only then calls the blocking receive. It cannot see
+when the step is done, so it learns the delay from how long each receive then took,
+against the fastest receive seen (one whose results were ready):
 
 - much longer, but within reach (``REACH_S``): the runner slept, so the next wait is
   longer (by ``UP_S``);
@@ -33,10 +33,11 @@ never what it receives; the worst a wrong delay costs is a sleep or a wait of
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from rlconnect.envs.yielding import yield_until
 
 __all__ = ["DOWN_S", "MAX_WAIT_S", "REACH_S", "SLEPT_S", "UP_S", "RecvPacer"]
 
@@ -52,8 +53,6 @@ SLEPT_S = 25e-6
 microseconds; the engine's own spin catches results within a few)."""
 UP_S, DOWN_S = 8e-6, 1e-6
 """How much longer the next wait is after a sleep, and how much shorter after none."""
-
-_CAN_YIELD = hasattr(os, "sched_yield")
 
 
 class RecvPacer:
@@ -72,10 +71,8 @@ class RecvPacer:
     def recv(self, receive: Callable[[], T]) -> T:
         """``receive()``, called once the learned delay after the last send has passed."""
         clock = time.perf_counter
-        if self.wait_s and _CAN_YIELD:
-            until = self._sent_at + self.wait_s
-            while clock() < until:
-                os.sched_yield()
+        if self.wait_s:
+            yield_until(self._sent_at + self.wait_s)
         t0 = clock()
         out = receive()
         self.learn(clock() - t0)

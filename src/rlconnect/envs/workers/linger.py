@@ -21,10 +21,11 @@ costs at most a sleep, never a lost or doubled command.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
+
+from rlconnect.envs.yielding import yield_until
 
 __all__ = ["LINGER_S", "linger"]
 
@@ -34,18 +35,8 @@ little more than a fast runner's own work per poll (CartPole at N=64 with a rand
 about 0.15 ms on this project's 2-core machines), so a worker stays awake between the
 polls of a busy runner and costs nothing but yields when the runner is slow."""
 
-_CAN_YIELD = hasattr(os, "sched_yield")
-
 
 def linger(counter: np.ndarray, index: int, seen: int, budget_s: float = LINGER_S) -> bool:
     """Whether ``counter[index]`` passed ``seen`` within ``budget_s`` seconds, looking
-    again after each yield of the CPU."""
-    if not _CAN_YIELD:
-        return False
-    clock = time.perf_counter
-    end = clock() + budget_s
-    while counter[index] <= seen:
-        if clock() >= end:
-            return False
-        os.sched_yield()
-    return True
+    again after each yield of the CPU (``yielding.yield_until``)."""
+    return yield_until(time.perf_counter() + budget_s, lambda: counter[index] > seen)
