@@ -100,14 +100,6 @@ class EpisodeTracker:
         """Whether sub-env ``env_id`` has a running episode."""
         return self.episodes[env_id] is not None
 
-    def start(self, env_id: int) -> Episode:
-        """A new episode in ``env_id`` (its first observation is about to arrive)."""
-        self.eps_id[env_id] = self.next_id
-        self.next_id += 1
-        self.length[env_id] = self.agent_steps[env_id] = 0
-        self.ret[env_id] = 0.0
-        return self.create([env_id])[0]
-
     def open(self, env_ids: list[int], *, create: bool = True) -> list[int]:
         """Open episodes in ``env_ids``, which just gave a first observation (ending the one
         there if the env reset by itself mid-episode; one that has not stepped is kept);

@@ -152,7 +152,7 @@ class StepKernel:
         if multi:
             for e in np.unique(env_ids).tolist():
                 if not episodes.is_open(e):
-                    episodes.start(e)
+                    episodes.open([e])
         if all_stepped:
             episodes.length += 1
         else:
@@ -236,7 +236,7 @@ class StepKernel:
         for env_id, exc in sorted(errors.items()):
             self.faults.on_error(env_id, exc)  # raises unless the sub-env may be restarted
             if not self.episodes.is_open(env_id):  # the reset itself failed: report it too
-                self.episodes.start(env_id)
+                self.episodes.open([env_id])
             self.episodes.end([env_id], faulty=True)
             self.env.try_restart(env_id)
             if self.config.check_env:  # a rebuilt env is checked again
