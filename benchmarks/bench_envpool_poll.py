@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import numpy as np
+from bench_worker_poll import phase_row
 
 import rlconnect as rc
 from rlconnect.envs import envpool_io, make_base_env
@@ -47,11 +48,6 @@ def _stamp(log: list[tuple[str, float, float]]) -> None:
             return out
 
         setattr(envpool_io._DirectIO, name, stamped)
-
-
-def _row(name: str, values: list[float]) -> str:
-    us = np.asarray(values) * 1e6
-    return f"{name:<20} {np.median(us):9.1f} {us.mean():9.1f} {np.percentile(us, 90):9.1f}"
 
 
 def main() -> None:
@@ -104,7 +100,7 @@ def main() -> None:
     )
     print(f"{'us per poll':<20} {'median':>9} {'mean':>9} {'p90':>9}")
     for name, values in cols.items():
-        print(_row(name, values))
+        print(phase_row(name, values, 20))
 
 
 if __name__ == "__main__":

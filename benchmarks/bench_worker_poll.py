@@ -97,9 +97,10 @@ def _runner(env: str, num_envs: int, preset: str | None) -> rc.EnvRunner:
     return rc.EnvRunner(base, rc.RandomPolicy(space, ctx.action_space), config=config)
 
 
-def _row(name: str, values: np.ndarray) -> str:
-    us = values * 1e6
-    return f"{name:<28} {np.median(us):9.1f} {us.mean():9.1f} {np.percentile(us, 90):9.1f}"
+def phase_row(name: str, values: Any, width: int = 28) -> str:
+    """A table row: the median, mean and 90th percentile of ``values`` (seconds) in us."""
+    us = np.asarray(values) * 1e6
+    return f"{name:<{width}} {np.median(us):9.1f} {us.mean():9.1f} {np.percentile(us, 90):9.1f}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -158,8 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"{'us per poll':<28} {'median':>9} {'mean':>9} {'p90':>9}")
     for name, values in cols.items():
-        print(_row(name, values))
-    print(_row("whole poll", total))
+        print(phase_row(name, values))
+    print(phase_row("whole poll", total))
     steps_s = args.num_envs / total.mean()
     queued = np.mean(np.any(late, axis=0)) * 100
     print(f"env steps/s from the mean poll: {steps_s:,.0f}")
