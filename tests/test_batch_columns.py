@@ -37,3 +37,14 @@ def test_runner_batches_follow_the_declared_roles():
     for name, following in NEXT_OBS_OF.items():
         same = keys[1:] == keys[:-1]
         np.testing.assert_array_equal(batch[following][:-1][same], batch[name][1:][same])
+
+
+def test_trajectory_order_is_a_stable_argsort_whatever_the_id_range():
+    from rlconnect.collectors.policy_collector import trajectory_order
+
+    rng = np.random.default_rng(0)
+    close = rng.integers(10**12, 10**12 + 300, size=3000)  # radix path: offsets fit 16 bits
+    wide = np.concatenate([close, [10**12 + 70_000, 5]])  # too wide: numpy's stable sort
+    for ids in (close, wide, close[:1], close[:0], np.full(50, 7)):
+        order = trajectory_order(ids.astype(np.int64))
+        np.testing.assert_array_equal(order, np.argsort(ids, kind="stable"))
