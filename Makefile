@@ -28,7 +28,7 @@ sample: install
 
 test: install-dev
 	$(BIN)/ruff check .
-	$(BIN)/mypy src
+	$(BIN)/mypy src benchmarks
 	$(BIN)/python -m pytest -q
 
 lint: install-dev

@@ -62,7 +62,7 @@ def timed_runner(runner: rc.EnvRunner) -> Callable[[float], float]:
     def run(seconds: float) -> float:
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            steps += len(runner.sample())
+            steps += runner.sample().count
             runner.get_metrics()
         return steps / (time.perf_counter() - t0)
 

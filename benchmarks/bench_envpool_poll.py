@@ -32,6 +32,7 @@ from bench_worker_poll import phase_row
 
 import rlconnect as rc
 from rlconnect.envs import envpool_io, make_base_env
+from rlconnect.envs.envpool_env import EnvPoolEnv
 
 N = 64
 
@@ -69,6 +70,7 @@ def main() -> None:
         num_envs=N, rollout_fragment_length=50, seed=0, check_env=False, env_config=env_config
     )
     base = make_base_env("envpool:CartPole-v1", num_envs=N, seed=0, env_config=env_config)
+    assert isinstance(base, EnvPoolEnv), f"an envpool: env builds an EnvPoolEnv, not {base!r}"
     space = base.observation_space(rc.DEFAULT_AGENT_ID), base.action_space(rc.DEFAULT_AGENT_ID)
     runner = rc.EnvRunner(base, rc.RandomPolicy(*space), config=config)
     threads = int(base.pool.config["num_threads"])
@@ -77,7 +79,7 @@ def main() -> None:
         log.clear()
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            steps += len(runner.sample())
+            steps += runner.sample().count
             runner.get_metrics()
         rate = steps / (time.perf_counter() - t0)
     finally:

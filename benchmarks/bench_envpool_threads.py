@@ -24,6 +24,7 @@ from bench_envpool_pacer import timed_runner
 
 import rlconnect as rc
 from rlconnect.envs import make_base_env
+from rlconnect.envs.envpool_env import EnvPoolEnv
 
 #: (label, env, N, preset, the other choice's env_config)
 CASES = [
@@ -56,7 +57,9 @@ def _runner(env: str, n: int, preset: str | None, env_config: dict[str, Any]) ->
 
 def _threads(runner: rc.EnvRunner) -> str:
     """The pool's ``num_threads`` as built (0: EnvPool picks, a thread per CPU)."""
-    threads = int(runner.env.pool.config["num_threads"])
+    env = runner.env
+    assert isinstance(env, EnvPoolEnv), f"an envpool: env builds an EnvPoolEnv, not {env!r}"
+    threads = int(env.pool.config["num_threads"])
     return str(threads) if threads else f"0 ({os.cpu_count()} CPUs)"
 
 

@@ -111,7 +111,7 @@ def run(batches: list[rc.SampleBatch], compress: bool, repeats: int) -> dict:
             writes.append(time.perf_counter() - t0)
             size, files = dir_size(d), len(list(d.glob("*.parquet")))
             t0 = time.perf_counter()
-            got = sum(len(b) for b in rc.read_batches(d))
+            got = sum(b.count for b in rc.read_batches(d))
             reads.append(time.perf_counter() - t0)
             if got != rows:
                 raise RuntimeError(f"read {got} rows, wrote {rows}")

@@ -47,7 +47,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -77,7 +77,22 @@ def _gym_maker(workload: str) -> Callable[[], gym.Env]:
     return make
 
 
-def _vector_loop(venv: gym.vector.VectorEnv) -> Runner:
+class _VectorEnv(Protocol):
+    """What ``_vector_loop`` steps: a gymnasium ``VectorEnv`` or EnvPool's gymnasium pool
+    (which has the same methods without subclassing it)."""
+
+    @property
+    def num_envs(self) -> int: ...
+
+    @property
+    def single_action_space(self) -> Any: ...
+
+    def reset(self, *, seed: int | None = None) -> Any: ...
+
+    def step(self, actions: Any, /) -> Any: ...
+
+
+def _vector_loop(venv: _VectorEnv) -> Runner:
     venv.reset(seed=0)
     space = venv.single_action_space
     space.seed(0)
@@ -91,7 +106,7 @@ def _runner_loop(runner: rc.EnvRunner) -> Runner:
     def run(seconds: float) -> tuple[int, float]:
         steps, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            steps += len(runner.sample())
+            steps += runner.sample().count
             runner.get_metrics()  # as a training loop does: records not taken pile up
         return steps, time.perf_counter() - t0
 
@@ -182,7 +197,11 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
             built[name] = build()
         except ImportError as exc:
             print(f"  skipped {name}: {exc}")
-        kids[name] = [p.pid for p in multiprocessing.active_children() if p.pid not in before]
+        kids[name] = [
+            p.pid
+            for p in multiprocessing.active_children()
+            if p.pid is not None and p.pid not in before  # started: never None
+        ]
     rates: dict[str, list[float]] = {name: [] for name in built}
     cpu: dict[str, list[list[float]]] = {name: [] for name in built}  # us per poll
     linux = Path("/proc/self/schedstat").exists()

@@ -81,7 +81,9 @@ class _HandLoop:
     def __init__(self, game: str, num_envs: int) -> None:
         self.envs = [_reference_env(game) for _ in range(num_envs)]
         self.obs = [env.reset(seed=i)[0] for i, env in enumerate(self.envs)]
-        self.n_actions = self.envs[0].action_space.n
+        space = self.envs[0].action_space
+        assert isinstance(space, gym.spaces.Discrete), "Atari games have Discrete actions"
+        self.n_actions = space.n
         self.rng = np.random.default_rng(0)
 
     def run(self, steps: int) -> int:
@@ -91,7 +93,7 @@ class _HandLoop:
             actions = self.rng.integers(self.n_actions, size=len(self.envs))
             for i, env in enumerate(self.envs):
                 new, reward, terminated, truncated, _ = env.step(int(actions[i]))
-                kept.append(np.sign(reward))
+                kept.append(np.sign(float(reward)))
                 kept.append(self.obs[i])
                 self.obs[i] = env.reset()[0] if terminated or truncated else new
             done += len(self.envs)
@@ -106,7 +108,7 @@ def _timed(runner: rc.EnvRunner, rows_wanted: int) -> tuple[float, float]:
     """(env steps/s, CPU seconds per step) of ``sample()`` calls until ``rows_wanted``."""
     rows, start, cpu = 0, time.perf_counter(), time.process_time()
     while rows < rows_wanted:
-        rows += len(runner.sample())
+        rows += runner.sample().count
     return rows / (time.perf_counter() - start), (time.process_time() - cpu) / rows
 
 
@@ -155,10 +157,13 @@ def bench_memory(game: str, num_envs: int, steps: int) -> dict:
     for compress in (False, True):
         with _runner(game, num_envs, steps, compress=compress) as runner:
             runner.sample()
-            batches, rows = [], 0
+            batches: list[rc.SampleBatch] = []
+            rows = 0
             while rows < steps:
-                batches.append(runner.sample())
-                rows += len(batches[-1])
+                batch = runner.sample()
+                assert isinstance(batch, rc.SampleBatch), "a single-agent env samples a SampleBatch"
+                batches.append(batch)
+                rows += len(batch)
         nbytes = sum(b.nbytes for b in batches)
         read_s = _best_seconds(_read, batches)
         plain = [rc.SampleBatch({k: b[k] for k in b}) for b in batches]  # stacks whole

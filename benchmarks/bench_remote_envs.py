@@ -60,7 +60,7 @@ def build(env, frag: int, n: int, remote: bool) -> rc.EnvRunner:
 def timed(runner: rc.EnvRunner, seconds: float) -> tuple[int, float]:
     steps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        steps += len(runner.sample())
+        steps += runner.sample().count
     return steps, time.perf_counter() - t0
 
 
@@ -81,10 +81,10 @@ def main() -> None:
             for r in runners.values():
                 r.sample()  # warm-up (worker start, first resets)
             for _ in range(rounds):
-                for remote, r in runners.items():
+                for is_remote, r in runners.items():
                     steps, secs = timed(r, per_round)
-                    totals[remote][0] += steps
-                    totals[remote][1] += secs
+                    totals[is_remote][0] += steps
+                    totals[is_remote][1] += secs
         finally:
             for r in runners.values():
                 r.stop()

@@ -26,6 +26,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -99,7 +100,7 @@ def hand_loop_numpy(n: int, steps: int, model: nn.Module) -> tuple[float, float]
     return hand_loop(n, steps, act)
 
 
-def runner_rate(n: int, steps: int, policy: rc.Policy, **config: object) -> tuple[float, float]:
+def runner_rate(n: int, steps: int, policy: rc.Policy, **config: Any) -> tuple[float, float]:
     """Env steps per second of wall time and of this thread's CPU time."""
     frag = max(steps // n, 1)
     cfg = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=0, **config)
@@ -109,7 +110,7 @@ def runner_rate(n: int, steps: int, policy: rc.Policy, **config: object) -> tupl
     batch = runner.sample()
     elapsed, cpu = time.perf_counter() - start, time.thread_time() - cpu
     runner.stop()
-    return len(batch) / elapsed, len(batch) / cpu
+    return batch.count / elapsed, batch.count / cpu
 
 
 def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
@@ -264,6 +265,7 @@ def memory_report(steps: int = 1_000_000) -> None:
         "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=cfg
     )
     batch = runner.sample()
+    assert isinstance(batch, rc.SampleBatch), "a single-agent env samples a SampleBatch"
     raw = sum(batch[k].nbytes for k in batch if batch[k].dtype != object)
     infos = len(batch) * 8
     print(

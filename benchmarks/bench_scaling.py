@@ -75,7 +75,7 @@ def steps_per_second(group: RunnerGroup, seconds: float) -> tuple[float, float]:
     group.sample()
     rows, calls, start = 0, 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        rows += len(group.sample())
+        rows += group.sample().count
         calls += 1
     elapsed = time.perf_counter() - start
     return rows / elapsed, 1000 * elapsed / calls

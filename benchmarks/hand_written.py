@@ -132,7 +132,7 @@ def hand_workers(
     probe = make()
     space, actions_space = probe.observation_space, probe.action_space
     probe.close()
-    shape, dtype = space.shape, np.dtype(space.dtype)
+    shape, dtype = space.shape or (), np.dtype(space.dtype)  # as ``hand_loop``'s array
     obs_raw = ctx.RawArray("b", int(np.prod((n, *shape))) * dtype.itemsize)
     act_raw = ctx.RawArray("q", n)
     posted_raw = ctx.RawArray("q", workers)  # bytes sent to each worker (``linger``)

@@ -95,7 +95,8 @@ class Tracer:
     """Optional tracemalloc: a snapshot at the end of warm-up, compared at the end."""
 
     def __init__(self, on: bool) -> None:
-        self.on, self.baseline = on, None
+        self.on = on
+        self.baseline: tracemalloc.Snapshot | None = None
 
     def warm(self) -> None:
         """Warm-up is over: start tracing (once)."""
@@ -152,7 +153,7 @@ def sampling_soak(args: argparse.Namespace, tmp: Path) -> tuple[list[dict], dict
     last_steps, tracer = 0, Tracer(args.tracemalloc)
     print(f"{'steps':>10} {'RSS MB':>8} {'fds':>5} {'threads':>7} {'steps/s':>8}", flush=True)
     while steps < args.steps:
-        steps += len(runner.sample())
+        steps += runner.sample().count
         batches += 1
         episodes += len(runner.get_metrics())
         if steps >= args.warmup * args.steps:

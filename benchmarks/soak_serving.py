@@ -140,12 +140,12 @@ def serving_soak(args: argparse.Namespace) -> tuple[list[dict], dict]:
         episode_timeout_s=args.episode_timeout,
         get_action_timeout_s=20.0,
     )
-    sampled = Counter()
+    sampled: Counter[str] = Counter()
 
     def sample() -> None:
         while True:
             try:
-                sampled["steps"] += len(server.runner.sample())
+                sampled["steps"] += server.runner.sample().count
                 sampled["episodes"] += len(server.runner.get_metrics())
             except EnvError:
                 return
