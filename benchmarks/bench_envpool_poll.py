@@ -9,12 +9,15 @@ then splits each poll into:
 - ``send``: EnvPool's ``send`` (copying the actions, waking its threads);
 - ``send until recv``: the runner recording the poll, ending episodes and waiting
   (``RecvPacer``) while EnvPool steps;
+- ``of which waiting``: the part of it ``RecvPacer`` spent yielding its CPU until the step
+  was due (0 in a poll where it did not wait): time the runner has nothing to do;
 - ``recv``: EnvPool's ``recv`` (waiting for what is not done yet, and the results);
 - ``whole poll``: from one receive to the next (a batch's building every
   ``rollout_fragment_length`` polls included).
 
-It wraps private methods of ``rlconnect.envs.envpool_io`` (a profiling tool, not an API).
-Medians, means and the 90th percentile over the polls.
+It wraps private methods of ``rlconnect.envs.envpool_io`` and ``recv_pacer``'s
+``yield_until`` (a profiling tool, not an API). Medians, means and the 90th percentile over
+the polls; the last line gives the share of the run spent waiting.
 
     python benchmarks/bench_envpool_poll.py [--quick] [--seconds 3] [--threads T]
 """
@@ -22,16 +25,16 @@ Medians, means and the 90th percentile over the polls.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from bench_worker_poll import phase_row
 
 import rlconnect as rc
-from rlconnect.envs import envpool_io, make_base_env
+from rlconnect.envs import envpool_io, make_base_env, recv_pacer
 from rlconnect.envs.envpool_env import EnvPoolEnv
 
 N = 64
@@ -49,6 +52,15 @@ def _stamp(log: list[tuple[str, float, float]]) -> None:
             return out
 
         setattr(envpool_io._DirectIO, name, stamped)
+    waits = recv_pacer.yield_until
+
+    def waiting(end: float, ready: Callable[[], bool] | None = None) -> bool:
+        start = time.perf_counter()
+        out = waits(end, ready)
+        log.append(("w", start, time.perf_counter()))
+        return out
+
+    recv_pacer.yield_until = waiting
 
 
 def main() -> None:
@@ -81,18 +93,27 @@ def main() -> None:
         while time.perf_counter() - t0 < seconds:
             steps += runner.sample().count
             runner.get_metrics()
-        rate = steps / (time.perf_counter() - t0)
+        elapsed = time.perf_counter() - t0
+        rate = steps / elapsed
     finally:
         runner.stop()
+    waited = sum(end - start for kind, start, end in log if kind == "w")
     cols: dict[str, list[float]] = {k: [] for k in ("runner until send", "send")}
-    cols.update({"send until recv": [], "recv": [], "whole poll": []})
-    for (k0, start0, end0), (k1, start1, end1) in itertools.pairwise(log):
-        if k0 == "r" and k1 == "s":
-            cols["runner until send"].append(start1 - end0)
-        elif k0 == "s" and k1 == "r":
-            cols["send"].append(end0 - start0)
-            cols["send until recv"].append(start1 - end0)
-            cols["recv"].append(end1 - start1)
+    cols.update({"send until recv": [], "of which waiting": [], "recv": [], "whole poll": []})
+    last: tuple[str, float, float] | None = None  # the last send or recv
+    wait = 0.0  # yielded since the last send
+    for kind, start, end in log:  # in time order
+        if kind == "w":
+            wait += end - start
+            continue
+        if last is not None and last[0] == "r" and kind == "s":
+            cols["runner until send"].append(start - last[2])
+        elif last is not None and last[0] == "s" and kind == "r":
+            cols["send"].append(last[2] - last[1])
+            cols["send until recv"].append(start - last[2])
+            cols["of which waiting"].append(wait)
+            cols["recv"].append(end - start)
+        last, wait = (kind, start, end), 0.0
     ends = [end for kind, _, end in log if kind == "r"]
     cols["whole poll"] = list(np.diff(ends))
     shown = f"{threads}" if threads else f"EnvPool's default ({os.cpu_count()} CPUs)"
@@ -103,6 +124,7 @@ def main() -> None:
     print(f"{'us per poll':<20} {'median':>9} {'mean':>9} {'p90':>9}")
     for name, values in cols.items():
         print(phase_row(name, values, 20))
+    print(f"waiting for EnvPool's step: {waited / elapsed:.0%} of the run")
 
 
 if __name__ == "__main__":
