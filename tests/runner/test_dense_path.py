@@ -12,11 +12,12 @@ import rlconnect as rc
 from rlconnect.runner.recorder import BLOCK_POLLS
 
 
-def _run(dense: bool, env, policy_fn, samples: int, block: int = BLOCK_POLLS, **cfg):
+def _run(dense: bool, env, policy_fn, samples: int, block: int = BLOCK_POLLS, pack=False, **cfg):
     callbacks = EpisodeLog()
     runner = rc.EnvRunner(env, policy_fn(), config=rc.RunnerConfig(**cfg), callbacks=callbacks)
     recorder = runner._kernel.recorder  # blocks of dense polls, or every poll on its own
     recorder.block_polls = block if dense else 1
+    recorder.pack = pack  # blocks' array columns copied into arrays as they come (EnvPool's)
     batches = [runner.sample() for _ in range(samples)]
     assert (recorder.blocks_handed_over > 0) == dense  # the fast path really ran (or not)
     out = (batches, runner.get_metrics(), callbacks.events, runner.perf_stats())
@@ -94,10 +95,24 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("pack", [False, True], ids=["", "packed"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_fast_path_equals_general_step(case):
+def test_fast_path_equals_general_step(case, pack, monkeypatch):
+    from rlconnect.runner.recorder import PackedColumns
+
+    taken = []  # the columns handed over as packed arrays
+    take = PackedColumns.take
+
+    def counted(self, name, rows):
+        column = take(self, name, rows)
+        if column is not None:
+            taken.append(name)
+        return column
+
+    monkeypatch.setattr(PackedColumns, "take", counted)
     env, policy_fn, cfg = CASES[case]
-    fast = _run(True, env, policy_fn, 4, seed=11, **cfg)
+    fast = _run(True, env, policy_fn, 4, seed=11, pack=pack, **cfg)
+    assert ("obs" in taken and "actions" in taken and "env" in taken) == pack
     slow = _run(False, env, policy_fn, 4, seed=11, **cfg)
     _assert_same_batches(fast[0], slow[0])
     assert fast[1] == slow[1]  # episode metrics
@@ -105,7 +120,8 @@ def test_fast_path_equals_general_step(case):
     assert set(fast[3]) == set(slow[3])  # the same perf stats are reported
 
 
-def test_fast_path_steps_aside_for_a_failing_sub_env():
+@pytest.mark.parametrize("pack", [False, True], ids=["", "packed"])
+def test_fast_path_steps_aside_for_a_failing_sub_env(pack):
     """A sub-env that raises takes the general step (restart, drop), then the fast path
     resumes; the batches are those of the general step throughout."""
 
@@ -113,7 +129,7 @@ def test_fast_path_steps_aside_for_a_failing_sub_env():
         return CounterEnv(length=6, fail_at=17 if ctx.vector_index == 1 else None)
 
     cfg = {"num_envs": 3, "rollout_fragment_length": 8, "restart_failed_sub_environments": True}
-    fast = _run(True, env, _counter_random, 5, seed=2, **cfg)
+    fast = _run(True, env, _counter_random, 5, seed=2, pack=pack, **cfg)
     slow = _run(False, env, _counter_random, 5, seed=2, **cfg)
     _assert_same_batches(fast[0], slow[0])
     assert fast[1] == slow[1]
@@ -156,10 +172,12 @@ def test_long_runs_keep_few_chunks_and_stay_exact(monkeypatch):
     monkeypatch.setattr(store, "MERGE_EVERY", 4)
     cfg = {"num_envs": 3, "rollout_fragment_length": 50, "observation_filter": "MeanStdFilter"}
     fast = _run(True, "CartPole-v1", _cartpole_mlp, 2, block=8, seed=4, **cfg)
+    packed = _run(True, "CartPole-v1", _cartpole_mlp, 2, block=8, pack=True, seed=4, **cfg)
     slow = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
     monkeypatch.undo()
     ref = _run(False, "CartPole-v1", _cartpole_mlp, 2, seed=4, **cfg)
     _assert_same_batches(fast[0], ref[0])
+    _assert_same_batches(packed[0], ref[0])
     _assert_same_batches(slow[0], ref[0])
 
 
@@ -189,6 +207,28 @@ def test_block_merges_scalars_that_change_between_polls():
     np.testing.assert_array_equal(_merge(two, [2, 2]), [1, 2, 3, 4])
     nest = _merge([{"a": np.zeros(2)}, {"a": np.ones(2)}], [2, 2])
     np.testing.assert_array_equal(nest["a"], [0, 0, 1, 1])
+
+
+def test_packed_columns_give_up_what_is_not_one_array_per_poll():
+    from rlconnect.runner.recorder import PackedColumns
+
+    p = PackedColumns(capacity=2)  # too small: it grows, keeping what it holds
+    for k in range(5):
+        cols = {"x": np.full((2, 3), k, np.float32), "k": k, "infos": [{}, {}]}
+        cols["late"] = np.zeros(2) if k >= 1 else None  # absent from the first poll
+        cols["dtype"] = np.zeros(2, np.int32 if k < 3 else np.int64)
+        if k != 2:  # missing from one poll
+            cols["gap"] = np.ones(2)
+        if k != 3:  # missing from the poll where "dtype" is given up
+            cols["gap2"] = np.ones(2)
+        p.add(2, {c: v for c, v in cols.items() if v is not None}, {"t": np.array([k, k])})
+    np.testing.assert_array_equal(p.take("x", 10), np.repeat(np.arange(5), 2)[:, None] * [1, 1, 1])
+    np.testing.assert_array_equal(p.take("t", 10), np.repeat(np.arange(5), 2))
+    for name in ("k", "infos", "late", "dtype", "gap", "gap2", "unknown"):
+        assert p.take(name, 10) is None, name
+    assert p.take("x", 8) is None  # not every row: the caller merges
+    p.pad(2)  # a poll whose rows read as zeros
+    np.testing.assert_array_equal(p.take("t", 12)[-4:], [4, 4, 0, 0])
 
 
 class _CreatedLog(EpisodeLog):

@@ -71,7 +71,8 @@ class StepKernel:
         self.collectors, self.timers = collectors, timers
         self.multi = env.is_multi_agent
         self.poll_index = 0
-        self.trajectories = TrajectoryIds(n)
+        self.recorder = Recorder(collectors, pack=env.steps_while_recording)
+        self.trajectories = TrajectoryIds(n, self.recorder.leftovers)  # owners freed per poll
         self.episodes = EpisodeTracker(
             n,
             multi_agent=self.multi,
@@ -82,7 +83,6 @@ class StepKernel:
             connector_resets=pipes.episode_resets,
         )
         self.book = MultiAgentBook(n, self.episodes, self.trajectories, collectors)
-        self.recorder = Recorder(collectors)
         self.faults = SubEnvFaults(
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
@@ -109,6 +109,7 @@ class StepKernel:
         group, recorder, env, timers = self.collectors, self.recorder, self.env, self.timers
         clock = time.perf_counter
         truncating = mode == "truncate_episodes"
+        recorder.expect(target - group.env_steps() if truncating else 0, env.num_envs)
         try:
             while True:
                 if truncating:
@@ -184,8 +185,7 @@ class StepKernel:
             if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
                 done |= np.isin(env_ids, list(done_envs))
         flags = (terminateds, truncateds, done)
-        # a full poll of one policy: row i is sub-env i, so copies of the per-env arrays
-        # are its columns (and its episode ids those of the env-step log too)
+        # a full poll of one policy: row i is sub-env i, so per-env arrays copied are columns
         eps = episodes.eps_id.copy() if full and self._one_pid else None
         if self._one_pid:  # every row is the one policy's
             if n:

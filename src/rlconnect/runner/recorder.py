@@ -22,6 +22,7 @@ import tree
 from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.collectors.store import fill_rows
+from rlconnect.runner.leftovers import Leftovers
 
 __all__ = ["BLOCK_POLLS", "Recorder", "RowBlock"]
 
@@ -33,8 +34,93 @@ def shared_infos(infos: Sequence[Any]) -> list[Any]:
     return [i if i else EMPTY_INFO for i in infos]
 
 
+_UNSEEN: Any = object()
+_TRAJ, _LAST = "__traj__", "__last__"  # the rows' trajectories and ends, packed with them
+
+
+class PackedColumns:
+    """Array columns of consecutive polls, copied into arrays made once per block.
+
+    Handing a block over then slices each column instead of concatenating a part per poll:
+    the copy is made while a poll's arrays are fresh, and with an env that steps while the
+    runner records (EnvPool) in time the runner would otherwise spend waiting for the step.
+    A column that is not, in every poll, a plain array of the poll's rows with one dtype
+    and row shape is given up (``take`` returns None): it is merged from its parts."""
+
+    __slots__ = ("_arrays", "_capacity", "_live", "rows")
+
+    def __init__(self, capacity: int) -> None:
+        self.rows = 0
+        self._capacity = max(capacity, 1)
+        self._arrays: dict[str, np.ndarray | None] = {}
+        self._live = 0  # columns seen and not given up
+
+    def add(self, n: int, *parts: dict[str, Any]) -> None:
+        """Copy the array columns of the next ``n`` rows (each column in one of ``parts``)."""
+        start, end = self.rows, self.rows + n
+        if end > self._capacity:
+            self._grow(max(end, 2 * self._capacity))
+        arrays, live, seen = self._arrays, self._live, 0
+        for columns in parts:
+            for name, value in columns.items():
+                arr = arrays.get(name, _UNSEEN)
+                if arr is None:
+                    continue
+                if arr is not _UNSEEN:
+                    seen += 1
+                if type(value) is not np.ndarray or value.shape[:1] != (n,):
+                    self._give_up(name, arr)
+                elif arr is _UNSEEN:
+                    if start:  # no rows of the earlier polls
+                        arrays[name] = None
+                    else:
+                        arr = np.empty((self._capacity, *value.shape[1:]), value.dtype)
+                        arr[:end] = value
+                        arrays[name] = arr
+                        self._live += 1
+                elif value.dtype == arr.dtype and value.shape[1:] == arr.shape[1:]:
+                    arr[start:end] = value
+                else:
+                    self._give_up(name, arr)
+        if seen < live:  # a column these rows lack: its part is missing
+            present = {name for columns in parts for name in columns}
+            for name, arr in list(arrays.items()):
+                if arr is not None and name not in present:
+                    self._give_up(name, arr)
+        self.rows = end
+
+    def pad(self, n: int) -> None:
+        """The next ``n`` rows hold zeros in every column (a poll where no row acted)."""
+        start, end = self.rows, self.rows + n
+        if end > self._capacity:
+            self._grow(max(end, 2 * self._capacity))
+        for arr in self._arrays.values():
+            if arr is not None:
+                arr[start:end] = 0
+        self.rows = end
+
+    def take(self, name: str, rows: int) -> np.ndarray | None:
+        """Column ``name``'s first ``rows`` rows (a view), or None if it is not packed."""
+        arr = self._arrays.get(name)
+        return None if arr is None or self.rows != rows else arr[:rows]
+
+    def _give_up(self, name: str, arr: Any) -> None:
+        if arr is not _UNSEEN and arr is not None:
+            self._live -= 1
+        self._arrays[name] = None
+
+    def _grow(self, capacity: int) -> None:
+        for name, arr in self._arrays.items():
+            if arr is not None:
+                grown = np.empty((capacity, *arr.shape[1:]), arr.dtype)
+                grown[: self.rows] = arr[: self.rows]
+                self._arrays[name] = grown
+        self._capacity = capacity
+
+
 class RowBlock:
-    """The rows of consecutive dense polls of one policy (``counts[k]`` rows in poll k)."""
+    """The rows of consecutive dense polls of one policy (``counts[k]`` rows in poll k);
+    with ``capacity`` (rows expected), their array columns are packed as they come."""
 
     __slots__ = (
         "counts",
@@ -42,12 +128,19 @@ class RowBlock:
         "infos_empty",
         "last",
         "outputs",
+        "packed",
+        "packed_events",
+        "packed_outputs",
         "polls",
         "records",
         "traj",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int = 0) -> None:
+        #: None: not packed; else the columns of the rows, their outputs, the env steps
+        self.packed = PackedColumns(capacity) if capacity else None
+        self.packed_outputs = PackedColumns(capacity) if capacity else None
+        self.packed_events = PackedColumns(capacity) if capacity else None
         self.infos_empty = True  # every info so far was empty: one shared mapping for all
         self.records: list[dict[str, Any]] = []
         self.outputs: list[dict[str, Any] | None] = []
@@ -73,26 +166,34 @@ class RowBlock:
                 if out is not None:
                     collector.add_outputs(out)
         else:
+            total = sum(self.counts)
+            trajs = _take(self.packed, _TRAJ, total)
+            ends = _take(self.packed, _LAST, total)
             collector.add_rows(
-                np.concatenate(self.traj),
+                np.concatenate(self.traj) if trajs is None else trajs,
                 np.repeat(np.asarray(self.polls, dtype=np.int64), self.counts),
-                {name: self._column(name) for name in keys[0]},
-                last=np.concatenate(self.last),
+                {name: self._column(name, total) for name in keys[0]},
+                last=np.concatenate(self.last) if ends is None else ends,
             )
-            outputs = self._outputs()
+            outputs = self._outputs(total)
             if outputs:
                 collector.add_outputs(outputs)
         if self.events:  # one event per env step, in poll order
             steps = [len(env_ids) for _, env_ids, _ in self.events]
+            total = sum(steps)
+            env_ids = _take(self.packed_events, "env", total)
+            eps = _take(self.packed_events, "eps", total)
             collectors.add_env_steps(
                 np.repeat(np.asarray([p for p, _, _ in self.events], dtype=np.int64), steps),
-                np.concatenate([env_ids for _, env_ids, _ in self.events]),
-                np.concatenate([eps for _, _, eps in self.events]),
+                np.concatenate([e for _, e, _ in self.events]) if env_ids is None else env_ids,
+                np.concatenate([e for _, _, e in self.events]) if eps is None else eps,
                 1,
             )
 
-    def _column(self, name: str) -> Any:
-        total = sum(self.counts)
+    def _column(self, name: str, total: int) -> Any:
+        packed = _take(self.packed, name, total)
+        if packed is not None:
+            return packed
         if name == "infos" and self.infos_empty:
             return np.full(total, EMPTY_INFO, dtype=object)
         if name == "infos":  # a list first: fromiter over a generator is slower
@@ -100,23 +201,31 @@ class RowBlock:
             return np.fromiter(infos, dtype=object, count=total)
         return _merge([rec[name] for rec in self.records], self.counts)
 
-    def _outputs(self) -> dict[str, Any]:
+    def _outputs(self, total: int) -> dict[str, Any]:
         """Policy outputs of every poll; polls where no row acted read as zeros."""
         names: dict[str, Any] = {}
         for out in self.outputs:
             if out is not None:
                 for k, v in out.items():
                     names.setdefault(k, v)
-        return {
-            name: _merge(
-                [
+        packed = self.packed_outputs
+        if packed is not None and packed.rows < total:  # the last polls had no outputs
+            packed.pad(total - packed.rows)
+        merged = {}
+        for name, tmpl in names.items():
+            column = _take(packed, name, total)
+            if column is None:
+                parts = [
                     out[name] if out is not None and name in out else fill_rows(tmpl, None, n)
                     for out, n in zip(self.outputs, self.counts)
-                ],
-                self.counts,
-            )
-            for name, tmpl in names.items()
-        }
+                ]
+                column = _merge(parts, self.counts)
+            merged[name] = column
+        return merged
+
+
+def _take(packed: PackedColumns | None, name: str, rows: int) -> np.ndarray | None:
+    return None if packed is None else packed.take(name, rows)
 
 
 def _merge(parts: list[Any], counts: list[int]) -> Any:
@@ -141,22 +250,41 @@ class Recorder:
     outputs and env steps of the same step follow the rows' mode.
     """
 
-    def __init__(self, collectors: PolicyCollectorGroup, *, block_polls: int = BLOCK_POLLS):
+    def __init__(
+        self,
+        collectors: PolicyCollectorGroup,
+        *,
+        block_polls: int = BLOCK_POLLS,
+        pack: bool = False,
+    ) -> None:
         self.collectors = collectors
         self.block_polls = block_polls
+        #: what spent blocks (and handed-out trajectories) leave to free: a few per step
+        self.leftovers = Leftovers()
+        #: copy each dense poll's array columns into arrays made once per block (``RowBlock``)
+        self.pack = pack
+        self._expected_rows = 0  # what a packed block is made for (it grows if need be)
         self.blocks_handed_over = 0  # how often a block reached the collectors (tests)
         #: env steps waiting in the block, not yet counted by the collectors (an attribute,
         #: not a property: the sampling loop reads it at every poll)
         self.buffered_env_steps = 0
-        self._block = RowBlock()
+        self._block = RowBlock(0)
         self._pid = ""
         self._blocking = False
+
+    def expect(self, env_steps: int, num_envs: int) -> None:
+        """About ``env_steps`` env steps of ``num_envs`` sub-envs come before the next batch
+        (0: unknown): a packed block is made for them, their episodes' first rows and some
+        slack, so that it seldom grows (a copy of all its rows)."""
+        self._expected_rows = max(0, env_steps) * 5 // 4 + 2 * num_envs
 
     def flush(self) -> None:
         """Hand the buffered polls to the collectors."""
         if len(self._block):
-            self._block.hand_over(self.collectors, self._pid)
-            self._block = RowBlock()
+            b = self._block
+            b.hand_over(self.collectors, self._pid)
+            self.leftovers.put(chain(b.records, b.outputs, b.traj, b.last, b.events))
+            self._block = RowBlock(0)
             self.buffered_env_steps = 0
             self.blocks_handed_over += 1
 
@@ -181,13 +309,18 @@ class Recorder:
         if len(b.records) >= self.block_polls:  # bounded memory: small arrays merged often
             self.flush()
             b = self._block
+        n = len(traj)
+        if not b.records and self.pack:
+            b = self._block = RowBlock(max(self._expected_rows, n))
         self._pid = pid
         if b.infos_empty and any(record["infos"]):
             b.infos_empty = False
+        if b.packed is not None:
+            b.packed.add(n, record, {_TRAJ: traj, _LAST: last})
         b.records.append(record)
         b.traj.append(traj)
         b.polls.append(poll)
-        b.counts.append(len(traj))
+        b.counts.append(n)
         b.last.append(last)
         b.outputs.append(None)
 
@@ -197,18 +330,29 @@ class Recorder:
         if not self._blocking:
             self.collectors[pid].add_outputs(outputs, where)
             return
+        b = self._block
+        n = b.counts[-1]
         if where is not None:
-            n = self._block.counts[-1]
             outputs = {k: fill_rows(v, where, n) for k, v in outputs.items()}
-        self._block.outputs[-1] = outputs
+        b.outputs[-1] = outputs
+        packed = b.packed_outputs
+        if packed is not None:
+            if b.packed is not None and packed.rows < b.packed.rows - n:  # polls without any
+                packed.pad(b.packed.rows - n - packed.rows)
+            packed.add(n, outputs)
 
     def env_steps(
         self, poll: int, env_ids: np.ndarray, eps_ids: np.ndarray, agent_steps: Any
     ) -> None:
-        """One env-step event per sub-env in ``env_ids`` (``agent_steps`` each)."""
+        """One env-step event per sub-env in ``env_ids`` (``agent_steps`` each); the last
+        record of a step, which then lets go of a few leftovers."""
+        self.leftovers.release()
         if self._blocking:
             if len(env_ids):
-                self._block.events.append((poll, env_ids, eps_ids))
+                b = self._block
+                b.events.append((poll, env_ids, eps_ids))
+                if b.packed_events is not None:
+                    b.packed_events.add(len(env_ids), {"env": env_ids, "eps": eps_ids})
                 self.buffered_env_steps += len(env_ids)
         elif len(env_ids):
             self.collectors.add_env_steps(poll, env_ids, eps_ids, agent_steps)

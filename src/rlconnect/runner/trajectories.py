@@ -14,6 +14,7 @@ import numpy as np
 
 from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.episodes import Episode
+from rlconnect.runner.leftovers import Leftovers
 
 __all__ = ["TrajectoryIds"]
 
@@ -25,8 +26,10 @@ class TrajectoryIds:
     array, so the fast path reads every sub-env's id at once; -1: none open).
     """
 
-    def __init__(self, num_envs: int) -> None:
+    def __init__(self, num_envs: int, leftovers: Leftovers | None = None) -> None:
         self.of_env = np.full(num_envs, -1, dtype=np.int64)
+        #: where forgotten owners go (their episodes are freed a few per poll); None: at once
+        self._leftovers = leftovers
         self._owners: dict[int, tuple[Any, Episode]] = {}
         self._closed: list[int] = []
         self._next = 0
@@ -71,15 +74,19 @@ class TrajectoryIds:
         return self._owners.get(traj_id, (None, None))
 
     def forget_handed_out(self, collectors: PolicyCollectorGroup) -> None:
-        """Drop the owners of closed trajectories that have no row left in ``collectors``."""
+        """Drop the owners of closed trajectories that have no row left in ``collectors``
+        (into the leftovers, if any: their episodes are then freed later)."""
         if not self._closed:
             return
         left = [c.trajectory_ids() for c in collectors.collectors.values() if len(c)]
         still = set(np.concatenate(left).tolist()) if left else set()
-        keep = []
+        keep, dropped = [], []
+        owners = self._owners
         for t in self._closed:
             if t in still:
                 keep.append(t)
-            else:
-                self._owners.pop(t, None)
+            elif t in owners:
+                dropped.append(owners.pop(t))
         self._closed = keep
+        if self._leftovers is not None:
+            self._leftovers.put(dropped)
