@@ -1,12 +1,12 @@
 """``Leftovers``: what the runner no longer needs, let go of a little at every poll.
 
 Building a batch leaves things to free: the recorder's per-poll arrays (hundreds of small
-numpy arrays per batch) and the episodes of trajectories handed out whole. Freed at once
-they are a pause at every batch boundary (about 200 us per 3,200-row batch of EnvPool
-CartPole, ``python benchmarks/bench_envpool_poll.py`` shows the boundary in its whole-poll
-mean), on the runner's critical path. Held here, they go a few at each poll once its
-actions are out: with an env that steps on threads of its own (EnvPool) in time the runner
-would otherwise spend waiting, elsewhere at the same total cost.
+numpy arrays per batch) and the episodes of trajectories handed out whole. Freed at once,
+they lengthen the pause at every batch boundary, on the runner's critical path. Held
+here, they go a few at each poll once its actions are out: with an env that steps on
+threads of its own (EnvPool) in time the runner would otherwise spend waiting for the
+step (``python benchmarks/bench_envpool_poll.py`` shows that wait), elsewhere at the same
+total cost.
 """
 
 from __future__ import annotations
