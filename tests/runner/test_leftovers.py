@@ -22,12 +22,17 @@ def test_release_lets_go_of_a_share_of_what_is_held():
     held.put(things)
     del things
     held.release()
-    assert len(held) == 88  # an eighth of 100 (12) is more than 4
-    held.put([])
-    for _ in range(40):
+    assert len(held) == 96  # 4 (a 32nd of 100 is less)
+    held.put([_Thing() for _ in range(1000)])
+    held.release()
+    assert len(held) == 1096 - 34  # a 32nd of 1096
+    for _ in range(200):
         held.release()
     assert len(held) == 0
     assert all(r() is None for r in refs)  # held only there: freed
+    passing = Leftovers(hold=False)
+    passing.put([_Thing()])
+    assert len(passing) == 0
 
 
 def test_a_runner_frees_its_old_episodes_and_blocks_a_few_per_poll():
@@ -36,8 +41,10 @@ def test_a_runner_frees_its_old_episodes_and_blocks_a_few_per_poll():
     runner = rc.EnvRunner(
         "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=cfg
     )
-    runner.sample()
     leftovers = runner._kernel.recorder.leftovers
+    assert not leftovers.hold  # gymnasium envs: freed at once, as EnvPool's are not
+    leftovers.hold = True
+    runner.sample()
     early = [weakref.ref(ep) for _, ep in runner._kernel.trajectories._owners.values()]
     sizes = []
     for _ in range(30):

@@ -5,8 +5,9 @@ numpy arrays per batch) and the episodes of trajectories handed out whole. Freed
 they lengthen the pause at every batch boundary, on the runner's critical path. Held
 here, they go a few at each poll once its actions are out: with an env that steps on
 threads of its own (EnvPool) in time the runner would otherwise spend waiting for the
-step (``python benchmarks/bench_envpool_poll.py`` shows that wait), elsewhere at the same
-total cost.
+step (``python benchmarks/bench_envpool_poll.py`` shows that wait). Elsewhere the runner's
+work between polls is what the envs wait for, so there nothing is held (``hold=False``):
+freeing at once costs no more.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ __all__ = ["Leftovers"]
 
 
 class Leftovers:
-    """References to let go of gradually: ``put`` them, ``release()`` once per poll."""
+    """References to let go of gradually: ``put`` them, ``release()`` once per poll
+    (``hold=False``: ``put`` keeps nothing, so they go at once)."""
 
-    def __init__(self, per_poll: int = 16) -> None:
+    def __init__(self, *, hold: bool = True, per_poll: int = 16) -> None:
+        self.hold = hold
         self.per_poll = per_poll
         self._items: list[Any] = []
 
@@ -29,11 +32,12 @@ class Leftovers:
 
     def put(self, items: Iterable[Any]) -> None:
         """Keep ``items`` until released (their last references, usually)."""
-        self._items.extend(items)
+        if self.hold:
+            self._items.extend(items)
 
     def release(self) -> None:
-        """Let go of ``per_poll`` items, or an eighth of them if that is more: however
-        many come per batch, they never pile up."""
+        """Let go of ``per_poll`` items, or a 32nd of them if that is more: however many
+        come per batch, they never pile up."""
         items = self._items
         if items:
-            del items[-max(self.per_poll, len(items) // 8) :]
+            del items[-max(self.per_poll, len(items) // 32) :]

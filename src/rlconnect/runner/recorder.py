@@ -260,7 +260,8 @@ class Recorder:
         self.collectors = collectors
         self.block_polls = block_polls
         #: what spent blocks (and handed-out trajectories) leave to free: a few per step
-        self.leftovers = Leftovers()
+        #: where the env steps meanwhile (as for packing), at once elsewhere
+        self.leftovers = Leftovers(hold=pack)
         #: copy each dense poll's array columns into arrays made once per block (``RowBlock``)
         self.pack = pack
         self._expected_rows = 0  # what a packed block is made for (it grows if need be)
