@@ -8,6 +8,12 @@ chunk: one concatenation per column instead of one chunk per poll. Anything reco
 directly first flushes the block, and so does ``flush()`` (called before a batch is built
 or an episode is dropped), so the collectors always hold what per-poll recording would
 have given them; ``tests/runner/test_dense_path.py`` compares both batch for batch.
+
+With an env that steps while the runner records (``Recorder(pack=True)``: EnvPool) the
+block also copies each poll's array columns into arrays made once per batch as the poll
+comes (:class:`PackedColumns`), so handing it over takes slices, and a spent block's
+per-poll arrays are freed a few at each step (``leftovers``): both in time the runner
+would otherwise spend waiting for the env.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.collectors.store import fill_rows
 from rlconnect.runner.leftovers import Leftovers
 
-__all__ = ["BLOCK_POLLS", "Recorder", "RowBlock"]
+__all__ = ["BLOCK_POLLS", "PackedColumns", "Recorder", "RowBlock"]
 
 BLOCK_POLLS = 256  # polls buffered before the block goes to the collectors
 
