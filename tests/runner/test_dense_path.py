@@ -227,7 +227,8 @@ def test_packed_columns_give_up_what_is_not_one_array_per_poll():
     for name in ("k", "infos", "late", "dtype", "gap", "gap2", "unknown"):
         assert p.take(name, 10) is None, name
     assert p.take("x", 8) is None  # not every row: the caller merges
-    p.pad(2)  # a poll whose rows read as zeros
+    p.pad_to(12)  # a poll whose rows read as zeros
+    p.pad_to(11)  # (no rows to add)
     np.testing.assert_array_equal(p.take("t", 12)[-4:], [4, 4, 0, 0])
 
 

@@ -95,9 +95,11 @@ class PackedColumns:
                     self._give_up(name, arr)
         self.rows = end
 
-    def pad(self, n: int) -> None:
-        """The next ``n`` rows hold zeros in every column (a poll where no row acted)."""
-        start, end = self.rows, self.rows + n
+    def pad_to(self, rows: int) -> None:
+        """Zeros in every column up to row ``rows`` (polls where no row acted)."""
+        start, end = self.rows, rows
+        if end <= start:
+            return
         if end > self._capacity:
             self._grow(max(end, 2 * self._capacity))
         for arr in self._arrays.values():
@@ -215,8 +217,8 @@ class RowBlock:
                 for k, v in out.items():
                     names.setdefault(k, v)
         packed = self.packed_outputs
-        if packed is not None and packed.rows < total:  # the last polls had no outputs
-            packed.pad(total - packed.rows)
+        if packed is not None:
+            packed.pad_to(total)  # the last polls may have had no outputs
         merged = {}
         for name, tmpl in names.items():
             column = _take(packed, name, total)
@@ -343,9 +345,8 @@ class Recorder:
             outputs = {k: fill_rows(v, where, n) for k, v in outputs.items()}
         b.outputs[-1] = outputs
         packed = b.packed_outputs
-        if packed is not None:
-            if b.packed is not None and packed.rows < b.packed.rows - n:  # polls without any
-                packed.pad(b.packed.rows - n - packed.rows)
+        if packed is not None and b.packed is not None:  # (made together)
+            packed.pad_to(b.packed.rows - n)  # the polls before this one without outputs
             packed.add(n, outputs)
 
     def env_steps(
