@@ -160,28 +160,57 @@ def test_huge_but_finite_values_are_not_taken_for_inf(num_envs):
 
 
 class _DiscreteEnv(CounterEnv):
-    """A CounterEnv whose actions are ``Discrete(5, start=-2)``."""
+    """A CounterEnv whose actions are ``Discrete(5, start=start)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int) -> None:
         super().__init__()
-        self.action_space = gym.spaces.Discrete(5, start=-2)
+        self.action_space = gym.spaces.Discrete(5, start=start)
 
 
+@pytest.mark.parametrize("start", [-2, 0])  # the general check; one unsigned reduction
 @pytest.mark.parametrize("n", [3, 100], ids=["few-rows", "many-rows"])  # two code paths
-@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
-def test_discrete_actions_are_checked_exactly_at_the_bounds(dtype, n):
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8, np.uint64])
+def test_discrete_actions_are_checked_exactly_at_the_bounds(dtype, n, start):
     from rlconnect.errors import PolicyError
     from rlconnect.runner.faults import ActionCheck
 
-    env = rc.envs.make_base_env(lambda ctx: _DiscreteEnv(), num_envs=n)
+    env = rc.envs.make_base_env(lambda ctx: _DiscreteEnv(start), num_envs=n)
     check = ActionCheck(env, None, "p")
     ids = np.arange(n)
     info = np.iinfo(dtype)
-    inside = [v for v in (-2, 0, 2) if info.min <= v <= info.max]
-    check(np.array(inside + [0] * (n - len(inside)), dtype=dtype), ids, ("a",) * n)
-    candidates = (-3, 3, int(info.min), int(info.max))
-    outside = [v for v in candidates if info.min <= v <= info.max and not -2 <= v < 3]
+    low, high = start, start + 5  # [low, high)
+    inside = [v for v in (low, start + 2, high - 1) if info.min <= v <= info.max]
+    fill = inside[-1]
+    check(np.array(inside + [fill] * (n - len(inside)), dtype=dtype), ids, ("a",) * n)
+    candidates = (low - 1, high, -1, int(info.min), int(info.max))
+    outside = [v for v in candidates if info.min <= v <= info.max and not low <= v < high]
     for bad in outside:
-        actions = np.array([0, bad] + [1] * (n - 2), dtype=dtype)
+        actions = np.array([fill, bad] + [fill] * (n - 2), dtype=dtype)
         with pytest.raises(PolicyError, match=f"{bad!r} for env 1"):
             check(actions, ids, ("a",) * n)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("rows", [4, 64])  # a Python sum; a dot product (float16: a sum)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, "reward"])
+def test_check_finite_finds_a_bad_value_of_any_float_observation(dtype, rows, bad):
+    from rlconnect.envs.rows import EnvRowsBuilder
+    from rlconnect.runner.faults import check_finite
+
+    ids = np.arange(rows)
+    obs = np.full((rows, 4), 1e4 if dtype == np.float16 else 1e30, dtype=dtype)
+    rew = np.ones(rows)
+    no = np.zeros(rows, dtype=bool)
+
+    def check():
+        r = EnvRowsBuilder.columns(ids, obs, rew, no, no, [{}] * rows, None, in_order=True)
+        check_finite(r, 0, np.zeros(rows, dtype=np.int64))
+
+    with np.errstate(over="ignore"):
+        check()  # huge but finite: squares overflow, the exact check passes them
+        if bad == "reward":
+            rew[rows - 2] = np.nan
+        else:
+            obs[rows - 2, 3] = bad
+        with pytest.raises(rc.EnvCheckError, match=f"sub-env {rows - 2} "):
+            check()

@@ -271,8 +271,12 @@ class EnvPoolEnv(BaseEnv):
             rows = errors_only(dict.fromkeys(range(self.num_envs), exc))
         else:
             rows = self._rows(*out)
-        # EnvPool resets the sub-envs whose episode ended at their next step by itself
-        self._queue(self._gate.returned(rows), 0)
+        # EnvPool resets the sub-envs whose episode ended at their next step by itself; the
+        # placeholder action of those resets is queued now (no step waits for them)
+        ended = self._gate.returned(rows)
+        if len(ended):
+            self._actions[ended] = 0
+            self._todo[ended] = True
         return rows
 
     def _step(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:

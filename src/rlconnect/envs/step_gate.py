@@ -30,14 +30,14 @@ class StepGate:
 
     def __init__(self, num_envs: int) -> None:
         self._waiting = np.zeros(num_envs, dtype=bool)  # returned, no command yet
-        self._queued = np.zeros(num_envs, dtype=bool)  # episode ended: its reset queued here
+        self._queued: set[int] = set()  # episode ended: its reset queued here
         self._left = 0  # how many are waiting
 
     def returned(self, rows: EnvRows) -> np.ndarray:
         """Arm the gate for a poll's dense rows; returns the ids of sub-envs whose episode
-        ended there, whose reset the caller queues now (ascending)."""
-        ids, waiting, queued = rows.env_ids, self._waiting, self._queued
-        queued.fill(False)
+        ended there, whose reset the caller queues now (ascending; they wait for nothing)."""
+        ids, waiting, done = rows.env_ids, self._waiting, rows.done_envs
+        self._queued = set()
         if not rows.dense or not len(ids):
             waiting.fill(False)
             self._left = 0
@@ -47,11 +47,13 @@ class StepGate:
         else:
             waiting.fill(False)
             waiting[ids] = True
+        self._left = len(ids) - len(done)
+        if not done:
+            return ids[:0]
+        self._queued.update(done)
         # dense rows ascend, and so do the sub-envs of done_envs
-        ended = np.fromiter(rows.done_envs, np.int64, len(rows.done_envs))
+        ended = np.fromiter(done, np.int64, len(done))
         waiting[ended] = False
-        queued[ended] = True
-        self._left = len(ids) - len(ended)
         return ended
 
     def answered(self, env_ids: np.ndarray) -> bool:
@@ -68,7 +70,7 @@ class StepGate:
     def take_reset(self, env_id: int) -> bool:
         """Whether the reset of ``env_id`` was queued by ``returned`` (then the caller has
         nothing left to do for it)."""
-        if not self._queued[env_id]:
+        if env_id not in self._queued:
             return False
-        self._queued[env_id] = False
+        self._queued.discard(env_id)
         return True

@@ -122,15 +122,19 @@ def _first_bad_obs(rows: EnvRows) -> tuple[int, str] | None:
 def check_finite(rows: EnvRows, poll: int, lengths: np.ndarray) -> None:
     """Raise ``EnvCheckError`` naming sub-env, agent, field and step when an observation
     or reward of ``rows`` is NaN or inf (``RunnerConfig.check_finite``; whole arrays at
-    once, so a clean poll costs two numpy reductions). ``lengths``: each sub-env's episode
+    once, so a clean poll costs two dot products). ``lengths``: each sub-env's episode
     length before this poll."""
     obs = rows.obs
     if type(obs) is np.ndarray and obs.dtype.kind == "f":  # the common case: one sum
+        rewards = rows.rewards
         if obs.size <= _PYTHON_SUM_MAX:  # a few values: Python's sum is cheaper than numpy's
-            total = sum(obs.ravel().tolist()) + sum(rows.rewards.tolist())
-        else:
-            total = np.add.reduce(obs, axis=None) + np.add.reduce(rows.rewards)
-        if math.isfinite(total):  # (an overflow to inf is checked exactly below)
+            total = sum(obs.ravel().tolist()) + sum(rewards.tolist())
+        elif obs.dtype.itemsize >= 4:  # sums of squares: BLAS dot products, cheaper still
+            flat = obs.reshape(-1)
+            total = flat.dot(flat) + rewards.dot(rewards)
+        else:  # (float16 squares overflow early)
+            total = np.add.reduce(obs, axis=None) + np.add.reduce(rewards)
+        if math.isfinite(total):  # (NaN and inf propagate; an overflow is checked exactly below)
             return
     if np.isfinite(rows.rewards).all():
         found = _first_bad_obs(rows)
@@ -275,8 +279,22 @@ class ActionCheck:
         if not env.is_multi_agent:
             with contextlib.suppress(Exception):  # then every call takes the general path
                 self.space = env.action_space(DEFAULT_AGENT_ID)
+        #: ``n`` of a ``Discrete(n)`` space starting at 0: integer actions take one reduction
+        space = self.space
+        self._discrete_n = (
+            int(space.n)
+            if isinstance(space, gym.spaces.Discrete) and int(space.start) == 0
+            else None
+        )
 
     def __call__(self, actions: Any, env_ids: np.ndarray, agent_ids: Sequence[Any]) -> None:
+        if (
+            self._discrete_n is not None
+            and type(actions) is np.ndarray
+            and actions.shape == (len(env_ids),)
+            and _discrete_ok(actions, self._discrete_n)
+        ):
+            return
         fast = (
             self.space is not None
             and type(actions) is np.ndarray
@@ -284,6 +302,18 @@ class ActionCheck:
         )
         if not fast:  # the general path, which raises naming what is wrong
             check_actions(self.env, self.policy, self.policy_id, actions, env_ids, agent_ids)
+
+
+def _discrete_ok(actions: np.ndarray, n: int) -> bool:
+    """Whether integer ``actions`` all lie in ``[0, n)``: read as unsigned integers (a
+    negative one wraps to a huge value) they must stay below ``n``, one ``maximum``
+    reduction. False for other dtypes or no rows: the general check decides."""
+    kind = actions.dtype.kind
+    if kind not in "iu" or not len(actions):
+        return False
+    if kind == "i":
+        actions = actions.view(f"u{actions.dtype.itemsize}")
+    return int(np.maximum.reduce(actions)) < n
 
 
 def check_actions(
