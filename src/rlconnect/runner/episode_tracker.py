@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.envs.rows import EnvRows
 from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
 from rlconnect.runner.callbacks import Callbacks
@@ -105,9 +106,10 @@ class EpisodeTracker:
         there if the env reset by itself mid-episode; one that has not stepped is kept);
         returns the sub-envs whose episode is new.
 
-        Their ids and counters are set at once; their ``Episode`` objects (and the mapping
-        function and ``on_episode_created`` they cause) too, or with ``create=False`` only
-        at ``create(new)``: a single-agent runner of one policy acts on the poll before
+        Their lengths are set at once (what the poll's ``t`` reads), and their ids, other
+        counters and ``Episode`` objects (with the mapping function and
+        ``on_episode_created`` they cause) too, or with ``create=False`` only at
+        ``create(new)``: a single-agent runner of one policy acts on the poll before
         anything reads them, so it makes them once the actions are out."""
         new = []
         for e in env_ids:
@@ -117,17 +119,19 @@ class EpisodeTracker:
                 self.end([e])
             new.append(e)
         if new:
-            at = np.array(new)  # one conversion for the four writes
-            self.eps_id[at] = np.arange(self.next_id, self.next_id + len(new))
-            self.next_id += len(new)
-            self.length[at] = self.agent_steps[at] = 0
-            self.ret[at] = 0.0
+            self.length[new] = 0
             if create:
                 self.create(new)
         return new
 
     def create(self, env_ids: list[int]) -> list[Episode]:
-        """The ``Episode`` objects of episodes just opened in ``env_ids`` (see ``open``)."""
+        """The ids, counters and ``Episode`` objects of episodes just opened in
+        ``env_ids`` (see ``open``)."""
+        at = np.array(env_ids)  # one conversion for the three writes
+        self.eps_id[at] = np.arange(self.next_id, self.next_id + len(env_ids))
+        self.next_id += len(env_ids)
+        self.agent_steps[at] = 0
+        self.ret[at] = 0.0
         hooks, single = self._hooks, not self.multi_agent
         out = []
         for e in env_ids:
@@ -139,6 +143,23 @@ class EpisodeTracker:
                 hooks.created(e, ep)
             out.append(ep)
         return out
+
+    def horizon_flags(
+        self, rows: EnvRows, stepped: np.ndarray, horizon: int
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[bool, bool]]]:
+        """The rows' terminated and truncated flags and the sub-envs whose episode ends,
+        with the episodes of ``stepped`` sub-envs that reached ``horizon`` steps truncated
+        (lengths already advanced by this poll)."""
+        done_envs = rows.done_envs
+        if not len(stepped):
+            return rows.terminateds, rows.truncateds, done_envs
+        over = stepped[self.length[stepped] >= horizon]
+        if not len(over):
+            return rows.terminateds, rows.truncateds, done_envs
+        done_envs = dict(done_envs)
+        for e in over.tolist():
+            done_envs.setdefault(e, (False, True))
+        return rows.terminateds, rows.truncateds | np.isin(rows.env_ids, over), done_envs
 
     def fire_start(self, env_ids: list[int]) -> None:
         """``on_episode_start`` for episodes that just got their first observation."""

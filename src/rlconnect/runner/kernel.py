@@ -94,8 +94,8 @@ class StepKernel:
         self.blockable = (
             not self.multi and len(self._pids) == 1 and not config.soft_horizon
         ) and not hooks.on_step
-        #: one policy, one agent, no ``on_episode_created``: new episodes' objects are made
-        #: once the poll's actions are out (nothing reads them before)
+        #: one policy, one agent, no ``on_episode_created``: new episodes' ids, objects and
+        #: trajectories are made once the poll's actions are out (nothing reads them before)
         self._late_episodes = not self.multi and bool(self._one_pid) and not hooks.on_created
         self._not_done: np.ndarray = np.zeros(0, dtype=bool)
         self._runner = hooks.runner  # what user functions are shown as ``worker=``
@@ -145,11 +145,13 @@ class StepKernel:
         stepped = rows.stepped
         all_stepped = full and len(stepped) == n  # then no row is a first observation
         firsts: list[int] = []
+        trajs = range(0)
         if not all_stepped and np.count_nonzero(rows.is_first):
             first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
             firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
             new = episodes.open(firsts, create=not self._late_episodes)
-            trajs = range(0) if multi else self.trajectories.open_single(firsts)
+            if not multi and not self._late_episodes:
+                trajs = self.trajectories.open_single(firsts)
         if multi:
             for e in np.unique(env_ids).tolist():
                 if not episodes.is_open(e):
@@ -158,10 +160,11 @@ class StepKernel:
             episodes.length += 1
         else:
             episodes.length[stepped] += 1
-        if self.config.horizon is None:
+        horizon = self.config.horizon
+        if horizon is None:
             terminateds, truncateds, done_envs = rows.terminateds, rows.truncateds, rows.done_envs
         else:
-            terminateds, truncateds, done_envs = self._horizon(rows, stepped)
+            terminateds, truncateds, done_envs = episodes.horizon_flags(rows, stepped, horizon)
         agent_steps = np.zeros(len(episodes.length), dtype=np.int64) if multi else None
         obs = rows.obs
         if agent_steps is not None:
@@ -185,17 +188,21 @@ class StepKernel:
             if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
                 done |= np.isin(env_ids, list(done_envs))
         flags = (terminateds, truncateds, done)
-        # a full poll of one policy: row i is sub-env i, so per-env arrays copied are columns
-        eps = episodes.eps_id.copy() if full and self._one_pid else None
-        if self._one_pid:  # every row is the one policy's
+        one, eps = self._one_pid, None
+        full_one = full and bool(one)  # then per-env arrays copied are columns
+        if one:  # every row is the one policy's
             if n:
-                self._policy_step(
-                    self._one_pid, None, rows, obs, flags, poll, block, agent_steps, eps
-                )
+                acted = self._act(one, None, rows, obs, flags, block, agent_steps, full_one)
+                if firsts and self._late_episodes:  # the actions are out: made only now
+                    episodes.create(new)
+                    trajs = self.trajectories.open_single(firsts)
+                eps = episodes.eps_id.copy() if full_one else None
+                self._record(acted, poll, eps)
         else:
             for pid, idx in self._groups(rows):
-                self._policy_step(pid, idx, rows, obs, flags, poll, block, agent_steps, None)
-        step_eps = eps if all_stepped and eps is not None else episodes.eps_id[stepped]
+                acted = self._act(pid, idx, rows, obs, flags, block, agent_steps, False)
+                self._record(acted, poll, None)
+        step_eps = eps if eps is not None and all_stepped else episodes.eps_id[stepped]
         if agent_steps is not None:
             for e in sorted(done_envs):
                 self.book.close_open_agents(e, done_envs[e], poll, agent_steps)
@@ -203,9 +210,7 @@ class StepKernel:
             self.recorder.env_steps(poll, stepped, step_eps, agent_steps[stepped])
         else:
             self.recorder.env_steps(poll, stepped, step_eps, 1)
-        if firsts:  # the actions are out: what nothing read before is made now
-            if self._late_episodes:
-                episodes.create(new)
+        if firsts:
             if trajs:
                 self.trajectories.own(trajs, DEFAULT_AGENT_ID, [episodes[e] for e in firsts])
             episodes.fire_start(firsts)
@@ -242,22 +247,6 @@ class StepKernel:
             if self.config.check_env:  # a rebuilt env is checked again
                 self._checks_left = max(self._checks_left, 2)
 
-    def _horizon(
-        self, rows: EnvRows, stepped: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[bool, bool]]]:
-        """The rows' flags and the sub-envs whose episode ends, ``horizon`` included."""
-        horizon = self.config.horizon
-        done_envs = rows.done_envs
-        if horizon is None or not len(stepped):
-            return rows.terminateds, rows.truncateds, done_envs
-        over = stepped[self.episodes.length[stepped] >= horizon]
-        if not len(over):
-            return rows.terminateds, rows.truncateds, done_envs
-        done_envs = dict(done_envs)
-        for e in over.tolist():
-            done_envs.setdefault(e, (False, True))
-        return rows.terminateds, rows.truncateds | np.isin(rows.env_ids, over), done_envs
-
     def _none_done(self, n: int) -> np.ndarray:
         """A shared all-False ``done`` column of ``n`` rows (read-only)."""
         if len(self._not_done) != n:
@@ -272,25 +261,22 @@ class StepKernel:
             groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
         return [(pid, np.asarray(ix, dtype=np.int64)) for pid, ix in groups.items()]
 
-    def _policy_step(
+    def _act(
         self,
         pid: str,
         idx: np.ndarray | None,
         rows: EnvRows,
         obs: Any,
         flags: tuple[np.ndarray, np.ndarray, np.ndarray],
-        poll: int,
         block: bool,
         agent_steps: np.ndarray | None,
-        eps: np.ndarray | None,
-    ) -> None:
-        """The rows of one policy: agent pipeline, then the policy, the action pipeline and
-        the env actions for the rows that are not done, then the record (``flags``:
-        terminated, truncated, and done for every row of the poll; ``eps``: the episode id
-        of every sub-env when the rows are a full poll of this one policy, else None)."""
-        cfg, episodes = self.config, self.episodes
+        full: bool,
+    ) -> tuple:
+        """The rows of one policy up to the env actions: the agent pipeline, then the
+        policy, the action pipeline and the env actions for the rows that are not done
+        (``flags``: terminated, truncated, and done for every row of the poll; ``full``:
+        row i is sub-env i). Returns what ``_record`` records once the actions are out."""
         t0 = time.perf_counter()
-        full = eps is not None
         pipe = self.pipes.agent[pid]
         connectors = len(pipe)
         terminateds, truncateds, done = flags
@@ -306,46 +292,39 @@ class StepKernel:
         else:
             picked = obs if idx is None else [obs[i] for i in members]
             obs = stack_samples(pipe.input_space, picked)
+        traj: np.ndarray | None = None  # single-agent: the trajectories are read when recorded
         agent_index: np.ndarray | int = 0
         if agent_steps is not None:
             traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
             rewards = rewards + self.book.take_pending(env_ids, agent_ids)
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
-        elif full:
-            traj = self.trajectories.of_env.copy()
-        else:
-            traj = self.trajectories.of_env[env_ids]
         cols = {
             "obs": obs,
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
             "infos": shared_infos(infos) if connectors else infos,
-            "t": episodes.length.copy() if full else episodes.length[env_ids],
+            "t": self.episodes.length.copy() if full else self.episodes.length[env_ids],
         }
         data = AgentData.trusted(env_ids, agent_ids, cols)
         if connectors:
             data = pipe(data)
         record = dict(data.columns)
-        record["eps_id"] = eps if full else episodes.eps_id[env_ids]
-        record["env_id"] = env_ids
-        record["agent_index"] = agent_index
-        if cfg.keep_raw_obs:
-            record["raw_obs"] = obs
         if agent_steps is not None:
             self.book.mark_closed(env_ids, agent_ids, done)
         self._secs["mean_raw_obs_processing_ms"] += time.perf_counter() - t0
+        acted = (pid, record, env_ids, traj, agent_index, done, obs, block)
         # act for the rows that are not done (the shared none-done column: every row)
         inputs: Any = data
         where: np.ndarray | None = None
         if done is not self._not_done and np.count_nonzero(done):
             where = ~done
             if not np.count_nonzero(where):
-                self.recorder.rows(pid, traj, poll, record, done, block=block)
-                return
+                return (*acted, None, None)
             inputs, env_ids, agent_ids = live_rows(
                 data.columns, env_ids, agent_ids, where, multi=self.multi
             )
+        cfg = self.config
         outputs, env_actions = act(
             pid,
             self.policies[pid],
@@ -363,9 +342,24 @@ class StepKernel:
         t0 = time.perf_counter()
         self.env.send_actions(env_ids, agent_ids, env_actions)
         self._secs["mean_env_wait_ms"] += time.perf_counter() - t0
-        # recorded once the actions are out: envs stepping elsewhere start meanwhile
+        return (*acted, outputs, where)
+
+    def _record(self, acted: tuple, poll: int, eps: np.ndarray | None) -> None:
+        """Record what ``_act`` did, once the actions are out (envs stepping elsewhere
+        start meanwhile). ``eps``: the episode id of every sub-env when the rows are a full
+        poll of one policy (row i is sub-env i), else None."""
+        pid, record, env_ids, traj, agent_index, done, obs, block, outputs, where = acted
+        if traj is None:
+            of_env = self.trajectories.of_env
+            traj = of_env.copy() if eps is not None else of_env[env_ids]
+        record["eps_id"] = eps if eps is not None else self.episodes.eps_id[env_ids]
+        record["env_id"] = env_ids
+        record["agent_index"] = agent_index
+        if self.config.keep_raw_obs:
+            record["raw_obs"] = obs
         self.recorder.rows(pid, traj, poll, record, done, block=block)
-        self.recorder.outputs(pid, outputs, where)
+        if outputs is not None:
+            self.recorder.outputs(pid, outputs, where)
 
     def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
         """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""
