@@ -285,3 +285,26 @@ def test_envpool_runs_pack_rows_while_the_pool_steps_and_give_the_same_batches()
         for k in a:
             if k != "infos":
                 np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("poll", [None, 2])
+def test_the_gate_sends_each_step_while_the_runner_still_works(monkeypatch, poll):
+    """Once every row of a poll has its action or reset, the next step is sent from the
+    runner's step (``_send_now``), not left for the next poll."""
+    calls = {"poll": 0, "gate": 0}
+    real_poll, real_send = EnvPoolEnv.poll, EnvPoolEnv._send_now
+
+    def counted_poll(self):
+        calls["poll"] += 1
+        return real_poll(self)
+
+    def counted_send(self):
+        calls["gate"] += 1
+        real_send(self)
+
+    monkeypatch.setattr(EnvPoolEnv, "poll", counted_poll)
+    monkeypatch.setattr(EnvPoolEnv, "_send_now", counted_send)
+    batches, _ = sample(runner(n=4, frag=25, env_poll_size=poll), k=2)
+    assert len(batches) == 2
+    # a poll whose episodes all ended (no action to wait for) is the only one not gated
+    assert calls["gate"] >= 0.9 * calls["poll"] > 0

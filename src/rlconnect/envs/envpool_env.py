@@ -195,7 +195,7 @@ class EnvPoolEnv(BaseEnv):
         self._all_ids = np.arange(self.num_envs, dtype=np.int64)
         self._all_ids.flags.writeable = False
         self._in_order = np.arange(self.num_envs, dtype=np.int32).tobytes()
-        self._gate = StepGate(self.num_envs)
+        self._gate = StepGate(self._todo)
         #: when to block in recv after a send, for synchronous pools: an asynchronous poll
         #: returns as soon as the first sub-envs are done, seldom long after the send
         self._pacer = RecvPacer() if not self._async else None
@@ -233,7 +233,7 @@ class EnvPoolEnv(BaseEnv):
         """Queue actions (0: the placeholder of a reset step); send once the gate opens."""
         self._actions[env_ids] = actions
         self._todo[env_ids] = True
-        if self._gate.answered(env_ids):
+        if self._gate.answered():
             self._send_now()
 
     def try_restart(self, env_id: int) -> None:

@@ -26,46 +26,41 @@ __all__ = ["StepGate"]
 
 
 class StepGate:
-    """The sub-envs of ``num_envs`` that a poll returned and that still wait for a command."""
+    """Whether every sub-env the last poll returned has a command queued in ``todo`` (the
+    pool's mask of sub-envs with an action or reset queued, cleared as it sends)."""
 
-    def __init__(self, num_envs: int) -> None:
-        self._waiting = np.zeros(num_envs, dtype=bool)  # returned, no command yet
+    def __init__(self, todo: np.ndarray) -> None:
+        self._todo = todo
+        self._armed = False  # a poll's dense rows came back and the step is not sent yet
+        self._returned: np.ndarray | None = None  # their sub-envs (None: every one)
         self._queued: set[int] = set()  # episode ended: its reset queued here
-        self._left = 0  # how many are waiting
 
     def returned(self, rows: EnvRows) -> np.ndarray:
         """Arm the gate for a poll's dense rows; returns the ids of sub-envs whose episode
-        ended there, whose reset the caller queues now (ascending; they wait for nothing)."""
-        ids, waiting, done = rows.env_ids, self._waiting, rows.done_envs
+        ended there, whose reset the caller queues now (ascending). A poll whose episodes
+        all ended leaves nothing to wait for: the next poll sends."""
+        ids, done = rows.env_ids, rows.done_envs
         self._queued = set()
+        self._armed = rows.dense and len(ids) > len(done)
         if not rows.dense or not len(ids):
-            waiting.fill(False)
-            self._left = 0
             return ids[:0]
-        if len(ids) == len(waiting):  # every sub-env (a synchronous pool)
-            waiting.fill(True)
-        else:
-            waiting.fill(False)
-            waiting[ids] = True
-        self._left = len(ids) - len(done)
+        self._returned = None if len(ids) == len(self._todo) else ids
         if not done:
             return ids[:0]
         self._queued.update(done)
         # dense rows ascend, and so do the sub-envs of done_envs
-        ended = np.fromiter(done, np.int64, len(done))
-        waiting[ended] = False
-        return ended
+        return np.fromiter(done, np.int64, len(done))
 
-    def answered(self, env_ids: np.ndarray) -> bool:
-        """These sub-envs got their command: whether that was the last one waiting."""
-        if not self._left:
+    def answered(self) -> bool:
+        """Whether the commands queued so far complete the last poll's rows (True once per
+        poll: the gate then shuts until the next one)."""
+        if not self._armed:
             return False
-        hit = np.count_nonzero(self._waiting[env_ids])
-        if not hit:
+        todo, ids = self._todo, self._returned
+        if np.count_nonzero(todo) != len(todo) if ids is None else not todo[ids].all():
             return False
-        self._waiting[env_ids] = False
-        self._left -= hit
-        return not self._left
+        self._armed = False
+        return True
 
     def take_reset(self, env_id: int) -> bool:
         """Whether the reset of ``env_id`` was queued by ``returned`` (then the caller has
