@@ -174,8 +174,8 @@ def done_envs_of(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> di
     if not np.count_nonzero(done):  # faster than any() on small arrays
         return {}
     idx = done.nonzero()[0]  # the method: np.flatnonzero goes through three wrappers
-    ended = env_ids[idx].tolist()
-    return dict(zip(ended, zip(term[idx].tolist(), trunc[idx].tolist(), strict=True), strict=True))
+    # (equal lengths by construction: zip's strict check would cost a tenth of the call)
+    return dict(zip(env_ids[idx].tolist(), zip(term[idx].tolist(), trunc[idx].tolist())))
 
 
 class EnvRowsBuilder:
