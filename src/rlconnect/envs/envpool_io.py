@@ -67,7 +67,7 @@ class _DirectIO(PoolIO):
         info = {name: state[i] for name, i in self._infos}
         info["elapsed_step"] = state[at["elapsed_step"]]
         trunc = state[at["trunc"]]
-        term = state[at["done"]] & ~trunc
+        term = np.greater(state[at["done"]], trunc)  # done and not truncated, in one call
         return state[at["obs"]], state[at["reward"]], term, trunc, info
 
 
