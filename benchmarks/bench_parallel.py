@@ -20,7 +20,7 @@ default of a thread per CPU for Pong: ``bench_envpool_threads.py``). Each is bui
 warmed up once, then they take turns for ``--rounds`` rounds of ``--seconds``; the table
 gives the median env steps/s [min-max] and the median over rounds of the ratio to the
 in-process runner's run of the same round (host load that lasts a round or more hits
-both). Contenders whose package is
+both); each target line also lists that ratio round by round. Contenders whose package is
 missing (ale-py, envpool) are skipped. ``--quick``: one short round each; ``--only
 in-process,envpool``: the contenders whose name has one of the words (and the in-process
 runner, which the ratios are to).
@@ -219,9 +219,13 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
         for _, close in built.values():
             close()
 
+    def ratios(name: str, to: str = "rlconnect in-process") -> list[float]:
+        """``name``'s rate over that of ``to`` in each round."""
+        return [a / b for a, b in zip(rates[name], rates[to])]
+
     def ratio(name: str, to: str = "rlconnect in-process") -> float:
         """The median over rounds of ``name``'s rate over that of ``to`` in the same round."""
-        return statistics.median(a / b for a, b in zip(rates[name], rates[to]))
+        return statistics.median(ratios(name, to))
 
     w = WORKLOADS[workload]
     print(f"\n{workload}: N={w['n']} sub-envs, env steps/s, median [min-max] of {rounds} rounds")
@@ -238,7 +242,8 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
         if name in rates:
             got = ratio(name)
             verdict = "met" if got >= want else "NOT met"
-            print(f"target {name} >= {want}x in-process: {got:.3f}x ({verdict})")
+            each = " ".join(f"{x:.2f}" for x in ratios(name))  # how much the rounds agree
+            print(f"target {name} >= {want}x in-process: {got:.3f}x ({verdict}; rounds {each})")
     print("CPU time per poll (a step of every sub-env), us, medians: parent | each worker")
     for name in ACCOUNTED:
         if cpu.get(name) and len(cpu[name][0]) == 3:
