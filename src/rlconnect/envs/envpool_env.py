@@ -271,12 +271,10 @@ class EnvPoolEnv(BaseEnv):
             rows = errors_only(dict.fromkeys(range(self.num_envs), exc))
         else:
             rows = self._rows(*out)
-        # EnvPool resets the sub-envs whose episode ended at their next step by itself; the
-        # placeholder action of those resets is queued now (no step waits for them)
+        # EnvPool resets the sub-envs whose episode ended at their next step by itself
         ended = self._gate.returned(rows)
         if len(ended):
-            self._actions[ended] = 0
-            self._todo[ended] = True
+            self._queue(ended, 0)
         return rows
 
     def _step(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
