@@ -64,8 +64,7 @@ class PackedColumns:
     def add(self, n: int, *parts: dict[str, Any]) -> None:
         """Copy the array columns of the next ``n`` rows (each column in one of ``parts``)."""
         start, end = self.rows, self.rows + n
-        if end > self._capacity:
-            self._grow(max(end, 2 * self._capacity))
+        self._reserve(end)
         arrays, live, seen = self._arrays, self._live, 0
         for columns in parts:
             for name, value in columns.items():
@@ -100,8 +99,7 @@ class PackedColumns:
         start, end = self.rows, rows
         if end <= start:
             return
-        if end > self._capacity:
-            self._grow(max(end, 2 * self._capacity))
+        self._reserve(end)
         for arr in self._arrays.values():
             if arr is not None:
                 arr[start:end] = 0
@@ -117,7 +115,11 @@ class PackedColumns:
             self._live -= 1
         self._arrays[name] = None
 
-    def _grow(self, capacity: int) -> None:
+    def _reserve(self, rows: int) -> None:
+        """Room for ``rows`` rows: short arrays grow to twice their size (or ``rows``)."""
+        if rows <= self._capacity:
+            return
+        capacity = max(rows, 2 * self._capacity)
         for name, arr in self._arrays.items():
             if arr is not None:
                 grown = np.empty((capacity, *arr.shape[1:]), arr.dtype)
