@@ -69,6 +69,29 @@ def timed_runner(runner: rc.EnvRunner) -> Callable[[float], float]:
     return run
 
 
+def envpool_missing() -> bool:
+    """Whether the optional ``envpool`` package is missing (then the benchmark says it is
+    skipped: there is nothing to measure)."""
+    try:
+        import envpool  # noqa: F401
+    except ImportError as exc:
+        print(f"skipped: {exc}")
+        return True
+    return False
+
+
+def take_turns(
+    runs: dict[str, Callable[[float], float]], rounds: int, seconds: float
+) -> dict[str, list[float]]:
+    """Each contender's env steps/s in every round; the contenders take turns, in reverse
+    order every other round (host load that lasts a round hits all of them)."""
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(rounds):
+        for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
+            rates[name].append(runs[name](seconds))
+    return rates
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one short round")
@@ -77,10 +100,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="EnvPool's num_threads")
     args = ap.parse_args()
     rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
-    try:
-        import envpool  # noqa: F401
-    except ImportError as exc:
-        print(f"skipped: {exc}")
+    if envpool_missing():
         return
     waits: dict[str, float | None] = {"learned": None, "no wait": 0.0}
     waits.update({f"fixed {us} us": us * 1e-6 for us in FIXED_US})
@@ -90,12 +110,8 @@ def main() -> None:
     for name, fixed in waits.items():
         runners[name], base = _runner("envpool:CartPole-v1", args.threads)
         base._pacer = pacers[name] = Watched(fixed)
-    runs = {name: timed_runner(r) for name, r in runners.items()}
-    rates: dict[str, list[float]] = {name: [] for name in runs}
     try:
-        for r in range(rounds):
-            for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
-                rates[name].append(runs[name](seconds))
+        rates = take_turns({n: timed_runner(r) for n, r in runners.items()}, rounds, seconds)
     finally:
         for runner in runners.values():
             runner.stop()

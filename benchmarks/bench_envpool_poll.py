@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_envpool_pacer import envpool_missing
 from bench_worker_poll import phase_row
 
 import rlconnect as rc
@@ -69,10 +70,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--threads", type=int, default=None, help="EnvPool's num_threads")
     args = ap.parse_args()
-    try:
-        import envpool  # noqa: F401
-    except ImportError as exc:
-        print(f"skipped: {exc}")
+    if envpool_missing():
         return
     seconds = 0.5 if args.quick else args.seconds
     env_config = {} if args.threads is None else {"num_threads": args.threads}

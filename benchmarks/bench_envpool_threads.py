@@ -20,7 +20,7 @@ import os
 import statistics
 from typing import Any
 
-from bench_envpool_pacer import timed_runner
+from bench_envpool_pacer import envpool_missing, take_turns, timed_runner
 
 import rlconnect as rc
 from rlconnect.envs import make_base_env
@@ -70,10 +70,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.0)
     args = ap.parse_args()
     rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
-    try:
-        import envpool  # noqa: F401
-    except ImportError as exc:
-        print(f"skipped: {exc}")
+    if envpool_missing():
         return
     print(f"env steps/s, synchronous, median [min-max] of {rounds} rounds; {os.cpu_count()} CPUs")
     print(f"{'task':<12} {'N':>5} {'contender':<26} {'threads':>12} {'median':>10} {'range':>21}")
@@ -84,10 +81,7 @@ def main() -> None:
         }
         try:
             runs = {name: timed_runner(r) for name, r in runners.items()}
-            rates: dict[str, list[float]] = {name: [] for name in runs}
-            for r in range(rounds):
-                for name in list(runs) if r % 2 == 0 else list(reversed(runs)):
-                    rates[name].append(runs[name](seconds))
+            rates = take_turns(runs, rounds, seconds)
             for name, values in rates.items():
                 span = f"{min(values):,.0f}-{max(values):,.0f}"
                 print(
