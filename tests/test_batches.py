@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+import tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from rlconnect.batches import (
     batches_equal,
     concat_samples,
 )
+from rlconnect.batches.take import take_rows
 
 SB = SampleBatch
 
@@ -147,6 +149,36 @@ def test_take_int_and_bool():
     assert len(b.take([])) == 0
     with pytest.raises(IndexError, match="mask"):
         b.take(np.array([True, False]))
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        np.arange(6, dtype=np.int64),
+        np.arange(24, dtype=np.float32).reshape(6, 4),
+        np.arange(36, dtype=np.float64).reshape(6, 2, 3),
+        np.array([{"i": i} for i in range(6)], dtype=object),
+        {"a": np.arange(12).reshape(6, 2), "b": (np.arange(6) > 2, np.ones((6, 1, 1)))},
+    ],
+)
+def test_take_rows_equals_numpy_indexing(column):
+    """``take_rows`` (np.take / np.compress for multi-axis leaves) gives what ``leaf[index]``
+    gives: integer indices (repeated, out of order, negative, none) and boolean masks."""
+    for index in (
+        np.array([4, 0, 4, 5, -1]),
+        np.array([], dtype=np.int64),
+        np.array([True, False, True, True, False, False]),
+        np.zeros(6, dtype=bool),
+    ):
+        got, want = take_rows(column, index), tree.map_structure(lambda c, i=index: c[i], column)
+        for g, w in zip(tree.flatten(got), tree.flatten(want), strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+    for leaf in tree.flatten(column):  # a wrong mask or index raises as indexing does
+        with pytest.raises(IndexError):
+            take_rows(leaf, np.array([True, False]))
+        with pytest.raises(IndexError):
+            take_rows(leaf, np.array([6]))
 
 
 def test_copy_shallow_and_deep():

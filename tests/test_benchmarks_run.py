@@ -35,6 +35,7 @@ BENCHMARKS = {
         240,
         ("rlconnect preset", "gymnasium loop", "compress_observations=True", "per 1M transitions"),
     ),
+    "bench_take.py": (60, ("a[index]", "take_rows", "float32 (n, 4)", "mask")),
     "bench_serving.py": (240, ("remote", "local", "p50", "p99")),
     "soak.py": (240, ("steps/s", "RSS MB", "growth", "requests/s", "timed out", "answering True")),
 }

@@ -30,11 +30,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import tree
 
 from rlconnect.batches.columns import IMAGE_COLUMNS, NEXT_OBS_OF
 from rlconnect.batches.compressed import CompressedColumn, compressible
 from rlconnect.batches.lazy import LazyColumn
+from rlconnect.batches.take import take_rows
 
 __all__ = [
     "FrameStackColumn",
@@ -282,11 +282,7 @@ def transition_observations(column: Any, rows: np.ndarray, nxt: np.ndarray) -> t
         packed = _pack(column, rows, column, nxt, same)
         if packed is not None:
             return packed
-    if isinstance(column, np.ndarray):
-        return column[rows], column[nxt]
-    return tree.map_structure(lambda c: c[rows], column), tree.map_structure(
-        lambda c: c[nxt], column
-    )
+    return take_rows(column, rows), take_rows(column, nxt)
 
 
 def pack_image_columns(

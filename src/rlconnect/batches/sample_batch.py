@@ -23,6 +23,7 @@ import tree
 from rlconnect.batches.compare import _sample_batches_equal
 from rlconnect.batches.compressed import CompressedColumn
 from rlconnect.batches.lazy import LazyColumn
+from rlconnect.batches.take import take_rows
 
 __all__ = ["DEFAULT_AGENT_ID", "DEFAULT_POLICY_ID", "Column", "SampleBatch"]
 
@@ -109,10 +110,12 @@ def _is_compressed(column: Column) -> bool:
 
 
 def _map_rows(column: Column, index: Any) -> Column:
-    if isinstance(column, np.ndarray):
-        return column[index]
     if isinstance(column, LazyColumn):
         return column.take(index)
+    if not isinstance(index, slice):
+        return take_rows(column, index)
+    if isinstance(column, np.ndarray):  # a view
+        return column[index]
     return tree.map_structure(lambda leaf: leaf[index], column)
 
 

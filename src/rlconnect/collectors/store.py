@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import tree
 
-__all__ = ["ColumnStore", "fill_rows", "take_rows"]
+from rlconnect.batches.take import take_rows
+
+__all__ = ["ColumnStore", "fill_rows"]
 
 
 _MISSING = object()
@@ -105,13 +107,6 @@ def _concat(parts: list[Any]) -> Any:
     if _is_leaf(parts[0]):
         return np.concatenate(parts)
     return tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
-
-
-def take_rows(col: Any, rows: Any) -> Any:
-    """Rows ``rows`` of a column that is an array or a nest of arrays."""
-    if _is_leaf(col):
-        return col[rows]
-    return tree.map_structure(lambda c: c[rows], col)
 
 
 class ColumnStore:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import SampleBatch
-from rlconnect.collectors.store import take_rows
+from rlconnect.batches.take import take_rows
 from rlconnect.connectors import ActionData
 from rlconnect.envs.external import apply_logged_actions
 from rlconnect.errors import PolicyError, describe_exception

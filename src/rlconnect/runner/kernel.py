@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.batches.take import take_rows
 from rlconnect.collectors import PolicyCollectorGroup
-from rlconnect.collectors.store import take_rows
 from rlconnect.connectors import AgentData
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
