@@ -27,6 +27,7 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.batches.columns import EMPTY_INFO
+from rlconnect.batches.take import take_rows
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.envpool_io import PoolIO, pool_io
 from rlconnect.envs.gym_envs import sub_env_seed
@@ -342,7 +343,7 @@ class EnvPoolEnv(BaseEnv):
                 term[order],
                 trunc[order],
             )
-            obs = obs[order]
+            obs = take_rows(obs, order)
             info = {k: np.asarray(info[k])[order] for k in extra}
         if self._frames:
             obs = obs[:, 0]
