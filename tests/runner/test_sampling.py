@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ from cases import CounterEnv, trajectories
 from tests.envs.env_cases import check_cartpole_truth
 
 import rlconnect as rc
+from rlconnect.runner.postprocess import state_digest
 
 
 def counter_runner(n=2, frag=4, **cfg):
@@ -369,3 +373,29 @@ def test_policies_mapped_per_sub_env_of_a_vector_env(n):
             assert set((part["env_id"] % 2).tolist()) == {0 if pid == "even" else 1}
             check_counter_truth(part)
             assert len(part) == (n // 2) * 6
+
+
+def test_state_digest_follows_structure_and_statistics():
+    """A batch's ``connector_state`` digest: the same for the same pipeline structure and
+    statistics, different when either differs (a pipeline without statistics is hashed
+    once per structure; the digest is the one the statistics path gives)."""
+    obs, act = _spaces("CartPole-v1")
+
+    def runner(**cfg):
+        config = rc.RunnerConfig(rollout_fragment_length=5, seed=0, **cfg)
+        return rc.EnvRunner("CartPole-v1", rc.MLPPolicy(obs, act), config=config)
+
+    plain, again, filtered = runner(), runner(), runner(observation_filter="MeanStdFilter")
+    clipping = runner(clip_rewards=True)  # another structure without statistics
+    assert not plain.agent_pipeline().get_statistics()
+    digest = state_digest(plain.agent_pipeline())
+    assert digest == state_digest(again.agent_pipeline()) == plain.sample().meta["connector_state"]
+    names = json.dumps(list(plain.agent_pipeline().names)).encode()
+    assert digest == hashlib.sha256(names).hexdigest()[:16]
+    assert not clipping.agent_pipeline().get_statistics()
+    assert state_digest(clipping.agent_pipeline()) not in (digest, None)
+    assert state_digest(plain.agent_pipeline()) == digest
+    before = state_digest(filtered.agent_pipeline())
+    assert before != digest  # another structure
+    filtered.sample()  # the filter's statistics move
+    assert state_digest(filtered.agent_pipeline()) != before
