@@ -94,3 +94,35 @@ def test_bad_seed_and_missing_obs() -> None:
     p = RandomPolicy(OBS, SPACES["discrete"])
     with pytest.raises(KeyError, match="'obs' column"):
         p.compute_actions({"observations": np.zeros((2, 2))})
+
+
+@pytest.mark.parametrize("name", ["discrete", "box", "dict", "tuple", "multibinary"])
+def test_actions_drawn_ahead_are_handed_out_in_order(name: str) -> None:
+    """Array spaces are drawn a block of rows at a time: calls of any size (one larger than
+    a block too) get fresh rows in the space, the same for the same seed and calls, rows
+    handed out never change afterwards, and re-seeding starts over."""
+    space = SPACES[name]
+    sizes = [61, 64, 1, 0, 5000, 64, 3]  # 5000 rows: more than a block
+
+    def run(p):
+        return [p.compute_actions({"obs": np.zeros((k, 2), np.float32)})[0] for k in sizes]
+
+    p = RandomPolicy(OBS, space, seed=3)
+    first = run(p)
+    kept = tree.map_structure(np.copy, first)
+    later = run(p)  # more draws must not write into what was handed out
+    for got, want in zip(tree.flatten(first), tree.flatten(kept), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for out, k in zip(first + later, sizes + sizes, strict=True):
+        for leaf in tree.flatten(out):
+            assert leaf.shape[0] == k
+        assert all(space.contains(row) for row in _rows(out, k))
+    again = run(RandomPolicy(OBS, space, seed=3))
+    for got, want in zip(tree.flatten(again), tree.flatten(kept), strict=True):
+        np.testing.assert_array_equal(got, want)
+    p.seed(3)  # starts over
+    for got, want in zip(tree.flatten(run(p)), tree.flatten(kept), strict=True):
+        np.testing.assert_array_equal(got, want)
+    # consecutive calls get different rows, not the same ones again
+    a, b = first[0], first[1]
+    assert not all(np.array_equal(x[:61], y[:61]) for x, y in zip(tree.flatten(a), tree.flatten(b)))

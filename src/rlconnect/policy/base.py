@@ -18,7 +18,9 @@ a given seed and sequence of calls, and independent of global numpy/torch RNG st
 from __future__ import annotations
 
 import abc
+import copy
 import numbers
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -202,6 +204,31 @@ class Policy(abc.ABC):
         """Re-seed the policy's own generators (``None``: fresh OS entropy)."""
         self._seed = check_seed(seed)
         self.np_random = np.random.default_rng(self._seed)
+
+    def get_random_state(self) -> Any:
+        """A snapshot of the policy's random state for ``set_random_state``: the numpy and
+        torch generators it holds as attributes (a subclass that draws ahead adds what it
+        drew). ``evaluate()`` puts it back, so acting there never changes what training
+        draws next."""
+        torch = sys.modules.get("torch")  # a torch.Generator exists only once torch is imported
+        stateful: tuple[type, ...] = (np.random.RandomState,)
+        if torch is not None:
+            stateful = (np.random.RandomState, torch.Generator)
+        saved: list[tuple[Any, Any]] = []
+        for value in vars(self).values():
+            if isinstance(value, np.random.Generator):
+                saved.append((value, copy.deepcopy(value.bit_generator.state)))
+            elif isinstance(value, stateful):
+                saved.append((value, value.get_state()))  # type: ignore[attr-defined]
+        return saved
+
+    def set_random_state(self, state: Any) -> None:
+        """Put back a snapshot taken by ``get_random_state``."""
+        for gen, gen_state in state:
+            if isinstance(gen, np.random.Generator):
+                gen.bit_generator.state = gen_state
+            else:
+                gen.set_state(gen_state)
 
     def get_config(self) -> dict[str, Any]:
         """JSON-able constructor keyword arguments (besides the spaces) to rebuild the policy."""

@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
 import attrs
 import gymnasium as gym
-import numpy as np
 
 from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline
 from rlconnect.connectors.pipeline import ConnectorPipeline
@@ -99,26 +97,13 @@ def _copy_pipeline(pipe: ConnectorPipeline, num_envs: int) -> ConnectorPipeline:
 
 @contextlib.contextmanager
 def preserved_random_state(policies: list[Policy]) -> Iterator[None]:
-    """Save the numpy / torch generators held as policy attributes; restore them after."""
-    saved: list[tuple[Any, Any]] = []
-    torch = sys.modules.get("torch")  # a torch.Generator exists only once torch is imported
-    stateful: tuple[type, ...] = (np.random.RandomState,)
-    if torch is not None:
-        stateful = (np.random.RandomState, torch.Generator)
-    for policy in policies:
-        for value in vars(policy).values():
-            if isinstance(value, np.random.Generator):
-                saved.append((value, copy.deepcopy(value.bit_generator.state)))
-            elif isinstance(value, stateful):
-                saved.append((value, value.get_state()))  # type: ignore[attr-defined]
+    """Snapshot the policies' random state (``Policy.get_random_state``); put it back after."""
+    saved = [(policy, policy.get_random_state()) for policy in policies]
     try:
         yield
     finally:
-        for gen, state in saved:
-            if isinstance(gen, np.random.Generator):
-                gen.bit_generator.state = state
-            else:
-                gen.set_state(state)
+        for policy, state in saved:
+            policy.set_random_state(state)
 
 
 def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
