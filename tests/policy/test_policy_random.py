@@ -126,3 +126,16 @@ def test_actions_drawn_ahead_are_handed_out_in_order(name: str) -> None:
     # consecutive calls get different rows, not the same ones again
     a, b = first[0], first[1]
     assert not all(np.array_equal(x[:61], y[:61]) for x, y in zip(tree.flatten(a), tree.flatten(b)))
+
+
+def test_random_state_snapshot_restores_the_rows_drawn_ahead() -> None:
+    """``get_random_state`` / ``set_random_state`` (what ``evaluate()`` uses): after a
+    restore the policy draws exactly what it would have drawn without the calls between."""
+    p = RandomPolicy(OBS, SPACES["discrete"], seed=5)
+    obs = {"obs": np.zeros((64, 2), np.float32)}
+    p.compute_actions(obs)
+    state = p.get_random_state()
+    expected = [p.compute_actions(obs)[0].copy() for _ in range(70)]  # past a block
+    p.set_random_state(state)
+    for want in expected:
+        np.testing.assert_array_equal(p.compute_actions(obs)[0], want)
