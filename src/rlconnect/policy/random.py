@@ -121,16 +121,18 @@ class RandomPolicy(Policy):
     def seed(self, seed: int | None = None) -> None:
         """Re-seed the generator; actions drawn ahead are dropped."""
         super().seed(seed)
-        self._block: Any = None  # rows drawn ahead (an array or a nest of arrays)
-        self._block_len = self._next = 0
+        #: rows drawn ahead (an array or a nest of arrays) and how many, in one attribute
+        #: so that a call always slices a block together with its own length
+        self._drawn: tuple[Any, int] = (None, 0)
+        self._next = 0  # the first row not handed out yet
         self._block_rows = _block_rows(self.action_space)  # 0: draw per call
 
     def get_random_state(self) -> Any:
         """The generator's state and the rows drawn ahead (see ``Policy``)."""
-        return super().get_random_state(), (self._block, self._block_len, self._next)
+        return super().get_random_state(), self._drawn, self._next
 
     def set_random_state(self, state: Any) -> None:
-        generators, (self._block, self._block_len, self._next) = state
+        generators, self._drawn, self._next = state
         super().set_random_state(generators)
 
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
@@ -138,13 +140,13 @@ class RandomPolicy(Policy):
         n = batch_size(input_batch)
         if not self._block_rows:
             return sample_space_batch(self.action_space, n, self.np_random), [], {}
-        start = self._next
-        if start + n > self._block_len:  # what is left of the block is dropped
+        (block, rows), start = self._drawn, self._next
+        if start + n > rows:  # what is left of the block is dropped
             rows = max(n, self._block_rows)
-            self._block = sample_space_batch(self.action_space, rows, self.np_random)
-            self._block_len, start = rows, 0
+            block = sample_space_batch(self.action_space, rows, self.np_random)
+            self._drawn, start = (block, rows), 0
         self._next = end = start + n
-        block = self._block  # never written to: the slices handed out are views
+        # the block is never written to: the slices handed out are views
         if type(block) is np.ndarray:
             return block[start:end], [], {}
         return tree.map_structure(lambda leaf: leaf[start:end], block), [], {}
