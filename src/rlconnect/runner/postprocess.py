@@ -25,14 +25,10 @@ __all__ = ["postprocess_batches", "state_digest"]
 def state_digest(pipe: ConnectorPipeline) -> str:
     """A short SHA-256 of a pipeline's structure and statistics: which state shaped a batch.
 
-    Taken once per batch; a pipeline without statistics (most) is hashed once per
-    structure (``_structure_digest``, the same digest)."""
-    statistics = pipe.get_statistics()
-    if not statistics:
-        return _structure_digest(tuple(pipe.names))
-    h = hashlib.sha256()
-    h.update(json.dumps(pipe.names).encode())
-    for name, stats in sorted(statistics.items()):
+    Taken once per batch: the structure's part is hashed once per structure
+    (``_structure_hash``) and copied, so a pipeline without statistics (most) costs a copy."""
+    h = _structure_hash(tuple(pipe.names)).copy()
+    for name, stats in sorted(pipe.get_statistics().items()):
         h.update(name.encode())
         for path, leaf in tree.flatten_with_path(stats):
             h.update(repr(path).encode())
@@ -41,9 +37,9 @@ def state_digest(pipe: ConnectorPipeline) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _structure_digest(names: tuple[str, ...]) -> str:
-    """``state_digest`` of a pipeline of ``names`` without statistics."""
-    return hashlib.sha256(json.dumps(names).encode()).hexdigest()[:16]
+def _structure_hash(names: tuple[str, ...]) -> Any:
+    """The SHA-256 of a pipeline's member names (never updated: callers copy it)."""
+    return hashlib.sha256(json.dumps(names).encode())
 
 
 def _needs_postprocessing(policies: Mapping[str, Policy], callbacks: Callbacks) -> bool:
