@@ -3,8 +3,9 @@
 Building a batch takes the rows of every column twice (a transition's first and second
 row), and ``SampleBatch.take`` does it for minibatches. For each column shape below, with
 3,200 rows (a CartPole batch of 50 polls of 64 envs) and a shuffled index of 3,136 of
-them, both ways take turns for ``--rounds`` rounds; the table gives the median [min-max]
-microseconds per call and their ratio, for integer indices and for a boolean mask.
+them, both ways take turns for ``--rounds`` rounds (in reverse order every other round);
+the table gives the median [min-max] microseconds per call and their ratio, for integer
+indices and for a boolean mask.
 
     python benchmarks/bench_take.py [--quick] [--rounds 7]
 """
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from bench_envpool_pacer import take_turns
 
 from rlconnect.batches.take import take_rows
 
@@ -41,16 +43,12 @@ def per_call_us(fn: Callable[[], object], seconds: float) -> float:
     return elapsed / calls * 1e6
 
 
-def take_turns(
-    column: np.ndarray, index: np.ndarray, rounds: int, seconds: float
-) -> tuple[list[float], list[float]]:
-    """Microseconds per call of ``column[index]`` and of ``take_rows``, round by round."""
-    plain: list[float] = []
-    ours: list[float] = []
-    for _ in range(rounds):
-        plain.append(per_call_us(lambda: column[index], seconds))
-        ours.append(per_call_us(lambda: take_rows(column, index), seconds))
-    return plain, ours
+def contenders(column: np.ndarray, index: np.ndarray) -> dict[str, Callable[[float], float]]:
+    """``seconds`` -> microseconds per call, of ``column[index]`` and of ``take_rows``."""
+    return {
+        "plain": lambda seconds: per_call_us(lambda: column[index], seconds),
+        "ours": lambda seconds: per_call_us(lambda: take_rows(column, index), seconds),
+    }
 
 
 def main() -> None:
@@ -68,7 +66,8 @@ def main() -> None:
     for name, (shape, dtype) in SHAPES.items():
         column: np.ndarray = np.zeros(shape, dtype=dtype)
         for kind, idx in (("ints", index), ("mask", mask)):
-            plain, ours = take_turns(column, idx, rounds, seconds)
+            us = take_turns(contenders(column, idx), rounds, seconds)
+            plain, ours = us["plain"], us["ours"]
             p, o = statistics.median(plain), statistics.median(ours)
             cells = [f"{p:8.1f} [{min(plain):.1f}-{max(plain):.1f}]"]
             cells.append(f"{o:8.1f} [{min(ours):.1f}-{max(ours):.1f}]")

@@ -4,7 +4,7 @@ A column is an array whose first axis is the row axis, or a nest of such arrays.
 ``a[index]`` on an array with more than one axis goes through its general multi-axis
 indexing, which for narrow rows is several times slower than ``np.take(a, index, axis=0)``
 or ``np.compress(mask, a, axis=0)``, which copy a row at a time (CartPole's ``(n, 4)``
-float32 observations: 6-9x); for one-axis arrays plain indexing is as fast or a little
+float32 observations: 6.6-9.2x); for one-axis arrays plain indexing is as fast or a little
 faster. ``benchmarks/bench_take.py`` measures both.
 """
 
