@@ -1,4 +1,4 @@
-"""The shape the code must keep (docs: ARCHITECTURE): layers, one step, small modules.
+"""The shape the code must keep (docs: ARCHITECTURE): layers, one step, short functions.
 
 Each check reads the package's source with ``ast``; a failure names the file and line.
 """
@@ -8,11 +8,22 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "rlconnect"
 RUNNER = PACKAGE / "runner"
-MAX_LINES = 400
+#: a function in these folders reads on one screen
+SHORT_FUNCTION_FOLDERS = ("runner", "envs")
+MAX_FUNCTION_LINES = 60
+#: functions still over the limit, each to be split; the test fails once one is short, so
+#: the list only shrinks
+STILL_LONG = {
+    "runner/kernel.py:StepKernel.step",
+    "runner/kernel.py:StepKernel._act",
+    "runner/runner.py:EnvRunner.__init__",
+    "envs/envpool_env.py:make_envpool",
+    "envs/rows.py:EnvRowsBuilder.build",
+    "envs/vector.py:VectorEnvAdapter.poll",
+    "envs/workers/worker.py:worker_main",
+}
 
 #: layers above the runner: it never imports them, not even inside a function
 UPPER_LAYERS = ("rlconnect.offline", "rlconnect.serve", "rlconnect.distributed", "rlconnect.cli")
@@ -88,7 +99,32 @@ def test_policies_are_called_from_one_place():
     assert calls and all(c.startswith("acting.py:") for c in calls), calls
 
 
-@pytest.mark.parametrize("path", _modules(PACKAGE), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_modules_are_small(path):
-    lines = len(path.read_text().splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)} has {lines} lines (> {MAX_LINES})"
+def _function_lengths(path: Path) -> dict[str, int]:
+    """``qualified name -> lines`` (decorators included) of every function in ``path``."""
+    out: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                out[prefix + child.name] = (child.end_lineno or child.lineno) - first + 1
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def test_functions_read_on_one_screen():
+    lengths = {
+        f"{p.relative_to(PACKAGE)}:{name}": n
+        for folder in SHORT_FUNCTION_FOLDERS
+        for p in _modules(PACKAGE / folder)
+        for name, n in _function_lengths(p).items()
+    }
+    long = {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}
+    new = {name: n for name, n in long.items() if name not in STILL_LONG}
+    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: {new}"
+    fixed = sorted(STILL_LONG - set(long))
+    assert not fixed, f"now short (or gone): take them off STILL_LONG: {fixed}"
