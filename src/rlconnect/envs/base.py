@@ -60,6 +60,15 @@ class BaseEnv:
         """Queue actions (a stacked batch or a list, one row per ``(env_id, agent_id)``)."""
         raise NotImplementedError
 
+    def all_actions_sent(self) -> None:
+        """Every action the last poll's rows call for has been given to ``send_actions``.
+
+        The runner calls this once per poll, after the last policy's actions are sent and
+        before it records the poll, so an env that steps its sub-envs as one batch (EnvPool)
+        can start that step here and run it while the runner records. Does nothing by
+        default: an env that steps as actions arrive needs no signal.
+        """
+
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         """Reset sub-env ``env_id`` at the next poll (its episode ended)."""
         raise NotImplementedError
