@@ -58,3 +58,40 @@ def test_register_conflicts() -> None:
     with pytest.raises(TypeError):
         register_policy("_TestPolicyC", int)  # type: ignore[arg-type]
     assert issubclass(B, Policy)
+
+
+def test_first_lookups_from_many_threads_all_get_the_class(tmp_path, monkeypatch) -> None:
+    """A lazily registered kind looked up for the first time by several threads at once
+    (serving threads, say) while its module is still importing: every thread gets the
+    class, none a KeyError."""
+    import threading
+
+    from rlconnect.policy.registry import register_lazy_policy
+
+    module = "_slow_policy_module_for_threads"
+    (tmp_path / f"{module}.py").write_text(
+        "import time\n"
+        "from rlconnect.policy import RandomPolicy\n"
+        "time.sleep(0.3)  # a module that imports slowly, as torch does\n"
+        "class SlowPolicy(RandomPolicy):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    register_lazy_policy("_SlowPolicy", f"{module}:SlowPolicy")
+    barrier = threading.Barrier(4)
+    got: list[object] = []
+
+    def look() -> None:
+        barrier.wait(timeout=10)
+        try:
+            got.append(get_policy_class("_SlowPolicy").__name__)
+        except Exception as exc:  # what the test reports
+            got.append(exc)
+
+    threads = [threading.Thread(target=look) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert got == ["SlowPolicy"] * 4
+    assert "_SlowPolicy" in registered_policies()

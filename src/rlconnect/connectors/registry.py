@@ -1,7 +1,12 @@
-"""Connectors and lambdas registered by name: the only way a saved pipeline is rebuilt."""
+"""Connectors and lambdas registered by name: the only way a saved pipeline is rebuilt.
+
+Safe to use from any thread: a registration checks and takes its name under one lock, so
+two threads registering different classes under one name cannot both succeed.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
@@ -22,6 +27,7 @@ C = TypeVar("C", bound=type[Connector])
 
 _CONNECTORS: dict[str, type[Connector]] = {}
 _LAMBDAS: dict[str, Callable[..., Any]] = {}
+_LOCK = threading.Lock()
 
 
 def _same_definition(a: Any, b: Any) -> bool:
@@ -54,14 +60,15 @@ def register_connector(name: str, cls: Any = None, *, override: bool = False) ->
             raise TypeError(
                 f"register_connector({name!r}) needs a Connector subclass, got {klass!r}"
             )
-        existing = _CONNECTORS.get(name)
-        if existing is not None and not _same_definition(existing, klass) and not override:
-            raise ValueError(
-                f"connector name {name!r} is taken by {existing.__module__}."
-                f"{existing.__qualname__}; pass override=True to replace it"
-            )
-        _CONNECTORS[name] = klass
-        klass.registered_name = name  # set on the class itself: subclasses must register anew
+        with _LOCK:
+            existing = _CONNECTORS.get(name)
+            if existing is not None and not _same_definition(existing, klass) and not override:
+                raise ValueError(
+                    f"connector name {name!r} is taken by {existing.__module__}."
+                    f"{existing.__qualname__}; pass override=True to replace it"
+                )
+            klass.registered_name = name  # on the class itself: subclasses must register anew
+            _CONNECTORS[name] = klass
         return klass
 
     return _register if cls is None else _register(cls)
@@ -70,12 +77,13 @@ def register_connector(name: str, cls: Any = None, *, override: bool = False) ->
 def get_connector_class(name: object) -> type[Connector]:
     """The class registered under ``name``; UnknownConnectorError lists the known names
     (also for a name that is not a string, as a damaged saved pipeline may hold)."""
-    if not isinstance(name, str) or name not in _CONNECTORS:
+    klass = _CONNECTORS.get(name) if isinstance(name, str) else None
+    if klass is None:
         raise UnknownConnectorError(
             f"no connector registered as {name!r}; registered: {', '.join(registered_connectors())}"
             ". Import the module that registers it (rc.register_connector) before loading."
         )
-    return _CONNECTORS[name]
+    return klass
 
 
 def get_connector(
@@ -87,7 +95,8 @@ def get_connector(
 
 def registered_connectors() -> list[str]:
     """Sorted names of all registered connectors."""
-    return sorted(_CONNECTORS)
+    with _LOCK:
+        return sorted(_CONNECTORS)
 
 
 def register_lambda(name: str, fn: Callable[..., Any], *, override: bool = False) -> None:
@@ -95,10 +104,11 @@ def register_lambda(name: str, fn: Callable[..., Any], *, override: bool = False
     _check_name(name)
     if not callable(fn):
         raise TypeError(f"register_lambda({name!r}) needs a callable, got {fn!r}")
-    existing = _LAMBDAS.get(name)
-    if existing is not None and not _same_definition(existing, fn) and not override:
-        raise ValueError(f"lambda name {name!r} is taken; pass override=True to replace it")
-    _LAMBDAS[name] = fn
+    with _LOCK:
+        existing = _LAMBDAS.get(name)
+        if existing is not None and not _same_definition(existing, fn) and not override:
+            raise ValueError(f"lambda name {name!r} is taken; pass override=True to replace it")
+        _LAMBDAS[name] = fn
 
 
 def get_lambda(name: str) -> Callable[..., Any]:
@@ -115,4 +125,5 @@ def get_lambda(name: str) -> Callable[..., Any]:
 
 def registered_lambdas() -> list[str]:
     """Sorted names of all registered lambdas."""
-    return sorted(_LAMBDAS)
+    with _LOCK:
+        return sorted(_LAMBDAS)
