@@ -218,3 +218,18 @@ def test_a_restarted_multi_agent_sub_env_in_a_worker_samples_what_in_process_doe
     assert len(starts) >= 3  # the rebuilt sub-env's episodes start where its seed says
     assert_same_batches(local, remote)
     assert remote_m == local_m
+
+
+def make_unlicensed_3(ctx: rc.EnvContext) -> gym.Env:
+    if ctx.vector_index == 3:
+        raise RuntimeError("sub-env 3 has no licence")
+    return make_plain(ctx)
+
+
+def test_a_worker_failing_at_start_up_is_the_only_one_heard_from(capfd):
+    """The healthy workers, told to end before they were given their block, end quietly:
+    the runner's error is the one message (no traceback from the other processes)."""
+    with pytest.raises(RuntimeError, match="sub-env 3 has no licence"):
+        runner_for(make_unlicensed_3, make_indexed, n=4, num_env_workers=4)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err

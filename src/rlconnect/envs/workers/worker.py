@@ -305,7 +305,10 @@ def worker_main(
             answers.send_bytes(pickle.dumps(Hello(error=encode_error(exc))))
             return
         answers.send_bytes(pickle.dumps(hello))
-        _, name, layout = pickle.loads(commands.recv_bytes())
+        attach = commands.recv_bytes()
+        if attach == b"c":  # ended before it started: another worker's envs failed to build
+            return
+        _, name, layout = pickle.loads(attach)
         block = SharedBlock(layout, name)
         assert block.arrays is not None
         server = _Server(group, spec, block.arrays)
