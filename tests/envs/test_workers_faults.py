@@ -233,3 +233,57 @@ def test_a_worker_failing_at_start_up_is_the_only_one_heard_from(capfd):
         runner_for(make_unlicensed_3, make_indexed, n=4, num_env_workers=4)
     err = capfd.readouterr().err
     assert "Traceback" not in err, err
+
+
+def make_flaky_unrebuildable(ctx: rc.EnvContext) -> gym.Env:
+    if ctx.seed != 21 + ctx.vector_index:  # a rebuild: its seed is derived
+        raise OSError("simulator licence server unreachable")
+    return make_flaky(ctx)
+
+
+@pytest.mark.parametrize("cfg", [{}, {"num_env_workers": 2}, {"remote_envs": True}])
+def test_a_failed_rebuild_names_both_causes_as_in_process(cfg):
+    """Sub-env 1 raises, then its rebuild raises: the error says both, in the words of the
+    runner's own process (the sub-env named globally, the step's exception as cause)."""
+    runner = runner_for(
+        make_flaky_unrebuildable,
+        make_indexed,
+        n=3,
+        frag=12,
+        seed=21,
+        restart_failed_sub_environments=True,
+        **cfg,
+    )
+    with pytest.raises(rc.EnvError) as info:
+        sample_all(runner, 2)
+    assert str(info.value).startswith(
+        "sub-env 1 could not be rebuilt after it raised RuntimeError: flaky env failed; "
+        "simulator licence server unreachable"
+    ), str(info.value)
+    cause = info.value.__cause__
+    assert isinstance(cause, RuntimeError) and str(cause) == "flaky env failed"
+
+
+class UnrebuildablePair(FlakyPair):
+    def __init__(self, ctx: rc.EnvContext) -> None:
+        if ctx.seed != 21 + ctx.vector_index:  # a rebuild: its seed is derived
+            raise OSError("simulator licence server unreachable")
+        super().__init__(ctx)
+
+
+@pytest.mark.parametrize("cfg", [{}, {"remote_envs": True}])
+def test_a_failed_multi_agent_rebuild_names_both_causes(cfg):
+    space = StepCountEnv.observation_space, StepCountEnv.action_space
+    config = rc.RunnerConfig(
+        num_envs=3, rollout_fragment_length=12, seed=21, restart_failed_sub_environments=True, **cfg
+    )
+    runner = rc.EnvRunner(
+        UnrebuildablePair, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+    )
+    with pytest.raises(rc.EnvError) as info:
+        sample_all(runner, 3)
+    assert str(info.value).startswith(
+        "sub-env 1 could not be rebuilt after it raised RuntimeError: flaky env failed; "
+        "simulator licence server unreachable"
+    ), str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)

@@ -15,7 +15,7 @@ from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.obs_stack import ObsStacker
 from rlconnect.envs.rewards import reward_column
 from rlconnect.envs.rows import EnvRowsBuilder
-from rlconnect.errors import EnvError
+from rlconnect.errors import EnvError, describe_exception
 from rlconnect.spaces import unstack_batch
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "DenseColumns",
     "EnvContext",
     "GymEnvs",
+    "rebuild_error",
     "sub_env_context",
     "sub_env_contexts",
     "sub_env_seed",
@@ -47,6 +48,14 @@ def sub_env_seed(seed: int | None, index: int, restarts: int = 0) -> int | None:
     if restarts == 0:
         return seed + index
     return int(np.random.SeedSequence([seed, index, restarts]).generate_state(1)[0])
+
+
+def rebuild_error(env_id: int, failure: BaseException | None, exc: BaseException) -> EnvError:
+    """Sub-env ``env_id`` failed with ``failure`` (None: not known) and building it anew
+    raised ``exc``: the error names both (raise it from ``failure or exc``)."""
+    what = f" after it raised {describe_exception(failure)}" if failure is not None else ""
+    told = describe_exception(exc).removeprefix(f"{type(exc).__name__}: ")  # its message
+    return EnvError(f"sub-env {env_id} could not be rebuilt{what}; {told}")
 
 
 def sub_env_context(
@@ -187,10 +196,7 @@ class GymEnvs(BaseEnv):
         try:
             self.envs[env_id] = self._make(env_id)
         except Exception as exc:
-            what = f" after it raised {type(failure).__name__}: {failure}" if failure else ""
-            raise EnvError(f"sub-env {env_id} could not be rebuilt{what}; {exc}") from (
-                failure or exc
-            )
+            raise rebuild_error(env_id, failure, exc) from (failure or exc)
         self._seeded[env_id] = False
         self.try_reset(env_id)
 

@@ -10,10 +10,10 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import ContextRule, EnvContext, sub_env_contexts
+from rlconnect.envs.gym_envs import ContextRule, EnvContext, rebuild_error, sub_env_contexts
 from rlconnect.envs.obs_stack import fits_dtype
 from rlconnect.envs.rows import EnvRowsBuilder
-from rlconnect.errors import EnvCheckError, EnvError, describe_exception
+from rlconnect.errors import EnvCheckError
 
 __all__ = ["MultiAgentEnv", "MultiAgentEnvs"]
 
@@ -98,6 +98,7 @@ class MultiAgentEnvs(BaseEnv):
         self._actions: dict[int, dict] = {}
         self._idle: set[int] = set()  # stepped, no agent to act, not done: step with {}
         self._last: dict[int, tuple[dict, dict]] = {}
+        self._failures: dict[int, BaseException] = {}  # what ``try_restart`` names
         self._soft: set[int] = set()
 
     def _context(self, index: int) -> EnvContext:
@@ -144,12 +145,11 @@ class MultiAgentEnvs(BaseEnv):
         with contextlib.suppress(Exception):  # closing must not mask an earlier error
             self.envs[env_id].close()
         self._restarts[env_id] += 1
+        failure = self._failures.pop(env_id, None)
         try:
             self.envs[env_id] = self._make(env_id)
         except Exception as exc:
-            raise EnvError(
-                f"sub-env {env_id} could not be rebuilt: {describe_exception(exc)}"
-            ) from exc
+            raise rebuild_error(env_id, failure, exc) from (failure or exc)
         self._seeded[env_id] = False
         self.try_reset(env_id)
 
@@ -182,7 +182,9 @@ class MultiAgentEnvs(BaseEnv):
                 rows.end_episode(i, all_te, all_tr)
             elif not o:
                 self._idle.add(i)
-        return rows.build()
+        out = rows.build()
+        self._failures.update(out.errors)
+        return out
 
     def _advance(self, i: int, resetting: bool) -> tuple[dict, dict, dict, dict, dict]:
         """Sub-env ``i``'s soft reset, reset or step: ``(obs, rewards, terminateds,

@@ -267,10 +267,8 @@ class WorkerEnvs(BaseEnv):
             self._restarts[env_id] += 1
             reply = self._restart_in(w, env_id)
             if reply:
-                cause = decode_error(pickle.loads(reply), f"sub-env {env_id}")
-                raise EnvError(
-                    f"sub-env {env_id} could not be rebuilt: {describe_exception(cause)}"
-                ) from cause
+                payload, text = pickle.loads(reply)  # from a worker this runner started
+                raise EnvError(text) from decode_error(payload, f"sub-env {env_id}")
         self._a.cmd[env_id] = CMD_RESET
 
     def _restart_in(self, w: WorkerHandle, env_id: int) -> bytes:

@@ -184,10 +184,18 @@ class _Server:
         )
 
     def restart(self, local: int) -> bytes:
+        """Rebuild sub-env ``local``: ``b""``, or a pickled ``(cause, message)`` of the
+        failure (the message names the sub-env globally, both causes in it)."""
         try:
             self.group.try_restart(local)
         except Exception as exc:
-            return pickle.dumps(encode_error(exc.__cause__ or exc))
+            where = f"sub-env {self.lo + local}"
+            if isinstance(exc, EnvError):  # the group's own words, naming the local index
+                told = describe_exception(exc).removeprefix(f"{type(exc).__name__}: ")
+                text = re.sub(r"^sub-env \d+", where, told)
+            else:
+                text = f"{where} could not be rebuilt: {describe_exception(exc)}"
+            return pickle.dumps((encode_error(exc.__cause__ or exc), text))
         return b""
 
     def poll(self, extra: dict[str, Any] | None) -> bytes:
@@ -196,7 +204,7 @@ class _Server:
             for local in extra.get("restart", ()):
                 reply = self.restart(local)
                 if reply:
-                    errors[local] = pickle.loads(reply)
+                    errors[local] = pickle.loads(reply)[0]
         self._command()
         group = self.group
         if extra:
