@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -250,3 +252,90 @@ def test_actions_of_another_dtype_reach_the_env_as_sent():
     finally:
         local.close()
         remote.close()
+
+
+class LockInInfo(gym.Wrapper):
+    """Sub-env 0 of each worker's pair puts a lock (which cannot be pickled) in its infos."""
+
+    def __init__(self, env: gym.Env, locked: bool) -> None:
+        super().__init__(env)
+        self.locked = locked
+
+    def _info(self, info: dict) -> dict:
+        return {**info, "handle": threading.Lock()} if self.locked else {**info, "score": 7}
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return obs, self._info(info)
+
+    def step(self, action):
+        *out, info = self.env.step(action)
+        return (*out, self._info(info))
+
+
+def make_lock_in_info(ctx: rc.EnvContext) -> gym.Env:
+    return LockInInfo(make_indexed(ctx), locked=ctx.vector_index % 2 == 0)
+
+
+class TwoAgentsLockInInfo(TwoAgents):
+    """Agent ``a`` of sub-env 0 puts a lock in its infos."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.locked = ctx.vector_index == 0
+
+    def step(self, actions):
+        *out, infos = super().step(actions)
+        if self.locked and "a" in infos:
+            infos["a"] = {**infos["a"], "handle": threading.Lock()}
+        return (*out, infos)
+
+
+def infos_by_env(batches: list) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for b in batches:
+        for e, info in zip(b["env_id"].tolist(), b["infos"]):
+            out.setdefault(e, []).append(info)
+    return out
+
+
+def test_an_unpicklable_info_replaces_only_its_own_rows_info_and_warns_once():
+    """Sub-envs 0 and 2 (one per worker) return a lock in their infos, which cannot leave
+    the worker: their rows' infos say so, their neighbours' infos arrive as they are, and
+    one warning per such sub-env says what happened."""
+    with pytest.warns(RuntimeWarning, match="sub-env") as record:
+        batches = draw(make_lock_in_info, make_indexed, k=2, n=4, frag=6, num_env_workers=2)
+    infos = infos_by_env(batches)
+    for e in (1, 3):
+        assert all(i.get("score") == 7 for i in infos[e]), infos[e][:2]
+    for e in (0, 2):
+        assert all(
+            set(i) == {"unpicklable_info"} and "lock" in i["unpicklable_info"] for i in infos[e]
+        )
+    said = sorted(str(w.message).split(":")[0] for w in record if "pickle" in str(w.message))
+    assert said == ["sub-env 0", "sub-env 2"], said
+
+
+def test_an_unpicklable_multi_agent_info_replaces_only_that_agents_info():
+    space = StepCountEnv.observation_space, StepCountEnv.action_space
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=6, seed=3, num_env_workers=1)
+    runner = rc.EnvRunner(
+        TwoAgentsLockInInfo, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+    )
+    try:
+        with pytest.warns(RuntimeWarning, match="sub-env 0") as record:
+            batch = runner.sample().policy_batches["p"]
+    finally:
+        runner.stop()
+    assert len([w for w in record if "pickle" in str(w.message)]) == 1
+    steps = [
+        (e, a, i)
+        for e, a, i in zip(batch["env_id"].tolist(), batch["agent_index"].tolist(), batch["infos"])
+        if "t" in i or "unpicklable_info" in i
+    ]
+    assert steps
+    for e, a, info in steps:
+        if (e, a) == (0, 0):
+            assert set(info) == {"unpicklable_info"}, info
+        else:
+            assert "t" in info and "unpicklable_info" not in info, (e, a, info)

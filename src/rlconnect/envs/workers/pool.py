@@ -105,6 +105,7 @@ class WorkerEnvs(BaseEnv):
         self._all_ids = np.arange(num_envs, dtype=np.int64)
         self._all_ids.flags.writeable = False  # shared by every full poll's rows
         self._extra: dict[int, dict[str, list]] = {}
+        self._info_warned: set[int] = set()  # sub-envs whose infos could not be pickled
         try:
             self._start(self.workers)
         except BaseException:
@@ -322,7 +323,8 @@ class WorkerEnvs(BaseEnv):
 
     def _rows(self, replies: dict[int, bytes], errors: dict[int, BaseException]) -> EnvRows:
         answered = [self.workers[w] for w in sorted(replies)]
-        infos, piped = decode_replies(answered, [replies[w.index] for w in answered], errors)
+        raw = [replies[w.index] for w in answered]
+        infos, piped = decode_replies(answered, raw, errors, self._info_warned)
         if not self.polls_dense:
             return concat_rows(piped, errors, self.is_multi_agent)
         full = len(answered) == len(self.workers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from typing import Any
 
 import numpy as np
@@ -20,18 +21,24 @@ __all__ = ["block_rows", "concat_rows", "decode_replies"]
 
 
 def decode_replies(
-    workers: list[WorkerHandle], replies: list[bytes], errors: dict[int, BaseException]
+    workers: list[WorkerHandle],
+    replies: list[bytes],
+    errors: dict[int, BaseException],
+    warned: set[int],
 ) -> tuple[dict[int, dict], list[EnvRows]]:
     """Non-empty infos by env id and rows sent through the pipes (env ids made global);
-    sub-envs that raised are added to ``errors``."""
+    sub-envs that raised are added to ``errors``. A sub-env whose infos could not leave
+    its worker gets one warning (``warned``: the sub-envs warned about already)."""
     infos: dict[int, dict] = {}
     piped: list[EnvRows] = []
     for w, raw in zip(workers, replies):
         if not raw:
             continue
-        w_infos, w_errors, rows = pickle.loads(raw)  # from a worker this runner started
+        w_infos, w_errors, rows, unpicklable = pickle.loads(raw)  # from our own worker
         for local, payload in w_errors.items():
             errors[w.lo + local] = decode_error(payload, f"sub-env {w.lo + local}")
+        for local, why in (unpicklable or {}).items():
+            _warn_unpicklable(w.lo + local, why, warned)
         if w_infos:
             infos.update({w.lo + i: v for i, v in w_infos.items()})
         if rows is not None:
@@ -42,6 +49,20 @@ def decode_replies(
             rows.dense = False  # dense for its group, not for the whole env
             piped.append(rows)
     return infos, piped
+
+
+def _warn_unpicklable(env_id: int, why: str, warned: set[int]) -> None:
+    if env_id in warned:
+        return
+    warned.add(env_id)
+    warnings.warn(
+        f"sub-env {env_id}: an info that cannot be pickled cannot leave its env worker "
+        f"process ({why}); such rows carry {{'unpicklable_info': repr(info)}} instead, the "
+        "other rows keep their infos (said once per sub-env; num_env_workers=0 keeps such "
+        "infos as they are)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
 
 
 def block_rows(

@@ -12,9 +12,9 @@ them, read and written by ``frames`` on the hot path; it never pickles for array
   time))`` carrying restarts and actions the block cannot hold; ``("restart", local
   index)``; ``b"c"`` closes;
 - worker -> runner per poll: ``b""`` (everything is in the block) or a pickled
-  ``(infos, errors, rows)``: non-empty infos by local index, error payloads by local index,
-  and the rows themselves when they cannot live in the block (multi-agent envs, spaces
-  that are not arrays).
+  ``(infos, errors, rows, unpicklable)``: non-empty infos by local index, error payloads by
+  local index, the rows themselves when they cannot live in the block (multi-agent envs,
+  spaces that are not arrays), and the sub-envs whose infos could not be pickled.
 """
 
 from __future__ import annotations
@@ -272,13 +272,34 @@ class _Server:
 
     @staticmethod
     def _pickled(infos: Any, errors: dict[int, ErrorPayload], rows: EnvRows | None) -> bytes:
+        """The reply ``(infos, errors, rows, unpicklable)``; ``unpicklable`` names the
+        sub-envs (local index: why) whose infos could not be pickled and were replaced,
+        each row's own only, by ``{"unpicklable_info": repr(info)}``."""
         try:
-            return pickle.dumps((infos, errors, rows))
-        except Exception:  # an info (or multi-agent obs) that cannot be pickled: say so
-            if rows is not None:
-                raise
-            infos = {i: {"unpicklable_info": repr(v)} for i, v in infos.items()}
-            return pickle.dumps((infos, errors, rows))
+            return pickle.dumps((infos, errors, rows, None))
+        except Exception:  # an info (or a multi-agent obs, which still raises) of a sub-env
+            pass
+        unpicklable: dict[int, str] = {}
+        if infos:
+            infos = {i: _picklable(v, i, unpicklable) for i, v in infos.items()}
+        if rows is not None:
+            ids = rows.env_ids.tolist()
+            rows.infos = [_picklable(v, i, unpicklable) for i, v in zip(ids, rows.infos)]
+        return pickle.dumps((infos, errors, rows, unpicklable))
+
+
+def _picklable(info: Any, local: int, unpicklable: dict[int, str]) -> Any:
+    """``info`` if it pickles, else its stand-in (the reason noted in ``unpicklable``)."""
+    try:
+        pickle.dumps(info)
+    except Exception as exc:
+        unpicklable.setdefault(local, describe_exception(exc))
+        try:
+            text = repr(info)
+        except Exception:  # a broken __repr__ must not break the reply
+            text = f"<{type(info).__name__} that cannot be shown>"
+        return {"unpicklable_info": text}
+    return info
 
 
 def worker_main(
