@@ -287,3 +287,26 @@ def test_a_failed_multi_agent_rebuild_names_both_causes(cfg):
         "simulator licence server unreachable"
     ), str(info.value)
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def make_slow_to_build(ctx: rc.EnvContext) -> gym.Env:
+    time.sleep(1.0)  # a simulator that takes long to start
+    return make_plain(ctx)
+
+
+@pytest.mark.slow
+def test_env_creators_in_workers_take_as_long_as_they_take_unless_bounded(monkeypatch):
+    """A creator gets the time it would get in the runner's process: no limit of the
+    workers' own (any such limit shrunk to 0.3 s here must not matter), only
+    ``env_build_timeout_s`` when set, which its error names."""
+    import rlconnect.envs.workers.handle as handle
+
+    monkeypatch.setattr(handle, "BUILD_WAIT_S", 0.3, raising=False)
+    runner = runner_for(make_slow_to_build, make_indexed, n=1, frag=4, num_env_workers=1)
+    batches, _ = sample_all(runner, 1)
+    assert len(batches[0]) == 4
+    with pytest.raises(EnvTimeoutError, match=r"env_build_timeout_s") as info:
+        runner_for(
+            make_slow_to_build, make_indexed, n=2, num_env_workers=2, env_build_timeout_s=0.5
+        )
+    assert "sub_env_timeout_s" not in str(info.value)

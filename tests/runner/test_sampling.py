@@ -281,6 +281,10 @@ def test_config_errors_name_the_field():
         rc.RunnerConfig(sub_env_timeout_s=0.5)
     with pytest.raises(ValueError, match=r"sub_env_timeout_s=0: must be None or a number"):
         rc.RunnerConfig(remote_envs=True, sub_env_timeout_s=0)
+    with pytest.raises(ValueError, match=r"env_build_timeout_s=60 needs remote_envs=True"):
+        rc.RunnerConfig(env_build_timeout_s=60)
+    with pytest.raises(ValueError, match=r"env_build_timeout_s=-1: must be None or a number"):
+        rc.RunnerConfig(num_env_workers=1, env_build_timeout_s=-1)
     with pytest.raises(ValueError, match=r"sub_env_restart_limit=-1"):
         rc.RunnerConfig(sub_env_restart_limit=-1)
     # sub-envs in worker processes restart one at a time now

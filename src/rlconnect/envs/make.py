@@ -44,6 +44,7 @@ class EnvSettings:
     remote_envs: bool = False
     preset: str | None = None
     sub_env_timeout_s: float | None = None
+    env_build_timeout_s: float | None = None
     #: env worker processes (0: this process) and sub-envs a poll waits for (None: all)
     num_env_workers: int = 0
     env_poll_size: int | None = None
@@ -90,6 +91,7 @@ def _in_workers(creator: Creator, s: EnvSettings) -> BaseEnv:
         env_config=s.env_config,
         poll_size=s.env_poll_size,
         timeout_s=s.sub_env_timeout_s,
+        build_timeout_s=s.env_build_timeout_s,
     )
 
 
@@ -254,6 +256,7 @@ def make_base_env(
     remote_envs: bool = False,
     preset: str | None = None,
     sub_env_timeout_s: float | None = None,
+    env_build_timeout_s: float | None = None,
     num_env_workers: int = 0,
     env_poll_size: int | None = None,
     horizon: int | None = None,
@@ -266,9 +269,10 @@ def make_base_env(
     (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it).
     ``num_env_workers`` / ``env_poll_size``: env worker processes and asynchronous polls
     (``remote_envs``: one worker per sub-env, unless ``num_env_workers`` says how many);
-    ``sub_env_timeout_s`` bounds one poll of a worker (it is killed and replaced);
-    ``"envpool:<task id>"`` and EnvPool pools become an ``EnvPoolEnv`` (API.md section 9;
-    ``horizon`` becomes the pool's ``max_episode_steps``).
+    ``sub_env_timeout_s`` bounds one poll of a worker (it is killed and replaced),
+    ``env_build_timeout_s`` the building of its sub-envs (None: no bound, as here);
+    ``"envpool:<task id>"`` and EnvPool pools become an ``EnvPoolEnv``
+    (``rlconnect.envs.envpool_env``).
     """
     check_parallel_spec(
         env,
@@ -285,6 +289,7 @@ def make_base_env(
         remote_envs=remote_envs,
         preset=preset,
         sub_env_timeout_s=sub_env_timeout_s,
+        env_build_timeout_s=env_build_timeout_s,
         num_env_workers=num_env_workers,
         env_poll_size=env_poll_size,
         horizon=horizon,

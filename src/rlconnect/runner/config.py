@@ -211,6 +211,10 @@ class RunnerConfig:
     #: one poll of its sub-envs; past it the worker is killed and its sub-envs failed
     #: (restarted in a new worker with restarts on; None: wait)
     sub_env_timeout_s: float | None = attrs.field(default=None, validator=_optional_timeout)
+    #: seconds an env worker process may take to build its sub-envs (the env creator's
+    #: calls, at start-up and when a sub-env is rebuilt); past it the worker is killed and
+    #: ``EnvTimeoutError`` raised. None: as long as they take, as in the runner's process
+    env_build_timeout_s: float | None = attrs.field(default=None, validator=_optional_timeout)
     #: check what envs return against their spaces on the first polls
     check_env: bool = attrs.field(default=True, validator=_bool)
     #: raise ``rc.EnvCheckError`` on a NaN or inf observation or reward at any step (with
@@ -309,12 +313,13 @@ class RunnerConfig:
                 f"{MAX_WORKER_PROCESSES} worker processes (MAX_WORKER_PROCESSES); give each "
                 "worker several sub-envs"
             )
-        if self.sub_env_timeout_s is not None and not (self.remote_envs or self.num_env_workers):
-            raise ValueError(
-                f"RunnerConfig.sub_env_timeout_s={self.sub_env_timeout_s!r} needs "
-                "remote_envs=True or num_env_workers >= 1: only a sub-env in a worker process "
-                "can be timed out"
-            )
+        for name in ("sub_env_timeout_s", "env_build_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not (self.remote_envs or self.num_env_workers):
+                raise ValueError(
+                    f"RunnerConfig.{name}={value!r} needs remote_envs=True or "
+                    "num_env_workers >= 1: only a sub-env in a worker process can be timed out"
+                )
 
     def env_kwargs(self) -> dict[str, Any]:
         """The keyword arguments ``rlconnect.envs.make_base_env`` takes from this config."""
@@ -326,6 +331,7 @@ class RunnerConfig:
             "remote_envs": self.remote_envs,
             "preset": self.preset,
             "sub_env_timeout_s": self.sub_env_timeout_s,
+            "env_build_timeout_s": self.env_build_timeout_s,
             "num_env_workers": self.num_env_workers,
             "env_poll_size": self.env_poll_size,
             "horizon": self.horizon,

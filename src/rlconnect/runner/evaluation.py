@@ -118,6 +118,7 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
         "keep_raw_obs": False,
         "num_env_workers": 0,  # the evaluation env is built (in its workers) already
         "sub_env_timeout_s": None,
+        "env_build_timeout_s": None,
         "env_poll_size": None,
     }
     if "output" in attrs.fields_dict(RunnerConfig):  # never write evaluation batches

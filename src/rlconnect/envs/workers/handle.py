@@ -24,8 +24,6 @@ from rlconnect.errors import EnvError, EnvTimeoutError
 
 __all__ = ["WorkerHandle", "ready_workers"]
 
-#: building a group of sub-envs may take this long at least (process start, loading assets)
-BUILD_WAIT_S = 60.0
 #: how long workers asked to end may take to close their envs before they are killed
 CLOSE_WAIT_S = 2.0
 
@@ -72,10 +70,11 @@ class WorkerHandle:
         self.proc, self.alive, self.busy = proc, True, False
         self.to_worker, self.from_worker = to_worker, from_worker
 
-    def hello(self, timeout_s: float | None) -> Hello:
-        """The worker's spaces; raises what its env creator raised, or on a dead worker."""
-        wait_s = BUILD_WAIT_S if timeout_s is None else max(timeout_s, BUILD_WAIT_S)
-        raw = self.recv(wait_s, "start")
+    def hello(self, build_timeout_s: float | None) -> Hello:
+        """The worker's spaces, once it built its sub-envs (within ``build_timeout_s``;
+        None: however long it takes); raises what its env creator raised, or on a dead
+        worker."""
+        raw = self.recv(build_timeout_s, "the building of its sub-envs")
         hello = pickle.loads(raw)  # from the process this runner started
         if hello.error is not None:
             self.kill()
@@ -92,16 +91,17 @@ class WorkerHandle:
         self.busy = True
         self.since = time.monotonic()
 
-    def recv(self, wait_s: float | None, what: str) -> bytes:
-        """The next answer within ``wait_s`` (None: however long it takes); a dead or late
-        worker is killed and raises. Watches the process too: a process the worker's envs
-        started may hold the worker's end of the pipe open after the worker died."""
-        ready = wait([self.from_worker, self.proc.sentinel], wait_s)
+    def recv(self, build_timeout_s: float | None, what: str) -> bytes:
+        """The answer to a building of sub-envs (``what``: which) within
+        ``build_timeout_s`` (None: however long it takes); a dead or late worker is killed
+        and raises. Watches the process too: a process the worker's envs started may hold
+        the worker's end of the pipe open after the worker died."""
+        ready = wait([self.from_worker, self.proc.sentinel], build_timeout_s)
         if not ready:
             self.kill()
             raise EnvTimeoutError(
-                f"the worker process of {self.what} did not answer {what} within {wait_s} s "
-                "(RunnerConfig.sub_env_timeout_s); it was killed"
+                f"the worker process of {self.what} did not finish {what} within "
+                f"{build_timeout_s} s (RunnerConfig.env_build_timeout_s); it was killed"
             )
         if self.from_worker not in ready and not self.from_worker.poll():  # no answer
             raise self.died()

@@ -77,6 +77,7 @@ class WorkerEnvs(BaseEnv):
         env_config: dict[str, Any] | None = None,
         poll_size: int | None = None,
         timeout_s: float | None = None,
+        build_timeout_s: float | None = None,
         context: str | None = None,
     ) -> None:
         if not 1 <= num_workers <= num_envs:
@@ -86,6 +87,7 @@ class WorkerEnvs(BaseEnv):
         self.num_envs = num_envs
         self.poll_size = num_envs if poll_size is None else poll_size
         self.timeout_s = timeout_s
+        self.build_timeout_s = build_timeout_s  # for env creators (None: no bound)
         self._ctx = mp_context(context)
         self._blob = cloudpickle.dumps(creator)
         self._restarts = [0] * num_envs
@@ -127,7 +129,7 @@ class WorkerEnvs(BaseEnv):
         gc.collect()
         for w in workers:
             w.start(self._ctx, self._blob)
-        hellos = [w.hello(self.timeout_s) for w in workers]
+        hellos = [w.hello(self.build_timeout_s) for w in workers]
         if self._block is None:
             self._adopt(hellos[0])
         for w, hello in zip(workers, hellos):
@@ -277,8 +279,7 @@ class WorkerEnvs(BaseEnv):
         replaced whole."""
         try:
             w.send(frame(pickle.dumps(("restart", env_id - w.lo))))
-            timeout = None if self.timeout_s is None else max(self.timeout_s, 60.0)
-            return w.recv(timeout, "a restart")
+            return w.recv(self.build_timeout_s, "a rebuild of its sub-env")
         except (OSError, EnvError):
             self._restarts[env_id] -= 1
             self._respawn(w)
