@@ -110,8 +110,14 @@ def test_a_user_built_pool_is_accepted():
         check_cartpole_truth(b)
     with pytest.raises(ValueError, match="num_envs=4"):
         runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=4)
-    with pytest.raises(ValueError, match="max_episode_steps=9"):
+    with pytest.raises(ValueError, match="max_episode_steps=10"):
         runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=3, horizon=9)
+    # one step past the horizon: the runner cuts there, keeping EnvPool's terminated flag
+    pool = envpool.make_gymnasium("CartPole-v1", num_envs=3, seed=1, max_episode_steps=5)
+    for b in sample(runner(pool, n=3, frag=10, horizon=4), 2)[0]:
+        assert len(b) == 30 and b["t"].max() <= 3
+        check_cartpole_truth(b)
+        check_episodes(b)
 
 
 def test_the_horizon_is_the_pools_episode_limit_and_a_soft_one_is_refused():
@@ -308,3 +314,53 @@ def test_the_gate_sends_each_step_while_the_runner_still_works(monkeypatch, poll
     assert len(batches) == 2
     # a poll whose episodes all ended (no action to wait for) is the only one not gated
     assert calls["gate"] >= 0.9 * calls["poll"] > 0
+
+
+class PushRight(rc.RandomPolicy):
+    """Always action 1: a CartPole episode's course depends on its start state only."""
+
+    def compute_actions(self, input_batch, explore=True):
+        return np.ones(len(input_batch["obs"]), dtype=np.int64), [], {}
+
+
+def episode_ends(env, horizon, *, n=2, **cfg) -> dict[tuple[int, int], tuple[int, bool, bool]]:
+    """``(env_id, episode number) -> (length, terminated, truncated)`` of every episode
+    that ended in 3 complete-episode batches (the first few per sub-env)."""
+    config = rc.RunnerConfig(
+        num_envs=n,
+        rollout_fragment_length=30,
+        seed=7,
+        horizon=horizon,
+        batch_mode="complete_episodes",
+        **cfg,
+    )
+    r = rc.EnvRunner(env, PushRight(*spaces()), config=config)
+    batches, _ = sample(r, 3)
+    out: dict[tuple[int, int], tuple[int, bool, bool]] = {}
+    seen: dict[int, int] = {}
+    for b in batches:
+        check_cartpole_truth(b)
+        check_episodes(b)
+        for ep in sorted(b.split_by_episode(), key=lambda e: int(e["eps_id"][0])):
+            e = int(ep["env_id"][0])
+            k = seen[e] = seen.get(e, -1) + 1
+            out[e, k] = (len(ep), bool(ep["terminateds"][-1]), bool(ep["truncateds"][-1]))
+    return out
+
+
+@pytest.mark.parametrize("poll", [None, 1])
+def test_a_terminal_step_at_the_horizon_stays_terminated(poll):
+    """The horizon cuts episodes as gymnasium's TimeLimit does: at step H an episode that
+    ended by the env's rules there is terminated (and truncated, the runner's cut), a longer
+    one only truncated; nothing else changes (EnvPool's own ``terminated`` is kept)."""
+    natural = episode_ends("envpool:CartPole-v1", None, env_poll_size=poll)
+    lengths = sorted({length for length, _, _ in natural.values()})
+    h = lengths[len(lengths) // 2]  # some episodes fall at exactly H, some later
+    cut = episode_ends("envpool:CartPole-v1", h, env_poll_size=poll)
+    common = sorted(set(natural) & set(cut))
+    assert len(common) >= 10
+    falls_at_h = [key for key in common if natural[key][0] == h]
+    assert falls_at_h and any(natural[key][0] > h for key in common)
+    for key in common:
+        length = natural[key][0]
+        assert cut[key] == (min(length, h), length <= h, length >= h), (key, natural[key])

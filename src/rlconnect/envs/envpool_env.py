@@ -6,6 +6,13 @@ ignored). ``EnvPoolEnv`` sends a placeholder action for such an env when the run
 for its reset and reports that step as the first row of the new episode, never as an env
 step, so every trajectory is exact and ends on its true final observation.
 
+The runner's ``horizon`` H cuts episodes itself, as it does for every env, and the pool is
+built with ``max_episode_steps=H + 1``: EnvPool marks a step at its own limit truncated
+only, even when the episode ended there by the env's rules, so a limit of H would lose that
+``terminated``. An episode the horizon cut but the pool did not end takes one more step
+(the placeholder action), which ends it at the pool's limit and is no row; the step after
+that resets it.
+
 Synchronous pools (``batch_size == num_envs``) step every sub-env each poll. With
 ``env_poll_size=B`` the pool is built with ``batch_size=B``: a poll returns the first B
 sub-envs that finished (rows sorted by env id) while the others keep stepping in EnvPool's
@@ -95,11 +102,12 @@ def make_envpool(
                 "they must be equal"
             )
         limit = env.config.get("max_episode_steps")
-        if horizon is not None and limit != horizon:
+        if horizon is not None and limit != horizon + 1:
             raise ValueError(
                 f"RunnerConfig.horizon={horizon} but the EnvPool pool truncates episodes at "
-                f"max_episode_steps={limit}: build the pool with max_episode_steps={horizon} "
-                "(or pass 'envpool:<task id>')"
+                f"max_episode_steps={limit}: build the pool with max_episode_steps="
+                f"{horizon + 1} (the runner cuts episodes at the horizon itself, keeping "
+                "EnvPool's terminated flag there), or pass 'envpool:<task id>'"
             )
         return EnvPoolEnv(env, frames=_single_frames(env, preset))
     task = env[len(ENVPOOL_PREFIX) :]
@@ -113,8 +121,8 @@ def make_envpool(
         kwargs["num_threads"] = threads
     if poll_size is not None and poll_size < num_envs:
         kwargs["batch_size"] = poll_size
-    if horizon is not None:
-        kwargs["max_episode_steps"] = horizon
+    if horizon is not None:  # the runner cuts at the horizon (see the module docstring)
+        kwargs["max_episode_steps"] = horizon + 1
     if preset == "atari":
         kwargs.setdefault("stack_num", 1)
 
@@ -191,6 +199,11 @@ class EnvPoolEnv(BaseEnv):
         shape = self._act_space.shape or ()
         self._actions = np.zeros((self.num_envs, *shape), dtype=self._io.action_dtype)
         self._todo = np.zeros(self.num_envs, dtype=bool)  # an action or a reset is queued
+        #: episodes the runner's horizon ended and the pool did not: their next step ends
+        #: them at the pool's limit and is no row (``_cut_steps``)
+        self._cut = np.zeros(self.num_envs, dtype=bool)
+        self._cutting = False  # any of ``_cut`` set
+        self._uncut: np.ndarray | None = None  # their steps left out of the last poll
         #: a full poll in env order (what a synchronous pool returns) is recognised by the
         #: bytes of its ``env_id`` and gets these ids, shared and read-only
         self._all_ids = np.arange(self.num_envs, dtype=np.int64)
@@ -228,6 +241,7 @@ class EnvPoolEnv(BaseEnv):
         action is ignored; queued when the rows came back). An episode the pool did not end
         cannot be reset alone."""
         if not self._gate.take_reset(env_id):
+            self._cut[env_id] = self._cutting = True  # (``_cut_steps`` tells if it was)
             self._queue(np.array([env_id]), 0)
 
     def _queue(self, env_ids: np.ndarray, actions: Any) -> None:
@@ -256,8 +270,8 @@ class EnvPoolEnv(BaseEnv):
             raise EnvError(
                 f"the EnvPool pool could not be rebuilt: {describe_exception(exc)}"
             ) from exc
-        self._started = self._sent = False
-        self._todo[:] = False
+        self._started = self._sent = self._cutting = False
+        self._todo[:] = self._cut[:] = False
 
     def poll(self) -> EnvRows:
         try:
@@ -272,6 +286,10 @@ class EnvPoolEnv(BaseEnv):
             rows = errors_only(dict.fromkeys(range(self.num_envs), exc))
         else:
             rows = self._rows(*out)
+        if self._uncut is not None:  # the steps that ended cut episodes: next, their reset
+            self._actions[self._uncut] = 0
+            self._todo[self._uncut] = True
+            self._uncut = None
         # EnvPool resets the sub-envs whose episode ended at their next step by itself
         ended = self._gate.returned(rows)
         if len(ended):
@@ -345,6 +363,17 @@ class EnvPoolEnv(BaseEnv):
             )
             obs = take_rows(obs, order)
             info = {k: np.asarray(info[k])[order] for k in extra}
+        keep = self._cut_steps(ids, first, term, trunc) if self._cutting else None
+        if keep is not None:
+            ids, first, rew, term, trunc = (
+                ids[keep],
+                first[keep],
+                rew[keep],
+                term[keep],
+                trunc[keep],
+            )
+            obs = take_rows(obs, keep)
+            info = {k: np.asarray(info[k])[keep] for k in extra}
         if self._frames:
             obs = obs[:, 0]
         n = len(ids)
@@ -352,6 +381,25 @@ class EnvPoolEnv(BaseEnv):
         infos = [{k: info[k][i] for k in extra} for i in range(n)] if extra else [EMPTY_INFO] * n
         # reset steps become first rows (reward 0, no flags): the episode starts there
         return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first, in_order=True)
+
+    def _cut_steps(
+        self, ids: np.ndarray, first: np.ndarray, term: np.ndarray, trunc: np.ndarray
+    ) -> np.ndarray | None:
+        """The rows to keep (None: all) when some are the steps that end episodes the
+        horizon cut (``_uncut`` notes their sub-envs, whose reset comes next). A first row
+        of a sub-env asked to reset means the pool had ended that episode itself: it stays.
+        A cut episode the step did not end yet is stepped again."""
+        marked = self._cut[ids]
+        if not np.count_nonzero(marked):
+            return None
+        hidden = marked & ~first
+        self._cut[ids[marked]] = False
+        self._cut[ids[hidden]] = ~(term[hidden] | trunc[hidden])
+        self._cutting = bool(np.count_nonzero(self._cut))
+        if not np.count_nonzero(hidden):
+            return None
+        self._uncut = ids[hidden]
+        return np.flatnonzero(~hidden)
 
     def close(self) -> None:
         """Receive the step the gate started, then close the pool (idle by then)."""
