@@ -248,3 +248,38 @@ def sleeps_per_worker(polls: int) -> list[int]:
         return [_sleeps(p) - b for p, b in zip(pids, before)]
     finally:
         runner.stop()
+
+
+class PushRight(rc.RandomPolicy):
+    """Always action 1: a CartPole episode's course depends on its start state only."""
+
+    def compute_actions(self, input_batch, explore=True):
+        return np.ones(len(input_batch["obs"]), dtype=np.int64), [], {}
+
+
+def episode_ends(env, horizon, *, n=2, **cfg) -> dict[tuple[int, int], tuple[int, bool, bool]]:
+    """``(env_id, episode number) -> (length, terminated, truncated)`` of every episode
+    that ended in 3 complete-episode batches (the first few per sub-env)."""
+    config = rc.RunnerConfig(
+        num_envs=n,
+        rollout_fragment_length=30,
+        seed=7,
+        horizon=horizon,
+        batch_mode="complete_episodes",
+        **cfg,
+    )
+    r = rc.EnvRunner(env, PushRight(*spaces()), config=config)
+    try:
+        batches = [r.sample() for _ in range(3)]
+    finally:
+        r.stop()
+    out: dict[tuple[int, int], tuple[int, bool, bool]] = {}
+    seen: dict[int, int] = {}
+    for b in batches:
+        check_cartpole_truth(b)
+        check_continuity(b)
+        for ep in sorted(b.split_by_episode(), key=lambda e: int(e["eps_id"][0])):
+            e = int(ep["env_id"][0])
+            k = seen[e] = seen.get(e, -1) + 1
+            out[e, k] = (len(ep), bool(ep["terminateds"][-1]), bool(ep["truncateds"][-1]))
+    return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from env_cases import check_cartpole_truth, spaces
+from env_cases import check_cartpole_truth, episode_ends, spaces
 from test_workers_async import check_episodes
 
 import rlconnect as rc
@@ -316,38 +316,6 @@ def test_the_gate_sends_each_step_while_the_runner_still_works(monkeypatch, poll
     assert calls["gate"] >= 0.9 * calls["poll"] > 0
 
 
-class PushRight(rc.RandomPolicy):
-    """Always action 1: a CartPole episode's course depends on its start state only."""
-
-    def compute_actions(self, input_batch, explore=True):
-        return np.ones(len(input_batch["obs"]), dtype=np.int64), [], {}
-
-
-def episode_ends(env, horizon, *, n=2, **cfg) -> dict[tuple[int, int], tuple[int, bool, bool]]:
-    """``(env_id, episode number) -> (length, terminated, truncated)`` of every episode
-    that ended in 3 complete-episode batches (the first few per sub-env)."""
-    config = rc.RunnerConfig(
-        num_envs=n,
-        rollout_fragment_length=30,
-        seed=7,
-        horizon=horizon,
-        batch_mode="complete_episodes",
-        **cfg,
-    )
-    r = rc.EnvRunner(env, PushRight(*spaces()), config=config)
-    batches, _ = sample(r, 3)
-    out: dict[tuple[int, int], tuple[int, bool, bool]] = {}
-    seen: dict[int, int] = {}
-    for b in batches:
-        check_cartpole_truth(b)
-        check_episodes(b)
-        for ep in sorted(b.split_by_episode(), key=lambda e: int(e["eps_id"][0])):
-            e = int(ep["env_id"][0])
-            k = seen[e] = seen.get(e, -1) + 1
-            out[e, k] = (len(ep), bool(ep["terminateds"][-1]), bool(ep["truncateds"][-1]))
-    return out
-
-
 @pytest.mark.parametrize("poll", [None, 1])
 def test_a_terminal_step_at_the_horizon_stays_terminated(poll):
     """The horizon cuts episodes as gymnasium's TimeLimit does: at step H an episode that
@@ -364,3 +332,34 @@ def test_a_terminal_step_at_the_horizon_stays_terminated(poll):
     for key in common:
         length = natural[key][0]
         assert cut[key] == (min(length, h), length <= h, length >= h), (key, natural[key])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("action", "agree_from"), [(0, None), (2, 5)])
+def test_envpool_pong_starts_with_other_frames_than_gymnasium(action, agree_from):
+    """What docs/atari.md says about the first frames of the two Atari routes: no no-ops,
+    no sticky actions, the same actions; EnvPool's reset frame is another screen, with
+    NOOP its frames 1-3 are gymnasium's frame 0, moving up they agree from step 5."""
+    from rlconnect.envs.atari import make_atari_env
+
+    gym_env = make_atari_env("ALE/Pong-v5", noop_max=0, repeat_action_probability=0.0)
+    pool = envpool.make_gymnasium(
+        "Pong-v5", num_envs=1, seed=0, noop_max=1, stack_num=1, repeat_action_probability=0.0
+    )
+    try:
+        theirs = [gym_env.reset(seed=0)[0]]
+        ours = [pool.reset()[0][0, 0]]
+        for _ in range(8):
+            theirs.append(gym_env.step(action)[0])
+            ours.append(pool.step(np.full(1, action, np.int64))[0][0, 0])
+    finally:
+        gym_env.close()
+        pool.close()
+    assert np.abs(ours[0].astype(int) - theirs[0].astype(int)).max() > 100
+    if agree_from is None:
+        for t in (1, 2, 3):
+            np.testing.assert_array_equal(ours[t], theirs[0])
+    else:
+        assert not np.array_equal(ours[agree_from - 1], theirs[agree_from - 1])
+        for t in range(agree_from, 9):
+            np.testing.assert_array_equal(ours[t], theirs[t])

@@ -220,21 +220,6 @@ def test_a_restarted_multi_agent_sub_env_in_a_worker_samples_what_in_process_doe
     assert remote_m == local_m
 
 
-def make_unlicensed_3(ctx: rc.EnvContext) -> gym.Env:
-    if ctx.vector_index == 3:
-        raise RuntimeError("sub-env 3 has no licence")
-    return make_plain(ctx)
-
-
-def test_a_worker_failing_at_start_up_is_the_only_one_heard_from(capfd):
-    """The healthy workers, told to end before they were given their block, end quietly:
-    the runner's error is the one message (no traceback from the other processes)."""
-    with pytest.raises(RuntimeError, match="sub-env 3 has no licence"):
-        runner_for(make_unlicensed_3, make_indexed, n=4, num_env_workers=4)
-    err = capfd.readouterr().err
-    assert "Traceback" not in err, err
-
-
 def make_flaky_unrebuildable(ctx: rc.EnvContext) -> gym.Env:
     if ctx.seed != 21 + ctx.vector_index:  # a rebuild: its seed is derived
         raise OSError("simulator licence server unreachable")
@@ -287,26 +272,3 @@ def test_a_failed_multi_agent_rebuild_names_both_causes(cfg):
         "simulator licence server unreachable"
     ), str(info.value)
     assert isinstance(info.value.__cause__, RuntimeError)
-
-
-def make_slow_to_build(ctx: rc.EnvContext) -> gym.Env:
-    time.sleep(1.0)  # a simulator that takes long to start
-    return make_plain(ctx)
-
-
-@pytest.mark.slow
-def test_env_creators_in_workers_take_as_long_as_they_take_unless_bounded(monkeypatch):
-    """A creator gets the time it would get in the runner's process: no limit of the
-    workers' own (any such limit shrunk to 0.3 s here must not matter), only
-    ``env_build_timeout_s`` when set, which its error names."""
-    import rlconnect.envs.workers.handle as handle
-
-    monkeypatch.setattr(handle, "BUILD_WAIT_S", 0.3, raising=False)
-    runner = runner_for(make_slow_to_build, make_indexed, n=1, frag=4, num_env_workers=1)
-    batches, _ = sample_all(runner, 1)
-    assert len(batches[0]) == 4
-    with pytest.raises(EnvTimeoutError, match=r"env_build_timeout_s") as info:
-        runner_for(
-            make_slow_to_build, make_indexed, n=2, num_env_workers=2, env_build_timeout_s=0.5
-        )
-    assert "sub_env_timeout_s" not in str(info.value)

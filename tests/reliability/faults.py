@@ -42,6 +42,8 @@ RESET_KINDS = ("reset_raise",)
 RAISE_KINDS = ("step_raise", "noargs_raise", "odd_raise", "unpicklable_raise")
 VALUE_KINDS = ("nan_obs", "inf_obs", "nan_reward")
 SHAPE_KINDS = ("bad_shape", "bad_dtype")
+#: kinds that change only a step's info (not failures): a lock, which cannot be pickled
+INFO_KINDS = ("unpicklable_info",)
 #: a step failure scheduled in every episode of a sub-env (``EveryEpisode``): the
 #: restart budget must end it with ``EnvError``
 EVERY_EPISODE_KIND = "every_episode_raise"
@@ -307,12 +309,14 @@ class FaultyEnv(gym.Wrapper):
                 raise UnpicklableFault()
             time.sleep(self.hang_s)  # hang: the runner must give up on this worker first
         obs, reward, term, trunc, info = self.env.step(action)
-        if kind is not None:
+        if kind in INFO_KINDS:
+            self.ledger.add_fault(fault)
+            info = {**info, "handle": threading.Lock()}
+        elif kind is not None:
             obs, reward = corrupt(kind, obs, reward, self.observation_space)
             self.ledger.add_fault(fault)
-        self.ledger.add_step(
-            key, Step(self.obs, int(action), reward, term, trunc, obs, clean=kind is None)
-        )
+        clean = kind is None or kind in INFO_KINDS
+        self.ledger.add_step(key, Step(self.obs, int(action), reward, term, trunc, obs, clean))
         self.obs = obs
         self.t += 1
         return obs, reward, term, trunc, {**info, "key": key}
