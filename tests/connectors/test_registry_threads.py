@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import sys
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -36,16 +37,16 @@ def _meet_at(line: int, filename: str, barrier: threading.Barrier):
     return global_
 
 
-def _connector(i: int) -> None:
-    registry.register_connector("_RacedClip", type(f"RacedClip{i}", (ClipActions,), {}))
+def _connector(name: str, i: int) -> None:
+    registry.register_connector(name, type(f"RacedClip{i}", (ClipActions,), {}))
 
 
-def _lambda(i: int) -> None:
+def _lambda(name: str, i: int) -> None:
     def fn(x):
         return x + i
 
     fn.__qualname__ = f"raced_fn_{i}"  # another definition for each thread
-    registry.register_lambda("_raced_fn", fn)
+    registry.register_lambda(name, fn)
 
 
 @pytest.mark.parametrize(
@@ -60,13 +61,14 @@ def test_two_threads_registering_one_name_cannot_both_win(register, fn, taking):
     one registration succeeds and the other raises, whatever the interleaving (both
     threads are held where the name is taken, until the other arrives or 1 s passes)."""
     line = _line_of(fn, taking)
+    name = f"_raced_{uuid.uuid4().hex}"  # free in every run
     barrier = threading.Barrier(2, timeout=1.0)
     outcomes: list[str] = []
 
     def run(i: int) -> None:
         sys.settrace(_meet_at(line, registry.__file__, barrier))
         try:
-            register(i)
+            register(name, i)
             outcomes.append("registered")
         except ValueError:
             outcomes.append("refused")
