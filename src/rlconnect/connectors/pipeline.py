@@ -32,12 +32,25 @@ def _describe(space: gym.Space) -> str:
     return describe_space(space)
 
 
+def _same_layout(a: gym.Space, b: gym.Space) -> bool:
+    """Same shape and dtype: what a policy's input must keep."""
+    return getattr(a, "shape", None) == getattr(b, "shape", None) and getattr(
+        a, "dtype", None
+    ) == getattr(b, "dtype", None)
+
+
 class ConnectorPipeline(Generic[C]):
     """Shared behaviour of agent and action pipelines.
 
     Members are named by their registered name, made unique by a suffix (``FrameStack``,
     ``FrameStack_1``); names never change once given, and saved state is keyed by them.
     Every edit re-checks that the members' spaces chain, and is undone if they do not.
+
+    A pipeline that feeds something fixed (a runner's agent pipeline feeds its policy, see
+    :meth:`feeds`) also refuses an edit that would change the shape or dtype of its output:
+    the edit raises ValueError naming the connector, the space it would output and the one
+    the consumer takes, and the pipeline stays as it was. Edits that only fit together (one
+    connector swapped for another) go inside :meth:`editing`, which checks once at the end.
     """
 
     member_type: type[C]  # set by each subclass: the class its members must be
@@ -52,6 +65,10 @@ class ConnectorPipeline(Generic[C]):
         #: accumulated seconds spent in each member, by name (see ``timings``)
         self._seconds: dict[str, float] = {name: 0.0 for name, _ in self._members}
         self._calls = 0
+        #: ``(who, space)``: what takes this pipeline's output (see ``feeds``)
+        self._consumer: tuple[str, gym.Space] | None = None
+        #: inside ``editing()``: the members before the block and the edits made in it
+        self._pending: tuple[list[tuple[str, C]], list[str]] | None = None
 
     # -- composition ----------------------------------------------------------------------
     def _check_type(self, c: object) -> C:
@@ -81,12 +98,63 @@ class ConnectorPipeline(Generic[C]):
             space, prev = out, repr(name)
         return space
 
-    def _edit(self, members: list[tuple[str, C]]) -> None:
+    def _edit(self, members: list[tuple[str, C]], edit: str = "") -> None:
         out = self._rebind(members)  # raises before anything changes
+        if self._pending is not None:
+            self._pending[1].append(edit)
+        elif edit:
+            self._check_consumer(out, edit)
         self._members = members
         self._output_space = out
         for name, _ in members:
             self._seconds.setdefault(name, 0.0)
+
+    def feeds(self, who: str | None, space: gym.Space | None = None) -> None:
+        """Declare that ``who`` (e.g. ``"policy 'default_policy'"``) takes this pipeline's
+        output, in ``space``: from now on an edit whose output differs from ``space`` in
+        shape or dtype is refused. ``feeds(None)`` lifts the check. A runner calls this for
+        the agent pipelines it hands out."""
+        self._consumer = None if who is None or space is None else (who, space)
+
+    def _check_consumer(self, out: gym.Space, edit: str) -> None:
+        if self._consumer is None or _same_layout(out, self._consumer[1]):
+            return
+        who, want = self._consumer
+        raise ValueError(
+            f"{edit} refused: the pipeline would output {_describe(out)}, but {who} takes "
+            f"{_describe(want)}; the pipeline is unchanged. Keep the output the same (several "
+            "edits that only fit together go inside `with pipe.editing():`), or build a new "
+            "runner with a policy for the new space"
+        )
+
+    @contextlib.contextmanager
+    def editing(self) -> Iterator[ConnectorPipeline[C]]:
+        """Make several edits that only fit together: what the pipeline feeds is checked
+        once, when the block ends; if the output then differs, every edit made inside is
+        undone and ValueError names them. (Each edit still checks that members chain.)"""
+        if self._pending is not None:
+            raise RuntimeError("pipeline.editing() blocks do not nest")
+        self._pending = (list(self._members), [])
+        try:
+            yield self
+        except BaseException:
+            self._restore(self._pending[0])
+            raise
+        else:
+            before, edits = self._pending
+            self._pending = None
+            if edits:
+                try:
+                    self._check_consumer(self._output_space, ", ".join(edits))
+                except ValueError:
+                    self._restore(before)
+                    raise
+        finally:
+            self._pending = None
+
+    def _restore(self, members: list[tuple[str, C]]) -> None:
+        self._members = members
+        self._output_space = self._rebind(members)
 
     def _index(self, name: str) -> int:
         for i, (n, _) in enumerate(self._members):
@@ -94,36 +162,36 @@ class ConnectorPipeline(Generic[C]):
                 return i
         raise ValueError(f"no connector named {name!r} in the pipeline; members: {self.names}")
 
-    def _insert(self, index: int, c: C) -> str:
+    def _insert(self, index: int, c: C, edit: str) -> str:
         self._check_type(c)
         name = self._unique_name(c.name)
         members = list(self._members)
         members.insert(index, (name, c))
-        self._edit(members)
+        self._edit(members, f"{edit} of connector {name!r}")
         return name
 
     def append(self, connector: C) -> str:
         """Add at the end; returns the member's name."""
-        return self._insert(len(self._members), connector)
+        return self._insert(len(self._members), connector, "append")
 
     def prepend(self, connector: C) -> str:
         """Add at the front; returns the member's name."""
-        return self._insert(0, connector)
+        return self._insert(0, connector, "prepend")
 
     def insert_before(self, name: str, connector: C) -> str:
         """Insert before member ``name`` (ValueError naming the members if there is none)."""
-        return self._insert(self._index(name), connector)
+        return self._insert(self._index(name), connector, f"insert_before({name!r})")
 
     def insert_after(self, name: str, connector: C) -> str:
         """Insert after member ``name`` (ValueError naming the members if there is none)."""
-        return self._insert(self._index(name) + 1, connector)
+        return self._insert(self._index(name) + 1, connector, f"insert_after({name!r})")
 
     def remove(self, name: str) -> C:
         """Remove member ``name`` and return it."""
         i = self._index(name)
         members = list(self._members)
         _, c = members.pop(i)
-        self._edit(members)
+        self._edit(members, f"remove of connector {name!r}")
         return c
 
     # -- access ---------------------------------------------------------------------------

@@ -139,6 +139,7 @@ def build_pipelines(
                 f"pipeline ({' -> '.join(agent_pipe.names) or 'empty'}) outputs "
                 f"{describe_space(out)}; build the policy for the pipeline's output space"
             )
+        agent_pipe.feeds(f"policy {pid!r}", want)  # later edits keep what the policy takes
         if not config.explore:
             agent_pipe.in_eval()
             action_pipe.in_eval()

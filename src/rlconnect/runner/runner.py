@@ -132,8 +132,13 @@ class EnvRunner:
 
     # -- public API -----------------------------------------------------------------------
     def agent_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> AgentConnectorPipeline:
-        """The live agent pipeline of ``policy_id`` (edit it in place)."""
-        return self.pipelines.agent[policy_id]
+        """The live agent pipeline of ``policy_id``, to edit in place with its ``ctx``
+        (``pipe.append(rc.ClipReward(pipe.ctx, limit=1.0))``). An edit that would change
+        the shape or dtype of what the policy sees raises ValueError there and then, naming
+        the connector and both spaces; the pipeline stays as it was."""
+        pipe = self.pipelines.agent[policy_id]
+        pipe.feeds(f"policy {policy_id!r}", self.policies[policy_id].observation_space)
+        return pipe
 
     def action_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> ActionConnectorPipeline:
         """The live action pipeline of ``policy_id`` (edit it in place)."""
