@@ -69,7 +69,7 @@ def test_out_writes_batches_a_checkpoint_and_run_json(tmp_path, capsys):
     assert run["settings"]["env"] == "CartPole-v1" and run["summary"]["env_steps"] == 200
     if hasattr(rc.EnvRunner, "save_checkpoint"):
         assert (out / "checkpoint" / "manifest.json").is_file()
-        assert "checkpoint:" in text
+        assert ["checkpoint", str(out / "checkpoint")] in [x.split() for x in text.splitlines()]
     else:
         assert "checkpoint skipped" in text
     # inspect shows the run folder: settings, batches, checkpoint
@@ -237,7 +237,7 @@ def test_progress_without_a_terminal_prints_about_every_ten_percent():
     last = lines[-1]
     for part in ("1,000/1,000 steps", "steps/s", "ETA 0:00:00", "episodes 50"):
         assert part in last
-    assert "mean return (last 100) 21.50" in last
+    assert "mean return 21.50" in last  # 50 episodes: a mean over all of them
     assert "time: env 50%  MeanStdFilter 12%  ConvertToNumpy 6%  inference 25%  other 6%" in (
         stream.getvalue()
     )
@@ -248,7 +248,7 @@ def test_progress_on_a_terminal_redraws_in_place():
     console = Console(file=stream, width=100, force_terminal=True)
     p = Progress(100, stream, console=console)
     p.update(10, 0, float("nan"), {})
-    p.update(100, 3, 9.0, {})
+    p.update(100, 300, 9.0, {})
     p.close()
     text = stream.getvalue()
     assert "\x1b[" in text  # redrawn in place with cursor moves

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 from pettingzoo import ParallelEnv
@@ -86,3 +88,68 @@ class Mixed(ParallelEnv):
 
 def mixed():
     return Mixed()
+
+
+class Slow(gym.Env):
+    """20 ms a step: one batch of 150 steps takes 3 s."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        time.sleep(0.02)
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 50, False, {}
+
+
+def slow():
+    return Slow()
+
+
+class Duel(ParallelEnv):
+    """Zero-sum: ``winner`` gets +1 a step, ``loser`` -1, for 4 steps; returns sum to 0."""
+
+    metadata = {"name": "duel_v0"}
+    possible_agents = ["winner", "loser"]
+
+    def __init__(self):
+        self.agents = []
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def _obs(self):
+        return {a: np.zeros(2, np.float32) for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t >= 4
+        obs, rewards = self._obs(), {"winner": 1.0, "loser": -1.0}
+        flags = dict.fromkeys(self.agents, done)
+        trunc = dict.fromkeys(self.agents, False)
+        infos = {a: {} for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, flags, trunc, infos
+
+
+def duel():
+    return Duel()
+
+
+def no_env():
+    """Returns something that is not an env (a usage error, as ``os:getcwd`` would be)."""
+    return "not an env"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from rlconnect.cli.describe import cmd_inspect
-from rlconnect.cli.errors import UsageError
+from rlconnect.cli.errors import UsageError, missing_extra
 from rlconnect.cli.sample import cmd_sample
 
 
@@ -51,10 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the command."""
     parser = _Parser(
         prog="rlconnect",
-        description="Collect reinforcement-learning experience from an env and show what "
-        "happened. Exit codes: 0 done, 1 a failure while running, 2 bad arguments or paths, "
-        "130 interrupted.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Collect reinforcement-learning experience from an env and show what happened.",
+        epilog="exit codes: 0 done, 1 a failure while running, 2 bad arguments or paths, "
+        "130 interrupted",
     )
     parser.add_argument("--version", action="version", version=f"rlconnect {_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -135,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             msg = str(exc).splitlines()[0] if str(exc) else ""
             print(
-                f"{prog}: failed: {type(exc).__name__}: {msg} (--traceback shows where)",
+                f"{prog}: failed: {type(exc).__name__}: {msg}{missing_extra(exc)} "
+                "(--traceback shows where)",
                 file=sys.stderr,
             )
         return 1

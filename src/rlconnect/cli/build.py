@@ -7,6 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlconnect.cli.errors import UsageError
 from rlconnect.cli.settings import resolve_env
 
 
@@ -53,13 +54,19 @@ def image_hint(space: gym.Space, preset: str | None) -> str | None:
     return None
 
 
-def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = None) -> Any:
+def build_runner(
+    run: dict[str, Any], config: Any, hints: list[str] | None = None, callbacks: Any = None
+) -> Any:
     """The EnvRunner for ``rlconnect sample``: default pipelines, random or MLP policies
     (one per distinct pair of spaces), hints appended to ``hints``."""
     import rlconnect as rc
     from rlconnect.envs import make_base_env
+    from rlconnect.envs.make import NotAnEnvError
 
-    env = make_base_env(resolve_env(run["env"]), **config.env_kwargs())
+    try:
+        env = make_base_env(resolve_env(run["env"]), **config.env_kwargs())
+    except NotAnEnvError as exc:  # ``--env os:getcwd``: the flag names no env
+        raise UsageError(f"--env {run['env']!r}: {exc}") from None
     try:
         groups = group_agents(env) if env.is_multi_agent else {rc.DEFAULT_POLICY_ID: []}
         policies = {}
@@ -76,7 +83,9 @@ def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = Non
         mapping = None
         if env.is_multi_agent:
             mapping = SharedPolicies({a: pid for pid, agents in groups.items() for a in agents})
-        return rc.EnvRunner(env, policies, policy_mapping_fn=mapping, config=config)
+        return rc.EnvRunner(
+            env, policies, policy_mapping_fn=mapping, config=config, callbacks=callbacks
+        )
     except BaseException:
         env.close()
         raise

@@ -223,11 +223,13 @@ def describe_path(path: str) -> dict[str, Any]:
 
 
 def _non_default_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The RunnerConfig values (as in ``to_dict()``) that differ from the defaults."""
+    """The RunnerConfig values (as in ``to_dict()``) that differ from the defaults, both
+    compared as JSON values (a saved list equals a default tuple)."""
+    from rlconnect.offline.json_values import to_json_value
     from rlconnect.runner.config import RunnerConfig
 
-    defaults = RunnerConfig().to_dict()
-    return {k: v for k, v in config.items() if k not in defaults or defaults[k] != v}
+    defaults = to_json_value(RunnerConfig().to_dict())
+    return {k: v for k, v in config.items() if k not in defaults or defaults[k] != to_json_value(v)}
 
 
 def _describe_run(path: Path) -> Any:

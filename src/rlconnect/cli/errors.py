@@ -1,7 +1,34 @@
-"""The error of the ``rlconnect`` command for bad input: one line, exit code 2."""
+"""The errors of the ``rlconnect`` command: bad input (one line, exit code 2), and the
+install command of an optional extra a failure shows to be missing."""
 
 from __future__ import annotations
+
+EXTRA_OF_MODULE = {
+    "pettingzoo": "pettingzoo",
+    "pygame": "pettingzoo",
+    "ray": "ray",
+    "matplotlib": "plot",
+    "msgpack": "serve",
+    "pyarrow": "offline",
+    "ale_py": "atari",
+    "cv2": "atari",
+    "envpool": "envpool",
+}
+"""Top-level module -> the rlconnect extra that installs it."""
 
 
 class UsageError(Exception):
     """Bad arguments, config file, env id or path: one line on stderr, exit code 2."""
+
+
+def missing_extra(exc: BaseException) -> str:
+    """``" (pip install 'rlconnect[X]')"`` when ``exc`` (or its cause) is a missing module
+    that extra X installs, else ``""``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ModuleNotFoundError) and seen.name:
+            extra = EXTRA_OF_MODULE.get(seen.name.partition(".")[0])
+            if extra:
+                return f" (the {extra} extra: pip install 'rlconnect[{extra}]')"
+        seen = seen.__cause__ or seen.__context__
+    return ""

@@ -1,11 +1,12 @@
 """The progress display of ``rlconnect sample`` (drawn with rich) and the time shares it shows.
 
-Two lines: the progress (share done, ETA as a time, steps/s, episodes, the mean return of the
-last 100 episodes, a bar) and where a step's time goes (the env, each connector by name,
+Two lines: the progress (share done, ETA as a time, steps/s, episodes, the mean return of
+the last 100 episodes, a bar) and where a step's time goes (the env, each connector by name,
 inference). Each line is fitted to the terminal's width by dropping its least important
 fields whole, so nothing is ever cut mid-word. On a terminal the lines are redrawn in place
-(rich ``Live``, at most 10 times a second); otherwise (a log file, a pipe) one line is
-printed at every further 10% of the steps.
+(rich ``Live``, 10 times a second, from its own thread) and, given ``live_steps``, the step
+count moves within a batch too, so a slow env never looks hung; otherwise (a log file, a
+pipe) one line is printed at every further 10% of the steps.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from rich.text import Text
 MEAN_RETURN_LAST = 100
 """The bar's mean return is over the last this many episodes (the summary says so too)."""
 MEAN_RETURN_LABEL = f"mean return (last {MEAN_RETURN_LAST})"
+
+
+def mean_return_label(episodes: int) -> str:
+    """``mean return (last 100)`` once there are more episodes than that, else ``mean
+    return`` (it is then over all of them)."""
+    return MEAN_RETURN_LABEL if episodes > MEAN_RETURN_LAST else "mean return"
+
 
 _SEP = "  "
 _BAR_MIN, _BAR_MAX = 10, 30
@@ -81,6 +89,9 @@ class Progress:
         enabled: False draws nothing (``--quiet``).
         console: a rich Console to draw on instead of one over ``stream`` (tests).
         clock: seconds since some start (tests pass a fixed one).
+        live_steps: env steps collected so far, read at every redraw (from rich's thread),
+            so the display moves while a batch is being sampled; ``update`` still sets the
+            exact count after each batch.
     """
 
     def __init__(
@@ -91,8 +102,10 @@ class Progress:
         enabled: bool = True,
         console: Console | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        live_steps: Callable[[], int] | None = None,
     ) -> None:
         self.clock = clock
+        self.live_steps = live_steps
         self.total = total
         self.enabled = enabled
         self.console = console or Console(file=stream, highlight=False, soft_wrap=False)
@@ -114,6 +127,8 @@ class Progress:
         """``(progress fields, time-share fields)`` as ``(rank, text)``; lower ranks stay
         longer when the width is short. The bar fills the room the other fields leave."""
         steps, episodes, mean_return, perf = self.state
+        if self.live_steps is not None:
+            steps = max(steps, self.live_steps())
         elapsed = self.clock() - self.start
         rate = steps / elapsed if elapsed > 0 else 0.0
         frac = min(steps / self.total, 1.0)
@@ -126,7 +141,7 @@ class Progress:
             (3, f"{rate:,.0f} steps/s"),
             (2, f"ETA {format_eta(eta)}"),
             (5, f"episodes {episodes:,}"),
-            (4, f"{MEAN_RETURN_LABEL} {ret}"),
+            (4, f"{mean_return_label(episodes)} {ret}"),
         ]
         room = width - len(_SEP.join(t for _, t in main)) - len(_SEP)
         if room >= _BAR_MIN:

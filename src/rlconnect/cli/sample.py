@@ -21,8 +21,14 @@ import numpy as np
 
 from rlconnect.cli import outputs
 from rlconnect.cli.build import build_runner
-from rlconnect.cli.progress import MEAN_RETURN_LABEL, MEAN_RETURN_LAST, Progress, time_shares
+from rlconnect.cli.progress import (
+    MEAN_RETURN_LABEL,
+    MEAN_RETURN_LAST,
+    Progress,
+    time_shares,
+)
 from rlconnect.cli.settings import resolve_settings
+from rlconnect.cli.steps import EpisodeEnds, LiveSteps
 
 
 class _Run:
@@ -34,8 +40,23 @@ class _Run:
         self.returns: list[float] = []
         self.lengths: list[int] = []
         self.return_steps: list[int] = []
+        #: returns per agent and per policy (multi-agent envs), in episode order
+        self.agent_returns: dict[str, list[float]] = {}
+        self.policy_returns: dict[str, list[float]] = {}
         self.elapsed = 0.0
         self.interrupted = False
+
+    def record(self, metric: dict[str, Any], step: int) -> None:
+        """One finished episode's metric record, ended at env step ``step``."""
+        self.returns.append(float(metric["episode_reward"]))
+        self.lengths.append(int(metric["episode_length"]))
+        self.return_steps.append(step)
+        by_policy: dict[str, float] = {}
+        for (agent, pid), ret in metric.get("agent_rewards", {}).items():
+            self.agent_returns.setdefault(str(agent), []).append(float(ret))
+            by_policy[str(pid)] = by_policy.get(str(pid), 0.0) + float(ret)
+        for pid, ret in by_policy.items():
+            self.policy_returns.setdefault(pid, []).append(ret)
 
     def mean_return(self, last: int | None = MEAN_RETURN_LAST) -> float:
         if not self.returns:
@@ -70,7 +91,12 @@ class _CtrlC:
 
 
 def _collect(
-    runner: Any, total: int, result: _Run, progress: Progress, write: Callable[[Any], Any] | None
+    runner: Any,
+    total: int,
+    result: _Run,
+    progress: Progress,
+    write: Callable[[Any], Any] | None,
+    ends: EpisodeEnds,
 ) -> None:
     """Sample until ``total`` env steps, passing each batch to ``write``; Ctrl-C ends the
     run after the batch in progress is written and counted (a second one at once) and
@@ -79,7 +105,7 @@ def _collect(
     ctrl_c = _CtrlC()
     try:
         with ctrl_c:
-            _sample_until(runner, total, result, progress, write, ctrl_c)
+            _sample_until(runner, total, result, progress, write, ctrl_c, ends)
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
@@ -95,6 +121,7 @@ def _sample_until(
     progress: Progress,
     write: Callable[[Any], Any] | None,
     ctrl_c: _CtrlC,
+    ends: EpisodeEnds,
 ) -> None:
     from rlconnect.batches import MultiAgentBatch
 
@@ -102,14 +129,14 @@ def _sample_until(
         batch = runner.sample()
         if write is not None:
             write(batch)
+        before = result.steps
         result.steps += batch.env_steps() if isinstance(batch, MultiAgentBatch) else len(batch)
         result.batches += 1
+        ends.steps.batch_done(result.steps)
         for m in runner.get_metrics():
-            if m.get("episode_faulty"):
-                continue
-            result.returns.append(float(m["episode_reward"]))
-            result.lengths.append(int(m["episode_length"]))
-            result.return_steps.append(result.steps)
+            step = ends.pop(m["episode_id"], result.steps)
+            if not m.get("episode_faulty"):
+                result.record(m, min(max(step, before + 1), result.steps))
         stats = runner.perf_stats()
         progress.update(result.steps, len(result.returns), result.mean_return(), stats)
 
@@ -133,7 +160,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
     run, config = resolve_settings(args)
     config, out, fmt, plot_format = _prepare_outputs(args, config)
     hints: list[str] = []
-    runner = build_runner(run, config, hints)
+    ends = EpisodeEnds()
+    runner = build_runner(run, config, hints, callbacks=ends)
+    ends.steps = live = LiveSteps.of(runner)
     for hint in hints:
         print(f"rlconnect sample: hint: {hint}", file=sys.stderr)
     write = None
@@ -142,13 +171,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
         write = BatchWriter(out).write
     result = _Run()
-    notes: list[str] = []
-    progress = Progress(run["steps"], sys.stderr, enabled=not args.quiet)
+    notes: list[tuple[str, str]] = []
+    progress = Progress(run["steps"], sys.stderr, enabled=not args.quiet, live_steps=live)
     try:
-        _collect(runner, run["steps"], result, progress, write)
+        _collect(runner, run["steps"], result, progress, write, ends)
         if out is not None:
             runner.save_checkpoint(str(out / "checkpoint"))
-            notes.append(f"checkpoint: {out / 'checkpoint'}")
+            notes.append(("checkpoint", str(out / "checkpoint")))
     finally:
         perf = runner.perf_stats()
         runner.stop()
@@ -156,16 +185,16 @@ def cmd_sample(args: argparse.Namespace) -> int:
         title = f"{run['env']}  ({run['policy']} policy)"
         try:
             outputs.plot_returns(result.returns, result.return_steps, title, args.plot, plot_format)
-            notes.append(f"returns plot: {args.plot} ({plot_format})")
+            notes.append(("returns plot", f"{args.plot} ({plot_format})"))
         except OSError as exc:  # checked before sampling, but a disk can fill up: keep the rest
-            notes.append(f"returns plot FAILED: {args.plot}: {exc.strerror or exc}")
+            notes.append(("returns plot", f"FAILED: {args.plot}: {exc.strerror or exc}"))
     rows = _summary_rows(run, config, result, perf)
     rows[3:3] = _policy_rows(runner)
     if out is not None:
         rows.append(("batch files", f"{outputs.count_batch_files(out):,} {fmt} in {out}"))
         settings = {**run, "runner_config": _config_json(config)}
         outputs.write_run_json(out / "run.json", settings, _summary_json(result, run, perf))
-    _print_table("rlconnect sample summary", rows + [("note", n) for n in notes])
+    _print_table("rlconnect sample summary", rows + notes)
     if result.interrupted:
         print(
             f"rlconnect sample: interrupted after {result.steps:,} of {run['steps']:,} steps"
@@ -201,12 +230,13 @@ def _summary_rows(
         ("episodes", f"{len(r.returns):,}"),
         (f"mean return (all {len(r.returns):,} episodes)", _fmt(r.mean_return(None))),
         (MEAN_RETURN_LABEL, _fmt(r.mean_return())),
-        (
-            "min / max return",
-            f"{min(r.returns):.2f} / {max(r.returns):.2f}" if r.returns else "n/a",
-        ),
+        ("min / max return", _min_max(r.returns)),
+        *_split_returns("agent", r.agent_returns),
+        *_split_returns("policy", r.policy_returns),
         ("mean length", f"{np.mean(r.lengths):.1f}" if r.lengths else "n/a"),
     ]
+    if len(r.returns) <= MEAN_RETURN_LAST:  # the mean over all of them says it already
+        rows.remove((MEAN_RETURN_LABEL, _fmt(r.mean_return())))
     if config.preset:
         rows.insert(4, ("preset", config.preset))
     step_ms = sum(
@@ -242,6 +272,27 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}" if np.isfinite(value) else "n/a"
 
 
+def _min_max(returns: list[float]) -> str:
+    return f"{min(returns):.2f} / {max(returns):.2f}" if returns else "n/a"
+
+
+def _split_returns(what: str, returns: dict[str, list[float]]) -> list[tuple[str, str]]:
+    """``mean return of agent X`` rows (mean, min / max), when there is more than one
+    agent or policy: a sum over agents (a zero-sum game's zeros) hides what each got."""
+    if len(returns) < 2:
+        return []
+    return [
+        (f"  {what} {key}", f"mean {_fmt(float(np.mean(v)))}  min / max {_min_max(v)}")
+        for key, v in returns.items()
+    ]
+
+
+def _mean_by(returns: dict[str, list[float]]) -> dict[str, float] | None:
+    if len(returns) < 2:
+        return None
+    return {k: float(np.mean(v)) for k, v in returns.items()}
+
+
 def _summary_json(r: _Run, run: dict[str, Any], perf: dict[str, Any]) -> dict[str, Any]:
     return {
         "status": "interrupted" if r.interrupted else "complete",
@@ -253,6 +304,14 @@ def _summary_json(r: _Run, run: dict[str, Any], perf: dict[str, Any]) -> dict[st
         "episodes": len(r.returns),
         "mean_return": r.mean_return(None) if r.returns else None,
         f"mean_return_last_{MEAN_RETURN_LAST}": r.mean_return() if r.returns else None,
+        **{
+            f"mean_return_by_{what}": by
+            for what, by in (
+                ("agent", _mean_by(r.agent_returns)),
+                ("policy", _mean_by(r.policy_returns)),
+            )
+            if by is not None
+        },
         "time_shares": {k: round(v, 4) for k, v in time_shares(perf)},
     }
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rlconnect.cli.errors import UsageError
+from rlconnect.cli.errors import UsageError, missing_extra
 
 DEFAULTS: dict[str, Any] = {
     "env": "CartPole-v1",
@@ -142,7 +142,9 @@ def _import_module(module: str, spec: str) -> Any:
     try:
         return importlib.import_module(module)
     except Exception as exc:  # any error while importing the user's module
-        raise UsageError(f"cannot import {module!r} for env {spec!r}: {exc}") from None
+        raise UsageError(
+            f"cannot import {module!r} for env {spec!r}: {exc}{missing_extra(exc)}"
+        ) from None
 
 
 def resolve_env(spec: str) -> Any:

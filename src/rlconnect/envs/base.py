@@ -21,7 +21,11 @@ import numpy as np
 
 from rlconnect.envs.rows import EnvRows
 
-__all__ = ["BaseEnv", "EnvRows"]
+__all__ = ["BaseEnv", "EnvRows", "NotAnEnvError"]
+
+
+class NotAnEnvError(TypeError):
+    """An env creator returned something that is not an env of any accepted kind."""
 
 
 class BaseEnv:

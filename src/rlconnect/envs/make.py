@@ -19,7 +19,7 @@ import attrs
 import gymnasium as gym
 
 from rlconnect.envs.atari import atari_env_creator, is_atari_id
-from rlconnect.envs.base import BaseEnv
+from rlconnect.envs.base import BaseEnv, NotAnEnvError
 from rlconnect.envs.envpool_env import is_envpool, make_envpool
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_context
@@ -28,7 +28,14 @@ from rlconnect.envs.parallel import check_parallel_spec
 from rlconnect.envs.vector import VectorEnvAdapter
 from rlconnect.envs.workers import WorkerEnvs
 
-__all__ = ["EnvFactory", "EnvSettings", "make_base_env", "register_env_adapter"]
+__all__ = [
+    "EnvFactory",
+    "EnvSettings",
+    "NotAnEnvError",
+    "make_base_env",
+    "register_env_adapter",
+]
+
 
 Creator = Callable[[EnvContext], Any]
 
@@ -135,7 +142,10 @@ def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
             env_config=s.env_config,
             envs=envs,
         )
-    raise TypeError(f"env creator returned {type(first).__name__}, which is not an env")
+    raise NotAnEnvError(
+        f"env creator returned {type(first).__name__}, which is not an env (a gymnasium "
+        "Env, an rc.MultiAgentEnv, a PettingZoo env, an rc.BaseEnv or an rc.ExternalEnv)"
+    )
 
 
 def _external(env: ExternalEnv, s: EnvSettings) -> BaseEnv:

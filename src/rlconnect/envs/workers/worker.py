@@ -37,7 +37,8 @@ import numpy as np
 import tree
 
 from rlconnect.batches import DEFAULT_AGENT_ID
-from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.base import BaseEnv, EnvRows, NotAnEnvError
+from rlconnect.envs.external import ExternalEnv
 from rlconnect.envs.gym_envs import DenseColumns, EnvContext, GymEnvs, sub_env_context
 from rlconnect.envs.multi_agent import MultiAgentEnvs
 from rlconnect.envs.workers.affinity import CorePin
@@ -153,6 +154,8 @@ def _build(creator: Callable[[EnvContext], Any], spec: GroupSpec) -> tuple[BaseE
             obs_spaces=dict(first.observation_spaces),
             act_spaces=dict(first.action_spaces),
         )
+    if not isinstance(first, BaseEnv | ExternalEnv):
+        raise NotAnEnvError(f"env creator returned {type(first).__name__}, which is not an env")
     raise TypeError(
         "env worker processes (num_env_workers >= 1 or remote_envs=True) step gymnasium envs "
         f"and multi-agent envs, but the env creator returned {type(first).__name__}; use "
