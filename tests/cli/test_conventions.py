@@ -134,3 +134,49 @@ def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert "Error" not in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("creator", ["my_envs:no_env", "os:getcwd"])
+def test_a_creator_that_returns_no_env_is_a_usage_error(workdir, creator) -> None:
+    done = run_cli("sample", "--env", creator, *SMALL, cwd=workdir)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and f"--env {creator!r}" in done.stderr
+    assert "which is not an env" in done.stderr and done.stdout == ""
+
+
+WITHOUT_EXTRAS = """
+import sys
+for name in ("pettingzoo", "envpool"):  # as if these extras were not installed
+    sys.modules[name] = None
+from rlconnect.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "extra"),
+    [("pettingzoo.classic.rps_v2:env", "pettingzoo"), ("envpool:Pong-v5", "envpool")],
+)
+def test_a_missing_extra_is_named_with_its_pip_command(tmp_path, env, extra) -> None:
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import user_env
+
+    cmd = [sys.executable, "-c", WITHOUT_EXTRAS, "sample", "--env", env, *SMALL]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=user_env(), cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stderr  # like --plot without matplotlib: usage
+    assert (
+        done.stderr.count("\n") == 1 and done.stderr.count(f"pip install 'rlconnect[{extra}]'") == 1
+    )
+
+
+def test_help_is_wrapped_to_the_terminal() -> None:
+    for args in ([], ["sample"], ["inspect"]):
+        done = run_cli(*args, "--help")
+        assert done.returncode == 0
+        lines = done.stdout.splitlines()
+        assert all(len(x) <= 80 for x in lines), max(lines, key=len)
+    assert "exit codes: 0 done" in run_cli("--help").stdout

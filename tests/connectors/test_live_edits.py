@@ -127,3 +127,45 @@ def test_a_pipeline_that_feeds_nothing_takes_any_edit_that_chains():
     pipe.feeds(None)
     pipe.remove("FrameStack")
     assert pipe.names == []
+
+
+USER_PROGRAM = """
+import gymnasium as gym
+import rlconnect as rc
+
+env = gym.make("CartPole-v1")
+runner = rc.EnvRunner("CartPole-v1", rc.MLPPolicy(env.observation_space, env.action_space))
+pipe = runner.agent_pipeline()
+try:
+    pipe.append(rc.FrameStack(pipe.ctx, num_frames=4))
+except ValueError as err:
+    print("refused:", err)
+print("members:", pipe.names, "batch:", len(runner.sample()))
+"""
+
+
+def test_a_user_program_sees_the_edit_refused_where_it_is_made(tmp_path):
+    """The program a newcomer writes from the docs, run as they run it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "prog.py").write_text(USER_PROGRAM)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "prog.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    refused, members = done.stdout.splitlines()
+    assert refused.startswith("refused: append of connector 'FrameStack' refused")
+    assert "(4, 4), float32)" in refused and "policy 'default_policy' takes" in refused
+    assert "(4,), float32)" in refused
+    assert members == "members: [] batch: 200"

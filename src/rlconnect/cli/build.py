@@ -54,9 +54,7 @@ def image_hint(space: gym.Space, preset: str | None) -> str | None:
     return None
 
 
-def build_runner(
-    run: dict[str, Any], config: Any, hints: list[str] | None = None, callbacks: Any = None
-) -> Any:
+def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = None) -> Any:
     """The EnvRunner for ``rlconnect sample``: default pipelines, random or MLP policies
     (one per distinct pair of spaces), hints appended to ``hints``."""
     import rlconnect as rc
@@ -83,9 +81,7 @@ def build_runner(
         mapping = None
         if env.is_multi_agent:
             mapping = SharedPolicies({a: pid for pid, agents in groups.items() for a in agents})
-        return rc.EnvRunner(
-            env, policies, policy_mapping_fn=mapping, config=config, callbacks=callbacks
-        )
+        return rc.EnvRunner(env, policies, policy_mapping_fn=mapping, config=config)
     except BaseException:
         env.close()
         raise

@@ -22,8 +22,10 @@ class UsageError(Exception):
 
 
 def missing_extra(exc: BaseException) -> str:
-    """``" (pip install 'rlconnect[X]')"`` when ``exc`` (or its cause) is a missing module
-    that extra X installs, else ``""``."""
+    """``" (the X extra: pip install 'rlconnect[X]')"`` when ``exc`` (or its cause) is a
+    missing module that extra X installs and ``exc`` does not say so already, else ``""``."""
+    if "pip install" in str(exc):
+        return ""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ModuleNotFoundError) and seen.name:

@@ -28,13 +28,14 @@ from rlconnect.cli.progress import (
     time_shares,
 )
 from rlconnect.cli.settings import resolve_settings
-from rlconnect.cli.steps import EpisodeEnds, LiveSteps
+from rlconnect.cli.steps import EpisodeClock, LiveSteps
 
 
 class _Run:
     """What one ``rlconnect sample`` collected."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_envs: int) -> None:
+        self.clock = EpisodeClock(num_envs)
         self.steps = 0
         self.batches = 0
         self.returns: list[float] = []
@@ -46,11 +47,14 @@ class _Run:
         self.elapsed = 0.0
         self.interrupted = False
 
-    def record(self, metric: dict[str, Any], step: int) -> None:
-        """One finished episode's metric record, ended at env step ``step``."""
+    def record(self, metric: dict[str, Any], before: int) -> None:
+        """One episode's metric record, from the batch after ``before`` env steps."""
+        step = self.clock.ended(int(metric["env_id"]), int(metric["episode_length"]))
+        if metric.get("episode_faulty"):
+            return
         self.returns.append(float(metric["episode_reward"]))
         self.lengths.append(int(metric["episode_length"]))
-        self.return_steps.append(step)
+        self.return_steps.append(min(max(step, before + 1), self.steps))
         by_policy: dict[str, float] = {}
         for (agent, pid), ret in metric.get("agent_rewards", {}).items():
             self.agent_returns.setdefault(str(agent), []).append(float(ret))
@@ -96,7 +100,7 @@ def _collect(
     result: _Run,
     progress: Progress,
     write: Callable[[Any], Any] | None,
-    ends: EpisodeEnds,
+    live: LiveSteps,
 ) -> None:
     """Sample until ``total`` env steps, passing each batch to ``write``; Ctrl-C ends the
     run after the batch in progress is written and counted (a second one at once) and
@@ -105,7 +109,7 @@ def _collect(
     ctrl_c = _CtrlC()
     try:
         with ctrl_c:
-            _sample_until(runner, total, result, progress, write, ctrl_c, ends)
+            _sample_until(runner, total, result, progress, write, ctrl_c, live)
     except KeyboardInterrupt:
         result.interrupted = True
     finally:
@@ -121,7 +125,7 @@ def _sample_until(
     progress: Progress,
     write: Callable[[Any], Any] | None,
     ctrl_c: _CtrlC,
-    ends: EpisodeEnds,
+    live: LiveSteps,
 ) -> None:
     from rlconnect.batches import MultiAgentBatch
 
@@ -132,11 +136,9 @@ def _sample_until(
         before = result.steps
         result.steps += batch.env_steps() if isinstance(batch, MultiAgentBatch) else len(batch)
         result.batches += 1
-        ends.steps.batch_done(result.steps)
+        live.batch_done(result.steps)
         for m in runner.get_metrics():
-            step = ends.pop(m["episode_id"], result.steps)
-            if not m.get("episode_faulty"):
-                result.record(m, min(max(step, before + 1), result.steps))
+            result.record(m, before)
         stats = runner.perf_stats()
         progress.update(result.steps, len(result.returns), result.mean_return(), stats)
 
@@ -160,9 +162,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     run, config = resolve_settings(args)
     config, out, fmt, plot_format = _prepare_outputs(args, config)
     hints: list[str] = []
-    ends = EpisodeEnds()
-    runner = build_runner(run, config, hints, callbacks=ends)
-    ends.steps = live = LiveSteps.of(runner)
+    runner = build_runner(run, config, hints)
+    live = LiveSteps.of(runner)
     for hint in hints:
         print(f"rlconnect sample: hint: {hint}", file=sys.stderr)
     write = None
@@ -170,11 +171,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
         from rlconnect.offline import BatchWriter
 
         write = BatchWriter(out).write
-    result = _Run()
+    result = _Run(runner.num_envs)
     notes: list[tuple[str, str]] = []
     progress = Progress(run["steps"], sys.stderr, enabled=not args.quiet, live_steps=live)
     try:
-        _collect(runner, run["steps"], result, progress, write, ends)
+        _collect(runner, run["steps"], result, progress, write, live)
         if out is not None:
             runner.save_checkpoint(str(out / "checkpoint"))
             notes.append(("checkpoint", str(out / "checkpoint")))

@@ -159,6 +159,12 @@ def resolve_env(spec: str) -> Any:
 
     env_id = spec
     if spec.startswith("envpool:"):  # an EnvPool task: the runner builds the pool
+        try:
+            import envpool  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                f"env {spec!r} needs EnvPool: pip install 'rlconnect[envpool]'"
+            ) from None
         return spec
     if ":" in spec:
         module, _, attr = spec.partition(":")

@@ -1,10 +1,10 @@
-"""Env steps as ``rlconnect sample`` goes, also inside a batch: for the progress display
-(which must move even when one batch takes many seconds) and for the env step at which
-each episode ended (the x axis of the returns plot).
+"""Env steps as ``rlconnect sample`` goes: inside a batch, for the progress display (which
+must move even when one batch takes many seconds), and at each episode's end, for the x
+axis of the returns plot.
 
 Nothing here runs per env step: the runner already counts its polls (``perf_stats``
-divides by that count), and :class:`LiveSteps` turns that count into env steps when it is
-read, by rich's refresh thread (10 times a second) or at an episode's end.
+divides by that count), and :class:`LiveSteps` turns that count into env steps only when
+it is read, by rich's refresh thread (10 times a second).
 """
 
 from __future__ import annotations
@@ -12,27 +12,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlconnect.runner.callbacks import Callbacks
-
 
 class LiveSteps:
     """Env steps collected so far: exact after each batch (``batch_done``); within a batch,
-    estimated as the runner's polls since then times the sub-envs a poll steps, capped at
-    the batch's size, so the estimate never runs ahead of the batch being sampled.
+    the runner's polls since then times the env steps a poll made in the batches before
+    (``per_poll`` sub-envs before the first: a poll that only resets makes none), capped
+    at the batch's size so the count never runs ahead of the batch being sampled.
 
     Args:
         polls: the runner's count of polls so far (``runner.timers.steps``).
-        per_poll: env steps one poll makes (``env_poll_size``, or ``num_envs``).
+        per_poll: sub-envs one poll steps (``env_poll_size``, or ``num_envs``).
         batch: env steps in one batch (``rollout_fragment_length * num_envs``).
     """
 
     def __init__(self, polls: Callable[[], int], per_poll: int, batch: int) -> None:
         self._polls = polls
-        self._per_poll = per_poll
         self._batch = batch
-        #: (exact steps after the last batch, the poll count then): one tuple, so a reader
-        #: on another thread never sees one half updated
-        self._base = (0, polls())
+        self._first_polls = polls()
+        #: (exact steps after the last batch, the poll count then, steps per poll): one
+        #: tuple, so a reader on another thread never sees it half updated
+        self._base = (0, self._first_polls, float(per_poll))
 
     @classmethod
     def of(cls, runner: Any) -> LiveSteps:
@@ -45,25 +44,29 @@ class LiveSteps:
         )
 
     def __call__(self) -> int:
-        done, polls = self._base
-        return done + min((self._polls() - polls) * self._per_poll, self._batch)
+        done, polls, rate = self._base
+        return done + min(int((self._polls() - polls) * rate), self._batch)
 
     def batch_done(self, steps: int) -> None:
         """``steps`` env steps are collected, exactly (a batch was returned)."""
-        self._base = (steps, self._polls())
+        polls = self._polls()
+        rate = steps / max(polls - self._first_polls, 1)
+        self._base = (steps, polls, rate)
 
 
-class EpisodeEnds(Callbacks):
-    """Remembers the env step (read from ``steps``, set once the runner exists) at which
-    each episode ended, by episode id."""
+class EpisodeClock:
+    """The env step at which each episode ended, from the episodes' own lengths: a sub-env's
+    episodes follow one another, so the lengths of its episodes so far (faulty ones too)
+    are the steps it has made; its ``num_envs`` sub-envs step together, so the run had made
+    ``num_envs`` times that many (exact for synchronous polls, close for asynchronous ones).
+    """
 
-    def __init__(self) -> None:
-        self.steps = LiveSteps(lambda: 0, 0, 0)
-        self.ended: dict[int, int] = {}
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        self._steps_of_env: dict[int, int] = {}
 
-    def on_episode_end(self, **kwargs: Any) -> None:
-        self.ended[kwargs["episode"].episode_id] = self.steps()
-
-    def pop(self, episode_id: int, default: int) -> int:
-        """The step at which ``episode_id`` ended (``default`` if it was not seen)."""
-        return self.ended.pop(episode_id, default)
+    def ended(self, env_id: int, length: int) -> int:
+        """An episode of ``length`` steps ended in sub-env ``env_id``: the run's env step."""
+        steps = self._steps_of_env.get(env_id, 0) + length
+        self._steps_of_env[env_id] = steps
+        return self.num_envs * steps
