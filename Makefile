@@ -1,5 +1,6 @@
 # The two README commands: `make sample` (installs only what sampling needs) and `make test`
-# (installs the dev extra too, then runs ruff, mypy and the whole test suite).
+# (installs the dev extra too, then runs ruff, mypy and the whole test suite, as CI does).
+# `make test-fast` is for local work: the same without the tests marked slow or ray.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 #   make sample TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH ?= torch==2.13.0
 
-.PHONY: install install-dev sample test lint bench
+.PHONY: install install-dev sample test test-fast lint bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +31,10 @@ test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy src benchmarks
 	$(BIN)/python -m pytest -q
+
+test-fast: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow and not ray"
 
 lint: install-dev
 	$(BIN)/ruff check .
