@@ -18,8 +18,9 @@ with ``rc.read_batches(DIR)``), the runner's checkpoint to ``DIR/checkpoint`` an
 settings and summary to ``DIR/run.json``. Every path is checked before sampling starts.
 
 Exit codes: 0 done, 1 a failure while running (one line; ``--traceback`` shows it all),
-2 bad arguments, config file, env or path (one line), 130 interrupted (Ctrl-C; the ``--out``
-folder then holds what was collected and ``run.json`` says the run was interrupted).
+2 bad arguments, config file, env or path, or a missing extra (one line, naming its
+``pip install`` command), 130 interrupted (Ctrl-C; the ``--out`` folder then holds what
+was collected and ``run.json`` says the run was interrupted).
 """
 
 from rlconnect.cli.app import build_parser, main
