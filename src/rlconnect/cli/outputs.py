@@ -101,7 +101,8 @@ def write_run_json(path: Path, settings: dict[str, Any], summary: dict[str, Any]
 
 
 def plot_returns(returns: list[float], steps: list[int], title: str, path: str, fmt: str) -> None:
-    """A figure of episode returns over env steps with a moving mean (Agg, no pyplot)."""
+    """A figure of episode returns over the env step each ended at (``steps``), with a
+    moving mean (Agg, no pyplot)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -109,6 +110,8 @@ def plot_returns(returns: list[float], steps: list[int], title: str, path: str, 
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     if returns:
+        order = np.argsort(steps, kind="stable")  # by the env step each episode ended
+        steps, returns = list(np.asarray(steps)[order]), list(np.asarray(returns)[order])
         ax.plot(steps, returns, ".", ms=3, alpha=0.35, label="episode return")
         window = max(1, min(100, len(returns) // 10))
         mean = np.convolve(returns, np.ones(window) / window, mode="valid")

@@ -21,12 +21,7 @@ import numpy as np
 
 from rlconnect.cli import outputs
 from rlconnect.cli.build import build_runner
-from rlconnect.cli.progress import (
-    MEAN_RETURN_LABEL,
-    MEAN_RETURN_LAST,
-    Progress,
-    time_shares,
-)
+from rlconnect.cli.progress import MEAN_RETURN_LABEL, MEAN_RETURN_LAST, Progress, time_shares
 from rlconnect.cli.settings import resolve_settings
 from rlconnect.cli.steps import EpisodeClock, LiveSteps
 
