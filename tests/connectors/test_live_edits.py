@@ -169,3 +169,28 @@ def test_a_user_program_sees_the_edit_refused_where_it_is_made(tmp_path):
     assert "(4, 4), float32)" in refused and "policy 'default_policy' takes" in refused
     assert "(4,), float32)" in refused
     assert members == "members: [] batch: 200"
+
+
+class ToOneHot(rc.ActionConnector):
+    """Declares one-hot actions (its output space is all this test needs)."""
+
+    def output_space(self, input_space):
+        return gym.spaces.MultiBinary(int(input_space.n))
+
+
+def test_action_pipelines_and_restored_pipelines_stay_checked(runner, tmp_path):
+    act = runner.action_pipeline()
+    with pytest.raises(
+        ValueError, match=r"'ToOneHot' refused.*the env of policy 'default_policy' takes"
+    ):
+        act.append(ToOneHot(act.ctx))
+    assert "ToOneHot" not in act.names
+    runner.save_checkpoint(tmp_path / "ck")
+    runner.restore(tmp_path / "ck")
+    for pipe in (
+        runner.pipelines.agent["default_policy"],
+        runner.pipelines.action["default_policy"],
+    ):
+        assert pipe.consumer is not None
+    with pytest.raises(ValueError, match="refused"):
+        runner.pipelines.agent["default_policy"].append(_stack(runner.agent_pipeline()))

@@ -116,6 +116,11 @@ class ConnectorPipeline(Generic[C]):
         the agent pipelines it hands out."""
         self._consumer = None if who is None or space is None else (who, space)
 
+    @property
+    def consumer(self) -> tuple[str, gym.Space] | None:
+        """``(who, space)`` given to ``feeds``: what takes this pipeline's output, if set."""
+        return self._consumer
+
     def _check_consumer(self, out: gym.Space, edit: str) -> None:
         if self._consumer is None or _same_layout(out, self._consumer[1]):
             return

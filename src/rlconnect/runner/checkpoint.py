@@ -262,6 +262,8 @@ def _load_pipe(
     _check_kind(ck, pid, role, file, pipe)
     if not live.is_training:
         pipe.in_eval()
+    if live.consumer is not None:  # edits of the restored pipeline stay checked
+        pipe.feeds(*live.consumer)
     return pipe
 
 

@@ -140,6 +140,7 @@ def build_pipelines(
                 f"{describe_space(out)}; build the policy for the pipeline's output space"
             )
         agent_pipe.feeds(f"policy {pid!r}", want)  # later edits keep what the policy takes
+        action_pipe.feeds(f"the env of policy {pid!r}", action_pipe.output_space)
         if not config.explore:
             agent_pipe.in_eval()
             action_pipe.in_eval()

@@ -141,7 +141,9 @@ class EnvRunner:
         return pipe
 
     def action_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> ActionConnectorPipeline:
-        """The live action pipeline of ``policy_id`` (edit it in place)."""
+        """The live action pipeline of ``policy_id``, to edit in place with its ``ctx``; an
+        edit that would change the shape or dtype of what the env takes is refused, as for
+        ``agent_pipeline``."""
         return self.pipelines.action[policy_id]
 
     @property
