@@ -19,7 +19,6 @@ STILL_LONG = {
     "runner/kernel.py:StepKernel.step",
     "runner/kernel.py:StepKernel._act",
     "runner/runner.py:EnvRunner.__init__",
-    "envs/envpool_env.py:make_envpool",
     "envs/rows.py:EnvRowsBuilder.build",
     "envs/vector.py:VectorEnvAdapter.poll",
     "envs/workers/worker.py:worker_main",

@@ -163,15 +163,15 @@ def test_an_unknown_envpool_task_is_a_clear_error():
 
 
 class _FailOnce:
-    """A pool proxy whose ``method`` (``send``: sent by the gate, during the runner's
-    step; ``recv``: in the poll), public or C++ (``_send``), raises once, at call ``at``."""
+    """A pool proxy whose ``method`` (``send``: in ``all_actions_sent``, during the
+    runner's step; ``recv``: in the poll) raises once, at call ``at``."""
 
     def __init__(self, pool, at: int, method: str = "recv") -> None:
         self._pool, self._left, self._method = pool, at, method
 
     def __getattr__(self, name):
         real = getattr(self._pool, name)
-        if name.lstrip("_") != self._method:
+        if name != self._method:
             return real
 
         def call(*args):
@@ -293,27 +293,101 @@ def test_envpool_runs_pack_rows_while_the_pool_steps_and_give_the_same_batches()
                 np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+class _PublicOnly:
+    """A pool proxy that lets through only EnvPool's public names, logging every send and
+    receive into ``log``."""
+
+    def __init__(self, pool, log: list) -> None:
+        self._pool, self._log = pool, log
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(f"{name}: not EnvPool's public API")
+        real = getattr(self._pool, name)
+        if name not in ("send", "recv"):
+            return real
+
+        def call(*args, **kwargs):
+            self._log.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+
 @pytest.mark.parametrize("poll", [None, 2])
-def test_the_gate_sends_each_step_while_the_runner_still_works(monkeypatch, poll):
-    """Once every row of a poll has its action or reset, the next step is sent from the
-    runner's step (``_send_now``), not left for the next poll."""
-    calls = {"poll": 0, "gate": 0}
-    real_poll, real_send = EnvPoolEnv.poll, EnvPoolEnv._send_now
+def test_a_pool_is_driven_through_envpools_public_api_only(poll):
+    """A runner on a pool that hides every private name gives the same exact rows as one
+    on the pool itself."""
+    runs = []
+    for public in (True, False):
+        r = runner(n=4, frag=25, env_poll_size=poll)
+        if public:
+            r.env.pool = _PublicOnly(r.env.pool, [])
+        batches, metrics = sample(r, 2)
+        for b in batches:
+            check_cartpole_truth(b)
+        runs.append((batches, metrics))
+    if poll is None:  # synchronous: the same steps whatever the threads' timing
+        for a, b in zip(runs[0][0], runs[1][0]):
+            np.testing.assert_array_equal(a["obs"], b["obs"])
+            np.testing.assert_array_equal(a["actions"], b["actions"])
+
+
+def test_the_pool_steps_while_the_runner_ends_episodes():
+    """The actions go out once the runner sent every row's (``all_actions_sent``), before
+    the poll's episodes end (their resets are queued with them), and the next poll only
+    receives."""
+    log: list = []
+
+    class Ends(rc.Callbacks):
+        def on_episode_end(self, **kwargs) -> None:
+            log.append("end")
+
+    config = rc.RunnerConfig(num_envs=4, rollout_fragment_length=40, seed=7)
+    r = rc.EnvRunner(
+        "envpool:CartPole-v1", rc.RandomPolicy(*spaces()), config=config, callbacks=Ends()
+    )
+    r.sample()
+    r.env.pool = _PublicOnly(r.env.pool, log)
+    log.clear()
+    try:
+        batches = [r.sample() for _ in range(2)]
+    finally:
+        r.stop()
+    for b in batches:
+        check_cartpole_truth(b)
+    assert "end" in log
+    # every episode end comes after the send of its poll and before the next receive
+    for i, event in enumerate(log):
+        if event == "end":
+            before = [e for e in log[:i] if e != "end"]
+            assert before[-1] == "send", log[max(0, i - 4) : i + 1]
+    # the first receive is the step the first sample started, stop() receives the last
+    assert log[0] == "recv" and log[-1] == "recv"
+    assert log.count("recv") == log.count("send") + 1
+
+
+@pytest.mark.parametrize("poll", [None, 2])
+def test_each_step_is_sent_once_the_runner_sent_every_action(monkeypatch, poll):
+    """The next step is sent from the runner's step (``all_actions_sent``), not left for
+    the next poll."""
+    calls = {"poll": 0, "early": 0}
+    real_poll, real_hook = EnvPoolEnv.poll, EnvPoolEnv.all_actions_sent
 
     def counted_poll(self):
         calls["poll"] += 1
         return real_poll(self)
 
-    def counted_send(self):
-        calls["gate"] += 1
-        real_send(self)
+    def counted_hook(self):
+        sent_before = self._todo.copy()
+        real_hook(self)
+        calls["early"] += bool(sent_before.any() and not self._todo.any())
 
     monkeypatch.setattr(EnvPoolEnv, "poll", counted_poll)
-    monkeypatch.setattr(EnvPoolEnv, "_send_now", counted_send)
+    monkeypatch.setattr(EnvPoolEnv, "all_actions_sent", counted_hook)
     batches, _ = sample(runner(n=4, frag=25, env_poll_size=poll), k=2)
     assert len(batches) == 2
-    # a poll whose episodes all ended (no action to wait for) is the only one not gated
-    assert calls["gate"] >= 0.9 * calls["poll"] > 0
+    assert calls["early"] >= 0.9 * calls["poll"] > 0
 
 
 @pytest.mark.parametrize("poll", [None, 1])

@@ -16,11 +16,11 @@ that resets it.
 Synchronous pools (``batch_size == num_envs``) step every sub-env each poll. With
 ``env_poll_size=B`` the pool is built with ``batch_size=B``: a poll returns the first B
 sub-envs that finished (rows sorted by env id) while the others keep stepping in EnvPool's
-threads. Either way the pool is driven with EnvPool's own ``send`` / ``recv``, and the
-actions are sent as soon as every sub-env the last poll returned has one (``StepGate``), so
-EnvPool steps while the runner records rows and ends episodes; ``poll()`` only receives
-(a synchronous pool once ``RecvPacer`` deems the step nearly done, so the runner seldom
-sleeps in ``recv``).
+threads. Either way the pool is driven through EnvPool's public API only (``reset``,
+``async_reset``, ``send``, ``recv``, ``config``, the spaces). The actions go out when the
+runner says every row has its action (``all_actions_sent``), so EnvPool steps while the
+runner records rows and ends episodes; ``poll()`` then only receives, blocking in ``recv``
+until the step is done.
 """
 
 from __future__ import annotations
@@ -36,11 +36,8 @@ from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.batches.take import take_rows
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.envpool_io import PoolIO, pool_io
 from rlconnect.envs.gym_envs import sub_env_seed
-from rlconnect.envs.recv_pacer import RecvPacer
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only, strictly_ascending
-from rlconnect.envs.step_gate import StepGate
 from rlconnect.errors import EnvError, describe_exception
 
 __all__ = [
@@ -56,7 +53,6 @@ ENVPOOL_PREFIX = "envpool:"
 #: EnvPool's task families whose sub-envs step in about a microsecond: less than the
 #: runner's own work per row, so one EnvPool thread keeps up with the runner, and a thread
 #: per CPU (EnvPool's default) only takes the CPU the runner needs and adds wake-ups
-#: (``python benchmarks/bench_envpool_threads.py``)
 LIGHT_FAMILIES = ("envpool.classic_control", "envpool.toy_text")
 #: EnvPool's own bookkeeping in ``info`` (and Atari's copy of the RAM): not row infos
 _BOOKKEEPING = frozenset({"env_id", "players", "elapsed_step", "ram"})
@@ -95,36 +91,14 @@ def make_envpool(
             "truncates episodes through the pool's max_episode_steps)"
         )
     if not isinstance(env, str):
-        size = int(env.config["num_envs"])
-        if size != num_envs:
-            raise ValueError(
-                f"the EnvPool pool holds {size} envs but RunnerConfig.num_envs={num_envs}: "
-                "they must be equal"
-            )
-        limit = env.config.get("max_episode_steps")
-        if horizon is not None and limit != horizon + 1:
-            raise ValueError(
-                f"RunnerConfig.horizon={horizon} but the EnvPool pool truncates episodes at "
-                f"max_episode_steps={limit}: build the pool with max_episode_steps="
-                f"{horizon + 1} (the runner cuts episodes at the horizon itself, keeping "
-                "EnvPool's terminated flag there), or pass 'envpool:<task id>'"
-            )
+        _check_user_pool(env, num_envs, horizon)
         return EnvPoolEnv(env, frames=_single_frames(env, preset))
     task = env[len(ENVPOOL_PREFIX) :]
     if not task:
         raise ValueError(
             f"env {env!r}: name an EnvPool task after the prefix, e.g. 'envpool:Pong-v5'"
         )
-    kwargs = dict(env_config)
-    kwargs["num_envs"] = num_envs
-    if "num_threads" not in kwargs and (threads := default_threads(task)) is not None:
-        kwargs["num_threads"] = threads
-    if poll_size is not None and poll_size < num_envs:
-        kwargs["batch_size"] = poll_size
-    if horizon is not None:  # the runner cuts at the horizon (see the module docstring)
-        kwargs["max_episode_steps"] = horizon + 1
-    if preset == "atari":
-        kwargs.setdefault("stack_num", 1)
+    kwargs = _task_kwargs(task, env_config, num_envs, poll_size, horizon, preset)
 
     def build(restarts: int) -> Any:
         import envpool
@@ -144,6 +118,46 @@ def make_envpool(
             f"{describe_exception(exc)}"
         ) from exc
     return EnvPoolEnv(pool, rebuild=build, frames=_single_frames(pool, preset))
+
+
+def _check_user_pool(pool: Any, num_envs: int, horizon: int | None) -> None:
+    """A pool the user built must hold ``num_envs`` envs and truncate at the horizon."""
+    size = int(pool.config["num_envs"])
+    if size != num_envs:
+        raise ValueError(
+            f"the EnvPool pool holds {size} envs but RunnerConfig.num_envs={num_envs}: "
+            "they must be equal"
+        )
+    limit = pool.config.get("max_episode_steps")
+    if horizon is not None and limit != horizon + 1:
+        raise ValueError(
+            f"RunnerConfig.horizon={horizon} but the EnvPool pool truncates episodes at "
+            f"max_episode_steps={limit}: build the pool with max_episode_steps="
+            f"{horizon + 1} (the runner cuts episodes at the horizon itself, keeping "
+            "EnvPool's terminated flag there), or pass 'envpool:<task id>'"
+        )
+
+
+def _task_kwargs(
+    task: str,
+    env_config: dict[str, Any],
+    num_envs: int,
+    poll_size: int | None,
+    horizon: int | None,
+    preset: str | None,
+) -> dict[str, Any]:
+    """``envpool.make_gymnasium``'s arguments for ``"envpool:<task>"`` (without the seed)."""
+    kwargs = dict(env_config)
+    kwargs["num_envs"] = num_envs
+    if "num_threads" not in kwargs and (threads := default_threads(task)) is not None:
+        kwargs["num_threads"] = threads
+    if poll_size is not None and poll_size < num_envs:
+        kwargs["batch_size"] = poll_size
+    if horizon is not None:  # the runner cuts at the horizon (see the module docstring)
+        kwargs["max_episode_steps"] = horizon + 1
+    if preset == "atari":
+        kwargs.setdefault("stack_num", 1)
+    return kwargs
 
 
 def default_threads(task: str) -> int | None:
@@ -182,7 +196,7 @@ class EnvPoolEnv(BaseEnv):
     def __init__(
         self, pool: Any, *, rebuild: Callable[[int], Any] | None = None, frames: bool = False
     ) -> None:
-        self._io: PoolIO = pool_io(pool)
+        self.pool = pool
         self._frames = frames  # hand out (H, W) frames of a (1, H, W) pool
         self._rebuild = rebuild
         self._restarts = 0
@@ -197,7 +211,7 @@ class EnvPoolEnv(BaseEnv):
         self._act_space: gym.Space = pool.action_space
         self.possible_agents = (DEFAULT_AGENT_ID,)
         shape = self._act_space.shape or ()
-        self._actions = np.zeros((self.num_envs, *shape), dtype=self._io.action_dtype)
+        self._actions = np.zeros((self.num_envs, *shape), dtype=self._act_space.dtype)
         self._todo = np.zeros(self.num_envs, dtype=bool)  # an action or a reset is queued
         #: episodes the runner's horizon ended and the pool did not: their next step ends
         #: them at the pool's limit and is no row (``_cut_steps``)
@@ -209,23 +223,13 @@ class EnvPoolEnv(BaseEnv):
         self._all_ids = np.arange(self.num_envs, dtype=np.int64)
         self._all_ids.flags.writeable = False
         self._in_order = np.arange(self.num_envs, dtype=np.int32).tobytes()
-        self._gate = StepGate(self._todo)
-        #: when to block in recv after a send, for synchronous pools: an asynchronous poll
-        #: returns as soon as the first sub-envs are done, seldom long after the send
-        self._pacer = RecvPacer() if not self._async else None
+        #: sub-envs whose episode ended in the last poll: EnvPool resets them at their next
+        #: step by itself, so their reset is queued with the poll and ``try_reset`` is a no-op
+        self._autoreset: set[int] = set()
         self._sent = False  # a synchronous pool has every sub-env's step under way
         self._started = False
         self._broken: BaseException | None = None
-        self._send_error: BaseException | None = None  # of a send the gate started
-
-    @property
-    def pool(self) -> Any:
-        """The EnvPool pool (a new one after a rebuild)."""
-        return self._io.pool
-
-    @pool.setter
-    def pool(self, pool: Any) -> None:
-        self._io = pool_io(pool)
+        self._send_error: BaseException | None = None  # of the send in all_actions_sent
 
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
         return self._obs_space
@@ -236,20 +240,31 @@ class EnvPoolEnv(BaseEnv):
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
         self._queue(env_ids, actions)
 
+    def all_actions_sent(self) -> None:
+        """Start the pool's step now, while the runner records the poll: a synchronous pool
+        once every sub-env has its action or reset, an asynchronous one for the sub-envs it
+        has them for. A failure is the next poll's to report."""
+        if not self._started or (not self._async and not self._todo.all()):
+            return  # e.g. a sub-env the runner resets itself later: the next poll sends
+        try:
+            self._send()
+        except Exception as exc:
+            self._send_error = exc
+
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         """The env's episode ended: its next step is EnvPool's reset step (the placeholder
         action is ignored; queued when the rows came back). An episode the pool did not end
         cannot be reset alone."""
-        if not self._gate.take_reset(env_id):
-            self._cut[env_id] = self._cutting = True  # (``_cut_steps`` tells if it was)
-            self._queue(np.array([env_id]), 0)
+        if env_id in self._autoreset:
+            self._autoreset.discard(env_id)
+            return
+        self._cut[env_id] = self._cutting = True  # (``_cut_steps`` tells if it was)
+        self._queue(np.array([env_id]), 0)
 
-    def _queue(self, env_ids: np.ndarray, actions: Any) -> None:
-        """Queue actions (0: the placeholder of a reset step); send once the gate opens."""
+    def _queue(self, env_ids: Any, actions: Any) -> None:
+        """Queue actions (0: the placeholder of a reset step) for the next send."""
         self._actions[env_ids] = actions
         self._todo[env_ids] = True
-        if self._gate.answered():
-            self._send_now()
 
     def try_restart(self, env_id: int) -> None:
         """A failed pool is rebuilt whole (once, at the first sub-env's restart)."""
@@ -291,55 +306,43 @@ class EnvPoolEnv(BaseEnv):
             self._todo[self._uncut] = True
             self._uncut = None
         # EnvPool resets the sub-envs whose episode ended at their next step by itself
-        ended = self._gate.returned(rows)
-        if len(ended):
-            self._queue(ended, 0)
+        ended = rows.done_envs
+        self._autoreset = set(ended)
+        if ended:
+            self._queue(list(ended), 0)
         return rows
 
-    def _step(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
+    def _step(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         pool = self.pool
         if not self._started:
             self._started = True
             if self._async:
                 pool.async_reset()
-                obs, rew, term, trunc, info = pool.recv()
-                return obs, rew, term, trunc, info
+                return pool.recv()  # type: ignore[no-any-return]
             obs, info = pool.reset()
-            n = self.num_envs
-            zeros = np.zeros(n, dtype=bool)
-            return obs, np.zeros(n), zeros, zeros, info
+            zeros = np.zeros(self.num_envs, dtype=bool)
+            return obs, np.zeros(self.num_envs), zeros, zeros, info
         if not self._sent:
             self._send()
         self._sent = False
-        if self._pacer is None:
-            return self._io.recv()
-        return self._pacer.recv(self._io.recv)
-
-    def _send_now(self) -> None:
-        """Send what the gate let through; a failure is the next poll's to report."""
-        try:
-            self._send()
-        except Exception as exc:
-            self._send_error = exc
+        return pool.recv()  # type: ignore[no-any-return]
 
     def _send(self) -> None:
         """Send the queued actions and resets (a synchronous pool: every sub-env's)."""
         if self._async:
             ids = np.flatnonzero(self._todo)
             if len(ids):
-                self._io.send(self._actions[ids], ids.astype(np.int32))
+                self.pool.send(self._actions[ids], ids.astype(np.int32))
                 self._todo[ids] = False
             return
-        if np.count_nonzero(self._todo) != self.num_envs:
+        if not self._todo.all():
             missing = np.flatnonzero(~self._todo).tolist()[:5]
             raise RuntimeError(
                 f"a synchronous EnvPool pool steps every sub-env together, but sub-envs "
                 f"{missing} got neither an action nor a reset"
             )
         self._todo[:] = False
-        self._io.send(self._actions, None)
-        if self._pacer is not None:  # (a synchronous pool has one)
-            self._pacer.sent()
+        self.pool.send(self._actions, None)  # EnvPool copies them (into its own dtype)
         self._sent = True
 
     def _rows(self, obs: Any, rew: Any, term: Any, trunc: Any, info: dict[str, Any]) -> EnvRows:
@@ -402,9 +405,9 @@ class EnvPoolEnv(BaseEnv):
         return np.flatnonzero(~hidden)
 
     def close(self) -> None:
-        """Receive the step the gate started, then close the pool (idle by then)."""
+        """Receive the step under way, then close the pool (idle by then)."""
         with contextlib.suppress(Exception):
             if self._sent:
-                self._io.recv()
+                self.pool.recv()
                 self._sent = False
             self.pool.close()

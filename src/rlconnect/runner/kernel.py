@@ -193,6 +193,7 @@ class StepKernel:
         if one:  # every row is the one policy's
             if n:
                 acted = self._act(one, None, rows, obs, flags, block, agent_steps, full_one)
+                self.env.all_actions_sent()
                 if firsts and self._late_episodes:  # the actions are out: made only now
                     episodes.create(new)
                     trajs = self.trajectories.open_single(firsts)
@@ -202,6 +203,7 @@ class StepKernel:
             for pid, idx in self._groups(rows):
                 acted = self._act(pid, idx, rows, obs, flags, block, agent_steps, False)
                 self._record(acted, poll, None)
+            self.env.all_actions_sent()
         step_eps = eps if eps is not None and all_stepped else episodes.eps_id[stepped]
         if agent_steps is not None:
             for e in sorted(done_envs):
