@@ -16,7 +16,7 @@ each way, no policy or rows) and the same loop in 1 process, and ``EnvRunner.sam
 with the sub-envs in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync,
 and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``) sync and
 async (``env_poll_size=N/2``) with the threads rlconnect picks (one for CartPole, EnvPool's
-default of a thread per CPU for Pong: ``bench_envpool_threads.py``). Each is built and
+default of a thread per CPU for Pong). Each is built and
 warmed up once, then they take turns for ``--rounds`` rounds of ``--seconds``; the table
 gives the median env steps/s [min-max] and the median over rounds of the ratio to the
 in-process runner's run of the same round (host load that lasts a round or more hits
@@ -31,8 +31,7 @@ hand" runs about as fast as "rlconnect in-process", the ratio of the two hand-wr
 contenders (printed last) is what 2 workers could gain by hand for a runner that costs as
 much per step as rlconnect's. On Linux, the CPU time per poll of the parent process and of
 each worker of the two 2-process contenders (``/proc/<pid>/schedstat``) shows where the
-two differ; the workers' figures include their lingering between polls (both kinds linger,
-``rlconnect.envs.workers.linger``), so they are more than the work of a poll.
+two differ.
 
     python benchmarks/bench_parallel.py [--quick] [--workload cartpole|pong|all] [--only ...]
                                         [--hand-busy-us K]

@@ -3,8 +3,8 @@ in forked processes, with no runner, policy, rows or checks.
 
 They bound what env workers can gain on a machine: two processes stepping their halves of
 the sub-envs, exchanging observations and actions through shared memory and one pipe byte
-each way, tuned, pinned and lingering for the next byte as rlconnect's workers are; the
-parent spins a given time per step after copying the observations, standing in for what
+each way, one thread per numeric library and blocking on the pipe between steps as
+rlconnect's workers do; the parent spins a given time per step after copying the observations, standing in for what
 a runner does besides stepping (``--hand-busy-us``).
 """
 
@@ -20,7 +20,6 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.workers import split_evenly
-from rlconnect.envs.workers.linger import linger
 from rlconnect.envs.workers.tuning import tune_worker_process
 
 __all__ = ["Runner", "hand_loop", "hand_workers", "timed"]
@@ -89,32 +88,21 @@ def hand_loop(make: Callable[[], gym.Env], n: int, busy_s: float) -> tuple[Runne
     return run, close
 
 
-def _hand_worker(
-    make: Callable[[], gym.Env], index: int, lo: int, hi: int, shared: Any, pipes: Any
-) -> None:
+def _hand_worker(make: Callable[[], gym.Env], lo: int, hi: int, shared: Any, pipes: Any) -> None:
     """One process of the hand-written pair: steps sub-envs ``lo .. hi - 1`` on each byte,
-    observations straight into shared memory, one byte back. Tuned, kept to a CPU of its
-    own and lingering for the next byte like rlconnect's workers, so the comparison is of
-    the hand-off alone."""
-    obs_raw, act_raw, posted_raw, shape, dtype, n, workers = shared
+    observations straight into shared memory, one byte back. Set up like rlconnect's
+    workers, so the comparison is of the hand-off alone."""
+    obs_raw, act_raw, shape, dtype, n = shared
     (cmd_r, _), (_, done_w) = pipes
     tune_worker_process()  # one thread per numeric library, as rlconnect's workers run
-    cpus = sorted(os.sched_getaffinity(0))
-    pinned = len(cpus) >= workers  # a CPU each, as rlconnect's workers keep
-    if pinned:
-        os.sched_setaffinity(0, {cpus[index]})
     envs = [make() for _ in range(lo, hi)]
     for i, env in enumerate(envs):
         env.reset(seed=lo + i)
     obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)[lo:hi]
     act = np.frombuffer(act_raw, np.int64)[lo:hi]
-    posted, seen = np.frombuffer(posted_raw, np.int64), 0
     while True:
-        if pinned:  # watch for the next byte before sleeping on the pipe
-            linger(posted, index, seen)
         if os.read(cmd_r, 1) != b"s":
             return
-        seen += 1
         _step_group(envs, act, obs)
         os.write(done_w, b"d")
 
@@ -135,16 +123,14 @@ def hand_workers(
     shape, dtype = space.shape or (), np.dtype(space.dtype)  # as ``hand_loop``'s array
     obs_raw = ctx.RawArray("b", int(np.prod((n, *shape))) * dtype.itemsize)
     act_raw = ctx.RawArray("q", n)
-    posted_raw = ctx.RawArray("q", workers)  # bytes sent to each worker (``linger``)
     obs = np.frombuffer(obs_raw, dtype).reshape(n, *shape)
     act = np.frombuffer(act_raw, np.int64)
     actions = _random_actions(actions_space, n)
     links, procs = [], []
-    posted = np.frombuffer(posted_raw, np.int64)
-    shared = (obs_raw, act_raw, posted_raw, shape, dtype, n, workers)
-    for index, (lo, size) in enumerate(split_evenly(n, workers)):
+    shared = (obs_raw, act_raw, shape, dtype, n)
+    for lo, size in split_evenly(n, workers):
         pipes = (os.pipe(), os.pipe())
-        proc = ctx.Process(target=_hand_worker, args=(make, index, lo, lo + size, shared, pipes))
+        proc = ctx.Process(target=_hand_worker, args=(make, lo, lo + size, shared, pipes))
         proc.start()
         os.close(pipes[0][0])  # the worker's ends
         os.close(pipes[1][1])
@@ -153,9 +139,8 @@ def hand_workers(
 
     def step(k: int) -> None:
         act[:] = actions[k % 256]
-        for w, (cmd_w, _) in enumerate(links):
+        for cmd_w, _ in links:
             os.write(cmd_w, b"s")
-            posted[w] += 1
         for _, done_r in links:
             os.read(done_r, 1)
         obs.copy()

@@ -21,7 +21,6 @@ STILL_LONG = {
     "runner/runner.py:EnvRunner.__init__",
     "envs/rows.py:EnvRowsBuilder.build",
     "envs/vector.py:VectorEnvAdapter.poll",
-    "envs/workers/worker.py:worker_main",
 }
 
 #: layers above the runner: it never imports them, not even inside a function

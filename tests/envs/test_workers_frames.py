@@ -76,16 +76,12 @@ def test_a_closed_pipe_mid_message_is_end_of_file(pipe):
     not Path("/proc/self/status").exists() or multiprocessing.get_start_method() != "fork",
     reason="needs Linux's /proc, and workers that inherit the patch below by fork",
 )
-def test_a_poll_wakes_each_worker_once(monkeypatch):
-    """Each worker sleeps once per poll, waiting for its command, when it does not linger
-    (``linger``: a worker sharing its CPU). On one socket pair per worker, the runner's read
-    of an answer also woke the worker that sent it (a second sleep per poll), and the
-    worker's read of its command woke the runner."""
+def test_a_poll_wakes_each_worker_once():
+    """Each worker sleeps once per poll, waiting for its command on its pipe. On one socket
+    pair per worker, the runner's read of an answer also woke the worker that sent it (a
+    second sleep per poll), and the worker's read of its command woke the runner."""
     from env_cases import sleeps_per_worker
 
-    from rlconnect.envs.workers import worker
-
-    monkeypatch.setattr(worker, "linger", lambda *a, **k: False)
     polls = 200
     sleeps = sleeps_per_worker(polls)
     assert all(polls * 0.5 <= s <= polls * 1.2 for s in sleeps), (sleeps, polls)

@@ -4,9 +4,9 @@ the first ones with enough sub-envs (``env_poll_size``), within their deadlines.
 A synchronous poll reads the answers in worker order, blocking on each pipe in turn.
 The runner then sleeps once per poll when the worker read first is also the last to
 finish, since an answer that is already there is read without sleeping; waiting on
-every pipe at once would wake it at each answer, and on these machines a wake-up costs
-tens of microseconds (``benchmarks/bench_worker_poll.py``: the answer phases). An
-asynchronous poll wakes at the first answers, whichever workers they come from.
+every pipe at once would wake it at each answer. An asynchronous poll wakes at the first
+answers, whichever workers they come from. Either way the runner blocks in the operating
+system while it waits: slow envs cost it no CPU.
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@
 One block holds, for all ``N`` sub-envs, every array a poll needs: the observation leaves
 (nested spaces flattened into one array per leaf, ``(N, *leaf_shape)``), the action leaves,
 rewards, the terminated / truncated / first flags, a per-sub-env status written by the
-worker (row, error or nothing), a per-sub-env command written by the runner (step,
-reset, soft reset) and, at the first sub-env of each worker's group, how many polls the
-runner has sent that worker (``linger``). Worker ``w`` only touches the rows of its own
-sub-envs. The block is allocated once; a poll writes into it and never allocates in it.
+worker (row, error or nothing) and a per-sub-env command written by the runner (step,
+reset, soft reset). Worker ``w`` only touches the rows of its own sub-envs. The block is
+allocated once; a poll writes into it and never allocates in it.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def array_template(space: gym.Space | None) -> Any:
 
 class SharedArrays:
     """Numpy views of one block: ``obs`` / ``act`` (nests of ``(N, ...)`` arrays or None),
-    ``rew``, ``term``, ``trunc``, ``first``, ``status``, ``cmd``, ``posted``."""
+    ``rew``, ``term``, ``trunc``, ``first``, ``status``, ``cmd``."""
 
     def __init__(self, views: dict[str, np.ndarray], obs: Any, act: Any) -> None:
         self.obs = obs
@@ -68,7 +67,6 @@ class SharedArrays:
         self.first = views["first"]
         self.status = views["status"]
         self.cmd = views["cmd"]
-        self.posted = views["posted"]  # polls sent, at each group's first sub-env
 
 
 class SharedLayout:
@@ -90,7 +88,6 @@ class SharedLayout:
             ("first", (num_envs,), np.dtype(bool)),
             ("status", (num_envs,), np.dtype(np.int8)),
             ("cmd", (num_envs,), np.dtype(np.int8)),
-            ("posted", (num_envs,), np.dtype(np.int64)),
         ]
         self.specs: list[tuple[str, tuple[int, ...], np.dtype, int]] = []
         offset = 0

@@ -30,7 +30,6 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.gym_envs import EnvContext
-from rlconnect.envs.workers.affinity import worker_cpus
 from rlconnect.envs.workers.answers import collect_answers
 from rlconnect.envs.workers.frames import frame
 from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context
@@ -95,12 +94,8 @@ class WorkerEnvs(BaseEnv):
         cfg = dict(env_config or {})
         groups = split_evenly(num_envs, num_workers)
         self.workers = [
-            WorkerHandle(
-                w, GroupSpec(off, size, num_envs, seed, worker_index, cfg, (0,) * size, cpu)
-            )
-            for w, ((off, size), cpu) in enumerate(
-                zip(groups, worker_cpus(num_workers, worker_index))
-            )
+            WorkerHandle(w, GroupSpec(off, size, num_envs, seed, worker_index, cfg, (0,) * size))
+            for w, (off, size) in enumerate(groups)
         ]
         self._of_env = np.repeat(np.arange(num_workers), [w.hi - w.lo for w in self.workers])
         self._block: SharedBlock | None = None
@@ -174,7 +169,6 @@ class WorkerEnvs(BaseEnv):
         counts = tuple(self._restarts[w.lo : w.hi])
         w.spec = attrs.evolve(w.spec, restarts=counts)
         w.kill()
-        self._a.posted[w.lo] = 0  # the new process has read no poll yet
         try:
             self._start([w])
         except Exception as exc:
@@ -295,7 +289,6 @@ class WorkerEnvs(BaseEnv):
 
     def _dispatch(self, errors: dict[int, BaseException]) -> None:
         cmd = self._a.cmd
-        plain: bytes | None = None  # one stamped message for every worker without extras
         for w in self.workers:
             if w.busy or not w.alive:
                 continue
@@ -303,7 +296,7 @@ class WorkerEnvs(BaseEnv):
             if extra is not None:
                 msg = poll_message(extra)
             elif self.is_multi_agent or np.count_nonzero(cmd[w.lo : w.hi]):
-                msg = plain = plain or poll_message()
+                msg = poll_message()
             else:
                 continue
             try:
@@ -311,8 +304,6 @@ class WorkerEnvs(BaseEnv):
             except OSError:
                 exc = w.died()
                 errors.update(dict.fromkeys(range(w.lo, w.hi), exc))
-            else:  # after the message is in the pipe: a lingering worker reads it at once
-                self._a.posted[w.lo] += 1
 
     def _collect(self, errors: dict[int, BaseException]) -> dict[int, bytes]:
         """Answers of busy workers: all of them, or (``poll_size``) enough for B sub-envs."""

@@ -1,5 +1,5 @@
 """How an env worker process is set up before it builds its sub-envs: one thread per
-numeric library, and batch scheduling.
+numeric library.
 
 Why one thread: a worker steps its sub-envs one after another, and there are as many
 workers as the user gave cores to them, so a library's own thread pool in every worker
@@ -17,13 +17,6 @@ op can hang). PyTorch's own ``DataLoader`` workers set one thread for the same r
 This happens before the env creator runs, so a creator that wants more threads for its
 env (a multi-threaded simulator with few workers) sets them itself, e.g.
 ``torch.set_num_threads(4)`` or ``os.environ["OMP_NUM_THREADS"] = "4"`` before its imports.
-
-Why batch scheduling (Linux ``SCHED_BATCH``, same priority): the runner wakes its workers
-one after another through their pipes. When no core is idle, Linux puts a woken worker
-on the runner's core and lets it preempt the runner at once, so the runner may not wake
-the next worker until the first has stepped its whole group, and the workers step one
-after another. A ``SCHED_BATCH`` process never preempts on wake-up; it otherwise gets
-its CPU share like any other.
 """
 
 from __future__ import annotations
@@ -46,8 +39,8 @@ THREAD_VARIABLES = (
 
 
 def tune_worker_process() -> None:
-    """One thread per numeric library, and ``SCHED_BATCH`` where the OS has it (see the
-    module docstring). Called first thing in a worker; never raises."""
+    """One thread per numeric library (see the module docstring). Called first thing in a
+    worker; never raises."""
     for name in THREAD_VARIABLES:
         os.environ[name] = "1"
     torch = sys.modules.get("torch")
@@ -58,7 +51,3 @@ def tune_worker_process() -> None:
     if cv2 is not None:
         with contextlib.suppress(Exception):
             cv2.setNumThreads(1)
-    batch = getattr(os, "SCHED_BATCH", None)
-    if batch is not None:
-        with contextlib.suppress(OSError):  # e.g. a sandbox that forbids it
-            os.sched_setscheduler(0, batch, os.sched_param(0))

@@ -7,14 +7,15 @@ them, read and written by ``frames`` on the hot path; it never pickles for array
 
 - worker -> runner, once after start: a pickled ``Hello`` (spaces, or the build error);
 - runner -> worker: a pickled ``("attach", block name, layout)``; then per poll ``b"p"``
-  and the send time (``poll_message``: commands and actions are in the block; the time
-  tells the worker how long its wake-up took) or a pickled ``("poll", (extra, send
-  time))`` carrying restarts and actions the block cannot hold; ``("restart", local
+  (``poll_message``: commands and actions are in the block) or a pickled ``("poll",
+  extra)`` carrying restarts and actions the block cannot hold; ``("restart", local
   index)``; ``b"c"`` closes;
 - worker -> runner per poll: ``b""`` (everything is in the block) or a pickled
   ``(infos, errors, rows, unpicklable)``: non-empty infos by local index, error payloads by
   local index, the rows themselves when they cannot live in the block (multi-agent envs,
   spaces that are not arrays), and the sub-envs whose infos could not be pickled.
+
+Between polls a worker blocks reading its pipe: waiting for a slow policy costs it no CPU.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import contextlib
 import pickle
 import re
 import signal
-import struct
-import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
@@ -41,7 +40,6 @@ from rlconnect.envs.base import BaseEnv, EnvRows, NotAnEnvError
 from rlconnect.envs.external import ExternalEnv
 from rlconnect.envs.gym_envs import DenseColumns, EnvContext, GymEnvs, sub_env_context
 from rlconnect.envs.multi_agent import MultiAgentEnvs
-from rlconnect.envs.workers.affinity import CorePin
 from rlconnect.envs.workers.frames import frame, read_frame, write_frame
 from rlconnect.envs.workers.layout import (
     CMD_RESET,
@@ -51,24 +49,21 @@ from rlconnect.envs.workers.layout import (
     SharedArrays,
     SharedBlock,
 )
-from rlconnect.envs.workers.linger import linger
 from rlconnect.envs.workers.tuning import tune_worker_process
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
 __all__ = ["GroupSpec", "Hello", "decode_error", "encode_error", "poll_message", "worker_main"]
 
 ErrorPayload = tuple[str, str, str, bytes | None]
-_SENT = struct.Struct("d")
+_POLL = frame(b"p")
 
 
 def poll_message(extra: dict[str, Any] | None = None) -> bytes:
-    """The runner's "poll" to a worker, framed (``frames``) and stamped with
-    ``time.monotonic()`` at sending: ``b"p"`` and the time, or with ``extra`` (restarts,
-    actions the block cannot hold) a pickled ``("poll", (extra, time))``."""
-    sent = time.monotonic()
+    """The runner's "poll" to a worker, framed (``frames``): ``b"p"``, or with ``extra``
+    (restarts, actions the block cannot hold) a pickled ``("poll", extra)``."""
     if extra is None:
-        return frame(b"p" + _SENT.pack(sent))
-    return frame(pickle.dumps(("poll", (extra, sent))))
+        return _POLL
+    return frame(pickle.dumps(("poll", extra)))
 
 
 @attrs.define(frozen=True)
@@ -82,7 +77,6 @@ class GroupSpec:
     worker_index: int
     env_config: dict[str, Any]
     restarts: tuple[int, ...]
-    cpu: int | None = None  # the CPU the worker keeps to while it pays (``affinity``)
 
     def local_context(self, local: int, restarts_here: int) -> EnvContext:
         """The EnvContext of the group's sub-env ``local`` after ``restarts_here`` restarts
@@ -312,15 +306,14 @@ def worker_main(
     answers: Connection,
     runner_ends: tuple[Connection, Connection],
 ) -> None:
-    """Build the group, say hello, attach to the block, then serve polls until closed
-    (keeping to ``spec.cpu`` while that pays: ``affinity``). Commands come in on
-    ``commands``, answers go out on ``answers``: a pipe each way (``frames``).
+    """Build the group, say hello, attach to the block, then serve polls until closed.
+    Commands come in on ``commands``, answers go out on ``answers``: a pipe each way
+    (``frames``).
 
     ``runner_ends`` (the runner's ends of both pipes, inherited when forked) are closed
     first, so the worker sees its command pipe close when the runner's process goes away.
     SIGINT is ignored: the runner ends its workers. The process is tuned (one thread per
-    numeric library, batch scheduling: ``tuning``) before the env creator is unpickled or
-    run."""
+    numeric library: ``tuning``) before the env creator is unpickled or run."""
     for end in runner_ends:
         end.close()
     # Ctrl-C in a terminal reaches every process of the group: the runner decides what it
@@ -330,48 +323,16 @@ def worker_main(
     group: BaseEnv | None = None
     block: SharedBlock | None = None
     try:
-        creator = cloudpickle.loads(blob)
-        try:
-            group, hello = _build(creator, spec)
-        except Exception as exc:
-            answers.send_bytes(pickle.dumps(Hello(error=encode_error(exc))))
+        group = _say_hello(blob, spec, answers)
+        if group is None:
             return
-        answers.send_bytes(pickle.dumps(hello))
         attach = commands.recv_bytes()
         if attach == b"c":  # ended before it started: another worker's envs failed to build
             return
         _, name, layout = pickle.loads(attach)
         block = SharedBlock(layout, name)
         assert block.arrays is not None
-        server = _Server(group, spec, block.arrays)
-        pin = CorePin(spec.cpu)
-
-        def poll(extra: dict[str, Any] | None, sent: float) -> None:
-            cpu = time.thread_time()
-            reply = server.poll(extra)
-            answered, used = time.monotonic(), time.thread_time() - cpu
-            write_frame(answers, frame(reply))
-            # after answering, so the runner does not wait for it; from the runner's send:
-            # a wake-up delayed by a busy CPU counts too
-            pin.polled(answered - sent, used)
-
-        posted, seen = block.arrays.posted, 0  # polls the runner sent, polls read here
-        while True:
-            if pin.pinned:  # a CPU of its own: watch for the next poll before sleeping
-                linger(posted, spec.offset, seen)
-            msg = read_frame(commands)
-            if msg[:1] == b"p":
-                seen += 1
-                poll(None, _SENT.unpack_from(msg, 1)[0])
-            elif msg == b"c":
-                break
-            else:
-                kind, data = pickle.loads(msg)  # from the runner that started this process
-                if kind == "poll":
-                    seen += 1
-                    poll(*data)
-                else:
-                    write_frame(answers, frame(server.restart(data)))
+        _serve(_Server(group, spec, block.arrays), commands, answers)
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the runner went away or closed the pipe: end quietly
     finally:
@@ -382,3 +343,31 @@ def worker_main(
         for end in (commands, answers):
             with contextlib.suppress(Exception):
                 end.close()
+
+
+def _say_hello(blob: bytes, spec: GroupSpec, answers: Connection) -> BaseEnv | None:
+    """Build the group and send the runner its spaces; None (the error sent) when the
+    env creator raised."""
+    creator = cloudpickle.loads(blob)
+    try:
+        group, hello = _build(creator, spec)
+    except Exception as exc:
+        answers.send_bytes(pickle.dumps(Hello(error=encode_error(exc))))
+        return None
+    answers.send_bytes(pickle.dumps(hello))
+    return group
+
+
+def _serve(server: _Server, commands: Connection, answers: Connection) -> None:
+    """Answer the runner's polls and restarts until it says close, blocking on the pipe
+    between them."""
+    while True:
+        msg = read_frame(commands)
+        if msg == b"p":
+            reply = server.poll(None)
+        elif msg == b"c":
+            return
+        else:
+            kind, data = pickle.loads(msg)  # from the runner that started this process
+            reply = server.poll(data) if kind == "poll" else server.restart(data)
+        write_frame(answers, frame(reply))
