@@ -19,8 +19,6 @@ STILL_LONG = {
     "runner/kernel.py:StepKernel.step",
     "runner/kernel.py:StepKernel._act",
     "runner/runner.py:EnvRunner.__init__",
-    "envs/rows.py:EnvRowsBuilder.build",
-    "envs/vector.py:VectorEnvAdapter.poll",
 }
 
 #: layers above the runner: it never imports them, not even inside a function

@@ -278,19 +278,7 @@ class EnvRowsBuilder:
         rewards, bad = reward_column(self._rew, self._ids, self._agents)
         errors = {**self._errors, **bad}
         if errors and not errors.keys().isdisjoint(self._ids):  # leave out their rows
-            keep = [k for k, e in enumerate(self._ids) if e not in errors]
-            rewards = rewards[keep]
-            columns: tuple[list[Any], ...] = (
-                self._ids,
-                self._agents,
-                self._obs,
-                self._term,
-                self._trunc,
-                self._infos,
-                self._first,
-            )
-            for col in columns:
-                col[:] = [col[k] for k in keep]
+            rewards = self._drop_rows_of(errors, rewards)
         ids, obs, infos = self._ids, self._obs, self._infos
         env_ids = np.array(ids, dtype=np.int64)
         terminateds = np.array(self._term, dtype=bool)
@@ -329,6 +317,23 @@ class EnvRowsBuilder:
         else:
             rows = ExternalRows(logged_actions=logged_actions, **fields)
         return rows.without_envs(unfit) if unfit else rows
+
+    def _drop_rows_of(self, failed: Mapping[int, Any], rewards: np.ndarray) -> np.ndarray:
+        """Leave the rows of the ``failed`` sub-envs out of every column; returns the
+        rewards of the rows kept."""
+        keep = [k for k, e in enumerate(self._ids) if e not in failed]
+        columns: tuple[list[Any], ...] = (
+            self._ids,
+            self._agents,
+            self._obs,
+            self._term,
+            self._trunc,
+            self._infos,
+            self._first,
+        )
+        for col in columns:
+            col[:] = [col[k] for k in keep]
+        return rewards[keep]
 
     @staticmethod
     def columns(

@@ -91,13 +91,13 @@ class VectorEnvAdapter(BaseEnv):
 
     def poll(self) -> EnvRows:
         n = self.num_envs
-        same_step = self._mode is gym.vector.AutoresetMode.SAME_STEP
         if not self._started:
             self._started = True
             obs, info = self.venv.reset(seed=self._seed)
             self._pending_reset.clear()
             self._done[:] = False
             return self._first_rows(list(range(n)), obs, _split_infos(info, n))
+        same_step = self._mode is gym.vector.AutoresetMode.SAME_STEP
         pending = self._pending_reset
         if self._mode is gym.vector.AutoresetMode.NEXT_STEP:
             masked = sorted(i for i in pending if not self._done[i])  # the venv won't reset these
@@ -106,22 +106,33 @@ class VectorEnvAdapter(BaseEnv):
         else:
             masked = sorted(pending)
         if masked or (same_step and self._stash):
-            firsts: dict[int, tuple[Any, dict]] = {}
-            if masked:
-                mask = np.zeros(n, dtype=bool)
-                mask[masked] = True
-                obs, info = self.venv.reset(options={"reset_mask": mask})
-                infos = _split_infos(info, n)
-                rows = unstack_batch(obs)
-                for i in masked:
-                    firsts[i] = (rows[i], infos[i])
-                    self._done[i] = False
-            if same_step:
-                firsts.update(self._stash)
-                self._stash.clear()
-            ids = sorted(firsts)
-            pending.difference_update(ids)
-            return self._first_rows(ids, [firsts[i][0] for i in ids], [firsts[i][1] for i in ids])
+            return self._reset_round(masked, same_step)
+        return self._step_round(same_step)
+
+    def _reset_round(self, masked: list[int], same_step: bool) -> EnvRows:
+        """First rows only: of the sub-envs reset with a ``reset_mask`` now, and (SAME_STEP)
+        those whose reset came with the last step."""
+        firsts: dict[int, tuple[Any, dict]] = {}
+        if masked:
+            n = self.num_envs
+            mask = np.zeros(n, dtype=bool)
+            mask[masked] = True
+            obs, info = self.venv.reset(options={"reset_mask": mask})
+            infos = _split_infos(info, n)
+            rows = unstack_batch(obs)
+            for i in masked:
+                firsts[i] = (rows[i], infos[i])
+                self._done[i] = False
+        if same_step:
+            firsts.update(self._stash)
+            self._stash.clear()
+        ids = sorted(firsts)
+        self._pending_reset.difference_update(ids)
+        return self._first_rows(ids, [firsts[i][0] for i in ids], [firsts[i][1] for i in ids])
+
+    def _step_round(self, same_step: bool) -> EnvRows:
+        """One vector step of every sub-env (placeholders for those NEXT_STEP resets)."""
+        n, pending = self.num_envs, self._pending_reset
         acts = []
         for i in range(n):
             a = self._actions.pop(i, None)
@@ -139,17 +150,20 @@ class VectorEnvAdapter(BaseEnv):
         trunc = np.asarray(trunc, dtype=bool) & ~first
         self._done = term | trunc
         if same_step and self._done.any():
-            rows = unstack_batch(obs)
-            finals = _split_infos(info["final_info"], n) if "final_info" in info else None
-            for i in np.flatnonzero(self._done).tolist():
-                reset_info = {
-                    k: v for k, v in infos[i].items() if k not in ("final_obs", "final_info")
-                }
-                self._stash[i] = (rows[i], reset_info)
-                rows[i] = info["final_obs"][i]
-                infos[i] = finals[i] if finals is not None else {}
-            obs = stack_samples(self._obs_space, rows)
+            obs = self._stash_resets(obs, info, infos)
         return self._rows(list(range(n)), obs, rew, term, trunc, infos, first)
+
+    def _stash_resets(self, obs: Any, info: dict, infos: list[dict]) -> Any:
+        """SAME_STEP: keep the reset observations of finished sub-envs for the next poll and
+        put their final observations (and infos) in their place; returns the observations."""
+        rows = unstack_batch(obs)
+        finals = _split_infos(info["final_info"], self.num_envs) if "final_info" in info else None
+        for i in np.flatnonzero(self._done).tolist():
+            reset_info = {k: v for k, v in infos[i].items() if k not in ("final_obs", "final_info")}
+            self._stash[i] = (rows[i], reset_info)
+            rows[i] = info["final_obs"][i]
+            infos[i] = finals[i] if finals is not None else {}
+        return stack_samples(self._obs_space, rows)
 
     def close(self) -> None:
         self.venv.close()
