@@ -7,6 +7,7 @@ PettingZoo, external simulators) is adapted to ``BaseEnv``. One round is::
     ...                        # the runner processes rows, decides actions
     env.try_reset(env_id)      # for sub-envs whose episode ended in ``rows``
     env.send_actions(env_ids, agent_ids, actions)   # for rows that must act
+    env.all_actions_sent()     # the poll's actions are all out (EnvPool steps from here)
 
 Rows are columnar: row ``i`` is agent ``agent_ids[i]`` of sub-env ``env_ids[i]``; adapters
 make them with ``EnvRowsBuilder`` (``rlconnect.envs.rows``).
