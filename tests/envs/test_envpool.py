@@ -112,6 +112,13 @@ def test_a_user_built_pool_is_accepted():
         runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=4)
     with pytest.raises(ValueError, match="max_episode_steps=10"):
         runner(envpool.make_gymnasium("CartPole-v1", num_envs=3), n=3, horizon=9)
+    # a limit at the horizon itself works, and says what it loses at that step
+    pool = envpool.make_gymnasium("CartPole-v1", num_envs=3, seed=1, max_episode_steps=4)
+    with pytest.warns(UserWarning, match="marked truncated only"):
+        limited = runner(pool, n=3, frag=10, horizon=4)
+    for b in sample(limited, 2)[0]:
+        assert len(b) == 30 and b["t"].max() <= 3
+        check_episodes(b)
     # one step past the horizon: the runner cuts there, keeping EnvPool's terminated flag
     pool = envpool.make_gymnasium("CartPole-v1", num_envs=3, seed=1, max_episode_steps=5)
     for b in sample(runner(pool, n=3, frag=10, horizon=4), 2)[0]:

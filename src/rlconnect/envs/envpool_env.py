@@ -26,6 +26,7 @@ until the step is done.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -87,8 +88,8 @@ def make_envpool(
     if soft_horizon:
         raise ValueError(
             "RunnerConfig.soft_horizon=True cannot be used with EnvPool: a pool cannot keep an "
-            "env running across the horizon; use soft_horizon=False (the horizon then "
-            "truncates episodes through the pool's max_episode_steps)"
+            "env running across the horizon; use soft_horizon=False (the runner then "
+            "cuts episodes at the horizon)"
         )
     if not isinstance(env, str):
         _check_user_pool(env, num_envs, horizon)
@@ -129,13 +130,23 @@ def _check_user_pool(pool: Any, num_envs: int, horizon: int | None) -> None:
             "they must be equal"
         )
     limit = pool.config.get("max_episode_steps")
-    if horizon is not None and limit != horizon + 1:
+    if horizon is None or limit == horizon + 1:
+        return
+    if limit != horizon:
         raise ValueError(
             f"RunnerConfig.horizon={horizon} but the EnvPool pool truncates episodes at "
             f"max_episode_steps={limit}: build the pool with max_episode_steps="
             f"{horizon + 1} (the runner cuts episodes at the horizon itself, keeping "
             "EnvPool's terminated flag there), or pass 'envpool:<task id>'"
         )
+    warnings.warn(
+        f"the EnvPool pool truncates episodes at max_episode_steps={limit}, the horizon: "
+        "an episode that ends by the env's rules at that very step is marked truncated "
+        "only, since EnvPool reports its own limit that way; build the pool with "
+        f"max_episode_steps={horizon + 1} to keep terminated there",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _task_kwargs(
