@@ -249,7 +249,7 @@ def serving_soak(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "finished_ids_end": end["finished_ids"],
         "held_states_end": end["held_states"],
         "sampled_steps": sampled["steps"],
-        "server_disconnects": server._httpd.disconnects,
+        "server_disconnects": server.disconnects,
         "answering": answering,
         **growth(series, "requests", args.warmup, 1e5),
         "fds": [series[1]["fds"], max(p["fds"] for p in series), end["fds"]],

@@ -56,9 +56,9 @@ def test_a_reset_connection_is_counted_not_printed(server, capfd, half):
     eid = client.start_episode()
     post_and_reset(server, {"episode_id": eid, "obs": np.zeros(3, np.float32)}, half)
     deadline = time.monotonic() + 10
-    while server._httpd.disconnects < 1 and time.monotonic() < deadline:
+    while server.disconnects < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert server._httpd.disconnects == 1
+    assert server.disconnects == 1
     err = capfd.readouterr().err
     assert "Traceback" not in err and "ConnectionResetError" not in err
     # the server still serves: a new episode runs to its end
@@ -82,7 +82,7 @@ def test_a_silent_client_is_dropped_after_the_request_timeout(capfd):
             start = time.monotonic()
             assert sock.recv(1024) == b""  # closed by the server, no answer
             assert time.monotonic() - start < 4
-        assert srv._httpd.disconnects == 1
+        assert srv.disconnects == 1
         assert PolicyClient(srv.url).health()["ok"] is True
     finally:
         srv.stop()

@@ -157,7 +157,7 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(served):
 
 
 def test_max_concurrent_exceeded_is_a_clear_error():
-    s = Served(max_concurrent=3)
+    s = Served(max_concurrent=3, max_episodes_per_connection=4)
     try:
         res = run_client(scenario="too_many", url=s.server.url, max_concurrent=3)
     finally:

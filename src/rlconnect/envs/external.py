@@ -39,6 +39,7 @@ from rlconnect.envs.external_hub import (
     BadObservationError,
     EpisodeError,
     EpisodeHub,
+    QueueFullError,
     TooManyEpisodesError,
     UnknownEpisodeError,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "EpisodeError",
     "ExternalEnv",
     "ExternalEnvAdapter",
+    "QueueFullError",
     "TooManyEpisodesError",
     "UnknownEpisodeError",
     "apply_logged_actions",

@@ -66,32 +66,47 @@ class ExternalEnvAdapter(BaseEnv):
             ext.start()
         if ext._error is not None:
             raise EnvError(f"the ExternalEnv thread raised {ext._error!r}") from ext._error
-        if self.hub.closed and not any(self.hub.lanes):
+        if self.hub.closed and not self.hub.ready:
             raise EnvError("the ExternalEnv was closed: no more episodes will come")
-        if not ext.is_alive() and not self.hub.episodes and not any(self.hub.lanes):
+        if not ext.is_alive() and not self.hub.episodes and not self.hub.ready:
             raise EnvError("the ExternalEnv thread's run() returned: no more episodes will come")
 
     def poll(self) -> EnvRows:
         self._check_thread()
         hub = self.hub
-        deadline = time.monotonic() + self.poll_timeout_s
         with hub.cond:
-            while True:
-                hub.expire(time.monotonic())
-                events = [lane.popleft() for lane in hub.lanes if lane]
-                tasks = list(hub.tasks)
-                hub.tasks.clear()
-                left = deadline - time.monotonic()
-                if events or tasks or left <= 0 or hub.closed or not self.external.is_alive():
-                    break
-                hub.cond.wait(min(left, 0.1))
+            self._wait_for_batch()
+            hub.last_poll = time.monotonic()
+            events = hub.take_events() if hub.ready else []
+            tasks = list(hub.tasks)
+            hub.tasks.clear()
         for fn, reply in tasks:
             try:
                 reply.value = fn(self._runner)
             except Exception as exc:  # handed to the waiting simulator call
                 reply.error = exc
-            reply.event.set()
+        hub.complete([reply for _, reply in tasks])
         return self._rows(events)
+
+    def _wait_for_batch(self) -> None:
+        """Wait (lock held) for a batch: ``max_batch`` ready lanes, or every lane in use,
+        or ``batch_wait_s`` after the first event came; at most ``poll_timeout_s``."""
+        hub = self.hub
+        deadline = time.monotonic() + self.poll_timeout_s
+        while True:
+            now = time.monotonic()
+            hub.expire(now)
+            if hub.tasks or hub.closed or not self.external.is_alive():
+                return
+            if hub.ready:
+                left = hub.ready_since + hub.batch_wait_s - now
+                if left <= 0 or len(hub.ready) >= hub.batch_target():
+                    return
+            else:
+                left = deadline - now
+                if left <= 0:
+                    return
+            hub.cond.wait(min(left, 0.1))
 
     def _rows(self, events: list[_Event]) -> ExternalRows:
         rows = EnvRowsBuilder()
@@ -121,6 +136,8 @@ class ExternalEnvAdapter(BaseEnv):
         return rows.build(logged_actions=logged)
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        answered = []
+        now = time.monotonic()
         for lane, agent, act in zip(env_ids.tolist(), agent_ids, _unstack(actions, len(env_ids))):
             pending = self._awaiting.get(lane)
             if pending is None:
@@ -129,10 +146,11 @@ class ExternalEnvAdapter(BaseEnv):
             got[agent] = act
             if len(got) == len(ev.obs):
                 del self._awaiting[lane]
-                ev.ep.touched = time.monotonic()
+                ev.ep.touched = now
                 if ev.reply is not None:
                     ev.reply.value = got
-                    ev.reply.event.set()
+                    answered.append(ev.reply)
+        self.hub.complete(answered)
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         """Nothing to do: the lane's next episode starts when its simulator says so."""

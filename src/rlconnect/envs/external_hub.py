@@ -1,15 +1,23 @@
 """The episode state an ``ExternalEnv`` shares with the runner: episodes, lanes, replies.
 
-``EpisodeHub`` is the thread-safe meeting point: simulator threads call ``start`` /
-``add_returns`` / ``observe`` (through the ``ExternalEnv`` episode API) and the runner's
-``ExternalEnvAdapter.poll`` takes the queued events, one per lane. The episode errors live
-here so both sides can raise them; their public home is ``rlconnect.envs.external``.
+``EpisodeHub`` is the thread-safe meeting point: simulator threads (or a policy server's
+event loop) call ``start`` / ``add_returns`` / ``observe`` and the runner's
+``ExternalEnvAdapter.poll`` takes the queued events, one per lane. A new episode gets an
+empty lane when there is one, and only otherwise a lane whose ended episode still has
+events queued, so backlogs spread over the lanes and drain in parallel. The episode
+errors live here so both sides can raise them; their public home is
+``rlconnect.envs.external``.
+
+A reply (``_Reply``) is how an action comes back: a waiting thread blocks on its event,
+while a server gives it a ``notify`` callback and a ``deliver`` hook on the hub, so one
+sampling step hands all its actions to the server's thread at once.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import heapq
 import itertools
 import threading
 import time
@@ -27,6 +35,7 @@ __all__ = [
     "BadObservationError",
     "EpisodeError",
     "EpisodeHub",
+    "QueueFullError",
     "TooManyEpisodesError",
     "UnknownEpisodeError",
     "check_obs",
@@ -62,32 +71,39 @@ class BadObservationError(EpisodeError):
     __module__ = _PUBLIC_HOME
 
 
+class QueueFullError(EnvError):
+    """The steps waiting for the runner already fill the queue: retry later (back-pressure)."""
+
+    __module__ = _PUBLIC_HOME
+
+
 _NO_ACTION = object()
 _MAX_IDS = 100_000  # ids of finished (and of timed-out) episodes remembered, oldest dropped
+MAX_ID_CHARS = 256
+"""Longest episode id (characters of a string id), so remembered ids stay bounded."""
+
+
+def check_episode_id(eid: Any) -> None:
+    """EpisodeError unless ``eid`` is a string of at most ``MAX_ID_CHARS`` or a 64-bit int."""
+    if isinstance(eid, bool) or not isinstance(eid, str | int):
+        raise EpisodeError(f"episode ids are strings or ints, got {type(eid).__name__}")
+    if isinstance(eid, str) and len(eid) > MAX_ID_CHARS:
+        raise EpisodeError(f"episode ids are limited to {MAX_ID_CHARS} characters")
+    if isinstance(eid, int) and not -(1 << 63) <= eid < (1 << 63):
+        raise EpisodeError("integer episode ids must fit in 64 bits")
 
 
 def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
     """``obs`` converted to the space's dtype, or BadObservationError naming the mismatch.
 
-    A Box takes real numbers and bools only: a cast would drop the imaginary part of a
-    complex number (gymnasium's Box has no complex dtype) or read a string as a number.
+    A Box takes real numbers only, finite and inside its bounds: a cast would drop the
+    imaginary part of a complex number or read a string as a number, bools are not numbers
+    (unless the Box holds bools), fractions are not integers, and a NaN or an out-of-bounds
+    value would stop the runner's checks later (after the request was answered). Floats of
+    another width are cast, as any env's observations are.
     """
     if isinstance(space, gym.spaces.Box):
-        try:
-            kind = np.asarray(obs).dtype.kind
-            if kind not in "biuf":
-                what = "complex numbers" if kind == "c" else f"values of dtype kind {kind!r}"
-                raise TypeError(f"it holds {what}; send real {space.dtype} values")
-            arr = np.asarray(obs, dtype=space.dtype)
-        except (TypeError, ValueError) as exc:
-            raise BadObservationError(
-                f"{label}: cannot read {obs!r:.80} as {space}: {exc}"
-            ) from None
-        if arr.shape != space.shape:
-            raise BadObservationError(
-                f"{label}: observation has shape {arr.shape}, the space {space} wants {space.shape}"
-            )
-        return arr
+        return _box_obs(space, obs, label)
     try:
         ok = space.contains(obs)
     except Exception:
@@ -97,17 +113,51 @@ def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
     return obs
 
 
+def _box_obs(space: gym.spaces.Box, obs: Any, label: str) -> np.ndarray:
+    try:
+        raw = np.asarray(obs)
+    except (TypeError, ValueError) as exc:
+        raise BadObservationError(f"{label}: cannot read {obs!r:.80} as {space}: {exc}") from None
+    kind, want = raw.dtype.kind, space.dtype.kind
+    problem = None
+    if kind not in "biuf":
+        what = "complex numbers" if kind == "c" else f"values of dtype kind {kind!r}"
+        problem = (
+            f"cannot read {obs!r:.80} as {space}: it holds {what}; send real {space.dtype} values"
+        )
+    elif raw.shape != space.shape:
+        problem = f"observation has shape {raw.shape}, the space {space} wants {space.shape}"
+    elif kind == "b" and want != "b":
+        problem = f"observation holds bools; the space {space} wants {space.dtype} numbers"
+    elif kind == "f" and not np.isfinite(raw).all():
+        problem = "observation holds NaN or infinite values"
+    elif kind == "f" and want in "iu" and (raw != np.round(raw)).any():
+        problem = f"observation holds fractions; the space {space} wants integers"
+    elif want != "b" and not ((raw >= space.low) & (raw <= space.high)).all():
+        problem = f"observation {obs!r:.80} has values outside the bounds of {space}"
+    if problem is not None:
+        raise BadObservationError(f"{label}: {problem}")
+    return raw.astype(space.dtype, copy=False)
+
+
 class _Reply:
-    """Where the runner's action for one ``get_action`` call is delivered."""
+    """Where the runner's answer to one call is delivered: ``value`` or ``error``.
 
-    __slots__ = ("error", "event", "value")
+    A thread blocks on ``event``; a server passes ``notify`` instead (called with the reply
+    once it is done, through the hub's ``deliver`` hook) and no event is made.
+    """
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
+    __slots__ = ("done", "error", "event", "notify", "value")
+
+    def __init__(self, notify: Callable[[_Reply], None] | None = None) -> None:
+        self.notify = notify
+        self.event = threading.Event() if notify is None else None
+        self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
 
     def wait(self, timeout: float, what: str) -> Any:
+        assert self.event is not None, "a reply with a notify callback is not waited on"
         if not self.event.wait(timeout):
             raise TimeoutError(f"{what}: no action within {timeout:g} s (is the runner sampling?)")
         if self.error is not None:
@@ -115,8 +165,24 @@ class _Reply:
         return self.value
 
 
+def _notify_each(replies: list[_Reply]) -> None:
+    for reply in replies:
+        assert reply.notify is not None
+        reply.notify(reply)
+
+
 class _Episode:
-    __slots__ = ("eid", "infos", "lane", "last_obs", "rewards", "seen", "touched", "training")
+    __slots__ = (
+        "eid",
+        "infos",
+        "lane",
+        "last_obs",
+        "reply",
+        "rewards",
+        "seen",
+        "touched",
+        "training",
+    )
 
     def __init__(self, eid: Any, lane: int, training: bool) -> None:
         self.eid = eid
@@ -126,7 +192,13 @@ class _Episode:
         self.infos: dict[Any, dict] = {}
         self.seen = False  # an observation has been queued
         self.last_obs: dict[Any, Any] | None = None
+        self.reply: _Reply | None = None  # the latest get_action's
         self.touched = time.monotonic()
+
+    @property
+    def waiting(self) -> bool:
+        """A get_action of this episode has no answer yet."""
+        return self.reply is not None and not self.reply.done
 
 
 class _Event:
@@ -143,6 +215,8 @@ class EpisodeHub:
     """The thread-safe state shared by the simulator threads and the runner's poll.
 
     All values are dicts keyed by agent id (single-agent envs use ``DEFAULT_AGENT_ID``).
+    ``ready`` lists the lanes with queued events (oldest first), ``queued`` counts the
+    events; ``max_batch`` and ``batch_wait_s`` are the batching window of ``poll``.
     """
 
     def __init__(self, obs_space: Callable[[Any], gym.Space], max_concurrent: int) -> None:
@@ -152,6 +226,10 @@ class EpisodeHub:
         self.max_concurrent = max_concurrent
         self.get_action_timeout_s = 300.0
         self.episode_timeout_s: float | None = None
+        self.max_batch = max_concurrent
+        self.batch_wait_s = 0.0
+        self.max_queued = max(4096, 16 * max_concurrent)
+        self.deliver: Callable[[list[_Reply]], None] = _notify_each
         self.cond = threading.Condition()
         self.episodes: dict[Any, _Episode] = {}
         self.finished: collections.OrderedDict[Any, None] = collections.OrderedDict()
@@ -159,10 +237,17 @@ class EpisodeHub:
             collections.deque() for _ in range(max_concurrent)
         ]
         self.lane_owner: list[Any] = [None] * max_concurrent
+        self.free_lanes = list(range(max_concurrent))  # a heap: the lowest lane first
+        self.draining: set[int] = set()  # free lanes whose ended episodes have events queued
+        self.ready: dict[int, None] = {}
+        self.ready_since = 0.0
+        self.queued = 0
+        self.last_poll = time.monotonic()
         self.tasks: collections.deque[tuple[Callable[[Any], Any], _Reply]] = collections.deque()
         self.timed_out: collections.deque[Any] = collections.deque(maxlen=_MAX_IDS)
         self.closed = False
         self._untrained = itertools.count()
+        self._next_expiry = 0.0
 
     # -- the simulator side -------------------------------------------------------------
     def _get(self, eid: Any) -> _Episode:
@@ -178,59 +263,131 @@ class EpisodeHub:
             if self.closed:
                 raise EnvError("the external env is closed")
             eid = uuid.uuid4().hex if eid is None else eid
+            check_episode_id(eid)
             if eid in self.episodes or eid in self.finished:
                 raise EpisodeError(f"episode id {eid!r} is already in use; ids must be unique")
             if len(self.episodes) >= self.max_concurrent:
                 raise TooManyEpisodesError(
-                    f"max_concurrent={self.max_concurrent} episodes are already running; end one "
-                    "first or build the env with a larger max_concurrent"
+                    f"max_concurrent={self.max_concurrent} episodes are already running; end "
+                    "one first or build the env with a larger max_concurrent"
                 )
             if training:
-                lane = self.lane_owner.index(None)
+                lane = self._free_lane()
                 self.lane_owner[lane] = eid
             else:  # served through inference with its own env id, never a lane
                 lane = -2 - next(self._untrained)
             self.episodes[eid] = _Episode(eid, lane, training)
             return eid
 
+    def _free_lane(self) -> int:
+        """The lowest empty free lane, else the lowest one still draining an ended episode."""
+        if self.free_lanes:
+            return heapq.heappop(self.free_lanes)
+        lane = min(self.draining)
+        self.draining.discard(lane)
+        return lane
+
+    def has_room(self, events: int, episodes: int) -> bool:
+        """Whether ``events`` more events and ``episodes`` new episodes fit now (lock held)."""
+        return (
+            self.queued + events <= self.max_queued
+            and len(self.episodes) + episodes <= self.max_concurrent
+        )
+
     def add_returns(self, eid: Any, rewards: dict, infos: dict | None) -> None:
         with self.cond:
             ep = self._get(eid)
-            for a, value in rewards.items():
-                r = scalar_reward(value)
-                if r is None:
-                    raise EpisodeError(
-                        f"episode {eid!r}: reward {value!r} of agent {a!r} is not a number "
-                        "or an array of size one"
-                    )
-                if not np.isfinite(r):
-                    raise EpisodeError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
-                ep.rewards[a] = ep.rewards.get(a, 0.0) + r
+            self._add_rewards(ep, self._checked_rewards(eid, rewards))
             for a, info in (infos or {}).items():
                 ep.infos.setdefault(a, {}).update(info)
+
+    def _checked_rewards(self, eid: Any, rewards: dict) -> dict[Any, float]:
+        out = {}
+        for a, value in rewards.items():
+            r = scalar_reward(value)
+            if r is None:
+                raise EpisodeError(
+                    f"episode {eid!r}: reward {value!r} of agent {a!r} is not a number "
+                    "or an array of size one"
+                )
+            if not np.isfinite(r):
+                raise EpisodeError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
+            out[a] = r
+        return out
+
+    @staticmethod
+    def _add_rewards(ep: _Episode, rewards: dict[Any, float]) -> None:
+        for a, r in rewards.items():
+            ep.rewards[a] = ep.rewards.get(a, 0.0) + r
+
+    def _checked_obs(self, eid: Any, obs: dict) -> dict:
+        return {
+            a: check_obs(self.obs_space(a), o, f"episode {eid!r}, agent {a!r}")
+            for a, o in obs.items()
+        }
 
     def observe(self, eid: Any, obs: dict, logged: Any, kind: str = "obs") -> _Reply | None:
         """Queue an observation; returns where the action will come for ``get_action``."""
         with self.cond:
             ep = self._get(eid)
-            checked = {
-                a: check_obs(self.obs_space(a), o, f"episode {eid!r}, agent {a!r}")
-                for a, o in obs.items()
-            }
-            if kind == "end":
-                self._finish(ep)
+            checked = self._checked_obs(eid, obs)
             reply = _Reply() if logged is _NO_ACTION and kind == "obs" else None
-            if not ep.training:
-                return self._serve_untrained(ep, checked, kind, reply)
-            if kind == "end" and not ep.seen:
-                return None  # nothing was recorded: no rows
-            ev = _Event(ep, kind, checked, ep.rewards, ep.infos, logged, reply, not ep.seen)
-            ep.rewards, ep.infos, ep.seen, ep.last_obs = {}, {}, True, checked
-            self.lanes[ep.lane].append(ev)
-            self.cond.notify_all()
+            self._record(ep, checked, logged, kind, reply)
             return reply
 
-    def _serve_untrained(self, ep: _Episode, obs: dict, kind: str, reply: _Reply | None):
+    def act(
+        self, steps: list[tuple[Any, dict, dict]], notify: Callable[[_Reply], None] | None = None
+    ) -> list[_Reply]:
+        """``get_action`` for several episodes, given as (id, observations, rewards of the
+        step before): everything is checked before anything is queued, so one bad part
+        refuses the whole call and changes nothing."""
+        with self.cond:
+            checked = []
+            for eid, obs, rewards in steps:
+                ep = self._get(eid)
+                checked.append(
+                    (ep, self._checked_obs(eid, obs), self._checked_rewards(eid, rewards))
+                )
+            if len({id(ep) for ep, _, _ in checked}) < len(checked):
+                raise EpisodeError("an episode can ask for one action at a time, not two at once")
+            replies = []
+            for ep, obs, rewards in checked:
+                self._add_rewards(ep, rewards)
+                reply = _Reply(notify)
+                self._record(ep, obs, _NO_ACTION, "obs", reply)
+                replies.append(reply)
+            return replies
+
+    def _record(self, ep: _Episode, obs: dict, logged: Any, kind: str, reply: _Reply | None):
+        """Queue checked observations of ``ep`` (lock held)."""
+        if kind == "end":
+            self._finish(ep)
+        if not ep.training:
+            self._serve_untrained(ep, obs, kind, reply)
+            return
+        if kind == "end" and not ep.seen:
+            return  # nothing was recorded: no rows
+        ev = _Event(ep, kind, obs, ep.rewards, ep.infos, logged, reply, not ep.seen)
+        ep.rewards, ep.infos, ep.seen, ep.last_obs = {}, {}, True, obs
+        if reply is not None:
+            ep.reply = reply
+        self._queue(ep.lane, ev)
+
+    def _queue(self, lane: int, ev: _Event) -> None:
+        self.lanes[lane].append(ev)
+        self.queued += 1
+        if not self.ready:
+            self.ready_since = time.monotonic()
+            self.cond.notify_all()
+        self.ready[lane] = None
+        if len(self.ready) >= self.batch_target():
+            self.cond.notify_all()
+
+    def batch_target(self) -> int:
+        """Lanes with events that make a full batch: ``max_batch``, or every lane in use."""
+        return max(1, min(self.max_batch, self.max_concurrent - len(self.free_lanes)))
+
+    def _serve_untrained(self, ep: _Episode, obs: dict, kind: str, reply: _Reply | None) -> None:
         ep.rewards, ep.infos = {}, {}
         key = ep.lane  # a negative inference env id, distinct per episode
         if kind == "end":
@@ -240,7 +397,6 @@ class EpisodeHub:
                 (lambda runner: runner.compute_actions(obs, explore=False, env_id=key), reply)
             )
         self.cond.notify_all()
-        return reply
 
     def _finish(self, ep: _Episode) -> None:
         self.episodes.pop(ep.eid, None)
@@ -248,34 +404,66 @@ class EpisodeHub:
         while len(self.finished) > _MAX_IDS:
             self.finished.popitem(last=False)
         if ep.lane >= 0:
-            self.lane_owner[ep.lane] = None
+            self._release(ep.lane)
+
+    def _release(self, lane: int) -> None:
+        """A lane's episode ended: the lane is free (draining while events are queued)."""
+        self.lane_owner[lane] = None
+        if self.lanes[lane]:
+            self.draining.add(lane)
+        else:
+            heapq.heappush(self.free_lanes, lane)
+
+    # -- the runner side ----------------------------------------------------------------
+    def take_events(self) -> list[_Event]:
+        """One queued event of every ready lane (lock held); drained lanes are freed."""
+        events = []
+        still: dict[int, None] = {}
+        for lane in self.ready:
+            queue = self.lanes[lane]
+            events.append(queue.popleft())
+            if queue:
+                still[lane] = None
+            elif lane in self.draining:
+                self.draining.discard(lane)
+                heapq.heappush(self.free_lanes, lane)
+        self.queued -= len(events)
+        self.ready = still
+        self.ready_since = time.monotonic() - self.batch_wait_s  # a backlog goes at once
+        return events
+
+    def complete(self, replies: list[_Reply]) -> None:
+        """Mark ``replies`` done: wake their threads, hand the others to ``deliver``."""
+        notified = []
+        for reply in replies:
+            reply.done = True
+            if reply.event is not None:
+                reply.event.set()
+            else:
+                notified.append(reply)
+        if notified:
+            self.deliver(notified)
 
     def expire(self, now: float) -> None:
-        """Close episodes idle longer than ``episode_timeout_s`` as truncated (lock held)."""
+        """Close episodes idle longer than ``episode_timeout_s`` as truncated (lock held);
+        looks at most ten times per timeout (and once a second), not at every poll."""
         limit = self.episode_timeout_s
-        if limit is None:
+        if limit is None or now < self._next_expiry:
             return
+        self._next_expiry = now + min(1.0, limit / 10)
         for ep in [e for e in self.episodes.values() if now - e.touched > limit]:
-            waiting = (
-                any(
-                    ev.reply is not None and not ev.reply.event.is_set()
-                    for ev in self.lanes[ep.lane]
-                )
-                if ep.lane >= 0
-                else False
-            )
-            if waiting:
+            if ep.waiting:
                 continue
+            if ep.training and ep.seen:  # queued before the lane is released
+                ev = _Event(
+                    ep, "timeout", ep.last_obs, ep.rewards, ep.infos, _NO_ACTION, None, False
+                )
+                self._queue(ep.lane, ev)
             self._finish(ep)
             self.timed_out.append(ep.eid)
             if not ep.training:  # drop its inference state, as end_episode does
                 reset = functools.partial(_reset_inference, env_id=ep.lane)
                 self.tasks.append((reset, _Reply()))
-            elif ep.seen:
-                ev = _Event(
-                    ep, "timeout", ep.last_obs, ep.rewards, ep.infos, _NO_ACTION, None, False
-                )
-                self.lanes[ep.lane].append(ev)
 
     def close(self) -> None:
         with self.cond:
@@ -284,8 +472,8 @@ class EpisodeHub:
             pending += [r for _, r in self.tasks]
             for reply in pending:
                 reply.error = EnvError("the external env was closed")
-                reply.event.set()
             self.cond.notify_all()
+        self.complete(pending)
 
 
 def _reset_inference(runner: Any, env_id: int) -> None:

@@ -6,15 +6,30 @@
 - ``rlconnect.serve.wire``: the msgpack wire format (no pickle).
 """
 
-from rlconnect.serve.client import PolicyClient, ServerError
+from rlconnect.serve.client import (
+    BadRequestError,
+    InternalServerError,
+    NotFoundError,
+    PolicyClient,
+    RequestTooLargeError,
+    ServerBusyError,
+    ServerError,
+    ServerTimeoutError,
+)
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv
 from rlconnect.serve.server import PolicyServer
 from rlconnect.serve.wire import WireError
 
 __all__ = [
+    "BadRequestError",
+    "InternalServerError",
+    "NotFoundError",
     "PolicyClient",
     "PolicyServer",
+    "RequestTooLargeError",
+    "ServerBusyError",
     "ServerError",
+    "ServerTimeoutError",
     "ServingEnv",
     "ServingMultiAgentEnv",
     "WireError",

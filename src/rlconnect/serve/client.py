@@ -14,6 +14,7 @@ up to ``retry_timeout_s``; an episode the restarted server does not know raises
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import itertools
 import socket
@@ -31,9 +32,19 @@ from rlconnect.envs.external import (
     TooManyEpisodesError,
     UnknownEpisodeError,
 )
+from rlconnect.serve.http import MAX_BODY_BYTES
 from rlconnect.serve.wire import decode, encode
 
-__all__ = ["PolicyClient", "ServerError"]
+__all__ = [
+    "BadRequestError",
+    "InternalServerError",
+    "NotFoundError",
+    "PolicyClient",
+    "RequestTooLargeError",
+    "ServerBusyError",
+    "ServerError",
+    "ServerTimeoutError",
+]
 
 
 class ServerError(RuntimeError):
@@ -44,6 +55,39 @@ class ServerError(RuntimeError):
         self.status, self.kind = status, kind
 
 
+class BadRequestError(ServerError, ValueError):
+    """HTTP 400, 411 or 415: the request was malformed (a bug in the caller)."""
+
+
+class NotFoundError(ServerError, LookupError):
+    """HTTP 404 for a path that names no endpoint."""
+
+
+class RequestTooLargeError(ServerError, ValueError):
+    """HTTP 413, or a body above the server's limit caught before it was sent."""
+
+
+class ServerBusyError(ServerError, ConnectionError):
+    """HTTP 503 for longer than ``retry_timeout_s``: the server kept asking to slow down."""
+
+
+class ServerTimeoutError(ServerError, TimeoutError):
+    """HTTP 504: the runner gave no answer in time (is it sampling?)."""
+
+
+class InternalServerError(ServerError):
+    """HTTP 500 (or any other status): the server failed on this request."""
+
+
+_BY_STATUS: dict[int, type[ServerError]] = {
+    400: BadRequestError,
+    411: BadRequestError,
+    415: BadRequestError,
+    404: NotFoundError,
+    413: RequestTooLargeError,
+    503: ServerBusyError,
+    504: ServerTimeoutError,
+}
 _KNOWN = {
     "UnknownEpisodeError": UnknownEpisodeError,
     "TooManyEpisodesError": TooManyEpisodesError,
@@ -55,31 +99,36 @@ _RETRY = (
     http.client.RemoteDisconnected,
     http.client.CannotSendRequest,
     http.client.BadStatusLine,
+    http.client.ImproperConnectionState,
 )
 
 
+def _error(status: int, payload: Any) -> Exception:
+    """The typed exception of an error answer: an episode error by its kind, else by status."""
+    kind = payload.get("error", "Error") if isinstance(payload, dict) else "Error"
+    msg = payload.get("message", "") if isinstance(payload, dict) else str(payload)
+    cls = _KNOWN.get(kind)
+    if cls is not None:
+        return cls(msg)
+    return _BY_STATUS.get(status, InternalServerError)(status, kind, msg)
+
+
 class _Unavailable(Exception):
-    """HTTP 503: retried like a connection failure."""
-
-
-def _message(payload: bytes) -> str:
-    """The ``kind: message`` of an error answer (its raw start if it is not one)."""
-    try:
-        out = decode(payload)
-        return f"{out['error']}: {out['message']}"
-    except Exception:
-        return repr(payload[:200])
+    """HTTP 503 (its body in ``args[0]``): retried like a connection failure."""
 
 
 class _Http:
     """One keep-alive connection per thread; retries connection failures with backoff."""
 
-    def __init__(self, url: str, timeout_s: float, retry_timeout_s: float) -> None:
+    def __init__(
+        self, url: str, timeout_s: float, retry_timeout_s: float, max_body_bytes: int
+    ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"url must look like http://host:port, got {url!r}")
         self.host, self.port = parts.hostname, parts.port or 80
         self.timeout_s, self.retry_timeout_s = timeout_s, retry_timeout_s
+        self.max_body_bytes = max_body_bytes
         self._local = threading.local()
         self.retries = 0
 
@@ -98,28 +147,38 @@ class _Http:
             conn.close()
             self._local.conn = None
 
+    def _post(self, name: str, data: bytes) -> tuple[int, bytes]:
+        conn = self._conn()
+        # refused before the body was read (413): its answer may still be there to read
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.request("POST", f"/v1/{name}", data, {"Content-Type": "application/x-msgpack"})
+        resp = conn.getresponse()
+        payload = resp.read()
+        if resp.will_close:
+            self._drop()
+        return resp.status, payload
+
     def call(self, name: str, body: dict) -> Any:
         data = encode(body)
+        if len(data) > self.max_body_bytes:
+            raise RequestTooLargeError(
+                413,
+                "TooLarge",
+                f"the {name} body has {len(data)} B; the server takes at most "
+                f"{self.max_body_bytes} B (PolicyClient(max_body_bytes=...))",
+            )
         deadline = time.monotonic() + self.retry_timeout_s
         delay = 0.05
         while True:
             try:
-                conn = self._conn()
-                conn.request("POST", f"/v1/{name}", data, {"Content-Type": "application/x-msgpack"})
-                resp = conn.getresponse()
-                payload = resp.read()
-                status = resp.status
-                if status == 503:  # shutting down, or not sampling: may answer later
-                    raise _Unavailable(_message(payload))
+                status, payload = self._post(name, data)
+                if status == 503:  # busy, shutting down or not sampling: may answer later
+                    raise _Unavailable(payload)
                 break
             except (*_RETRY, _Unavailable) as exc:
                 self._drop()
                 if time.monotonic() + delay > deadline:
-                    why = f"HTTP 503: {exc}" if isinstance(exc, _Unavailable) else repr(exc)
-                    raise ConnectionError(
-                        f"policy server {self.host}:{self.port} unavailable for "
-                        f"{self.retry_timeout_s:g} s ({why})"
-                    ) from exc
+                    raise self._gave_up(exc) from exc
                 self.retries += 1
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -128,14 +187,29 @@ class _Http:
                 raise
         out = decode(payload) if payload else {}
         if status >= 400:
-            kind = out.get("error", "Error") if isinstance(out, dict) else "Error"
-            msg = out.get("message", "") if isinstance(out, dict) else str(out)
-            cls = _KNOWN.get(kind)
-            raise cls(msg) if cls is not None else ServerError(status, kind, msg)
+            raise _error(status, out)
         return out
+
+    def _gave_up(self, exc: BaseException) -> Exception:
+        why = f"{self.retry_timeout_s:g} s"
+        if isinstance(exc, _Unavailable):
+            err = _error(503, _decoded(exc.args[0]))
+            return ServerBusyError(
+                503, getattr(err, "kind", "ServerBusy"), f"retried for {why}: {err}"
+            )
+        return ConnectionError(
+            f"policy server {self.host}:{self.port} unavailable for {why} ({exc!r})"
+        )
 
     def close(self) -> None:
         self._drop()
+
+
+def _decoded(payload: bytes) -> Any:
+    try:
+        return decode(payload)
+    except Exception:
+        return {"error": "ServerBusy", "message": repr(payload[:200])}
 
 
 class PolicyClient:
@@ -150,7 +224,16 @@ class PolicyClient:
             ``update_interval`` passed since the last shipment, or on ``flush()``).
         timeout_s: socket timeout of one request (keep it above the server's
             ``get_action_timeout_s``).
-        retry_timeout_s: how long connection failures are retried.
+        retry_timeout_s: how long connection failures and 503s (the server asking to
+            slow down) are retried.
+        max_body_bytes: bodies above this raise ``RequestTooLargeError`` before they are
+            sent (the server's ``max_body_bytes``, see ``health()``).
+
+    Error answers raise the episode errors of ``rlconnect.envs`` by kind (404 unknown
+    episode, 409, 422, 429) and otherwise a ``ServerError`` subclass by status:
+    ``BadRequestError`` (400, 411, 415), ``NotFoundError`` (404), ``RequestTooLargeError``
+    (413), ``ServerBusyError`` (503 past ``retry_timeout_s``), ``ServerTimeoutError`` (504),
+    ``InternalServerError`` (500 and the rest).
     """
 
     def __init__(
@@ -162,6 +245,7 @@ class PolicyClient:
         report_size: int = 256,
         timeout_s: float = 120.0,
         retry_timeout_s: float = 60.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         if inference_mode not in ("remote", "local"):
             raise ValueError(f"inference_mode must be 'remote' or 'local', got {inference_mode!r}")
@@ -169,7 +253,7 @@ class PolicyClient:
         self.inference_mode = inference_mode
         self.update_interval = float(update_interval)
         self.report_size = int(report_size)
-        self._http = _Http(url, timeout_s, retry_timeout_s)
+        self._http = _Http(url, timeout_s, retry_timeout_s, max_body_bytes)
         self._lock = threading.RLock()
         self._local: Any = None
         self._buffer: list[list[Any]] = []
@@ -199,12 +283,17 @@ class PolicyClient:
             self._ship("start_episode", {"episode_id": eid, "training_enabled": True}, eid)
             return eid
 
-    def get_action(self, episode_id: Any, observation: Any) -> Any:
-        """The policy's action for ``observation`` (records the step)."""
+    def get_action(self, episode_id: Any, observation: Any, reward: Any = None) -> Any:
+        """The policy's action for ``observation`` (records the step). ``reward``, when
+        given, is added to the previous step first, as ``log_returns`` would (one request
+        instead of two)."""
         if self.inference_mode == "remote":
-            return self._http.call("get_action", {"episode_id": episode_id, "obs": observation})[
-                "action"
-            ]
+            body = {"episode_id": episode_id, "obs": observation}
+            if reward is not None:
+                body["reward"] = reward
+            return self._http.call("get_action", body)["action"]
+        if reward is not None:
+            self.log_returns(episode_id, reward)
         with self._lock:
             key, _ = self._key(episode_id)
             self._maybe_update()
@@ -215,6 +304,20 @@ class PolicyClient:
                 episode_id,
             )
             return action
+
+    def get_actions(
+        self, episode_ids: list[Any], observations: Any, rewards: Any = None
+    ) -> list[Any]:
+        """Actions for many episodes in one request (remote inference): ``observations``
+        is a list (or an array whose first axis is the episode), ``rewards`` (optional)
+        the previous step's reward of each. All are checked before any is recorded."""
+        if self.inference_mode != "remote":
+            rewards = [None] * len(episode_ids) if rewards is None else rewards
+            return [self.get_action(e, o, r) for e, o, r in zip(episode_ids, observations, rewards)]
+        body: dict[str, Any] = {"episode_ids": list(episode_ids), "obs": observations}
+        if rewards is not None:
+            body["rewards"] = rewards
+        return list(self._http.call("get_actions", body)["actions"])
 
     def log_action(self, episode_id: Any, observation: Any, action: Any) -> None:
         """Record an action taken by someone else (off-policy)."""

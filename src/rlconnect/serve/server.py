@@ -7,7 +7,8 @@ msgpack answer; errors are HTTP 4xx/5xx with ``{"error": kind, "message": text}`
 endpoint           body                                        answer
 =================  ==========================================  ======================
 start_episode      episode_id (optional), training_enabled     episode_id
-get_action         episode_id, obs                             action
+get_action         episode_id, obs, reward (optional)          action
+get_actions        episode_ids, obs, rewards (optional)        actions
 log_action         episode_id, obs, action                     {}
 log_returns        episode_id, reward, info (optional)         {}
 end_episode        episode_id, obs                             {}
@@ -16,50 +17,63 @@ checkpoint         {}                                          files: {path: byt
 weights            {}                                          weights, connector_states
 =================  ==========================================  ======================
 
-``GET /v1/health`` answers ``{"ok": true, ...}``. The server is the stdlib
-``ThreadingHTTPServer`` (one thread per connection, HTTP/1.1 keep-alive): no dependency,
-and the work per request is tiny next to the runner's step. ``serve.handler`` holds the
-HTTP side (size and Content-Type checks, statuses), ``serve.tasks`` the runner work a
-request needs (``checkpoint``, ``weights``: done by the sampling thread between two steps),
-``serve.envs`` the ServingEnvs.
+``GET /v1/health`` answers ``{"ok": ..., ...}``. The server is one asyncio event loop in
+its own thread (``serve.http``: httptools' parser, whole-request deadlines, body limits);
+the runner's sampling thread takes the queued observations in batches (``max_batch``,
+``batch_wait_s``) and hands every step's actions back to the loop at once. The modules:
+``serve.http`` (connections), ``serve.endpoints`` (what each request does),
+``serve.handler`` (fields and statuses), ``serve.tasks`` (runner work a request needs),
+``serve.envs`` (the ServingEnvs).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import tempfile
-import threading
-from collections.abc import Callable
-from pathlib import Path
+import concurrent.futures
+import logging
+import time
 from typing import Any
 
 import gymnasium as gym
 
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
+from rlconnect.envs.external_hub import _notify_each, _Reply
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.policy import Policy
+from rlconnect.serve.endpoints import Endpoints
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv, _Idle
-from rlconnect.serve.handler import BadRequest, HTTPServer, NoEndpoint, make_handler
-from rlconnect.serve.tasks import run_in_sampler
+from rlconnect.serve.handler import PENDING, BadRequest, Call, NoEndpoint, kind_of, status_of
+from rlconnect.serve.http import MAX_BODY_BYTES, HttpConnection, Limits, Listener
+from rlconnect.serve.wire import decode
 from rlconnect.spaces import space_to_json
 
 __all__ = ["PolicyServer", "ServingEnv", "ServingMultiAgentEnv"]
 
-
-def _field(body: dict, name: str, kinds: tuple[type, ...] | None = None, default: Any = ...) -> Any:
-    if name not in body:
-        if default is ...:
-            raise BadRequest(f"missing field {name!r}")
-        return default
-    value = body[name]
-    if kinds is not None and not isinstance(value, kinds):
-        raise BadRequest(f"field {name!r} must be {' or '.join(k.__name__ for k in kinds)}")
-    return value
+log = logging.getLogger("rlconnect.serve.server")
 
 
-_EID = (str, int)
+def _runner_of(runner_or_policy: Any, spaces: tuple, max_concurrent: int, config: Any) -> Any:
+    """The runner to serve: the one given, or one built on a ServingEnv for a policy."""
+    from rlconnect.runner import EnvRunner
+
+    if isinstance(runner_or_policy, Policy):
+        observation_space, action_space = spaces
+        env = ServingEnv(
+            action_space or runner_or_policy.action_space,
+            observation_space or runner_or_policy.observation_space,
+            max_concurrent,
+        )
+        return EnvRunner(env, runner_or_policy, config=config)
+    if not isinstance(runner_or_policy, EnvRunner):
+        raise TypeError(
+            f"PolicyServer takes an rc.EnvRunner or an rc.Policy, got "
+            f"{type(runner_or_policy).__name__}"
+        )
+    if not isinstance(runner_or_policy.env, ExternalEnvAdapter):
+        raise TypeError(
+            "PolicyServer needs a runner built on an ExternalEnv (e.g. "
+            f"rc.serve.ServingEnv), but this runner's env is {type(runner_or_policy.env).__name__}"
+        )
+    return runner_or_policy
 
 
 class PolicyServer:
@@ -72,15 +86,27 @@ class PolicyServer:
             ``rc.EnvRunner(env, policy, config=config)``. Sample from ``server.runner``.
         address, port: where to listen (port 0 picks a free one; see ``server.port``).
         max_concurrent: episodes at once (when the server builds the env).
+        max_episodes_per_connection: episodes one connection may run at once (default a
+            quarter of ``max_concurrent``, at least 1), so no client takes every lane;
+            more answer 429 ``TooManyEpisodesError``.
+        max_batch, batch_wait_s: the batching window. A sampling step waits for
+            observations until ``max_batch`` episodes (default all lanes) have one, or
+            every running episode has one, or ``batch_wait_s`` passed since the first
+            came; all of them then go through one forward pass.
+        max_queued_steps: steps waiting for the runner at most (default 16 per lane, at
+            least 4096); a ``report`` that does not fit is answered 503 and retried.
         episode_timeout_s: an episode without requests for this long is closed as
             truncated and listed in ``server.env.timed_out_episodes``.
-        get_action_timeout_s: how long a ``get_action`` waits for the runner, and how
-            long a ``checkpoint`` or ``weights`` request waits for a sampling step to take
-            it (they run on the sampling thread between two steps, never beside one;
-            HTTP 503 when no step comes).
-        request_timeout_s: a connection silent for this long (mid-request, or idle
-            between requests) is closed, so stalled clients cannot hold server threads;
-            ``PolicyClient`` reconnects by itself. None waits forever.
+        get_action_timeout_s: how long a ``get_action`` waits for the runner (then 504),
+            and how long a ``checkpoint`` or ``weights`` request waits for a sampling step
+            to take it (they run on the sampling thread between two steps; 503 when none
+            comes).
+        request_timeout_s: a request must arrive whole within this long of its first
+            byte, and a connection idle this long is closed, so stalled or trickling
+            clients hold nothing; ``PolicyClient`` reconnects by itself. None: no limit.
+        max_body_bytes: largest request body (413 above it); bodies being received at
+            once may hold twice that in all (503 above it, retried).
+        backlog: connections the kernel queues before they are accepted.
     """
 
     def __init__(
@@ -93,80 +119,63 @@ class PolicyServer:
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
         max_concurrent: int = 100,
+        max_episodes_per_connection: int | None = None,
+        max_batch: int | None = None,
+        batch_wait_s: float = 0.002,
+        max_queued_steps: int | None = None,
         episode_timeout_s: float | None = 60.0,
         get_action_timeout_s: float = 60.0,
         request_timeout_s: float | None = 120.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        backlog: int = 1024,
     ) -> None:
-        from rlconnect.runner import EnvRunner
-
         if request_timeout_s is not None and not request_timeout_s > 0:
             raise ValueError(f"request_timeout_s must be > 0 or None, got {request_timeout_s!r}")
-
-        if isinstance(runner_or_policy, Policy):
-            env = ServingEnv(
-                action_space or runner_or_policy.action_space,
-                observation_space or runner_or_policy.observation_space,
-                max_concurrent,
-            )
-            runner = EnvRunner(env, runner_or_policy, config=config)
-        elif isinstance(runner_or_policy, EnvRunner):
-            runner = runner_or_policy
-        else:
-            raise TypeError(
-                f"PolicyServer takes an rc.EnvRunner or an rc.Policy, got "
-                f"{type(runner_or_policy).__name__}"
-            )
-        if not isinstance(runner.env, ExternalEnvAdapter):
-            raise TypeError(
-                "PolicyServer needs a runner built on an ExternalEnv (e.g. "
-                f"rc.serve.ServingEnv), but this runner's env is {type(runner.env).__name__}"
-            )
-        self.runner = runner
-        self.env: ExternalEnv = runner.env.external
-        self.env._hub.episode_timeout_s = episode_timeout_s
-        self.env._hub.get_action_timeout_s = get_action_timeout_s
+        if not batch_wait_s >= 0:
+            raise ValueError(f"batch_wait_s must be >= 0, got {batch_wait_s!r}")
+        spaces = (observation_space, action_space)
+        self.runner = _runner_of(runner_or_policy, spaces, max_concurrent, config)
+        self.env: ExternalEnv = self.runner.env.external
+        hub = self.env._hub
+        hub.episode_timeout_s = episode_timeout_s
+        hub.get_action_timeout_s = get_action_timeout_s
+        hub.max_batch = max_batch or hub.max_concurrent
+        hub.batch_wait_s = batch_wait_s
+        if max_queued_steps is not None:
+            hub.max_queued = max_queued_steps
         self.requests = 0
-        self.errors = 0
-        self._conns: set[socket.socket] = set()
-        self._conns_lock = threading.Lock()
-        self._httpd = HTTPServer((address, port), make_handler(self, request_timeout_s))
-        host, self.port = self._httpd.server_address[:2]
-        self.address = host if isinstance(host, str) else host.decode()
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.1},
-            daemon=True,
-            name=f"PolicyServer-{self.port}",
+        self._listener = Listener(
+            self._dispatch,
+            Limits(max_body_bytes, 2 * max_body_bytes, request_timeout_s),
         )
-        self._thread.start()
+        share = max_episodes_per_connection or max(1, hub.max_concurrent // 4)
+        self._endpoints = Endpoints(self.env, self._listener.loop, share)
+        hub.deliver = self._deliver
+        self.address, self.port = self._listener.start(address, port, backlog)
 
     @property
     def url(self) -> str:
         return f"http://{self.address}:{self.port}"
 
+    @property
+    def disconnects(self) -> int:
+        """Clients that vanished, stalled or trickled mid-request and were cut."""
+        return self._listener.disconnects
+
+    @property
+    def errors(self) -> int:
+        """Requests answered with an error status."""
+        return self._listener.errors
+
     def stop(self) -> None:
         """Stop listening, fail waiting calls and close the env (the runner stays usable)."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self.env._hub.deliver = _notify_each  # the loop is going: nothing to hand over
+        self._listener.stop()
         self.env._hub.close()
-        with self._conns_lock:  # keep-alive connections would outlive the listener
-            for conn in self._conns:
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
-            self._conns.clear()
         if isinstance(self.env, _Idle):
             self.env.stop()
 
     close = stop
-
-    def track(self, conn: socket.socket) -> None:
-        """A connection opened (``stop`` shuts down the ones still open)."""
-        with self._conns_lock:
-            self._conns.add(conn)
-
-    def untrack(self, conn: socket.socket) -> None:
-        with self._conns_lock:
-            self._conns.discard(conn)
 
     def __enter__(self) -> PolicyServer:
         return self
@@ -174,110 +183,117 @@ class PolicyServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _deliver(self, replies: list[_Reply]) -> None:
+        """A sampling step's actions: handed to the event loop in one wake-up."""
+        self._listener.call_soon(_notify_each, replies)
+
     # -- requests ---------------------------------------------------------------------------
-    def handle(self, name: str, body: Any) -> Any:
-        """Answer one request (raises the errors mapped to HTTP statuses)."""
+    def _dispatch(self, conn: HttpConnection, method: str, path: str, body: bytes) -> None:
+        """Answer one HTTP request (on the event loop thread)."""
+        name = path.split("?", 1)[0].removeprefix("/v1/").strip("/")
+        if method == "GET":
+            if name == "health":
+                conn.respond(200, self.health())
+            else:
+                conn.respond(404, {"error": "NotFound", "message": f"no endpoint GET {path}"})
+            return
+        if method != "POST":
+            conn.respond(501, {"error": "NotImplemented", "message": f"no {method} requests"})
+            return
+        self.requests += 1
+        seq = conn.seq
+
+        def finish(answer: Any, error: BaseException | None) -> None:
+            if conn.seq != seq:  # answered already (e.g. 504), or the client is gone
+                return
+            if error is None:
+                conn.respond(200, answer)
+                return
+            status = status_of(error)
+            if status is None:
+                log.error("PolicyServer: %s failed", name, exc_info=error)
+                status = 500
+            conn.respond(status, {"error": kind_of(error), "message": str(error)})
+
+        call = Call(conn.episodes, finish)
+        try:
+            answer = self._handle(name, decode(body) if body else {}, call)
+        except Exception as exc:
+            finish(None, exc)
+            return
+        if answer is not PENDING:
+            finish(answer, None)
+        elif call.wait_s is not None:
+            message = f"{name}: no answer within {call.wait_s:g} s (is the runner sampling?)"
+            conn.answer_deadline = (time.monotonic() + call.wait_s, message)
+
+    def _handle(self, name: str, body: Any, call: Call) -> Any:
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a map")
-        op = self._ops().get(name)
+        if name == "health":
+            return self.health()
+        op = self._endpoints.ops.get(name)
         if op is None:
-            raise NoEndpoint(f"no endpoint POST /v1/{name}; known: {sorted(self._ops())}")
-        return op(body)
+            known = sorted([*self._endpoints.ops, "health"])
+            raise NoEndpoint(f"no endpoint POST /v1/{name}; known: {known}")
+        return op(body, call)
 
-    def _ops(self) -> dict[str, Callable[[dict], Any]]:
-        return {
-            "start_episode": self._start,
-            "get_action": self._get_action,
-            "log_action": self._log_action,
-            "log_returns": self._log_returns,
-            "end_episode": self._end,
-            "report": self._report,
-            "checkpoint": self._checkpoint,
-            "weights": self._weights,
-            "health": lambda body: self.health(),
-        }
+    def handle(self, name: str, body: Any) -> Any:
+        """Answer one decoded request from this thread, as HTTP would (raises the errors
+        that map to HTTP statuses); it runs on the event loop like any request."""
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def finish(answer: Any, error: BaseException | None) -> None:
+            if error is None:
+                done.set_result(answer)
+            else:
+                done.set_exception(error)
+
+        call = Call(set(), finish)
+        waits: concurrent.futures.Future = concurrent.futures.Future()  # its deadline or None
+
+        def run() -> None:
+            try:
+                answer = self._handle(name, body, call)
+            except Exception as exc:
+                done.set_exception(exc)
+            else:
+                if answer is not PENDING:
+                    done.set_result(answer)
+            waits.set_result(call.wait_s)
+
+        self._listener.call_soon(run)
+        timeout = waits.result()
+        try:
+            return done.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"{name}: no answer within {timeout:g} s") from None
 
     def health(self) -> dict[str, Any]:
+        """Whether the server can serve (``ok``), and why not (``problem``)."""
+        hub = self.env._hub
+        failed = getattr(self.runner, "_failed", None)
+        problem = None
+        if hub.closed:
+            problem = "the server is stopping"
+        elif failed is not None:
+            problem = f"the runner's sample() raised {type(failed).__name__}: {failed}"
+        elif self.env._error is not None:
+            problem = f"the served env raised {self.env._error!r}"
         return {
-            "ok": True,
+            "ok": problem is None,
+            "problem": problem,
             "running_episodes": self.env.num_running_episodes,
             "max_concurrent": self.env.max_concurrent,
+            "queued_steps": hub.queued,
+            "seconds_since_poll": round(time.monotonic() - hub.last_poll, 3),
+            "connections": len(self._listener.connections),
+            "max_body_bytes": self._listener.limits.max_body_bytes,
             "multi_agent": isinstance(self.env, ExternalMultiAgentEnv),
-            "observation_space": space_to_json(self.env.observation_space)
-            if isinstance(self.env.observation_space, gym.Space)
-            else None,
-            "action_space": space_to_json(self.env.action_space)
-            if isinstance(self.env.action_space, gym.Space)
-            else None,
+            "observation_space": _space_json(self.env.observation_space),
+            "action_space": _space_json(self.env.action_space),
         }
 
-    def _start(self, body: dict) -> dict:
-        eid = _field(body, "episode_id", (*_EID, type(None)), None)
-        training = _field(body, "training_enabled", (bool,), True)
-        return {"episode_id": self.env.start_episode(eid, training)}
 
-    def _get_action(self, body: dict) -> dict:
-        eid = _field(body, "episode_id", _EID)
-        return {"action": self.env.get_action(eid, _field(body, "obs"))}
-
-    def _log_action(self, body: dict) -> dict:
-        eid = _field(body, "episode_id", _EID)
-        self.env.log_action(eid, _field(body, "obs"), _field(body, "action"))
-        return {}
-
-    def _log_returns(self, body: dict) -> dict:
-        eid = _field(body, "episode_id", _EID)
-        reward = _field(body, "reward")
-        info = _field(body, "info", (dict, type(None)), None)
-        multi = isinstance(self.env, ExternalMultiAgentEnv)
-        if not multi and (isinstance(reward, bool) or not isinstance(reward, int | float)):
-            raise BadRequest("field 'reward' must be a number")
-        self.env.log_returns(eid, reward, info)
-        return {}
-
-    def _end(self, body: dict) -> dict:
-        self.env.end_episode(_field(body, "episode_id", _EID), _field(body, "obs"))
-        return {}
-
-    def _report(self, body: dict) -> dict:
-        """Experience a local-inference client collected: commands applied in order."""
-        commands = _field(body, "commands", (list,))
-        ops = {
-            "start_episode": self._start,
-            "log_action": self._log_action,
-            "log_returns": self._log_returns,
-            "end_episode": self._end,
-        }
-        for i, cmd in enumerate(commands):
-            if not (isinstance(cmd, list) and len(cmd) == 2 and cmd[0] in ops):
-                raise BadRequest(f"command {i} must be [name, args] with name in {sorted(ops)}")
-            if not isinstance(cmd[1], dict):
-                raise BadRequest(f"command {i}: args must be a map")
-            ops[cmd[0]](cmd[1])
-        return {"applied": len(commands)}
-
-    def _in_runner(self, fn: Callable[[Any], Any], what: str) -> Any:
-        """``fn(runner)`` on the sampling thread, between two steps (see ``serve.tasks``)."""
-        hub = self.env._hub
-        return run_in_sampler(hub, fn, what, hub.get_action_timeout_s)
-
-    def _checkpoint(self, body: dict) -> dict:
-        def save(runner: Any) -> dict[str, bytes]:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "ckpt"
-                runner.save_checkpoint(path)
-                return {
-                    str(p.relative_to(path)).replace(os.sep, "/"): p.read_bytes()
-                    for p in sorted(path.rglob("*"))
-                    if p.is_file()
-                }
-
-        if isinstance(self.env, ExternalMultiAgentEnv):
-            raise BadRequest("local inference is not supported for multi-agent serving yet")
-        return {"files": self._in_runner(save, "checkpoint")}
-
-    def _weights(self, body: dict) -> dict:
-        return self._in_runner(
-            lambda r: {"weights": r.get_weights(), "connector_states": r.get_connector_states()},
-            "weights",
-        )
+def _space_json(space: Any) -> Any:
+    return space_to_json(space) if isinstance(space, gym.Space) else None

@@ -29,13 +29,15 @@ class RunnerUnavailable(RuntimeError):
 def run_in_sampler(hub: EpisodeHub, fn: Callable[[Any], Any], what: str, timeout_s: float) -> Any:
     """``fn(runner)``, run by the sampling thread between two steps; its result."""
     reply = _Reply()
+    event = reply.event
+    assert event is not None  # a reply without a notify callback has one
     task = (fn, reply)
     with hub.cond:
         if hub.closed:
             raise EnvError("the server is stopping: no runner work is taken any more")
         hub.tasks.append(task)
         hub.cond.notify_all()
-    if not reply.event.wait(timeout_s):
+    if not event.wait(timeout_s):
         with hub.cond:
             if task in hub.tasks:  # no poll took it: withdraw it, it must not run later
                 hub.tasks.remove(task)
@@ -46,7 +48,7 @@ def run_in_sampler(hub: EpisodeHub, fn: Callable[[Any], Any], what: str, timeout
                     "RunnerConfig(sample_async=True))"
                 )
     # taken by a poll: it runs on the sampling thread, never here
-    if not reply.event.wait(timeout_s * _RUN_FACTOR):
+    if not event.wait(timeout_s * _RUN_FACTOR):
         raise TimeoutError(
             f"{what}: the sampling thread took it but did not finish within "
             f"{timeout_s * _RUN_FACTOR:g} s"

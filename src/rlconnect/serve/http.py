@@ -1,0 +1,349 @@
+"""The HTTP/1.1 side of a PolicyServer: one asyncio event loop and httptools' parser.
+
+Every connection is an ``HttpConnection`` on the listener's event loop (its own thread), so
+thousands of clients cost no thread each. A request is checked before its body is read: a
+``Content-Length`` (411 without a valid one, 413 above ``max_body_bytes``), a msgpack
+``Content-Type`` (415 otherwise: a browser page cannot send one without a CORS preflight,
+so a page a user visits cannot post experience to a server on their machine), and room in
+the budget of body bytes being received at once (503 with ``Retry-After`` otherwise: the
+client retries, nothing was taken). Refused requests close their connection.
+
+Deadlines are whole: a request must arrive complete within ``request_timeout_s`` of its
+first byte, however slowly its bytes trickle in, and a connection idle that long is
+closed; a stalled or trickling client is cut and counted in ``disconnects``. Requests of one
+connection are answered in order: a pipelined request waits, with reading paused, until
+the one before it is answered.
+
+The application is one ``dispatch(connection, method, path, body)`` callback that answers
+now or later (on the loop thread) with ``connection.respond``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlconnect.serve.wire import encode
+
+__all__ = ["CONTENT_TYPES", "MAX_BODY_BYTES", "HttpConnection", "Limits", "Listener"]
+
+log = logging.getLogger("rlconnect.serve.server")
+
+MAX_BODY_BYTES = 64 << 20
+"""Largest request body by default (``PolicyServer(max_body_bytes=...)``)."""
+#: request Content-Types taken as msgpack (the client sends the first)
+CONTENT_TYPES = ("application/x-msgpack", "application/msgpack", "application/vnd.msgpack")
+_TYPES = {t.encode() for t in CONTENT_TYPES}
+_LENGTH = re.compile(rb"content-length[ \t]*:[ \t]*(-?)", re.IGNORECASE)
+_REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may take: body bytes, body bytes of all requests being received,
+    and seconds to arrive whole (also the idle time after which a connection is closed)."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    max_bodies_in_flight: int = 2 * MAX_BODY_BYTES
+    request_timeout_s: float | None = 120.0
+
+
+Dispatch = Callable[["HttpConnection", str, str, bytes], None]
+
+
+def _httptools() -> Any:
+    """httptools, imported on first use so ``import rlconnect`` works without the extra."""
+    try:
+        import httptools
+    except ImportError:
+        raise ImportError(
+            "rlconnect.serve's server needs httptools: pip install 'rlconnect[serve]'"
+        ) from None
+    return httptools
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection: parses requests, enforces the limits, writes answers."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.parser = listener.httptools.HttpRequestParser(self)
+        self.seq = 0  # requests answered so far: an answer for an older one is dropped
+        self.episodes: set[Any] = set()  # episodes this connection started (lane share)
+        self.started: float | None = None  # first byte of the request being received
+        self.idle_since = time.monotonic()
+        self.answer_deadline: tuple[float, str] | None = None
+        self._busy = False  # a request is being answered
+        self._queue: list[tuple[str, str, bytes]] = []
+        self._refused: float | None = None  # when a request was refused unread
+        self._peer_done = False  # the client sent EOF: answer, then close
+        self._reset_request()
+
+    def _reset_request(self) -> None:
+        self._url = b""
+        self._length: int | None = None
+        self._type: bytes | None = None
+        self._chunks: list[bytes] = []
+        self._reserved = 0
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:  # answers go out in one write: no Nagle delay to wait for
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.listener.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.connections.discard(self)
+        self._release_body()
+        if exc is not None or self.started is not None or self._busy:
+            self.listener.disconnects += 1
+            log.debug("PolicyServer: a client disconnected mid-request (%r)", exc)
+        self._queue.clear()
+        self.seq += 1  # a later answer has nowhere to go
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused is not None:
+            return  # the rest of a refused request: read and dropped
+        if self.started is None:
+            self.started = time.monotonic()
+        try:
+            self.parser.feed_data(data)
+        except self.listener.httptools.HttpParserError as exc:
+            self._parse_error(exc, data)
+
+    def eof_received(self) -> bool:
+        if self._refused is not None:
+            return False
+        if self.started is not None and self._length is not None:
+            self.refuse(400, "BadRequest", "the body ended before its Content-Length")
+            return True
+        self._peer_done = True
+        return self._busy or bool(self._queue)  # keep writing what is being answered
+
+    # -- httptools callbacks ------------------------------------------------------------
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower == b"content-length":
+            self._length = int(value)
+        elif lower == b"content-type":
+            self._type = value.split(b";", 1)[0].strip().lower()
+        elif lower == b"transfer-encoding":
+            self._length = None
+            self.refuse(411, "LengthRequired", "send a Content-Length header, not chunks")
+
+    def on_headers_complete(self) -> None:
+        if self._refused is not None or self.parser.get_method() != b"POST":
+            return
+        problem = self.listener.check_post(self._length, self._type)
+        if problem is not None:
+            self.refuse(*problem)
+            return
+        assert self._length is not None
+        self._reserved = self._length
+        self.listener.body_bytes += self._length
+
+    def on_body(self, body: bytes) -> None:
+        if self._refused is None:
+            self._chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused is not None:
+            return
+        method = self.parser.get_method().decode("ascii", "replace")
+        path = self._url.decode("utf-8", "replace")
+        body = b"".join(self._chunks)
+        self._release_body()
+        self._reset_request()
+        self.started = None
+        self._queue.append((method, path, body))
+        if not self._busy:
+            self._next()
+        elif self.transport is not None:
+            self.transport.pause_reading()  # pipelined: wait for the answer before it
+
+    # -- answering ----------------------------------------------------------------------
+    def _next(self) -> None:
+        while self._queue and not self._busy and self._refused is None:
+            method, path, body = self._queue.pop(0)
+            self._busy = True
+            self.listener.dispatch(self, method, path, body)
+        if not self._queue and self.transport is not None and self._refused is None:
+            self.transport.resume_reading()
+
+    def respond(self, status: int, payload: Any, *, close: bool = False) -> None:
+        """Answer the request being served (a no-op once the connection is gone)."""
+        try:
+            data = encode(payload)
+        except TypeError as exc:  # e.g. an action the wire format cannot carry
+            status, data = 500, encode({"error": "EncodeError", "message": str(exc)})
+        if status >= 400:
+            self.listener.errors += 1
+        close = close or self._peer_done or not self.parser.should_keep_alive()
+        self._write(status, data, close)
+        self._busy = False
+        self.seq += 1
+        self.answer_deadline = None
+        self.idle_since = time.monotonic()
+        if not close:
+            self._next()
+
+    def _write(self, status: int, data: bytes, close: bool) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        head = (
+            b"HTTP/1.1 %d %s\r\nServer: rlconnect-serve/2\r\n"
+            b"Content-Type: application/x-msgpack\r\nContent-Length: %d\r\n"
+            % (status, _REASONS.get(status, b"Error"), len(data))
+        )
+        if status == 503:
+            head += b"Retry-After: 1\r\n"
+        if close:
+            head += b"Connection: close\r\n"
+        transport.write(head + b"\r\n" + data)
+        if close and self._refused is not None and transport.can_write_eof():
+            transport.write_eof()  # the client may still be sending: let it read the answer
+        elif close:
+            transport.close()
+
+    def refuse(self, status: int, kind: str, message: str) -> None:
+        """An error answered before the body was read: the connection cannot go on."""
+        self._refused = time.monotonic()
+        self._release_body()
+        self._busy = True
+        self.started = None
+        self.respond(status, {"error": kind, "message": message}, close=True)
+
+    def _parse_error(self, exc: Exception, data: bytes) -> None:
+        found = _LENGTH.search(data)
+        if "Content-Length" in str(exc) and found is not None:
+            if found.group(1):
+                self.refuse(400, "BadRequest", "a negative Content-Length")
+            else:
+                self.refuse(411, "LengthRequired", "send a valid Content-Length header")
+        else:
+            self.refuse(400, "BadRequest", f"not an HTTP/1.1 request: {exc}")
+
+    def _release_body(self) -> None:
+        self.listener.body_bytes -= self._reserved
+        self._reserved = 0
+
+    def check_deadlines(self, now: float, timeout: float | None) -> None:
+        """Cut a request arriving too slowly or an idle connection; answer a late action."""
+        if self.answer_deadline is not None and now > self.answer_deadline[0]:
+            self.respond(504, {"error": "TimeoutError", "message": self.answer_deadline[1]})
+        if self.transport is None:
+            return
+        if self._refused is not None:  # its answer had a second to be read
+            if now - self._refused > 1.0:
+                self.transport.abort()
+            return
+        if timeout is None or self._busy:
+            return
+        if self.started is not None and now - self.started > timeout:
+            self.transport.abort()  # counted in connection_lost
+        elif self.started is None and now - self.idle_since > timeout:
+            self.transport.close()
+
+
+class Listener:
+    """The event loop thread, its listening socket and its connections."""
+
+    def __init__(self, dispatch: Dispatch, limits: Limits) -> None:
+        self.httptools = _httptools()
+        self.dispatch = dispatch
+        self.limits = limits
+        self.connections: set[HttpConnection] = set()
+        self.disconnects = 0  # clients cut or gone mid-request
+        self.errors = 0  # answers with a 4xx or 5xx status
+        self.body_bytes = 0  # bytes of the bodies being received
+        self.loop = asyncio.new_event_loop()
+        self._server: asyncio.AbstractServer | None = None
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def check_post(self, length: int | None, content_type: bytes | None) -> tuple | None:
+        """The refusal (status, kind, message) of a POST's headers, or None."""
+        limits = self.limits
+        if length is None:
+            return 411, "LengthRequired", "send a Content-Length header"
+        if length > limits.max_body_bytes:
+            return 413, "TooLarge", f"bodies are limited to {limits.max_body_bytes} B"
+        if content_type not in _TYPES:
+            return (
+                415,
+                "UnsupportedMediaType",
+                f"the body must be msgpack sent with Content-Type: {CONTENT_TYPES[0]} "
+                f"(got {content_type!r})",
+            )
+        if self.body_bytes + length > limits.max_bodies_in_flight:
+            return 503, "ServerBusy", "too many request bytes are arriving at once; retry"
+        return None
+
+    def start(self, address: str, port: int, backlog: int) -> tuple[str, int]:
+        """Listen and run the loop in its thread; the bound address and port."""
+        self._thread.name = f"PolicyServer-{port}"
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self._listen(address, port, backlog), self.loop)
+        host, bound = future.result(30)[:2]
+        self._thread.name = f"PolicyServer-{bound}"
+        return host, bound
+
+    async def _listen(self, address: str, port: int, backlog: int) -> tuple:
+        self._server = await self.loop.create_server(
+            lambda: HttpConnection(self), address, port, backlog=backlog, reuse_address=True
+        )
+        self.loop.create_task(self._sweep())
+        return self._server.sockets[0].getsockname()
+
+    async def _sweep(self) -> None:
+        """Check every connection's deadlines a few times per ``request_timeout_s``."""
+        timeout = self.limits.request_timeout_s
+        tick = 0.25 if timeout is None else min(0.25, timeout / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                conn.check_deadlines(now, timeout)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop thread (from any thread)."""
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self) -> None:
+        """Stop listening, cut every connection and end the loop thread."""
+        if not self._thread.is_alive():
+            return
+
+        async def shutdown() -> None:
+            if self._server is not None:
+                self._server.close()
+            for conn in list(self.connections):
+                if conn.transport is not None:
+                    conn.transport.abort()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
