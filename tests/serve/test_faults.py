@@ -1,0 +1,252 @@
+"""Faults a served client can cause, and what the server does: refuse the request, keep
+serving everyone else, tell the truth in ``/v1/health``, and lose nothing it answered 200."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import rlconnect as rc
+from rlconnect.envs import BadObservationError, TooManyEpisodesError
+from rlconnect.errors import EnvError
+from rlconnect.serve import (
+    PolicyClient,
+    PolicyServer,
+    RequestTooLargeError,
+    ServerBusyError,
+    ServingEnv,
+)
+from rlconnect.serve.wire import encode
+
+OBS = gym.spaces.Box(-10.0, 10.0, (3,), np.float32)
+ACT = gym.spaces.Discrete(2)
+
+
+class Sampling:
+    """A server whose runner samples whole episodes in a thread, keeping the batches."""
+
+    def __init__(self, server: PolicyServer) -> None:
+        self.server = server
+        self.batches: list[rc.SampleBatch] = []
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                self.batches.append(self.server.runner.sample())
+            except EnvError:  # stopped
+                return
+            except Exception as exc:  # recorded for the test
+                self.error = exc
+                return
+
+    def rows(self, n: int, timeout: float = 20.0) -> rc.SampleBatch:
+        deadline = time.monotonic() + timeout
+        while sum(len(b) for b in self.batches) < n and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return rc.concat_samples(list(self.batches))
+
+    def stop(self) -> None:
+        self.server.stop()
+        self.thread.join(10)
+
+
+def serve(**kwargs) -> Sampling:
+    config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
+    policy = rc.MLPPolicy(OBS, ACT, hiddens=(8,), seed=0)
+    return Sampling(PolicyServer(policy, "127.0.0.1", 0, config=config, **kwargs))
+
+
+@pytest.fixture
+def sampling() -> Iterator[Sampling]:
+    s = serve(max_concurrent=8, max_episodes_per_connection=2, request_timeout_s=0.5)
+    yield s
+    s.stop()
+
+
+BAD = {
+    "NaN": np.array([0, np.nan, 0], np.float32),
+    "inf": np.array([0, 0, np.inf], np.float64),
+    "out of bounds": np.array([0, 1e6, 0], np.float32),
+    "bools": np.array([True, False, True]),
+    "floats far outside float32": np.array([0, 1e300, 0]),
+}
+
+
+def test_bad_observations_are_refused_and_the_episode_goes_on(sampling: Sampling) -> None:
+    client = PolicyClient(sampling.server.url)
+    eid = client.start_episode()
+    sent = []
+    for what, obs in BAD.items():
+        with pytest.raises(BadObservationError):
+            client.get_action(eid, obs)
+        good = np.array([len(sent), 1.0, 2.0], np.float32)
+        sent.append(good)
+        assert ACT.contains(int(client.get_action(eid, good, reward=1.0))), what
+    client.end_episode(eid, np.zeros(3, np.float32))
+    batch = sampling.rows(len(sent))
+    np.testing.assert_array_equal(batch["obs"], np.stack(sent))  # nothing bad recorded
+    assert batch["rewards"].tolist() == [1.0] * (len(sent) - 1) + [0.0]
+    health = client.health()
+    assert health["ok"] is True and health["problem"] is None
+    assert sampling.error is None
+
+
+def test_one_connection_cannot_take_every_lane(sampling: Sampling) -> None:
+    greedy, other = PolicyClient(sampling.server.url), PolicyClient(sampling.server.url)
+    held = [greedy.start_episode() for _ in range(2)]
+    with pytest.raises(TooManyEpisodesError, match="max_episodes_per_connection=2"):
+        greedy.start_episode()
+    eid = other.start_episode()  # the others still get lanes
+    other.end_episode(eid, np.zeros(3, np.float32))
+    greedy.end_episode(held[0], np.zeros(3, np.float32))
+    greedy.start_episode()  # an ended episode gives its share back
+
+
+def test_a_full_queue_answers_503_before_taking_a_report() -> None:
+    """Back-pressure: a report that does not fit is refused whole (and retried by the
+    client); what was answered 200 reaches a batch once the runner samples."""
+    config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
+    policy = rc.MLPPolicy(OBS, ACT, hiddens=(8,), seed=0)
+    server = PolicyServer(policy, "127.0.0.1", 0, config=config, max_queued_steps=6)
+    client = PolicyClient(server.url, retry_timeout_s=0.3)
+    eid = client.start_episode()
+    step = ["log_action", {"episode_id": eid, "obs": np.zeros(3, np.float32), "action": 1}]
+    client._http.call("report", {"commands": [step] * 4})  # fits: 4 of 6
+    with pytest.raises(ServerBusyError, match="QueueFullError"):  # nothing samples yet
+        client._http.call("report", {"commands": [step] * 4})
+    assert server.env._hub.queued == 4  # refused whole: nothing of it was queued
+    client.end_episode(eid, np.zeros(3, np.float32))
+    s = Sampling(server)
+    try:
+        assert len(s.rows(4)) == 4
+    finally:
+        s.stop()
+
+
+def trickle(sock: socket.socket, payload: bytes, interval: float, limit: float) -> bool:
+    """Send ``payload`` a byte per ``interval`` for at most ``limit`` s; False once the
+    server has cut the connection."""
+    start = time.monotonic()
+    try:
+        for byte in payload:
+            sock.send(bytes([byte]))
+            time.sleep(interval)
+            if time.monotonic() - start > limit:
+                return True
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    return True
+
+
+def test_a_trickling_request_is_cut_at_its_deadline(sampling: Sampling) -> None:
+    """Whole-request deadline: a byte every 0.1 s never completes a request in time."""
+    data = encode({"episode_id": "x", "obs": np.zeros(3, np.float32)})
+    head = (
+        "POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-msgpack\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    ).encode()
+    start = time.monotonic()
+    with socket.create_connection((sampling.server.address, sampling.server.port), 5) as sock:
+        assert not trickle(sock, head + data, 0.1, 5.0)  # cut before it was all sent
+    assert time.monotonic() - start < 3
+    assert sampling.server.disconnects == 1
+    assert PolicyClient(sampling.server.url).health()["ok"] is True
+
+
+def test_hundreds_of_connections_wait_in_the_backlog(sampling: Sampling) -> None:
+    socks = []
+    start = time.monotonic()
+    try:
+        for _ in range(300):
+            socks.append(socket.create_connection(("127.0.0.1", sampling.server.port), 5))
+        assert time.monotonic() - start < 5
+        assert PolicyClient(sampling.server.url).health()["ok"] is True
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_bodies_and_ids_are_bounded() -> None:
+    s = serve(max_body_bytes=1000)
+    try:
+        client = PolicyClient(s.server.url, max_body_bytes=10**6)
+        eid = client.start_episode()
+        with pytest.raises(RequestTooLargeError):  # the server's 413, typed
+            client.log_returns(eid, 1.0, info={"blob": b"x" * 5000})
+        with pytest.raises(RequestTooLargeError, match="at most 1000"):  # caught before sending
+            PolicyClient(s.server.url, max_body_bytes=1000).log_returns(
+                eid, 1.0, {"b": b"x" * 2000}
+            )
+        with pytest.raises(Exception, match="limited to 256 characters"):
+            client.start_episode("e" * 257)
+        # bodies being received at once share a budget of twice the limit
+        head = (
+            b"POST /v1/log_returns HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/x-msgpack\r\nContent-Length: 900\r\n\r\nxx"
+        )
+        open_ = [socket.create_connection(("127.0.0.1", s.server.port), 5) for _ in range(3)]
+        for sock in open_[:2]:
+            sock.sendall(head)
+        deadline = time.monotonic() + 5
+        while s.server._listener.body_bytes < 1800 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        open_[2].sendall(head)
+        assert open_[2].recv(100).startswith(b"HTTP/1.1 503")
+        for sock in open_:
+            sock.close()
+        assert client.health()["ok"] is True
+    finally:
+        s.stop()
+
+
+def test_many_episodes_in_one_request_are_recorded_exactly(sampling: Sampling) -> None:
+    client = PolicyClient(sampling.server.url)
+    other = PolicyClient(sampling.server.url)
+    eids = [client.start_episode(), client.start_episode(), other.start_episode()]
+    for t in range(3):
+        obs = np.array([[i, t, 0] for i in range(3)], np.float32)
+        actions = client.get_actions(eids, obs, rewards=None if t == 0 else [1.0, 2.0, 3.0])
+        assert len(actions) == 3 and all(ACT.contains(int(a)) for a in actions)
+    with pytest.raises(BadObservationError):  # one bad observation refuses all of them
+        client.get_actions(eids, [np.zeros(3), np.full(3, np.nan), np.zeros(3)])
+    for i, eid in enumerate(eids):
+        client.end_episode(eid, np.zeros(3, np.float32)) if i < 2 else other.end_episode(
+            eid, np.zeros(3, np.float32)
+        )
+    batch = sampling.rows(9)
+    for i, ep in enumerate(sorted(batch.split_by_episode(), key=lambda e: e["obs"][0, 0])):
+        assert ep["obs"][:, 1].tolist() == [0, 1, 2]  # in order, none repeated or lost
+        assert ep["rewards"].tolist() == [i + 1.0, i + 1.0, 0.0]
+
+
+class FailOnce(rc.Callbacks):
+    def on_episode_end(self, **kwargs) -> None:
+        raise RuntimeError("a callback bug")
+
+
+def test_health_says_when_the_runner_has_failed() -> None:
+    env = ServingEnv(ACT, OBS, 4)
+    config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
+    runner = rc.EnvRunner(env, rc.MLPPolicy(OBS, ACT, seed=0), config=config, callbacks=FailOnce())
+    s = Sampling(PolicyServer(runner, "127.0.0.1", 0))
+    try:
+        client = PolicyClient(s.server.url)
+        eid = client.start_episode()
+        client.get_action(eid, np.zeros(3, np.float32))
+        client.end_episode(eid, np.zeros(3, np.float32))
+        deadline = time.monotonic() + 10
+        while s.error is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        health = client.health()
+        assert health["ok"] is False and "a callback bug" in health["problem"]
+    finally:
+        s.stop()
