@@ -4,7 +4,9 @@ and raw HTTP (bad bodies, oversize and lying lengths, wrong content types, deep 
 Invariants: ``handle`` raises only the errors the server maps to HTTP 4xx (its ``STATUS``
 table: never a 500 for a bad body); raw HTTP gets 4xx answers (413 before an oversize body
 is read) and the server keeps serving; nothing runs, nothing is imported, memory stays
-bounded. ``tests/serve`` holds the protocol tests.
+bounded. Stalled, trickling, greedy and NaN-sending clients beside well-behaved ones: the
+hostile ones are cut or refused, every well-behaved episode is recorded exactly.
+``tests/serve`` holds the protocol tests.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import http.client
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ from hypothesis import strategies as st
 
 import rlconnect as rc
 from rlconnect.errors import EnvError
-from rlconnect.serve import PolicyServer
+from rlconnect.serve import PolicyClient, PolicyServer
 from rlconnect.serve import handler as handler
 from rlconnect.serve.wire import encode
 
@@ -227,6 +230,8 @@ def test_raw_http_requests_get_4xx_and_the_server_keeps_serving(
         "body shorter than its length": (post_head(100), b"\x80", {400}),
         "not HTTP": (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\0" * 64, b"", {0, 400}),
     }
+    # the client side's first connection imports the idna codec (socket host names)
+    raw_request(port, b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     guard = fc.Guard("server:http", (), marker_dir)
     for what, (head, body, allowed) in cases.items():
         answers: list[bytes] = []
@@ -238,3 +243,109 @@ def test_raw_http_requests_get_4xx_and_the_server_keeps_serving(
     conn.request("GET", "/v1/health")
     assert conn.getresponse().status == 200  # still serving
     conn.close()
+
+
+# -- slow, stalled and greedy clients beside well-behaved ones ---------------------------------
+class Recording:
+    """A server with short deadlines whose runner samples in a thread, keeping its batches."""
+
+    def __init__(self) -> None:
+        config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
+        policy = rc.MLPPolicy(OBS, ACT, hiddens=(8,), seed=0)
+        self.server = PolicyServer(
+            policy,
+            "127.0.0.1",
+            0,
+            config=config,
+            max_concurrent=64,
+            max_episodes_per_connection=4,
+            request_timeout_s=0.5,
+        )
+        self.batches: list[rc.SampleBatch] = []
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                self.batches.append(self.server.runner.sample())
+            except EnvError:
+                return
+
+    def episodes(self) -> dict[tuple[int, int], rc.SampleBatch]:
+        out = {}
+        for b in list(self.batches):
+            for ep in b.split_by_episode():
+                out[(int(ep["obs"][0, 0]), int(ep["obs"][0, 1]))] = ep
+        return out
+
+
+def good_client(url: str, cid: int, episodes: int, steps: int) -> None:
+    """Episodes whose observations say (client, episode, step); reward = step + 1."""
+    client = PolicyClient(url, retry_timeout_s=10.0)
+    for k in range(episodes):
+        eid = client.start_episode()
+        for t in range(steps):
+            obs = np.array([cid, k, t], np.float32)
+            client.get_action(eid, obs, reward=None if t == 0 else float(t))
+        client.log_returns(eid, float(steps))
+        client.end_episode(eid, np.zeros(3, np.float32))
+    client.close()
+
+
+def hostile_sockets(port: int) -> list[socket.socket]:
+    """30 connections stalled mid-headers, 10 trickling a byte per 0.1 s, 5 stalled
+    mid-body: none ever completes a request."""
+    body = encode({"episode_id": "x", "obs": np.zeros(3, np.float32)})
+    head = post_head(len(body))
+    socks = []
+    for i in range(45):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(head[:20] if i < 30 else head[:1] if i < 40 else head + body[:3])
+        socks.append(sock)
+    return socks
+
+
+def test_slow_stalled_and_greedy_clients_cannot_stop_the_others() -> None:
+    rec = Recording()
+    url, port = rec.server.url, rec.server.port
+    try:
+        socks = hostile_sockets(port)
+        greedy = PolicyClient(url)
+        for _ in range(4):
+            greedy.start_episode()
+        with pytest.raises(rc.envs.TooManyEpisodesError, match="max_episodes_per_connection"):
+            greedy.start_episode()
+        nan_client = PolicyClient(url)
+        bad_eid = nan_client.start_episode()
+        good = [threading.Thread(target=good_client, args=(url, c, 4, 8)) for c in range(4)]
+        for th in good:
+            th.start()
+        for obs in ([np.nan, 0, 0], [np.inf, 0, 0], [1e9, 0, 0]):  # each refused, 422
+            with pytest.raises(rc.envs.BadObservationError):
+                nan_client.get_action(bad_eid, np.array(obs, np.float32))
+        head = post_head(20)
+        for j in range(1, 11):  # the trickling ones: a byte each 0.1 s until cut
+            for sock in socks[30:40]:
+                with contextlib.suppress(OSError):
+                    sock.send(head[j : j + 1])
+            time.sleep(0.1)
+        for th in good:
+            th.join(60)
+        deadline = time.monotonic() + 20
+        while len(rec.episodes()) < 16 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        episodes = rec.episodes()
+        for c in range(4):
+            for k in range(4):
+                ep = episodes[(c, k)]  # every good episode, exactly, in order
+                assert ep["obs"][:, 2].tolist() == list(range(8))
+                assert ep["rewards"].tolist() == [float(t + 1) for t in range(8)]
+        assert rec.server.disconnects >= 45  # every hostile connection was cut
+        health = PolicyClient(url).health()
+        assert health["ok"] is True and health["connections"] < 10
+        for sock in socks:
+            sock.close()
+    finally:
+        rec.server.stop()
+        rec.thread.join(10)
