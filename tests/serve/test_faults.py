@@ -250,3 +250,21 @@ def test_health_says_when_the_runner_has_failed() -> None:
         assert health["ok"] is False and "a callback bug" in health["problem"]
     finally:
         s.stop()
+
+
+def test_a_loop_that_never_reads_metrics_keeps_only_the_latest(monkeypatch) -> None:
+    from rlconnect.runner import episode_tracker
+
+    monkeypatch.setattr(episode_tracker, "MAX_METRICS", 3)
+    s = serve()
+    try:
+        client = PolicyClient(s.server.url)
+        for k in range(5):
+            eid = client.start_episode()
+            client.get_action(eid, np.array([k, 0, 0], np.float32), None)
+            client.end_episode(eid, np.zeros(3, np.float32))
+        s.rows(5)
+        records = s.server.runner.get_metrics()
+        assert [r["episode_length"] for r in records] == [1, 1, 1]  # 3 kept, not 5
+    finally:
+        s.stop()

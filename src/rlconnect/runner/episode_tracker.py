@@ -7,6 +7,7 @@ policy mapping function see) are created at episode start and completed at the e
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,10 @@ from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
 from rlconnect.runner.callbacks import Callbacks
 
-__all__ = ["EpisodeHooks", "EpisodeTracker"]
+__all__ = ["MAX_METRICS", "EpisodeHooks", "EpisodeTracker"]
+
+MAX_METRICS = 100_000
+"""Episode records kept for ``get_metrics()``; a loop that never asks keeps the latest."""
 
 
 class EpisodeHooks:
@@ -85,7 +89,7 @@ class EpisodeTracker:
         self.agent_steps = np.zeros(num_envs, dtype=np.int64)
         self.eps_id = np.full(num_envs, -1, dtype=np.int64)
         self.next_id = first_id
-        self.metrics: list[dict[str, Any]] = []
+        self.metrics: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_METRICS)
         self._mapping_fn = mapping_fn
         self._hooks = hooks
         self._on_close = on_close
@@ -219,5 +223,6 @@ class EpisodeTracker:
 
     def take_metrics(self) -> list[dict[str, Any]]:
         """The metric records of episodes ended since the last call."""
-        out, self.metrics = self.metrics, []
+        out = list(self.metrics)
+        self.metrics.clear()
         return out

@@ -323,8 +323,10 @@ class Listener:
                 conn.check_deadlines(now, timeout)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop thread (from any thread)."""
-        self.loop.call_soon_threadsafe(fn, *args)
+        """Run ``fn(*args)`` on the loop thread (from any thread; dropped once the loop is
+        closed: there is no connection left to answer)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
         """Stop listening, cut every connection and end the loop thread."""
