@@ -248,6 +248,10 @@ def test_health_says_when_the_runner_has_failed() -> None:
             time.sleep(0.02)
         health = client.health()
         assert health["ok"] is False and "a callback bug" in health["problem"]
+        eid = client.start_episode()
+        impatient = PolicyClient(s.server.url, retry_timeout_s=0.2)
+        with pytest.raises(ServerBusyError, match="a callback bug"):  # at once, not a 504
+            impatient.get_action(eid, np.zeros(3, np.float32))
     finally:
         s.stop()
 

@@ -43,6 +43,7 @@ from rlconnect.serve.endpoints import Endpoints
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv, _Idle
 from rlconnect.serve.handler import PENDING, BadRequest, Call, NoEndpoint, kind_of, status_of
 from rlconnect.serve.http import MAX_BODY_BYTES, HttpConnection, Limits, Listener
+from rlconnect.serve.tasks import RunnerUnavailable
 from rlconnect.serve.wire import decode
 from rlconnect.spaces import space_to_json
 
@@ -236,6 +237,10 @@ class PolicyServer:
         if op is None:
             known = sorted([*self._endpoints.ops, "health"])
             raise NoEndpoint(f"no endpoint POST /v1/{name}; known: {known}")
+        if name in ("get_action", "get_actions"):
+            problem = self._problem()
+            if problem is not None:  # no action would ever come: say so now (503)
+                raise RunnerUnavailable(f"{name}: {problem}")
         return op(body, call)
 
     def handle(self, name: str, body: Any) -> Any:
@@ -272,14 +277,7 @@ class PolicyServer:
     def health(self) -> dict[str, Any]:
         """Whether the server can serve (``ok``), and why not (``problem``)."""
         hub = self.env._hub
-        failed = getattr(self.runner, "_failed", None)
-        problem = None
-        if hub.closed:
-            problem = "the server is stopping"
-        elif failed is not None:
-            problem = f"the runner's sample() raised {type(failed).__name__}: {failed}"
-        elif self.env._error is not None:
-            problem = f"the served env raised {self.env._error!r}"
+        problem = self._problem()
         return {
             "ok": problem is None,
             "problem": problem,
@@ -293,6 +291,18 @@ class PolicyServer:
             "observation_space": _space_json(self.env.observation_space),
             "action_space": _space_json(self.env.action_space),
         }
+
+
+    def _problem(self) -> str | None:
+        """Why no action can come (the server stops, the runner or the env failed), or None."""
+        failed = getattr(self.runner, "_failed", None)
+        if self.env._hub.closed:
+            return "the server is stopping"
+        if failed is not None:
+            return f"the runner's sample() raised {type(failed).__name__}: {failed}"
+        if self.env._error is not None:
+            return f"the served env raised {self.env._error!r}"
+        return None
 
 
 def _space_json(space: Any) -> Any:
