@@ -272,3 +272,42 @@ def test_a_loop_that_never_reads_metrics_keeps_only_the_latest(monkeypatch) -> N
         assert [r["episode_length"] for r in records] == [1, 1, 1]  # 3 kept, not 5
     finally:
         s.stop()
+
+
+def test_multi_agent_episodes_with_rewards_and_many_per_request() -> None:
+    from rlconnect.serve import ServingMultiAgentEnv
+
+    env = ServingMultiAgentEnv(ACT, OBS, 8)
+    runner = rc.EnvRunner(
+        env,
+        {"pa": rc.MLPPolicy(OBS, ACT, seed=0), "pb": rc.MLPPolicy(OBS, ACT, seed=1)},
+        policy_mapping_fn=lambda agent, episode, **kw: "p" + agent,
+        config=rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1),
+    )
+    s = Sampling(PolicyServer(runner, "127.0.0.1", 0))
+    try:
+        client = PolicyClient(s.server.url)
+        eids = [client.start_episode(), client.start_episode()]
+        for t in range(3):
+            obs = [
+                {"a": np.array([i, t, 0], np.float32), "b": np.array([i, t, 1], np.float32)}
+                for i in range(2)
+            ]
+            rewards = None if t == 0 else [{"a": 1.0, "b": 2.0}] * 2
+            actions = client.get_actions(eids, obs, rewards)
+            assert [set(a) for a in actions] == [{"a", "b"}] * 2
+        single = client.get_action(eids[0], {"a": np.zeros(3, np.float32)}, {"a": 1.0, "b": 2.0})
+        assert set(single) == {"a"}
+        for eid in eids:
+            client.end_episode(eid, {"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)})
+        deadline = time.monotonic() + 20
+        while sum(b.env_steps() for b in s.batches) < 7 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        a = rc.concat_samples([b.policy_batches["pa"] for b in s.batches])
+        pb = rc.concat_samples([b.policy_batches["pb"] for b in s.batches])
+        assert len(a) == 7 and len(pb) == 6
+        # b's reward sent with a's last action is held until b's episode ends
+        assert sorted(pb["rewards"].tolist()) == [0.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+        assert sorted(a["rewards"].tolist()) == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    finally:
+        s.stop()
