@@ -311,3 +311,17 @@ def test_multi_agent_episodes_with_rewards_and_many_per_request() -> None:
         assert sorted(a["rewards"].tolist()) == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     finally:
         s.stop()
+
+
+def test_a_client_that_expects_100_continue_gets_it(sampling: Sampling) -> None:
+    """As curl does for bodies above 1 KB: it sends the body only after ``100 Continue``."""
+    data = encode({})
+    head = (
+        "POST /v1/health HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-msgpack\r\n"
+        f"Expect: 100-continue\r\nContent-Length: {len(data)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((sampling.server.address, sampling.server.port), 5) as sock:
+        sock.sendall(head)
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(data)
+        assert sock.recv(1000).startswith(b"HTTP/1.1 200 OK")

@@ -95,6 +95,7 @@ class HttpConnection(asyncio.Protocol):
         self._type: bytes | None = None
         self._chunks: list[bytes] = []
         self._reserved = 0
+        self._expect = False  # the client waits for "100 Continue" before its body
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -144,6 +145,8 @@ class HttpConnection(asyncio.Protocol):
             self._length = int(value)
         elif lower == b"content-type":
             self._type = value.split(b";", 1)[0].strip().lower()
+        elif lower == b"expect":
+            self._expect = value.strip().lower() == b"100-continue"
         elif lower == b"transfer-encoding":
             self._length = None
             self.refuse(411, "LengthRequired", "send a Content-Length header, not chunks")
@@ -158,6 +161,8 @@ class HttpConnection(asyncio.Protocol):
         assert self._length is not None
         self._reserved = self._length
         self.listener.body_bytes += self._length
+        if self._expect and self.transport is not None:  # e.g. curl, for bodies above 1 KB
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         if self._refused is None:
