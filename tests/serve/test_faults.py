@@ -325,3 +325,17 @@ def test_a_client_that_expects_100_continue_gets_it(sampling: Sampling) -> None:
         assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
         sock.sendall(data)
         assert sock.recv(1000).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_bad_logged_actions_are_refused_and_sampling_goes_on(sampling: Sampling) -> None:
+    from rlconnect.envs import BadActionError
+
+    client = PolicyClient(sampling.server.url)
+    eid = client.start_episode()
+    for bad in (7, -1, 1.5, "x", [1, 2], None):  # each would have stopped the runner
+        with pytest.raises(BadActionError, match="does not fit Discrete"):
+            client.log_action(eid, np.zeros(3, np.float32), bad)
+    client.log_action(eid, np.ones(3, np.float32), 1)
+    client.end_episode(eid, np.zeros(3, np.float32))
+    batch = sampling.rows(1)
+    assert batch["actions"].tolist() == [1] and sampling.error is None

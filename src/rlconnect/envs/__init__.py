@@ -2,6 +2,7 @@
 
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.external import (
+    BadActionError,
     BadObservationError,
     EpisodeError,
     ExternalEnv,
@@ -17,6 +18,7 @@ from rlconnect.envs.rows import EnvRowsBuilder, ExtraReward
 from rlconnect.envs.vector import VectorEnvAdapter
 
 __all__ = [
+    "BadActionError",
     "BadObservationError",
     "BaseEnv",
     "EnvContext",

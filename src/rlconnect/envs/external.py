@@ -36,6 +36,7 @@ from rlconnect.envs.external_adapter import _logp as _logp
 from rlconnect.envs.external_adapter import _unstack as _unstack
 from rlconnect.envs.external_hub import (
     _NO_ACTION,
+    BadActionError,
     BadObservationError,
     EpisodeError,
     EpisodeHub,
@@ -50,6 +51,7 @@ from rlconnect.envs.external_hub import _reset_inference as _reset_inference
 from rlconnect.envs.external_hub import check_obs as check_obs
 
 __all__ = [
+    "BadActionError",
     "BadObservationError",
     "EpisodeError",
     "ExternalEnv",
@@ -93,7 +95,9 @@ class ExternalEnv(threading.Thread):
         self.action_space = action_space
         self.observation_space = observation_space
         self.max_concurrent = max_concurrent
-        self._hub = EpisodeHub(self.agent_observation_space, max_concurrent)
+        self._hub = EpisodeHub(
+            self.agent_observation_space, max_concurrent, self.agent_action_space
+        )
         self._hub.get_action_timeout_s = get_action_timeout_s
         self._hub.episode_timeout_s = episode_timeout_s
         self._launched = False

@@ -32,12 +32,14 @@ from rlconnect.envs.rewards import scalar_reward
 from rlconnect.errors import EnvError
 
 __all__ = [
+    "BadActionError",
     "BadObservationError",
     "EpisodeError",
     "EpisodeHub",
     "QueueFullError",
     "TooManyEpisodesError",
     "UnknownEpisodeError",
+    "check_action",
     "check_obs",
 ]
 
@@ -67,6 +69,12 @@ class TooManyEpisodesError(EpisodeError):
 
 class BadObservationError(EpisodeError):
     """An observation does not fit the observation space."""
+
+    __module__ = _PUBLIC_HOME
+
+
+class BadActionError(EpisodeError):
+    """A logged action does not fit the action space."""
 
     __module__ = _PUBLIC_HOME
 
@@ -138,6 +146,30 @@ def _box_obs(space: gym.spaces.Box, obs: Any, label: str) -> np.ndarray:
     if problem is not None:
         raise BadObservationError(f"{label}: {problem}")
     return raw.astype(space.dtype, copy=False)
+
+
+def check_action(space: gym.Space, action: Any, label: str) -> Any:
+    """A logged ``action`` that the runner can record, or BadActionError: a Box action must
+    be finite real numbers of the space's shape (not clipped: a policy's sample may lie
+    outside the bounds), any other space's action must be in the space."""
+    if isinstance(space, gym.spaces.Box):
+        try:
+            raw = np.asarray(action)
+            ok = raw.dtype.kind in "iuf" and raw.shape == space.shape and np.isfinite(raw).all()
+        except (TypeError, ValueError):
+            ok = False
+        if ok:
+            return raw.astype(space.dtype, copy=False)
+    else:
+        try:
+            ok = not isinstance(action, str | bytes) and space.contains(
+                np.asarray(action) if isinstance(action, list) else action
+            )
+        except Exception:
+            ok = False
+        if ok:
+            return action
+    raise BadActionError(f"{label}: logged action {action!r:.80} does not fit {space}")
 
 
 class _Reply:
@@ -219,10 +251,16 @@ class EpisodeHub:
     events; ``max_batch`` and ``batch_wait_s`` are the batching window of ``poll``.
     """
 
-    def __init__(self, obs_space: Callable[[Any], gym.Space], max_concurrent: int) -> None:
+    def __init__(
+        self,
+        obs_space: Callable[[Any], gym.Space],
+        max_concurrent: int,
+        act_space: Callable[[Any], gym.Space] | None = None,
+    ) -> None:
         if not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive int, got {max_concurrent!r}")
         self.obs_space = obs_space
+        self.act_space = act_space
         self.max_concurrent = max_concurrent
         self.get_action_timeout_s = 300.0
         self.episode_timeout_s: float | None = None
@@ -331,6 +369,11 @@ class EpisodeHub:
         with self.cond:
             ep = self._get(eid)
             checked = self._checked_obs(eid, obs)
+            if logged is not _NO_ACTION and self.act_space is not None:
+                logged = {
+                    a: check_action(self.act_space(a), x, f"episode {eid!r}, agent {a!r}")
+                    for a, x in logged.items()
+                }
             reply = _Reply() if logged is _NO_ACTION and kind == "obs" else None
             self._record(ep, checked, logged, kind, reply)
             return reply

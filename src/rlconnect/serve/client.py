@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rlconnect.envs.external import (
+    BadActionError,
     BadObservationError,
     EpisodeError,
     TooManyEpisodesError,
@@ -92,6 +93,7 @@ _KNOWN = {
     "UnknownEpisodeError": UnknownEpisodeError,
     "TooManyEpisodesError": TooManyEpisodesError,
     "BadObservationError": BadObservationError,
+    "BadActionError": BadActionError,
     "EpisodeError": EpisodeError,
 }
 _RETRY = (

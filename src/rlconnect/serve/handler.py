@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlconnect.envs.external import (
+    BadActionError,
     BadObservationError,
     EpisodeError,
     QueueFullError,
@@ -55,6 +56,7 @@ STATUS: list[tuple[type[BaseException], int]] = [
     (UnknownEpisodeError, 404),
     (TooManyEpisodesError, 429),
     (BadObservationError, 422),
+    (BadActionError, 422),
     (EpisodeError, 409),
     (TimeoutError, 504),
     (QueueFullError, 503),

@@ -292,7 +292,6 @@ class PolicyServer:
             "action_space": _space_json(self.env.action_space),
         }
 
-
     def _problem(self) -> str | None:
         """Why no action can come (the server stops, the runner or the env failed), or None."""
         failed = getattr(self.runner, "_failed", None)
