@@ -4,8 +4,9 @@ The thread that calls ``runner.sample()`` takes queued tasks when it polls the s
 i.e. between two steps, so a task never runs while a step is in flight (a checkpoint never
 holds half of a step's statistics, inference never races the sampler's connectors). When
 no poll takes a task within the timeout (nothing is sampling, or one step takes that long),
-the task is withdrawn, so it never runs later nor on the HTTP thread, and the request fails
-with ``RunnerUnavailable`` (HTTP 503).
+the task is withdrawn, so it never runs later nor on the waiting thread, and the request
+fails with ``RunnerUnavailable`` (HTTP 503). The server waits in an executor thread, never
+on its event loop.
 """
 
 from __future__ import annotations
