@@ -16,7 +16,7 @@ each way, no policy or rows) and the same loop in 1 process, and ``EnvRunner.sam
 with the sub-envs in-process, ``remote_envs=True``, ``num_env_workers=1`` and ``2`` (sync,
 and async with ``env_poll_size=N/2``), and on EnvPool (``"envpool:<task>"``) sync and
 async (``env_poll_size=N/2``) with the threads rlconnect picks (one for CartPole, EnvPool's
-default of a thread per CPU for Pong: ``bench_envpool_threads.py``). Each is built and
+default of a thread per CPU for Pong). Each is built and
 warmed up once, then they take turns for ``--rounds`` rounds of ``--seconds``; the table
 gives the median env steps/s [min-max] and the median over rounds of the ratio to the
 in-process runner's run of the same round (host load that lasts a round or more hits

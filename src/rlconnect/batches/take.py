@@ -5,7 +5,7 @@ A column is an array whose first axis is the row axis, or a nest of such arrays.
 indexing, which for narrow rows is several times slower than ``np.take(a, index, axis=0)``
 or ``np.compress(mask, a, axis=0)``, which copy a row at a time (CartPole's ``(n, 4)``
 float32 observations: 6.6-9.2x); for one-axis arrays plain indexing is as fast or a little
-faster. ``benchmarks/bench_take.py`` measures both.
+faster.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ ENVPOOL_PREFIX = "envpool:"
 #: EnvPool's task families whose sub-envs step in about a microsecond: less than the
 #: runner's own work per row, so one EnvPool thread keeps up with the runner, and a thread
 #: per CPU (EnvPool's default) only takes the CPU the runner needs and adds wake-ups
-#: (``python benchmarks/bench_envpool_threads.py``)
+#: (CartPole on 2 CPUs, one thread against a thread per CPU: 1.04-1.09x at N=64)
 LIGHT_FAMILIES = ("envpool.classic_control", "envpool.toy_text")
 #: EnvPool's own bookkeeping in ``info`` (and Atari's copy of the RAM): not row infos
 _BOOKKEEPING = frozenset({"env_id", "players", "elapsed_step", "ram"})

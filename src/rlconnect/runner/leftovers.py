@@ -5,9 +5,8 @@ numpy arrays per batch) and the episodes of trajectories handed out whole. Freed
 they lengthen the pause at every batch boundary, on the runner's critical path. Held
 here, they go a few at each poll once its actions are out: with an env that steps on
 threads of its own (EnvPool) in time the runner would otherwise spend waiting for the
-step (``python benchmarks/bench_envpool_poll.py`` shows that wait). Elsewhere the runner's
-work between polls is what the envs wait for, so there nothing is held (``hold=False``):
-freeing at once costs no more.
+step. Elsewhere the runner's work between polls is what the envs wait for, so there
+nothing is held (``hold=False``): freeing at once costs no more.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A synchronous poll reads the answers in worker order, blocking on each pipe in t
 The runner then sleeps once per poll when the worker read first is also the last to
 finish, since an answer that is already there is read without sleeping; waiting on
 every pipe at once would wake it at each answer, and on these machines a wake-up costs
-tens of microseconds (``benchmarks/bench_worker_poll.py``: the answer phases). An
+tens of microseconds. An
 asynchronous poll wakes at the first answers, whichever workers they come from.
 """
 

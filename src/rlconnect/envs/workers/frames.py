@@ -5,8 +5,7 @@ and read with plain ``os.write``/``os.read`` calls on POSIX.
 Why: a poll sends one small message each way per worker, and ``Connection`` spends
 microseconds of Python around each system call (``recv_bytes`` goes through an
 ``io.BytesIO`` twice). On the poll's critical path, just after a process has woken up
-with cold caches, that cost is several times what it is in a warm loop:
-``benchmarks/bench_worker_poll.py`` shows the runner's wake-up and answer phases.
+with cold caches, that cost is several times what it is in a warm loop.
 The framing is the same, so the rarer messages (hello, attach, close) still go through
 ``Connection.send_bytes``/``recv_bytes`` on the same pipe: ``Connection`` keeps no
 buffer of its own, so both readers see every frame whole. Elsewhere (Windows' named
