@@ -31,6 +31,10 @@ BENCHMARKS = {
         ("rlconnect preset", "gymnasium loop", "compress_observations=True", "per 1M transitions"),
     ),
     "bench_serving.py": (240, ("remote", "local", "p50", "p99")),
+    "bench_vs_commit.py": (
+        300,
+        ("working tree vs HEAD", "work / base per round", "cartpole-workers", "cartpole-inprocess"),
+    ),
     "soak.py": (240, ("steps/s", "RSS MB", "growth", "requests/s", "timed out", "answering True")),
 }
 
