@@ -1,6 +1,6 @@
 """Sampling throughput: EnvRunner against a hand-written loop on the same workload.
 
-Workload (see shared/reference/perf.md): CartPole-v1, a 64x64 tanh MLP with categorical
+Workload: CartPole-v1, a 64x64 tanh MLP with categorical
 sampling on CPU, one torch thread, N = 1, 8, 64 sub-envs. For each N the script alternates,
 in one process, between
 
