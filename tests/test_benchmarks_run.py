@@ -23,7 +23,7 @@ BENCHMARKS = {
         300,
         ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
     ),
-    "bench_overhead.py": (120, ("own cost per env step", "overhead", " 256 ")),
+    "bench_overhead.py": (120, ("own cost per env step", "CPU us per row", "256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),
     "bench_offline.py": (300, ("write rows/s", "read MB/s", "disk MB", "cartpole", "atari")),
     "bench_pixels.py": (
