@@ -30,7 +30,7 @@ __all__ = [
     "median_range",
     "print_table",
     "ratios",
-    "steps_per_second",
+    "sample_for",
     "take_turns",
 ]
 
@@ -83,14 +83,14 @@ def build_runner(
     return rc.EnvRunner(base, policy(out_space, act_space), config=cfg)
 
 
-def steps_per_second(runner: rc.EnvRunner, seconds: float) -> float:
-    """Env steps per second of ``runner.sample()`` over about ``seconds``, taking each
-    batch's episode records as a training loop does (records nobody takes pile up)."""
+def sample_for(runner: rc.EnvRunner, seconds: float) -> tuple[int, float]:
+    """``runner.sample()`` for about ``seconds``: (env steps, seconds). Each batch's episode
+    records are taken as a training loop does (records nobody takes pile up)."""
     steps, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         steps += runner.sample().count
         runner.get_metrics()
-    return steps / (time.perf_counter() - t0)
+    return steps, time.perf_counter() - t0
 
 
 def take_turns(contenders: Mapping[str, Callable[[], T]], rounds: int) -> dict[str, list[T]]:

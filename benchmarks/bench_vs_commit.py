@@ -44,7 +44,7 @@ WORKLOADS: dict[str, tuple[str, int, dict]] = {
 def child(workload: str, seconds: float) -> None:
     """In the timing process: build the workload's runner, warm it up, time it; print
     JSON with the rate and the rlconnect that was imported."""
-    from _common import build_runner, steps_per_second
+    from _common import build_runner, sample_for
 
     import rlconnect
 
@@ -56,10 +56,10 @@ def child(workload: str, seconds: float) -> None:
         return
     try:
         runner.sample()  # warm-up: worker start, first resets
-        rate = steps_per_second(runner, seconds)
+        steps, secs = sample_for(runner, seconds)
     finally:
         runner.stop()
-    print(json.dumps({"rate": rate, "rlconnect": rlconnect.__file__}))
+    print(json.dumps({"rate": steps / secs, "rlconnect": rlconnect.__file__}))
 
 
 def export_src(commit: str, into: Path) -> Path:
