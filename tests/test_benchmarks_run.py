@@ -30,6 +30,7 @@ BENCHMARKS = {
         240,
         ("rlconnect preset", "gymnasium loop", "compress_observations=True", "per 1M transitions"),
     ),
+    "bench_remote_envs.py": (120, ("remote_envs", "slow env (1 ms/step)", "remote / in-process")),
     "bench_serving.py": (240, ("remote", "local", "p50", "p99")),
     "bench_vs_commit.py": (
         300,
