@@ -1,4 +1,4 @@
-"""Offline data throughput: Parquet write and read, rows/s and MB/s, and size on disk.
+"""How fast are batches written to and read from Parquet, and how large are they on disk?
 
 Datasets (synthetic batches shaped exactly like what a runner samples):
 

@@ -1,4 +1,4 @@
-"""Env steps/s on every core: gymnasium vector envs, EnvPool and rlconnect's env workers.
+"""How fast on every core? rlconnect's env workers and EnvPool against gymnasium and by hand.
 
 Workloads (random actions; rlconnect samples with a RandomPolicy and, as a training loop
 does, takes each batch's episode records with ``get_metrics()``: records nobody takes pile

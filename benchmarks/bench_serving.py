@@ -1,4 +1,4 @@
-"""Policy serving over loopback HTTP: actions/s and p50/p99 latency of ``get_action``.
+"""How many actions/s does policy serving give over loopback HTTP, with what p50/p99 latency?
 
 A PolicyServer (MLPPolicy, CartPole-sized obs, Discrete(2)) samples whole episodes in a
 thread while 1 or 16 client *processes* drive 20-step episodes, with ``remote`` inference
