@@ -14,7 +14,8 @@ and prints env steps/s (median of the rounds) and the ratios runner / hand loop 
 [range] of the per-round ratios). It also prints what ``check_finite=True`` costs.
 Machines are noisy (5-15 % between runs on a 2-core VM): read ratios, not absolutes.
 
-    python benchmarks/bench_sampling.py            # full (~2 min)
+    python benchmarks/bench_sampling.py            # full (~2 min on an idle machine)
+    python benchmarks/bench_sampling.py --rounds 3 --steps 5000    # shorter
     python benchmarks/bench_sampling.py --quick    # smoke run (~10 s)
     python benchmarks/bench_sampling.py --memory   # bytes per 1M CartPole steps
     python benchmarks/bench_sampling.py --peers    # SB3, Tianshou, TorchRL, RLlib if installed
@@ -308,14 +309,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--memory", action="store_true", help="report bytes per 1M steps")
     parser.add_argument("--peers", action="store_true", help="also time installed peers")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20_000, help="env steps per timing")
     args = parser.parse_args()
     if args.memory:
         memory_report()
         return
     if args.peers:
-        peers_report([1, 8, 64], 2_000 if args.quick else 20_000)
+        peers_report([1, 8, 64], 2_000 if args.quick else args.steps)
         return
-    steps, rounds = (2_000, 1) if args.quick else (20_000, 5)
+    steps, rounds = (2_000, 1) if args.quick else (args.steps, args.rounds)
     print(machine())
     report([1, 8, 64], steps, rounds)
     finite_check_cost([1, 64], steps, max(rounds, 3))
