@@ -20,6 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from _common import machine
 
 import rlconnect as rc
 from rlconnect.errors import EnvError
@@ -97,6 +98,7 @@ def main() -> None:
         if args.quick
         else [("remote", 1), ("remote", 16), ("local", 1), ("local", 16)]
     )
+    print(machine())
     print(f"{'mode':8} {'clients':>7} {'actions/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
     for mode, n in rows:
         rate, p50, p99 = measure(server.url, mode, n, seconds)
