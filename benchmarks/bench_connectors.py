@@ -1,4 +1,4 @@
-"""Connector pipeline cost per call and per row, at 1, 64 and 1024 rows per call.
+"""What does a connector pipeline cost per call and per row, and what does batching save?
 
 Pipelines timed (agent side, training mode, so MeanStdFilter updates its statistics):
 
@@ -8,9 +8,10 @@ Pipelines timed (agent side, training mode, so MeanStdFilter updates its statist
 - ``Flatten+MeanStd+Clip Dict``: an explicit ``FlattenObservations -> MeanStdFilter ->
   ClipReward`` chain on a ``Dict(pos: Box(3), vel: Box(3), mode: Discrete(4))`` space.
 
-For each pipeline and row count the script times batches of calls with
-``time.perf_counter`` (the ``AgentData`` objects are built before the clock starts), takes
-the median over repeats, and prints microseconds per call and per row, plus the batching
+For each pipeline and row count (1, 64, 1024 rows per call) the script times batches of
+calls in this thread's CPU time (``time.thread_time``, which other processes disturb less
+than wall time; the ``AgentData`` objects are built before the clock starts), takes the
+median over repeats, and prints microseconds per call and per row, plus the batching
 ratio: the time of 1024 one-row calls divided by the time of one 1024-row call (how much
 a batched pipeline saves over calling it row by row).
 
@@ -28,6 +29,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from _common import machine
 
 import rlconnect as rc
 from rlconnect.spaces import stack_samples
@@ -89,17 +91,17 @@ def time_per_call(
     pipe = make()
     for data in _batches(pipe, rows, 20):  # warm up (and give MeanStdFilter statistics)
         pipe(data)
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     pipe(_batches(pipe, rows, 1)[0])
-    one = max(time.perf_counter() - t0, 1e-7)
+    one = max(time.thread_time() - t0, 1e-7)
     calls = int(min(max(budget_s / one, 5), 20_000))
     samples = []
     for _ in range(repeats):
         batch = _batches(pipe, rows, calls)
-        start = time.perf_counter()
+        start = time.thread_time()
         for data in batch:
             pipe(data)
-        samples.append((time.perf_counter() - start) / calls)
+        samples.append((time.thread_time() - start) / calls)
     return statistics.median(samples)
 
 
@@ -151,10 +153,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few, short repeats (smoke run)")
     args = parser.parse_args(argv)
+    print(machine())
     results = run(quick=args.quick)
     print(format_table(results))
     print(
-        "\nMedians of repeated timings on this machine; shared or virtual machines vary "
+        "\nMedians of repeated timings in CPU time; shared or virtual machines vary "
         "5-15% between runs (more with --quick). Compare ratios, not absolute numbers."
     )
 

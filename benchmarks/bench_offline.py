@@ -1,4 +1,4 @@
-"""Offline data throughput: Parquet write and read, rows/s and MB/s, and size on disk.
+"""How fast are batches written to and read from Parquet, and how large are they on disk?
 
 Datasets (synthetic batches shaped exactly like what a runner samples):
 
@@ -24,7 +24,6 @@ the in-memory (numpy) bytes of the batches. Times are the median of ``--repeats`
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import machine, print_table
 
 import rlconnect as rc
 from rlconnect.offline import ParquetBatchWriter
@@ -144,23 +144,28 @@ def main(argv: list[str] | None = None) -> None:
             "atari": atari_batches(20_000, 500),
         }
         repeats = args.repeats
-    print(f"rlconnect offline benchmark (pyarrow Parquet), {os.cpu_count()} CPUs")
-    header = (
-        f"{'dataset':<9} {'compressed':<10} {'rows':>9} {'in-mem MB':>9} "
-        f"{'write rows/s':>12} {'write MB/s':>10} {'read rows/s':>12} {'read MB/s':>9} "
-        f"{'disk MB':>8} {'files':>5}"
-    )
-    print(header)
-    print("-" * len(header))
+    print(machine())
+    print(f"rlconnect offline benchmark (pyarrow Parquet), median of {repeats} repeats")
+    rows = []
     for name, batches in sets.items():
         for compress in (True, False):
             r = run(batches, compress, repeats)
-            print(
-                f"{name:<9} {'obs,new_obs' if compress else 'none':<10} {r['rows']:>9,} "
-                f"{r['mb']:>9.1f} {r['write_rows_s']:>12,.0f} {r['write_mb_s']:>10.1f} "
-                f"{r['read_rows_s']:>12,.0f} {r['read_mb_s']:>9.1f} {r['disk_mb']:>8.1f} "
-                f"{r['files']:>5}"
+            rows.append(
+                (
+                    name,
+                    "obs,new_obs" if compress else "none",
+                    f"{r['rows']:,}",
+                    f"{r['mb']:.1f}",
+                    f"{r['write_rows_s']:,.0f}",
+                    f"{r['write_mb_s']:.1f}",
+                    f"{r['read_rows_s']:,.0f}",
+                    f"{r['read_mb_s']:.1f}",
+                    f"{r['disk_mb']:.1f}",
+                    r["files"],
+                )
             )
+    header = ("dataset", "compressed", "rows", "in-mem MB", "write rows/s", "write MB/s")
+    print_table((*header, "read rows/s", "read MB/s", "disk MB", "files"), rows)
 
 
 if __name__ == "__main__":

@@ -1,31 +1,30 @@
-"""The runner's own cost per row: an env that costs nothing, so only rlconnect is timed.
+"""What does rlconnect itself cost per env step? An env and a policy that cost nothing.
 
 ``FreeEnv`` is an ``rc.BaseEnv`` whose ``poll()`` hands out precomputed CartPole-shaped
 rows (4 float32 features, reward 1, an episode ending with probability 1/22 per step, as
 CartPole under a random policy does) without stepping anything, made the way every
-adapter makes its rows (``EnvRowsBuilder.columns``). The runner samples it with
-a ``RandomPolicy`` and the default pipelines; the same policy sampling the same batches
-alone is subtracted, so what remains is the step kernel, the episode bookkeeping, the
-recorder and the batch building: rlconnect's overhead per env step. An env engine that
-steps N envs in T microseconds (EnvPool: about 2 us per CartPole step on this machine) is
+adapter makes its rows (``EnvRowsBuilder.columns``). The runner samples it with the
+default pipelines and ``ConstantPolicy`` (a slice of a ready array), so what is timed is
+the step kernel, the episode bookkeeping, the recorder and the batch building:
+rlconnect's own cost per env step. An env engine that steps N envs in T microseconds is
 slowed by this much per row.
 
     python benchmarks/bench_overhead.py            # N = 1, 8, 64, 256 (~1 min)
     python benchmarks/bench_overhead.py --quick    # smoke run (~5 s)
 
 CPU time of this thread is reported (other processes disturb it less than wall time);
-medians over rounds.
+medians over rounds, with their range.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from _common import ConstantPolicy, machine, median_range, print_table
 
 import rlconnect as rc
 from rlconnect.envs.base import BaseEnv
@@ -85,23 +84,14 @@ class FreeEnv(BaseEnv):
         self._fresh.add(env_id)
 
 
-def runner_us_per_row(n: int, steps: int) -> float:
+def own_cost_us_per_row(n: int, steps: int) -> float:
+    """CPU microseconds of ``sample()`` per env step, N sub-envs, about ``steps`` steps."""
     cfg = rc.RunnerConfig(num_envs=n, rollout_fragment_length=max(steps // n, 1), seed=0)
-    runner = rc.EnvRunner(FreeEnv(n), rc.RandomPolicy(OBS, ACT, seed=0), config=cfg)
+    runner = rc.EnvRunner(FreeEnv(n), ConstantPolicy(OBS, ACT), config=cfg)
     runner.sample()  # warm-up (and the check_env polls)
     t0 = time.thread_time()
     batch = runner.sample()
     return 1e6 * (time.thread_time() - t0) / batch.count
-
-
-def policy_us_per_row(n: int, steps: int) -> float:
-    policy = rc.RandomPolicy(OBS, ACT, seed=0)
-    obs = {"obs": np.zeros((n, 4), np.float32)}
-    polls = max(steps // n, 1)
-    t0 = time.thread_time()
-    for _ in range(polls):
-        policy.compute_actions(obs)
-    return 1e6 * (time.thread_time() - t0) / (polls * n)
 
 
 def main() -> None:
@@ -109,16 +99,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     args = parser.parse_args()
     steps, rounds = (4_096, 1) if args.quick else (65_536, 5)
-    print("rlconnect's own cost per env step (CPU us per row, median of rounds)")
-    print(f"{'N':>5} {'runner':>8} {'policy':>8} {'overhead':>9}   range")
-    for n in (1, 8, 64, 256):
-        runs = [(runner_us_per_row(n, steps), policy_us_per_row(n, steps)) for _ in range(rounds)]
-        over = [r - p for r, p in runs]
-        med = statistics.median
-        print(
-            f"{n:>5} {med(r for r, _ in runs):>8.2f} {med(p for _, p in runs):>8.2f} "
-            f"{med(over):>9.2f}   {min(over):.2f}-{max(over):.2f}"
-        )
+    print(machine())
+    print(f"rlconnect's own cost per env step: CPU us per row, median [range] of {rounds} rounds")
+    rows = [
+        (n, median_range([own_cost_us_per_row(n, steps) for _ in range(rounds)], ".2f"))
+        for n in (1, 8, 64, 256)
+    ]
+    print_table(("N", "own cost per env step"), rows)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Env steps/s on every core: gymnasium vector envs, EnvPool and rlconnect's env workers.
+"""How fast on every core? rlconnect's env workers and EnvPool against gymnasium and by hand.
 
 Workloads (random actions; rlconnect samples with a RandomPolicy and, as a training loop
 does, takes each batch's episode records with ``get_metrics()``: records nobody takes pile
@@ -43,17 +43,24 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
+from _common import (
+    build_runner,
+    machine,
+    median_range,
+    print_table,
+    ratios,
+    sample_for,
+    take_turns,
+)
 from hand_written import Runner, hand_loop, hand_workers, timed
 
 import rlconnect as rc
-from rlconnect.envs import make_base_env
 
 WORKLOADS: dict[str, dict[str, Any]] = {
     "cartpole": {"n": 64, "gym": "CartPole-v1", "envpool": "CartPole-v1", "frag": 50},
@@ -102,38 +109,12 @@ def _vector_loop(venv: _VectorEnv) -> Runner:
 def _runner_loop(runner: rc.EnvRunner) -> Runner:
     runner.sample()  # warm-up: worker start, first resets, checks
 
-    def run(seconds: float) -> tuple[int, float]:
-        steps, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            steps += runner.sample().count
-            runner.get_metrics()  # as a training loop does: records not taken pile up
-        return steps, time.perf_counter() - t0
-
-    return run
+    return lambda seconds: sample_for(runner, seconds)
 
 
 def _rlconnect(workload: str, env: Any, **cfg: Any) -> tuple[Runner, Callable[[], None]]:
     w = WORKLOADS[workload]
-    config = rc.RunnerConfig(
-        num_envs=w["n"], rollout_fragment_length=w["frag"], seed=0, check_env=False, **cfg
-    )
-    base = make_base_env(
-        env,
-        num_envs=w["n"],
-        seed=0,
-        env_config=config.env_config,
-        preset=config.preset,
-        remote_envs=config.remote_envs,
-        num_env_workers=config.num_env_workers,
-        env_poll_size=config.env_poll_size,
-    )
-    ctx = rc.ConnectorContext(
-        base.observation_space(rc.DEFAULT_AGENT_ID),
-        base.action_space(rc.DEFAULT_AGENT_ID),
-        config.connector_config(),
-    )
-    space = rc.default_agent_pipeline(ctx).output_space
-    runner = rc.EnvRunner(base, rc.RandomPolicy(space, ctx.action_space), config=config)
+    runner = build_runner(env, w["n"], rc.RandomPolicy, w["frag"], **cfg)
     return _runner_loop(runner), runner.stop
 
 
@@ -201,38 +182,36 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
             for p in multiprocessing.active_children()
             if p.pid is not None and p.pid not in before  # started: never None
         ]
-    rates: dict[str, list[float]] = {name: [] for name in built}
-    cpu: dict[str, list[list[float]]] = {name: [] for name in built}  # us per poll
     linux = Path("/proc/self/schedstat").exists()
+
+    def turn(name: str) -> Callable[[], tuple[float, list[float]]]:
+        """A round of ``name``: its env steps/s, and the CPU us per poll of its processes."""
+
+        def run() -> tuple[float, list[float]]:
+            pids = [os.getpid(), *kids[name]] if linux and name in ACCOUNTED else []
+            start = _cpu_ns(pids)
+            steps, secs = built[name][0](seconds)
+            polls = steps / WORKLOADS[workload]["n"]
+            return steps / secs, [(b - a) / polls / 1e3 for a, b in zip(start, _cpu_ns(pids))]
+
+        return run
+
     try:
-        for r in range(rounds):
-            order = list(built) if r % 2 == 0 else list(reversed(built))  # alternate
-            for name in order:
-                pids = [os.getpid(), *kids[name]] if linux and name in ACCOUNTED else []
-                start = _cpu_ns(pids)
-                steps, secs = built[name][0](seconds)
-                polls = steps / WORKLOADS[workload]["n"]
-                cpu[name].append([(b - a) / polls / 1e3 for a, b in zip(start, _cpu_ns(pids))])
-                rates[name].append(steps / secs)
+        results = take_turns({name: turn(name) for name in built}, rounds)
     finally:
         for _, close in built.values():
             close()
-
-    def ratios(name: str, to: str = "rlconnect in-process") -> list[float]:
-        """``name``'s rate over that of ``to`` in each round."""
-        return [a / b for a, b in zip(rates[name], rates[to])]
+    rates = {name: [rate for rate, _ in runs] for name, runs in results.items()}
+    cpu = {name: [us for _, us in runs] for name, runs in results.items()}
 
     def ratio(name: str, to: str = "rlconnect in-process") -> float:
         """The median over rounds of ``name``'s rate over that of ``to`` in the same round."""
-        return statistics.median(ratios(name, to))
+        return statistics.median(ratios(rates[name], rates[to]))
 
     w = WORKLOADS[workload]
     print(f"\n{workload}: N={w['n']} sub-envs, env steps/s, median [min-max] of {rounds} rounds")
-    print(f"{'contender':<30} {'median':>10} {'range':>21} {'vs in-process':>14}")
-    for name, values in rates.items():
-        med = statistics.median(values)
-        rng = f"[{min(values):,.0f}-{max(values):,.0f}]"
-        print(f"{name:<30} {med:>10,.0f} {rng:>21} {ratio(name):>13.2f}x")
+    table = [(name, median_range(v), f"{ratio(name):.2f}x") for name, v in rates.items()]
+    print_table(("contender", "env steps/s", "vs in-process"), table)
     targets = {
         "cartpole": [("rlconnect 2 env workers", 1.2), ("rlconnect envpool sync", 3.0)],
         "pong": [("rlconnect 2 env workers", 1.5)],
@@ -241,7 +220,7 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
         if name in rates:
             got = ratio(name)
             verdict = "met" if got >= want else "NOT met"
-            each = " ".join(f"{x:.2f}" for x in ratios(name))  # how much the rounds agree
+            each = " ".join(f"{x:.2f}" for x in ratios(rates[name], rates["rlconnect in-process"]))
             print(f"target {name} >= {want}x in-process: {got:.3f}x ({verdict}; rounds {each})")
     print("CPU time per poll (a step of every sub-env), us, medians: parent | each worker")
     for name in ACCOUNTED:
@@ -272,8 +251,7 @@ def main() -> None:
         ap.error("--hand-busy-us must be >= 0")
     only = [w for w in args.only.split(",") if w]
     rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"{os.cpu_count()} CPUs, load average {load:.2f} at start; RandomPolicy / random actions")
+    print(f"{machine()}; RandomPolicy / random actions")
     for workload in ("cartpole", "pong") if args.workload == "all" else (args.workload,):
         measure(workload, rounds, seconds, only, args.hand_busy_us * 1e-6)
 

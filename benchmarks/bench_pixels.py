@@ -1,4 +1,5 @@
-"""Atari sampling speed with the preset vs a hand-written gymnasium loop, and batch memory.
+"""How fast is the Atari preset against a hand-written gymnasium loop, and how much memory
+do its batches take?
 
 Timed (env steps per second, each env step = 4 emulator frames, random actions):
 
@@ -14,8 +15,8 @@ Timed (env steps per second, each env step = 4 emulator frames, random actions):
   noop_max=30)`` + ``FrameStackObservation(4)``, stepped one after another in a Python
   loop, the reward's sign taken, observations kept in a list (the same work, by hand).
 
-The two alternate in rounds in one process (machines are shared and noisy); the table
-shows the median steps/s of each, the median of the per-round ratios, and the same ratio
+The three take turns in rounds in one process (machines are shared and noisy); the table
+shows the median [range] steps/s of each, of the per-round ratios, and of the same ratio
 of CPU time spent by this process (less disturbed by other programs on the machine).
 
 Memory: bytes per stored transition of the preset's batches (``SampleBatch.nbytes``,
@@ -33,12 +34,12 @@ index, ``rlconnect.batches.frame_stacks``) and ``frames once + LZ4``
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
+from _common import machine, median_range, print_table, ratios, take_turns
 
 import rlconnect as rc
 from rlconnect.envs.atari import FireReset, make_atari_env
@@ -104,6 +105,9 @@ class _HandLoop:
             env.close()
 
 
+Timing = tuple[float, float]  # (env steps/s, CPU seconds per env step)
+
+
 def _timed(runner: rc.EnvRunner, rows_wanted: int) -> tuple[float, float]:
     """(env steps/s, CPU seconds per step) of ``sample()`` calls until ``rows_wanted``."""
     rows, start, cpu = 0, time.perf_counter(), time.process_time()
@@ -112,13 +116,11 @@ def _timed(runner: rc.EnvRunner, rows_wanted: int) -> tuple[float, float]:
     return rows / (time.perf_counter() - start), (time.process_time() - cpu) / rows
 
 
-def bench_speed(game: str, num_envs: int, steps: int, rounds: int) -> dict:
-    """Median env steps/s of the preset, of the preset resizing with the ``Resize``
-    connector instead of in the env, and of the hand loop, alternating ``rounds`` times;
-    the medians of the per-round ratios of wall-clock and of CPU time (the process's own,
-    which other programs on a shared machine disturb less)."""
+def bench_speed(game: str, num_envs: int, steps: int, rounds: int) -> dict[str, list[Timing]]:
+    """(env steps/s, CPU seconds per step) of the preset, of the preset resizing with the
+    ``Resize`` connector instead of in the env, and of the hand loop, round by round. CPU
+    time is the process's own, which other programs on a shared machine disturb less."""
     per_round = max(steps // rounds, num_envs)
-    ours, native, theirs, cpu_ratios, native_ratios = [], [], [], [], []
     with (
         _runner(game, num_envs, per_round) as runner,  # (registers ale-py's games)
         _runner(game, num_envs, per_round, native=True) as connector,
@@ -127,26 +129,39 @@ def bench_speed(game: str, num_envs: int, steps: int, rounds: int) -> dict:
         runner.sample()  # warm up: env resets, first batch
         connector.sample()
         loop.run(8 * num_envs)
-        for _ in range(rounds):
-            rate, ours_cpu = _timed(runner, per_round)
-            ours.append(rate)
-            rate, native_cpu = _timed(connector, per_round)
-            native.append(rate)
-            native_ratios.append(native_cpu / ours_cpu)
+
+        def by_hand() -> Timing:
             start, cpu = time.perf_counter(), time.process_time()
             done = loop.run(per_round)
-            theirs.append(done / (time.perf_counter() - start))
-            cpu_ratios.append((time.process_time() - cpu) / done / ours_cpu)
+            return done / (time.perf_counter() - start), (time.process_time() - cpu) / done
+
+        runs = take_turns(
+            {
+                "preset": lambda: _timed(runner, per_round),
+                "connector": lambda: _timed(connector, per_round),
+                "gymnasium": by_hand,
+            },
+            rounds,
+        )
     loop.close()
-    return {
-        "preset": statistics.median(ours),
-        "connector": statistics.median(native),
-        "gymnasium": statistics.median(theirs),
-        "ratio": statistics.median(a / b for a, b in zip(ours, theirs)),
-        "cpu_ratio": statistics.median(cpu_ratios),
-        "vs_connector": statistics.median(a / b for a, b in zip(ours, native)),
-        "vs_connector_cpu": statistics.median(native_ratios),
-    }
+    return runs
+
+
+def speed_row(n: int, runs: dict[str, list[Timing]]) -> tuple:
+    """A table row: rates, and the preset's speed over the others', by wall and CPU time
+    (median [range] of the per-round ratios)."""
+    rate = {k: [r for r, _ in v] for k, v in runs.items()}
+    cpu = {k: [c for _, c in v] for k, v in runs.items()}
+    return (
+        n,
+        median_range(rate["preset"]),
+        median_range(rate["gymnasium"]),
+        median_range(ratios(rate["preset"], rate["gymnasium"]), ".2f"),
+        median_range(ratios(cpu["gymnasium"], cpu["preset"]), ".2f"),
+        median_range(rate["connector"]),
+        median_range(ratios(rate["preset"], rate["connector"]), ".2f"),
+        median_range(ratios(cpu["connector"], cpu["preset"]), ".2f"),
+    )
 
 
 def bench_memory(game: str, num_envs: int, steps: int) -> dict:
@@ -202,18 +217,11 @@ def main(argv: list[str] | None = None) -> None:
     steps = 128 if args.quick else 4000
     rounds = args.rounds or (2 if args.quick else 10)
 
-    print(f"{args.game}, {steps} env steps per N (4 frames each) in {rounds} alternating rounds")
-    print(
-        f"{'N':>3} {'rlconnect preset':>18} {'gymnasium loop':>16} {'ratio':>7} {'by CPU':>7}"
-        f" {'with Resize connector':>23} {'preset vs it':>13} {'by CPU':>7}"
-    )
-    for n in (1, 8):
-        r = bench_speed(args.game, n, steps, rounds)
-        print(
-            f"{n:>3} {r['preset']:>12.0f} st/s {r['gymnasium']:>10.0f} st/s "
-            f"{r['ratio']:>6.2f}x {r['cpu_ratio']:>6.2f}x {r['connector']:>17.0f} st/s "
-            f"{r['vs_connector']:>12.2f}x {r['vs_connector_cpu']:>6.2f}x"
-        )
+    print(machine())
+    print(f"{args.game}, {steps} env steps per N (4 frames each) in {rounds} rounds, env steps/s")
+    rows = [speed_row(n, bench_speed(args.game, n, steps, rounds)) for n in (1, 8)]
+    header = ("N", "rlconnect preset", "gymnasium loop", "ratio", "by CPU")
+    print_table((*header, "with Resize connector", "preset vs it", "by CPU"), rows)
 
     mem = bench_memory(args.game, 8, steps)
     print("\nmemory of stored batches (preset, N=8): bytes per transition -> per 1M transitions")

@@ -1,21 +1,21 @@
-"""Env steps/s of remote_envs=True (one env worker per sub-env) vs in-process envs.
+"""When does a process per sub-env pay? ``remote_envs=True`` against in-process envs.
 
 Two workloads at N=4 sub-envs with a RandomPolicy (so the envs dominate): CartPole-v1,
 whose step costs microseconds, and a slow env that sleeps 1 ms per step (a simulator).
-Each runner samples for a fixed time after a warm-up; the two modes alternate in rounds.
-No assertions: it prints a table. ``--quick`` runs in about 5 s.
+Each runner is warmed up, then the two take turns for ``--rounds`` rounds; the table gives
+medians [ranges] of env steps/s and of the per-round ratio. ``--quick`` runs in about 5 s.
 
-    python benchmarks/bench_remote_envs.py [--quick] [--num-envs 4]
+    python benchmarks/bench_remote_envs.py [--quick] [--num-envs 4] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import gymnasium as gym
 import numpy as np
+from _common import build_runner, machine, median_range, print_table, ratios, sample_for, take_turns
 
 import rlconnect as rc
 
@@ -48,49 +48,34 @@ def make_slow(ctx: rc.EnvContext) -> gym.Env:
 WORKLOADS = {"CartPole-v1": ("CartPole-v1", 200), "slow env (1 ms/step)": (make_slow, 25)}
 
 
-def build(env, frag: int, n: int, remote: bool) -> rc.EnvRunner:
-    probe = gym.make(env) if isinstance(env, str) else env(rc.EnvContext())
-    policy = rc.RandomPolicy(probe.observation_space, probe.action_space)
-    config = rc.RunnerConfig(
-        num_envs=n, rollout_fragment_length=frag, seed=0, remote_envs=remote, check_env=False
-    )
-    return rc.EnvRunner(env, policy, config=config)
-
-
-def timed(runner: rc.EnvRunner, seconds: float) -> tuple[int, float]:
-    steps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        steps += runner.sample().count
-    return steps, time.perf_counter() - t0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="about 5 s in all")
     ap.add_argument("--num-envs", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    rounds, per_round = (1, 0.5) if args.quick else (3, 1.5)
-    cpus = os.cpu_count()
-    print(f"N={args.num_envs} sub-envs, RandomPolicy, {cpus} CPUs; env steps/s (higher is better)")
-    print(f"{'workload':<22} {'in-process':>12} {'remote_envs':>12} {'remote/local':>13}")
+    rounds, seconds = (1, 0.5) if args.quick else (args.rounds, 1.5)
+    print(machine())
+    print(f"N={args.num_envs} sub-envs, RandomPolicy; env steps/s, median [range] of {rounds}")
+    rows = []
     for name, (env, frag) in WORKLOADS.items():
-        t_start = time.perf_counter()
-        runners = {remote: build(env, frag, args.num_envs, remote) for remote in (False, True)}
-        totals = {False: [0, 0.0], True: [0, 0.0]}
+        runners = {
+            mode: build_runner(env, args.num_envs, rc.RandomPolicy, frag, remote_envs=remote)
+            for mode, remote in (("in-process", False), ("remote_envs", True))
+        }
         try:
             for r in runners.values():
                 r.sample()  # warm-up (worker start, first resets)
-            for _ in range(rounds):
-                for is_remote, r in runners.items():
-                    steps, secs = timed(r, per_round)
-                    totals[is_remote][0] += steps
-                    totals[is_remote][1] += secs
+            turns = {mode: (lambda r=r: sample_for(r, seconds)) for mode, r in runners.items()}
+            runs = take_turns(turns, rounds)
         finally:
             for r in runners.values():
                 r.stop()
-        local, remote = (totals[k][0] / totals[k][1] for k in (False, True))
-        print(f"{name:<22} {local:>12,.0f} {remote:>12,.0f} {remote / local:>12.2f}x", end="")
-        print(f"   ({time.perf_counter() - t_start:.1f} s)")
+        rates = {mode: [steps / secs for steps, secs in v] for mode, v in runs.items()}
+        local, remote = rates["in-process"], rates["remote_envs"]
+        ratio = median_range(ratios(remote, local), ".2f")
+        rows.append((name, median_range(local), median_range(remote), ratio))
+    print_table(("workload", "in-process", "remote_envs", "remote / in-process"), rows)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
-"""Sampling throughput: EnvRunner against a hand-written loop on the same workload.
+"""How close is the runner to a hand-written loop running the same network on the same envs?
 
-Workload (see shared/reference/perf.md): CartPole-v1, a 64x64 tanh MLP with categorical
-sampling on CPU, one torch thread, N = 1, 8, 64 sub-envs. For each N the script alternates,
-in one process, between
+Workload: CartPole-v1, a 64x64 tanh MLP with categorical sampling on CPU, one torch
+thread, N = 1, 8, 64 sub-envs. For each N the script takes turns, in one process, between
 
 - ``hand-torch``: N gymnasium envs (SyncVectorEnv, SAME_STEP), one torch forward pass per
   step, ``torch.multinomial`` sampling, obs/action/reward/terminated/truncated/new_obs
@@ -11,10 +10,12 @@ in one process, between
 - ``hand-numpy``: the same loop with a numpy forward pass of the same weights;
 - ``runner-mlp``: ``rc.EnvRunner`` with ``MLPPolicy`` (numpy fast path at small batch),
 
-and prints env steps/s (median of the rounds) and the ratios runner / hand loop.
+and prints env steps/s (median of the rounds) and the ratios runner / hand loop (median
+[range] of the per-round ratios). It also prints what ``check_finite=True`` costs.
 Machines are noisy (5-15 % between runs on a 2-core VM): read ratios, not absolutes.
 
-    python benchmarks/bench_sampling.py            # full (~2 min)
+    python benchmarks/bench_sampling.py            # full (~2 min on an idle machine)
+    python benchmarks/bench_sampling.py --rounds 3 --steps 5000    # shorter
     python benchmarks/bench_sampling.py --quick    # smoke run (~10 s)
     python benchmarks/bench_sampling.py --memory   # bytes per 1M CartPole steps
     python benchmarks/bench_sampling.py --peers    # SB3, Tianshou, TorchRL, RLlib if installed
@@ -31,6 +32,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from _common import machine, median_range, print_table, ratios, take_turns
 from torch import nn
 
 import rlconnect as rc
@@ -113,26 +115,51 @@ def runner_rate(n: int, steps: int, policy: rc.Policy, **config: Any) -> tuple[f
     return batch.count / elapsed, batch.count / cpu
 
 
-def measure(ns: list[int], steps: int, rounds: int) -> list[dict]:
+def measure(n: int, steps: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """Each contender's (wall, CPU) env steps/s round by round, at ``n`` sub-envs."""
     env = gym.make("CartPole-v1")
     obs_space, act_space = env.observation_space, env.action_space
+    model = make_model()
+    torch_policy = rc.TorchPolicy(make_model(), obs_space, act_space)
+    mlp_policy = rc.MLPPolicy(obs_space, act_space)
+    contenders: dict[str, Callable[[], tuple[float, float]]] = {
+        "hand-torch": lambda: hand_loop_torch(n, steps, model),
+        "runner-torch": lambda: runner_rate(n, steps, torch_policy),
+        "hand-numpy": lambda: hand_loop_numpy(n, steps, model),
+        "runner-mlp": lambda: runner_rate(n, steps, mlp_policy),
+    }
+    return take_turns(contenders, rounds)
+
+
+def report(ns: list[int], steps: int, rounds: int) -> None:
+    print(f"\nenv steps/s, CartPole-v1, 64x64 tanh MLP, 1 torch thread, median of {rounds} rounds")
     rows = []
     for n in ns:
-        model = make_model()
-        torch_policy = rc.TorchPolicy(make_model(), obs_space, act_space)
-        mlp_policy = rc.MLPPolicy(obs_space, act_space)
-        rates: dict[str, list[tuple[float, float]]] = {
-            k: [] for k in ("hand-torch", "runner-torch", "hand-numpy", "runner-mlp")
-        }
-        for _ in range(rounds):
-            rates["hand-torch"].append(hand_loop_torch(n, steps, model))
-            rates["runner-torch"].append(runner_rate(n, steps, torch_policy))
-            rates["hand-numpy"].append(hand_loop_numpy(n, steps, model))
-            rates["runner-mlp"].append(runner_rate(n, steps, mlp_policy))
-        wall = {k: statistics.median(w for w, _ in v) for k, v in rates.items()}
-        cpu = {f"cpu:{k}": statistics.median(c for _, c in v) for k, v in rates.items()}
-        rows.append({"N": n, **wall, **cpu})
-    return rows
+        runs = measure(n, steps, rounds)
+        wall = {k: [w for w, _ in v] for k, v in runs.items()}
+        cpu = {k: [c for _, c in v] for k, v in runs.items()}
+        rows.append(
+            (
+                n,
+                f"{statistics.median(wall['hand-torch']):,.0f}",
+                f"{statistics.median(wall['runner-torch']):,.0f}",
+                median_range(ratios(wall["runner-torch"], wall["hand-torch"]), ".2f"),
+                f"{statistics.median(wall['hand-numpy']):,.0f}",
+                f"{statistics.median(wall['runner-mlp']):,.0f}",
+                median_range(ratios(wall["runner-mlp"], wall["hand-numpy"]), ".2f"),
+                f"{statistics.median(ratios(cpu['runner-torch'], cpu['hand-torch'])):.2f}",
+                f"{statistics.median(ratios(cpu['runner-mlp'], cpu['hand-numpy'])):.2f}",
+            )
+        )
+    header = ("N", "hand-torch", "runner-torch", "ratio", "hand-numpy", "runner-mlp", "ratio")
+    print_table((*header, "cpu torch", "cpu numpy"), rows)
+    print(
+        "ratios: the median [range] of the runner's rate over the hand loop's, round by round.\n"
+        "targets: runner-torch/hand-torch >= 0.8 (N=1), >= 0.95 (N=64); "
+        "runner-mlp/hand-numpy >= 0.6 (N=1), >= 0.9 (N=64).\n"
+        "cpu: the same ratios in this thread's CPU time, which other processes on a shared "
+        "machine disturb less than wall time."
+    )
 
 
 def finite_check_cost(ns: list[int], steps: int, rounds: int) -> None:
@@ -141,11 +168,13 @@ def finite_check_cost(ns: list[int], steps: int, rounds: int) -> None:
     env = gym.make("CartPole-v1")
     policy = rc.MLPPolicy(env.observation_space, env.action_space)
     print("\ncheck_finite cost (runner-mlp, CPU time per step, on vs off, median of rounds)")
+
+    def cpu_rate(n: int, check: bool) -> Callable[[], float]:
+        return lambda: runner_rate(n, steps, policy, check_finite=check)[1]
+
     for n in ns:
-        on, off = [], []
-        for _ in range(rounds):
-            off.append(runner_rate(n, steps, policy, check_finite=False)[1])
-            on.append(runner_rate(n, steps, policy, check_finite=True)[1])
+        runs = take_turns({"off": cpu_rate(n, False), "on": cpu_rate(n, True)}, rounds)
+        on, off = runs["on"], runs["off"]
         cost = [b / a - 1 for a, b in zip(on, off)]  # extra time per step, as a fraction
         print(
             f"N={n:>3}: {statistics.median(off):>9,.0f} -> {statistics.median(on):>9,.0f} "
@@ -280,35 +309,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--memory", action="store_true", help="report bytes per 1M steps")
     parser.add_argument("--peers", action="store_true", help="also time installed peers")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20_000, help="env steps per timing")
     args = parser.parse_args()
     if args.memory:
         memory_report()
         return
     if args.peers:
-        peers_report([1, 8, 64], 2_000 if args.quick else 20_000)
+        peers_report([1, 8, 64], 2_000 if args.quick else args.steps)
         return
-    steps, rounds = (2_000, 1) if args.quick else (20_000, 5)
-    rows = measure([1, 8, 64], steps, rounds)
-    print("\nenv steps/s, CartPole-v1, 64x64 tanh MLP, 1 torch thread (median of rounds)")
-    print(
-        f"{'N':>4} {'hand-torch':>11} {'runner-torch':>13} {'ratio':>6} {'hand-numpy':>11} "
-        f"{'runner-mlp':>11} {'ratio':>6}   {'cpu ratios':>11}"
-    )
-    for r in rows:
-        cpu_torch = r["cpu:runner-torch"] / r["cpu:hand-torch"]
-        cpu_numpy = r["cpu:runner-mlp"] / r["cpu:hand-numpy"]
-        print(
-            f"{r['N']:>4} {r['hand-torch']:>11,.0f} {r['runner-torch']:>13,.0f} "
-            f"{r['runner-torch'] / r['hand-torch']:>6.2f} {r['hand-numpy']:>11,.0f} "
-            f"{r['runner-mlp']:>11,.0f} {r['runner-mlp'] / r['hand-numpy']:>6.2f}   "
-            f"{cpu_torch:>5.2f} {cpu_numpy:>5.2f}"
-        )
-    print(
-        "targets: runner-torch/hand-torch >= 0.8 (N=1), >= 0.95 (N=64); "
-        "runner-mlp/hand-numpy >= 0.6 (N=1), >= 0.9 (N=64). Noise on this VM: 5-15 %.\n"
-        "cpu ratios: the same ratios in this thread's CPU time (torch, numpy), which other "
-        "processes on a shared machine disturb less than wall time."
-    )
+    steps, rounds = (2_000, 1) if args.quick else (args.steps, args.rounds)
+    print(machine())
+    report([1, 8, 64], steps, rounds)
     finite_check_cost([1, 64], steps, max(rounds, 3))
 
 

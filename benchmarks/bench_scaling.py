@@ -1,4 +1,4 @@
-"""Env steps/s of a RunnerGroup with K = 0, 1, 2 remote runners, and the Ray overhead per batch.
+"""How do env steps/s grow with K = 0, 1, 2 Ray runners, and what does Ray add per batch?
 
 Two workloads, N sub-envs per runner: CartPole-v1 with an MLPPolicy (64, 64), where the
 runner's own per-step work dominates, and a slow env that sleeps 2 ms per step (a

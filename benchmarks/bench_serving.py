@@ -1,4 +1,5 @@
-"""Policy serving over loopback HTTP: actions/s, latency, server CPU per action, batching.
+"""How many actions/s does policy serving give over loopback HTTP, at what latency and
+server CPU per action, and how many rows share a forward pass?
 
 A PolicyServer (MLPPolicy on a 4-float observation, Discrete(2)) runs in its own process
 with a thread sampling 256-step batches. One load-generator process drives N clients, each
@@ -32,6 +33,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from _common import machine
 
 import rlconnect as rc
 from rlconnect.errors import EnvError
@@ -274,6 +276,7 @@ def main() -> None:
     if args.quick:
         rows = [("remote", 1), ("remote", 16), ("local", 4)]
     runs, seconds = (1, 1.0) if args.quick else (args.runs, args.seconds)
+    print(machine())
     print(
         f"{'mode':6}  {'clients':>7}  {'actions/s':>18}  {'p50 ms':>16}  {'p99 ms':>16}  "
         f"{'server CPU ms/action':>20}  {'rows/pass':>16}  {'gen CPU':>7}  exact"

@@ -1,4 +1,4 @@
-"""Soak: memory, open fds and threads over long sampling and serving runs (issue #8).
+"""Do memory, open fds or threads grow over long sampling and serving runs?
 
 ``sampling``: ``rc.EnvRunner`` on CartPole-v1 (N=16 sub-envs, MeanStdFilter, MLPPolicy)
 samples ``--steps`` env steps like a training loop: ``get_metrics()`` after every batch, a

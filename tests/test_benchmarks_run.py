@@ -23,14 +23,19 @@ BENCHMARKS = {
         300,
         ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
     ),
-    "bench_overhead.py": (120, ("own cost per env step", "overhead", " 256 ")),
+    "bench_overhead.py": (120, ("own cost per env step", "CPU us per row", "256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),
     "bench_offline.py": (300, ("write rows/s", "read MB/s", "disk MB", "cartpole", "atari")),
     "bench_pixels.py": (
         240,
         ("rlconnect preset", "gymnasium loop", "compress_observations=True", "per 1M transitions"),
     ),
+    "bench_remote_envs.py": (120, ("remote_envs", "slow env (1 ms/step)", "remote / in-process")),
     "bench_serving.py": (240, ("remote", "local", "p50", "p99")),
+    "bench_vs_commit.py": (
+        300,
+        ("working tree vs HEAD", "work / base per round", "cartpole-workers", "cartpole-inprocess"),
+    ),
     "soak.py": (240, ("steps/s", "RSS MB", "growth", "requests/s", "timed out", "answering True")),
 }
 

@@ -1,5 +1,5 @@
-"""The command as a user runs it (``python -m rlconnect``, a subprocess): the conventions
-of API.md section 8."""
+"""The command as a user runs it (``python -m rlconnect``, a subprocess): its version,
+env creators, a policy per pair of spaces, hints, exit codes and one-line errors."""
 
 from __future__ import annotations
 

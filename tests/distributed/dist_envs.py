@@ -43,6 +43,9 @@ class CountingEnv(gym.Env):
         self.crash_at = cfg.get("crash_at")
         self.crash_mode = cfg.get("crash_mode", "exit")
         self.marker = cfg.get("marker")
+        #: runner 1 writes this file when it steps and the file is not there: a test
+        #: removes it, starts sampling, and waits for it to know a sample is under way
+        self.stepping = cfg.get("stepping") if ctx.worker_index == 1 else None
         self.hang_s = cfg.get("hang_s", 30.0)
         self.tag = -1.0
         self.episode = -1
@@ -65,6 +68,9 @@ class CountingEnv(gym.Env):
 
     def step(self, action):
         self.steps += 1
+        if self.stepping is not None and not os.path.exists(self.stepping):
+            with open(self.stepping, "w") as f:
+                f.write("stepping\n")
         if self.sleep:
             time.sleep(self.sleep)
         if self.crash and self.steps == self.crash_at:

@@ -129,13 +129,18 @@ def test_without_flags_the_error_names_runner_and_cause():
         assert g.fault_metrics()["failures"][-1]["error_type"] == "ActorDiedError"
 
 
-def test_ray_kill_mid_sample():
-    slow = {"sleep": 0.1}  # 5 steps of 2 sub-envs per runner: about 1 s per sample()
+def test_ray_kill_mid_sample(tmp_path):
+    stepping = tmp_path / "stepping"  # runner 1's sub-envs write it when they step
+    slow = {"sleep": 0.1, "stepping": str(stepping)}  # 5 steps of 2 sub-envs: ~1 s a sample
     with group(slow, restart_failed_runners=True) as g:
+        stepping.unlink(missing_ok=True)  # written by the checks of a new runner, if any
         out = []
         thread = threading.Thread(target=lambda: out.append(g.sample()))
         thread.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while not stepping.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stepping.exists(), "runner 1 did not start sampling within 60 s"
 
         ray.kill(g._actors[1], no_restart=True)
         thread.join(timeout=60)

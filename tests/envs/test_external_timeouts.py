@@ -28,7 +28,9 @@ class Abandoner(ExternalEnv):
             eid = self.start_episode(f"eval{k}", training_enabled=False)
             for t in range(2):
                 self.get_action(eid, np.full(3, t, np.float32))
-        time.sleep(0.6)  # the runner's polls expire the eval episodes meanwhile
+        deadline = time.monotonic() + 30  # the runner's polls expire the eval episodes
+        while len(self.timed_out_episodes) < self.n and time.monotonic() < deadline:
+            time.sleep(0.01)
         eid = self.start_episode("train")
         for t in range(3):
             self.get_action(eid, np.full(3, t, np.float32))

@@ -1,4 +1,4 @@
-"""Rewards of other shapes (API section 10): an array of size one is taken as its scalar,
+"""Rewards of other shapes: an array of size one is taken as its scalar,
 anything else raises ``rc.EnvCheckError`` naming the sub-env, the field and the agent."""
 
 from __future__ import annotations

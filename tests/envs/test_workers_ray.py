@@ -45,7 +45,7 @@ def test_each_ray_runner_has_its_env_workers_and_samples_its_own_seeds():
     finally:
         group.stop()
     assert len(batch) == 12
-    # runner 1's sub-env j is built as sub-env j with seed 40 + 1 * 2 + j (API.md section 7)
+    # runner k of a group seeds its sub-env j with seed + k * num_envs + j: 40 + 1 * 2 + j
     offsets = batch["obs"][:, 3] - batch["obs"][:, 3] % 1000
     expected = 10_000 * batch["env_id"] + 100_000 * (42 + batch["env_id"])
     np.testing.assert_array_equal(offsets, expected)

@@ -219,7 +219,7 @@ def test_a_reset_that_always_raises_gives_up_after_the_restart_limit():
 
 @pytest.mark.parametrize("mode", ["truncate_episodes", "complete_episodes"])
 def test_a_sub_env_failing_in_every_episode_gives_up_after_the_restart_limit(mode):
-    """Issue 16: good steps between the failures do not reset the budget, only a
+    """Good steps between the failures do not reset the budget, only a
     completed episode does (before, this restarted 1,000 times a second forever; the
     schedule stops after 50 episodes, so an unbounded runner ends and this test fails)."""
     ledger = Ledger()

@@ -1,6 +1,6 @@
 """Settings read from files (a checkpoint's config, ``rlconnect sample --config``) cannot
 make a runner fork thousands of processes, and a checkpoint's ``env_config`` reaches the
-env creator only as plain JSON data (issue 16)."""
+env creator only as plain JSON data."""
 
 from __future__ import annotations
 

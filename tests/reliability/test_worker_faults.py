@@ -122,7 +122,7 @@ def test_with_restarts_a_hung_worker_is_replaced_and_only_its_episodes_dropped(t
 
 
 def test_a_sub_env_failing_in_every_episode_gives_up_in_its_worker_too(tmp_path):
-    """Issue 16's endless loop, with the sub-env in a worker process: the restart budget
+    """A sub-env failing in every episode, in a worker process: the restart budget
     counts failures until a completed episode there too, and ends with EnvError."""
     before = _children()
     ledger = Ledger(tmp_path / "ledger")

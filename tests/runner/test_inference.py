@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import types
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -25,12 +28,38 @@ class RecordingPolicy(rc.RandomPolicy):
         return super().compute_actions(input_batch, explore)
 
 
+class NestedRandomPolicy(rc.Policy):
+    """Draws its actions from a generator inside another object, which the default random
+    state snapshot does not see, so it extends ``get_random_state`` / ``set_random_state``
+    (what ``evaluate()`` relies on to leave training as it was)."""
+
+    def __init__(self, *args, seed=None, **kwargs) -> None:
+        super().__init__(*args, seed=seed, **kwargs)
+        self.sampler = types.SimpleNamespace(rng=np.random.default_rng(seed))
+
+    def compute_actions(self, input_batch, explore=True):
+        n = len(input_batch["obs"])
+        return self.sampler.rng.integers(0, 2, size=n), [], {}
+
+    def get_random_state(self):
+        return super().get_random_state(), copy.deepcopy(self.sampler.rng.bit_generator.state)
+
+    def set_random_state(self, state):
+        generators, self.sampler.rng.bit_generator.state = state
+        super().set_random_state(generators)
+
+
 def runner(policy_kind="mlp", seed=0, env="CartPole-v1", **cfg) -> rc.EnvRunner:
     cfg.setdefault("observation_filter", "MeanStdFilter")
     config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=25, seed=seed, **cfg)
     k = cfg.get("framestack") or 0
     obs_space = gym.spaces.Box(-np.inf, np.inf, (k, 4) if k else (4,), np.float32)
-    cls = {"mlp": rc.MLPPolicy, "random": rc.RandomPolicy, "recording": RecordingPolicy}
+    cls = {
+        "mlp": rc.MLPPolicy,
+        "random": rc.RandomPolicy,
+        "recording": RecordingPolicy,
+        "nested": NestedRandomPolicy,
+    }
     policy = cls[policy_kind](obs_space, CARTPOLE.action_space, seed=seed)
     return rc.EnvRunner(env, policy, config=config)
 
@@ -136,7 +165,7 @@ def test_compute_actions_maps_agents_to_their_policies():
 # -- evaluate ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["mlp", "random"])
+@pytest.mark.parametrize("kind", ["mlp", "random", "nested"])
 def test_evaluate_leaves_no_trace_in_training(kind):
     a, b = runner(kind), runner(kind)
     assert_same_batches(a.sample(), b.sample())

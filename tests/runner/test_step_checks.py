@@ -1,4 +1,4 @@
-"""Checks at every step (API.md section 10): non-finite values named or dropped, and a
+"""Checks at every step: non-finite values named or dropped, and a
 stateful policy mapping function that only ever sees real episodes."""
 
 from __future__ import annotations

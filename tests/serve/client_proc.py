@@ -122,6 +122,13 @@ def scenario_too_many(args: dict) -> dict:
 def scenario_restart(args: dict) -> dict:
     client = PolicyClient(args["url"], retry_timeout_s=20)
     done, lost, deadline = [], 0, time.monotonic() + 25
+
+    def report_first_retry() -> None:  # tells the test when the server is missed
+        while client.retries == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        print(json.dumps({"retrying": client.retries}), flush=True)
+
+    threading.Thread(target=report_first_retry, daemon=True).start()
     k = 0
     while len(done) < args["episodes"] and time.monotonic() < deadline:
         try:

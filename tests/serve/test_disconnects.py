@@ -106,18 +106,20 @@ def test_stopping_the_server_ends_sampling_with_an_env_error():
     stop event must not shadow threading.Thread._stop), so sampling ends cleanly."""
     srv = PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0)
     raised: list[BaseException] = []
+    sampling = threading.Event()
 
     def sample() -> None:
         try:
             while True:
+                sampling.set()
                 srv.runner.sample()
         except BaseException as exc:  # recorded for the assertion
             raised.append(exc)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    time.sleep(0.2)
-    srv.stop()
+    assert sampling.wait(10)
+    srv.stop()  # whether sample() is waiting for episodes yet or not, it ends the same way
     sampler.join(10)
     assert not sampler.is_alive()
     assert len(raised) == 1 and isinstance(raised[0], EnvError), raised

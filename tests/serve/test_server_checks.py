@@ -1,4 +1,4 @@
-"""Server hardening (issue 16): Content-Type, complex observations, runner work only
+"""Server hardening: Content-Type, complex observations, runner work only
 between sampling steps."""
 
 from __future__ import annotations

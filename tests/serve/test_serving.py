@@ -184,7 +184,10 @@ def test_clients_retry_through_a_server_restart():
         for _ in range(2):  # two episodes done on the first server
             assert "done" in proc.stdout.readline()
         first.stop()
-        time.sleep(0.5)
+        line = ""
+        while "retrying" not in line:  # the client reports its first failed request
+            line = proc.stdout.readline()
+            assert line, "the client ended before it retried"
         second = Served(port=port)
         restarted = time.time()
         out, err = proc.communicate(timeout=40)

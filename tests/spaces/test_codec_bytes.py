@@ -1,5 +1,5 @@
 """The space codec bounds the bytes a decoded space allocates, not only its elements
-(issue 16: a Box of 2**24 float64 values with scalar bounds is 60 bytes of JSON but
+(a Box of 2**24 float64 values with scalar bounds is 60 bytes of JSON but
 about 300 MB of arrays)."""
 
 from __future__ import annotations

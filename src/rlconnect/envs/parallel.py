@@ -1,4 +1,4 @@
-"""Which env specs may run in env worker processes or poll asynchronously (API.md 9)."""
+"""Which env specs may run in env worker processes or poll asynchronously."""
 
 from __future__ import annotations
 

@@ -206,10 +206,14 @@ class Policy(abc.ABC):
         self.np_random = np.random.default_rng(self._seed)
 
     def get_random_state(self) -> Any:
-        """A snapshot of the policy's random state for ``set_random_state``: the numpy and
-        torch generators it holds as attributes (a subclass that draws ahead adds what it
-        drew). ``evaluate()`` puts it back, so acting there never changes what training
-        draws next."""
+        """A snapshot of the policy's random state, for ``set_random_state``.
+
+        ``EnvRunner.evaluate()`` takes one before it acts and puts it back after, so an
+        evaluation never changes what training draws next. By default it holds the numpy
+        and torch generators the policy keeps as attributes; a policy that keeps random
+        state anywhere else (in a nested object, a list of generators, a library's global
+        generator) overrides both methods to include it, or evaluations would shift what
+        its training samples."""
         torch = sys.modules.get("torch")  # a torch.Generator exists only once torch is imported
         stateful: tuple[type, ...] = (np.random.RandomState,)
         if torch is not None:

@@ -8,28 +8,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import tree
 
 from rlconnect.policy.base import Policy, PolicyOutput, batch_size
 
 __all__ = ["RandomPolicy", "sample_space_batch"]
-
-#: ``RandomPolicy`` draws this many bytes of actions at once (at most ``MAX_BLOCK_ROWS``
-#: rows): one draw costs a few microseconds whether it is of 64 values or of 4,096
-BLOCK_BYTES = 1 << 16
-MAX_BLOCK_ROWS = 4096
-
-
-class _Rows(int):
-    """A row count as a ``size`` argument: numpy's ``Generator.integers`` first checks
-    ``np.prod(size) == 0``, which costs about 4 us on a plain int (as much as drawing 64
-    values); ``np.prod`` calls an argument's own ``prod()`` instead, and this one is the
-    count itself. Same draws, same output shape."""
-
-    __slots__ = ()
-
-    def prod(self, axis: Any = None, dtype: Any = None, out: Any = None, **kwargs: Any) -> int:
-        return int(self)
 
 
 def _sample_box(space: gym.spaces.Box, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -76,7 +58,7 @@ def sample_space_batch(space: gym.Space, n: int, rng: np.random.Generator) -> An
     """
     if isinstance(space, gym.spaces.Discrete):
         start = int(space.start)
-        out = rng.integers(start, start + int(space.n), size=_Rows(n))  # int64 by default
+        out = rng.integers(start, start + int(space.n), size=n)  # int64 by default
         return out.astype(space.dtype, copy=False)
     if isinstance(space, gym.spaces.MultiDiscrete):
         starts = np.asarray(space.start, dtype=np.int64)
@@ -102,12 +84,9 @@ def sample_space_batch(space: gym.Space, n: int, rng: np.random.Generator) -> An
 class RandomPolicy(Policy):
     """Samples uniformly (per gymnasium's rules) from the action space; ignores observations.
 
-    Vectorized: actions of array spaces (Discrete, MultiDiscrete, MultiBinary, Box, and
-    Tuple / Dict of them) are drawn a block of rows at a time from the policy's own
-    ``np.random.Generator`` (seeded by ``seed``) and handed out in order, so most calls cost
-    a slice (views of the block, which is never written to) rather than a draw; other
-    spaces are sampled per call. The same seed and sequence of calls give the same actions.
-    Has no weights and no extra fetches.
+    Vectorized: each call draws its rows at once from the policy's own
+    ``np.random.Generator`` (seeded by ``seed``), with ``sample_space_batch``. The same seed
+    and sequence of calls give the same actions. Has no weights and no extra fetches.
 
     >>> import gymnasium as gym, numpy as np
     >>> p = RandomPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4, start=1), seed=0)
@@ -118,62 +97,7 @@ class RandomPolicy(Policy):
     True
     """
 
-    def seed(self, seed: int | None = None) -> None:
-        """Re-seed the generator; actions drawn ahead are dropped."""
-        super().seed(seed)
-        #: rows drawn ahead (an array or a nest of arrays) and how many, in one attribute
-        #: so that a call always slices a block together with its own length
-        self._drawn: tuple[Any, int] = (None, 0)
-        self._next = 0  # the first row not handed out yet
-        self._block_rows = _block_rows(self.action_space)  # 0: draw per call
-
-    def get_random_state(self) -> Any:
-        """The generator's state and the rows drawn ahead (see ``Policy``)."""
-        return super().get_random_state(), self._drawn, self._next
-
-    def set_random_state(self, state: Any) -> None:
-        generators, self._drawn, self._next = state
-        super().set_random_state(generators)
-
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
         """One action per row of ``input_batch["obs"]`` (``explore`` is ignored)."""
-        n = batch_size(input_batch)
-        if not self._block_rows:
-            return sample_space_batch(self.action_space, n, self.np_random), [], {}
-        (block, rows), start = self._drawn, self._next
-        if start + n > rows:  # what is left of the block is dropped
-            rows = max(n, self._block_rows)
-            block = sample_space_batch(self.action_space, rows, self.np_random)
-            self._drawn, start = (block, rows), 0
-        self._next = end = start + n
-        # the block is never written to: the slices handed out are views
-        if type(block) is np.ndarray:
-            return block[start:end], [], {}
-        return tree.map_structure(lambda leaf: leaf[start:end], block), [], {}
-
-
-def _block_rows(space: gym.Space) -> int:
-    """Rows of ``space`` drawn at once by ``RandomPolicy`` (0 for a space that is not made
-    of arrays: sampled per call)."""
-    row_bytes = _row_bytes(space)
-    if row_bytes is None:
-        return 0
-    return max(1, min(MAX_BLOCK_ROWS, BLOCK_BYTES // max(row_bytes, 1)))
-
-
-def _row_bytes(space: gym.Space) -> int | None:
-    """Bytes of one sample of ``space`` as arrays (None: not an array space)."""
-    spaces = gym.spaces
-    if isinstance(space, spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary | spaces.Box):
-        shape: tuple[int, ...] = space.shape or ()
-        return int(np.prod(shape, dtype=np.int64)) * np.dtype(space.dtype).itemsize
-    if isinstance(space, spaces.Tuple | spaces.Dict):
-        subs = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
-        total = 0
-        for sub in subs:
-            part = _row_bytes(sub)
-            if part is None:
-                return None
-            total += part
-        return total
-    return None
+        actions = sample_space_batch(self.action_space, batch_size(input_batch), self.np_random)
+        return actions, [], {}

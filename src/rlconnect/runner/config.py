@@ -239,7 +239,7 @@ class RunnerConfig:
     record_env_actions: bool = attrs.field(default=False, validator=_bool)
     #: also record ``raw_obs``, the observations before the agent connectors
     keep_raw_obs: bool = attrs.field(default=False, validator=_bool)
-    # -- env workers and asynchronous polls (API.md section 9) ------------------------------
+    # -- env workers and asynchronous polls -------------------------------------------------
     #: step sub-envs in env worker processes, one per sub-env (``num_env_workers=num_envs``)
     remote_envs: bool = attrs.field(default=False, validator=_bool)
     #: worker processes stepping the sub-envs through shared memory (0: in this process);
