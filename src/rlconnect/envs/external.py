@@ -35,7 +35,7 @@ from rlconnect.envs.external_adapter import ExternalRows as ExternalRows
 from rlconnect.envs.external_adapter import _logp as _logp
 from rlconnect.envs.external_adapter import _unstack as _unstack
 from rlconnect.envs.external_hub import (
-    _NO_ACTION,
+    NO_ACTION,
     BadActionError,
     BadObservationError,
     EpisodeError,
@@ -44,9 +44,9 @@ from rlconnect.envs.external_hub import (
     TooManyEpisodesError,
     UnknownEpisodeError,
 )
+from rlconnect.envs.external_hub import Reply as Reply
 from rlconnect.envs.external_hub import _Episode as _Episode
 from rlconnect.envs.external_hub import _Event as _Event
-from rlconnect.envs.external_hub import _Reply as _Reply
 from rlconnect.envs.external_hub import _reset_inference as _reset_inference
 from rlconnect.envs.external_hub import check_obs as check_obs
 
@@ -113,6 +113,17 @@ class ExternalEnv(threading.Thread):
             with self._hub.cond:
                 self._hub.cond.notify_all()
 
+    @property
+    def hub(self) -> EpisodeHub:
+        """The episodes in flight between ``run()`` and the runner (what a server answers
+        requests from)."""
+        return self._hub
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ``run()`` raised, or None while it runs (or returned)."""
+        return self._error
+
     def run(self) -> None:
         """Drive the simulator: override this."""
         raise NotImplementedError("override ExternalEnv.run() to drive your simulator")
@@ -142,7 +153,7 @@ class ExternalEnv(threading.Thread):
 
     def get_action(self, episode_id: Any, observation: Any) -> Any:
         """Record ``observation`` and return the policy's action for it (blocks)."""
-        reply = self._hub.observe(episode_id, {DEFAULT_AGENT_ID: observation}, _NO_ACTION)
+        reply = self._hub.observe(episode_id, {DEFAULT_AGENT_ID: observation}, NO_ACTION)
         assert reply is not None  # asking for an action always gets a reply
         got = reply.wait(self._hub.get_action_timeout_s, f"episode {episode_id!r}")
         return got[DEFAULT_AGENT_ID]
@@ -161,4 +172,4 @@ class ExternalEnv(threading.Thread):
 
     def end_episode(self, episode_id: Any, observation: Any) -> None:
         """End the episode: ``observation`` is the last one, the transition is terminated."""
-        self._hub.observe(episode_id, {DEFAULT_AGENT_ID: observation}, _NO_ACTION, kind="end")
+        self._hub.observe(episode_id, {DEFAULT_AGENT_ID: observation}, NO_ACTION, kind="end")

@@ -17,7 +17,7 @@ import numpy as np
 import tree
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.external_hub import _NO_ACTION, EpisodeHub, _Event
+from rlconnect.envs.external_hub import NO_ACTION, EpisodeHub, _Event
 from rlconnect.envs.rows import EnvRowsBuilder, ExternalRows
 from rlconnect.errors import EnvError
 
@@ -42,7 +42,7 @@ class ExternalEnvAdapter(BaseEnv):
 
     def __init__(self, external: Any, *, multi_agent: bool = False) -> None:
         self.external = external
-        self.hub: EpisodeHub = external._hub
+        self.hub: EpisodeHub = external.hub
         self.num_envs = self.hub.max_concurrent
         self.is_multi_agent = multi_agent
         self.possible_agents = tuple(getattr(external, "possible_agents", ()) or ())
@@ -125,7 +125,7 @@ class ExternalEnvAdapter(BaseEnv):
                 if ev.kind == "timeout":
                     info["episode_timeout"] = True
                 rows.add_row(lane, a, o, ev.rewards.get(a, 0.0), te, tr, info, first=ev.first)
-                if ev.logged is not _NO_ACTION:
+                if ev.logged is not NO_ACTION:
                     logged[(lane, a)] = ev.logged[a]
             if not ev.first:
                 for a, r in ev.rewards.items():

@@ -8,7 +8,7 @@ events queued, so backlogs spread over the lanes and drain in parallel. The epis
 errors live here so both sides can raise them; their public home is
 ``rlconnect.envs.external``.
 
-A reply (``_Reply``) is how an action comes back: a waiting thread blocks on its event,
+A reply (``Reply``) is how an action comes back: a waiting thread blocks on its event,
 while a server gives it a ``notify`` callback and a ``deliver`` hook on the hub, so one
 sampling step hands all its actions to the server's thread at once.
 """
@@ -85,7 +85,7 @@ class QueueFullError(EnvError):
     __module__ = _PUBLIC_HOME
 
 
-_NO_ACTION = object()
+NO_ACTION = object()
 _MAX_IDS = 100_000  # ids of finished (and of timed-out) episodes remembered, oldest dropped
 MAX_ID_CHARS = 256
 """Longest episode id (characters of a string id), so remembered ids stay bounded."""
@@ -172,7 +172,7 @@ def check_action(space: gym.Space, action: Any, label: str) -> Any:
     raise BadActionError(f"{label}: logged action {action!r:.80} does not fit {space}")
 
 
-class _Reply:
+class Reply:
     """Where the runner's answer to one call is delivered: ``value`` or ``error``.
 
     A thread blocks on ``event``; a server passes ``notify`` instead (called with the reply
@@ -181,7 +181,7 @@ class _Reply:
 
     __slots__ = ("done", "error", "event", "notify", "value")
 
-    def __init__(self, notify: Callable[[_Reply], None] | None = None) -> None:
+    def __init__(self, notify: Callable[[Reply], None] | None = None) -> None:
         self.notify = notify
         self.event = threading.Event() if notify is None else None
         self.done = False
@@ -197,7 +197,7 @@ class _Reply:
         return self.value
 
 
-def _notify_each(replies: list[_Reply]) -> None:
+def notify_each(replies: list[Reply]) -> None:
     for reply in replies:
         assert reply.notify is not None
         reply.notify(reply)
@@ -224,7 +224,7 @@ class _Episode:
         self.infos: dict[Any, dict] = {}
         self.seen = False  # an observation has been queued
         self.last_obs: dict[Any, Any] | None = None
-        self.reply: _Reply | None = None  # the latest get_action's
+        self.reply: Reply | None = None  # the latest get_action's
         self.touched = time.monotonic()
 
     @property
@@ -267,7 +267,7 @@ class EpisodeHub:
         self.max_batch = max_concurrent
         self.batch_wait_s = 0.0
         self.max_queued = max(4096, 16 * max_concurrent)
-        self.deliver: Callable[[list[_Reply]], None] = _notify_each
+        self.deliver: Callable[[list[Reply]], None] = notify_each
         self.cond = threading.Condition()
         self.episodes: dict[Any, _Episode] = {}
         self.finished: collections.OrderedDict[Any, None] = collections.OrderedDict()
@@ -281,7 +281,7 @@ class EpisodeHub:
         self.ready_since = 0.0
         self.queued = 0
         self.last_poll = time.monotonic()
-        self.tasks: collections.deque[tuple[Callable[[Any], Any], _Reply]] = collections.deque()
+        self.tasks: collections.deque[tuple[Callable[[Any], Any], Reply]] = collections.deque()
         self.timed_out: collections.deque[Any] = collections.deque(maxlen=_MAX_IDS)
         self.closed = False
         self._untrained = itertools.count()
@@ -364,23 +364,23 @@ class EpisodeHub:
             for a, o in obs.items()
         }
 
-    def observe(self, eid: Any, obs: dict, logged: Any, kind: str = "obs") -> _Reply | None:
+    def observe(self, eid: Any, obs: dict, logged: Any, kind: str = "obs") -> Reply | None:
         """Queue an observation; returns where the action will come for ``get_action``."""
         with self.cond:
             ep = self._get(eid)
             checked = self._checked_obs(eid, obs)
-            if logged is not _NO_ACTION and self.act_space is not None:
+            if logged is not NO_ACTION and self.act_space is not None:
                 logged = {
                     a: check_action(self.act_space(a), x, f"episode {eid!r}, agent {a!r}")
                     for a, x in logged.items()
                 }
-            reply = _Reply() if logged is _NO_ACTION and kind == "obs" else None
+            reply = Reply() if logged is NO_ACTION and kind == "obs" else None
             self._record(ep, checked, logged, kind, reply)
             return reply
 
     def act(
-        self, steps: list[tuple[Any, dict, dict]], notify: Callable[[_Reply], None] | None = None
-    ) -> list[_Reply]:
+        self, steps: list[tuple[Any, dict, dict]], notify: Callable[[Reply], None] | None = None
+    ) -> list[Reply]:
         """``get_action`` for several episodes, given as (id, observations, rewards of the
         step before): everything is checked before anything is queued, so one bad part
         refuses the whole call and changes nothing."""
@@ -396,12 +396,12 @@ class EpisodeHub:
             replies = []
             for ep, obs, rewards in checked:
                 self._add_rewards(ep, rewards)
-                reply = _Reply(notify)
-                self._record(ep, obs, _NO_ACTION, "obs", reply)
+                reply = Reply(notify)
+                self._record(ep, obs, NO_ACTION, "obs", reply)
                 replies.append(reply)
             return replies
 
-    def _record(self, ep: _Episode, obs: dict, logged: Any, kind: str, reply: _Reply | None):
+    def _record(self, ep: _Episode, obs: dict, logged: Any, kind: str, reply: Reply | None):
         """Queue checked observations of ``ep`` (lock held)."""
         if kind == "end":
             self._finish(ep)
@@ -430,11 +430,11 @@ class EpisodeHub:
         """Lanes with events that make a full batch: ``max_batch``, or every lane in use."""
         return max(1, min(self.max_batch, self.max_concurrent - len(self.free_lanes)))
 
-    def _serve_untrained(self, ep: _Episode, obs: dict, kind: str, reply: _Reply | None) -> None:
+    def _serve_untrained(self, ep: _Episode, obs: dict, kind: str, reply: Reply | None) -> None:
         ep.rewards, ep.infos = {}, {}
         key = ep.lane  # a negative inference env id, distinct per episode
         if kind == "end":
-            self.tasks.append((lambda runner: _reset_inference(runner, key), _Reply()))
+            self.tasks.append((lambda runner: _reset_inference(runner, key), Reply()))
         elif reply is not None:
             self.tasks.append(
                 (lambda runner: runner.compute_actions(obs, explore=False, env_id=key), reply)
@@ -475,7 +475,7 @@ class EpisodeHub:
         self.ready_since = time.monotonic() - self.batch_wait_s  # a backlog goes at once
         return events
 
-    def complete(self, replies: list[_Reply]) -> None:
+    def complete(self, replies: list[Reply]) -> None:
         """Mark ``replies`` done: wake their threads, hand the others to ``deliver``."""
         notified = []
         for reply in replies:
@@ -499,14 +499,14 @@ class EpisodeHub:
                 continue
             if ep.training and ep.seen:  # queued before the lane is released
                 ev = _Event(
-                    ep, "timeout", ep.last_obs, ep.rewards, ep.infos, _NO_ACTION, None, False
+                    ep, "timeout", ep.last_obs, ep.rewards, ep.infos, NO_ACTION, None, False
                 )
                 self._queue(ep.lane, ev)
             self._finish(ep)
             self.timed_out.append(ep.eid)
             if not ep.training:  # drop its inference state, as end_episode does
                 reset = functools.partial(_reset_inference, env_id=ep.lane)
-                self.tasks.append((reset, _Reply()))
+                self.tasks.append((reset, Reply()))
 
     def close(self) -> None:
         with self.cond:

@@ -11,7 +11,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import _NO_ACTION, EpisodeError, ExternalEnv
+from rlconnect.envs.external import NO_ACTION, EpisodeError, ExternalEnv
 
 __all__ = ["ExternalMultiAgentEnv"]
 
@@ -67,7 +67,7 @@ class ExternalMultiAgentEnv(ExternalEnv):
     def get_action(self, episode_id: Any, observation_dict: Mapping) -> dict:  # type: ignore[override]
         """Record the agents' observations; return the policies' actions by agent (blocks)."""
         obs = dict(_check_dict(observation_dict, "observations", episode_id))
-        reply = self._hub.observe(episode_id, obs, _NO_ACTION)
+        reply = self._hub.observe(episode_id, obs, NO_ACTION)
         assert reply is not None  # asking for an action always gets a reply
         return dict(reply.wait(self._hub.get_action_timeout_s, f"episode {episode_id!r}"))
 
@@ -95,4 +95,4 @@ class ExternalMultiAgentEnv(ExternalEnv):
     def end_episode(self, episode_id: Any, observation_dict: Mapping) -> None:  # type: ignore[override]
         """End the episode for every agent (``__all__`` terminated) with final observations."""
         obs = dict(_check_dict(observation_dict, "observations", episode_id))
-        self._hub.observe(episode_id, obs, _NO_ACTION, kind="end")
+        self._hub.observe(episode_id, obs, NO_ACTION, kind="end")

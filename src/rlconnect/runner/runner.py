@@ -187,6 +187,11 @@ class EnvRunner:
             self._failed = exc
             raise
 
+    @property
+    def failure(self) -> BaseException | None:
+        """What made ``sample()`` raise midway (every later call refuses), or None."""
+        return self._failed
+
     def _refuse_if_failed(self) -> None:
         if self._failed is not None:
             raise RunnerStateError(

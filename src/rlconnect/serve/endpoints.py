@@ -27,7 +27,7 @@ from rlconnect.envs.external import (
     QueueFullError,
     TooManyEpisodesError,
 )
-from rlconnect.envs.external_hub import _NO_ACTION, _Reply, check_episode_id
+from rlconnect.envs.external_hub import NO_ACTION, Reply, check_episode_id
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv, _check_dict
 from rlconnect.serve.handler import PENDING, BadRequest, Call, field
 from rlconnect.serve.tasks import run_in_sampler
@@ -52,7 +52,7 @@ class Endpoints:
 
     def __init__(self, env: ExternalEnv, loop: asyncio.AbstractEventLoop, share: int) -> None:
         self.env = env
-        self.hub = env._hub
+        self.hub = env.hub
         self.loop = loop
         self.share = share  # episodes one connection may run at once
         self.multi = isinstance(env, ExternalMultiAgentEnv)
@@ -113,7 +113,7 @@ class Endpoints:
         eid = _eid(body)
         step = (eid, self._obs(field(body, "obs"), eid), self._rewards(body.get("reward"), eid))
 
-        def answered(reply: _Reply) -> None:
+        def answered(reply: Reply) -> None:
             if reply.error is not None:
                 call.finish(None, reply.error)
             else:
@@ -172,7 +172,7 @@ class Endpoints:
 
     def end_episode(self, body: dict, call: Call) -> dict:
         eid = _eid(body)
-        self.hub.observe(eid, self._obs(field(body, "obs"), eid), _NO_ACTION, kind="end")
+        self.hub.observe(eid, self._obs(field(body, "obs"), eid), NO_ACTION, kind="end")
         call.episodes.discard(eid)
         return {}
 
@@ -242,12 +242,12 @@ class _Gather:
         self.index: dict[int, int] = {}
         self.failed = False
 
-    def expect(self, replies: list[_Reply]) -> None:
+    def expect(self, replies: list[Reply]) -> None:
         self.index = {id(r): i for i, r in enumerate(replies)}
         self.left = len(replies)
         self.actions = [None] * len(replies)
 
-    def notifier(self, reply: _Reply) -> None:
+    def notifier(self, reply: Reply) -> None:
         """Called once per reply, in any order."""
         if self.failed:
             return

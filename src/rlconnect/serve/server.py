@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
-from rlconnect.envs.external_hub import _notify_each, _Reply
+from rlconnect.envs.external_hub import Reply, notify_each
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.policy import Policy
 from rlconnect.serve.endpoints import Endpoints
@@ -137,7 +137,7 @@ class PolicyServer:
         spaces = (observation_space, action_space)
         self.runner = _runner_of(runner_or_policy, spaces, max_concurrent, config)
         self.env: ExternalEnv = self.runner.env.external
-        hub = self.env._hub
+        hub = self.env.hub
         hub.episode_timeout_s = episode_timeout_s
         hub.get_action_timeout_s = get_action_timeout_s
         hub.max_batch = max_batch or hub.max_concurrent
@@ -170,9 +170,9 @@ class PolicyServer:
 
     def stop(self) -> None:
         """Stop listening, fail waiting calls and close the env (the runner stays usable)."""
-        self.env._hub.deliver = _notify_each  # the loop is going: nothing to hand over
+        self.env.hub.deliver = notify_each  # the loop is going: nothing to hand over
         self._listener.stop()
-        self.env._hub.close()
+        self.env.hub.close()
         if isinstance(self.env, _Idle):
             self.env.stop()
 
@@ -184,9 +184,9 @@ class PolicyServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _deliver(self, replies: list[_Reply]) -> None:
+    def _deliver(self, replies: list[Reply]) -> None:
         """A sampling step's actions: handed to the event loop in one wake-up."""
-        self._listener.call_soon(_notify_each, replies)
+        self._listener.call_soon(notify_each, replies)
 
     # -- requests ---------------------------------------------------------------------------
     def _dispatch(self, conn: HttpConnection, method: str, path: str, body: bytes) -> None:
@@ -276,7 +276,7 @@ class PolicyServer:
 
     def health(self) -> dict[str, Any]:
         """Whether the server can serve (``ok``), and why not (``problem``)."""
-        hub = self.env._hub
+        hub = self.env.hub
         problem = self._problem()
         return {
             "ok": problem is None,
@@ -294,13 +294,13 @@ class PolicyServer:
 
     def _problem(self) -> str | None:
         """Why no action can come (the server stops, the runner or the env failed), or None."""
-        failed = getattr(self.runner, "_failed", None)
-        if self.env._hub.closed:
+        failed = self.runner.failure
+        if self.env.hub.closed:
             return "the server is stopping"
         if failed is not None:
             return f"the runner's sample() raised {type(failed).__name__}: {failed}"
-        if self.env._error is not None:
-            return f"the served env raised {self.env._error!r}"
+        if self.env.error is not None:
+            return f"the served env raised {self.env.error!r}"
         return None
 
 

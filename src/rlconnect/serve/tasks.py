@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlconnect.envs.external_hub import EpisodeHub, _Reply
+from rlconnect.envs.external_hub import EpisodeHub, Reply
 from rlconnect.errors import EnvError
 
 __all__ = ["RunnerUnavailable", "run_in_sampler"]
@@ -29,7 +29,7 @@ class RunnerUnavailable(RuntimeError):
 
 def run_in_sampler(hub: EpisodeHub, fn: Callable[[Any], Any], what: str, timeout_s: float) -> Any:
     """``fn(runner)``, run by the sampling thread between two steps; its result."""
-    reply = _Reply()
+    reply = Reply()
     event = reply.event
     assert event is not None  # a reply without a notify callback has one
     task = (fn, reply)
