@@ -75,7 +75,7 @@ from rlconnect.policy import Policy, RandomPolicy, register_policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 
 if TYPE_CHECKING:
-    from rlconnect.policy import MLPPolicy, TorchPolicy
+    from rlconnect.policy import LSTMPolicy, MLPPolicy, TorchPolicy
 
 __version__ = "0.1.0"
 
@@ -115,6 +115,7 @@ __all__ = [
     "FrameStack",
     "Grayscale",
     "ImmutableActions",
+    "LSTMPolicy",
     "MLPPolicy",
     "MeanStdFilter",
     "MultiAgentBatch",
@@ -159,8 +160,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``rc.MLPPolicy`` and ``rc.TorchPolicy`` import torch on first access only."""
-    if name in ("MLPPolicy", "TorchPolicy"):
+    """``rc.MLPPolicy``, ``rc.LSTMPolicy`` and ``rc.TorchPolicy`` import torch on first
+    access only."""
+    if name in ("LSTMPolicy", "MLPPolicy", "TorchPolicy"):
         from rlconnect import policy
 
         return getattr(policy, name)

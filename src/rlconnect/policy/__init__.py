@@ -1,7 +1,8 @@
 """rlconnect.policy: batched policies (numpy in, numpy out) and their registry.
 
 Public names: :class:`Policy`, :class:`RandomPolicy`, :class:`TorchPolicy`,
-:class:`MLPPolicy`, :class:`MLPModel`, :class:`ActionDistSpec`, and the policy registry
+:class:`MLPPolicy`, :class:`MLPModel`, :class:`LSTMPolicy`, :class:`LSTMModel`,
+:class:`ActionDistSpec`, and the policy registry
 (:func:`register_policy`, :func:`get_policy_class`, :func:`registered_policies`,
 :func:`policy_from_spec`, :func:`policy_kind`, :class:`UnknownPolicyError`).
 """
@@ -25,6 +26,7 @@ from rlconnect.policy.registry import (
 
 if TYPE_CHECKING:
     from rlconnect.policy.distributions import ActionDistSpec
+    from rlconnect.policy.lstm import LSTMModel, LSTMPolicy
     from rlconnect.policy.mlp import MLPModel, MLPPolicy
     from rlconnect.policy.torch_policy import TorchPolicy
 
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 #: RandomPolicy never import torch)
 _TORCH_NAMES = {
     "ActionDistSpec": "rlconnect.policy.distributions",
+    "LSTMModel": "rlconnect.policy.lstm",
+    "LSTMPolicy": "rlconnect.policy.lstm",
     "MLPModel": "rlconnect.policy.mlp",
     "MLPPolicy": "rlconnect.policy.mlp",
     "TorchPolicy": "rlconnect.policy.torch_policy",
@@ -39,6 +43,7 @@ _TORCH_NAMES = {
 
 register_policy("RandomPolicy", RandomPolicy)
 register_lazy_policy("MLPPolicy", "rlconnect.policy.mlp:MLPPolicy")
+register_lazy_policy("LSTMPolicy", "rlconnect.policy.lstm:LSTMPolicy")
 
 
 def __getattr__(name: str) -> Any:
@@ -49,6 +54,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ActionDistSpec",
+    "LSTMModel",
+    "LSTMPolicy",
     "MLPModel",
     "MLPPolicy",
     "Policy",

@@ -31,6 +31,12 @@ _VERSION = operator.attrgetter("_version")
 _DATA_PTR = torch.Tensor.data_ptr
 
 
+def param_key(params: Sequence[torch.Tensor]) -> tuple:
+    """What changes when parameters do: version counters (in-place updates) and storage
+    pointers (``p.data = new``); a numpy mirror compares it to know it is stale."""
+    return (tuple(map(_VERSION, params)), tuple(map(_DATA_PTR, params)))
+
+
 def _np_elu(x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, x, np.expm1(np.minimum(x, 0)))
 
@@ -204,13 +210,9 @@ class MLPPolicy(TorchPolicy):
 
     # -- numpy mirror ----------------------------------------------------------------------
 
-    def _current_param_key(self) -> tuple:
-        # version counters catch in-place updates, storage pointers catch `p.data = new`
-        return (tuple(map(_VERSION, self._params)), tuple(map(_DATA_PTR, self._params)))
-
     def sync_numpy_weights(self) -> None:
         """Refresh the numpy copies from the torch parameters (automatic in most cases)."""
-        self._param_key = self._current_param_key()
+        self._param_key = param_key(self._params)
         self._np_pi = _numpy_layers(self.model.pi)
         self._np_vf = _numpy_layers(self.model.vf) if self.model.vf is not None else None
 
@@ -228,7 +230,7 @@ class MLPPolicy(TorchPolicy):
         return self._compute_actions_numpy(obs, b, explore)
 
     def _compute_actions_numpy(self, obs: Any, b: int, explore: bool) -> PolicyOutput:
-        if self._current_param_key() != self._param_key:
+        if param_key(self._params) != self._param_key:
             self.sync_numpy_weights()
         x = np.asarray(obs, dtype=np.float32).reshape(b, -1)
         if x.shape[1] != self.in_dim:

@@ -1,0 +1,281 @@
+"""LSTMPolicy: the built-in recurrent policy (an MLP encoder, an LSTM cell, linear heads).
+
+Its state is ``[h, c]``, two ``(cell_size,)`` float32 arrays, zeros at an episode's start.
+The runner keeps them per agent (``StateBuffer``) and records them as ``state_in_0/1`` and
+``state_out_0/1``. A learner replays recorded rows with :meth:`LSTMModel.forward_sequences`
+on the padded sequences of :func:`rlconnect.chop_into_sequences`, starting each sequence
+from its stored ``state_in_*``.
+
+Like :class:`~rlconnect.policy.mlp.MLPPolicy`, batches of at most ``numpy_threshold`` rows
+run in numpy with float32 copies of the weights (a torch call's fixed cost dominates a
+64-unit LSTM step at the batch sizes of a sampler); the copies follow in-place optimizer
+steps on ``policy.model.parameters()`` by themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rlconnect.policy.base import PolicyOutput, check_seed
+from rlconnect.policy.distributions import ActionDistSpec
+from rlconnect.policy.mlp import DEFAULT_NUMPY_THRESHOLD, _numpy_forward, _numpy_layers, param_key
+from rlconnect.policy.torch_policy import TorchPolicy
+
+__all__ = ["LSTMModel", "LSTMPolicy"]
+
+_State = list[torch.Tensor]
+
+
+class LSTMModel(nn.Module):
+    """obs -> tanh MLP encoder -> ``nn.LSTMCell`` -> linear policy head (and value head).
+
+    ``forward(obs, [h, c])`` runs one step of B rows; :meth:`forward_sequences` runs
+    ``(B, T)`` padded sequences from given initial states under a mask.
+    """
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        hiddens: Sequence[int] = (64,),
+        cell_size: int = 64,
+        vf_head: bool = False,
+    ) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = in_dim
+        for h in hiddens:
+            layers += [nn.Linear(width, h), nn.Tanh()]
+            width = h
+        self.encoder = nn.Sequential(*layers)
+        self.cell = nn.LSTMCell(width, cell_size)
+        self.pi = nn.Linear(cell_size, out_dim)
+        self.vf = nn.Linear(cell_size, 1) if vf_head else None
+        self.cell_size = cell_size
+
+    def init_weights(self, generator: torch.Generator) -> None:
+        """Orthogonal init (gain sqrt(2) encoder, 1 LSTM, 0.01 policy, 1 value); zero biases
+        except the LSTM forget gate's (1, so the cell keeps its memory from the start)."""
+        for lin in self.encoder:
+            if isinstance(lin, nn.Linear):
+                nn.init.orthogonal_(lin.weight, gain=2**0.5, generator=generator)
+                nn.init.zeros_(lin.bias)
+        for w in (self.cell.weight_ih, self.cell.weight_hh):
+            nn.init.orthogonal_(w, generator=generator)
+        n = self.cell_size
+        for b in (self.cell.bias_ih, self.cell.bias_hh):
+            nn.init.zeros_(b)
+        with torch.no_grad():
+            self.cell.bias_ih[n : 2 * n] = 1.0  # gate order i, f, g, o
+        for head, gain in ((self.pi, 0.01), (self.vf, 1.0)):
+            if head is not None:
+                nn.init.orthogonal_(head.weight, gain=gain, generator=generator)
+                nn.init.zeros_(head.bias)
+
+    def get_initial_state(self) -> _State:
+        """``[h, c]``: zeros of shape ``(cell_size,)``."""
+        return [torch.zeros(self.cell_size), torch.zeros(self.cell_size)]
+
+    def _heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.pi(h), (self.vf(h)[..., 0] if self.vf is not None else None)
+
+    def forward(self, obs: torch.Tensor, state: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+        """One step: obs ``(B, *shape)``, ``[h, c]`` ``(B, cell_size)`` ->
+        ``(dist_inputs (B, w), [h, c])`` plus values ``(B,)`` with a value head."""
+        x = self.encoder(obs.reshape(obs.shape[0], -1))
+        h, c = self.cell(x, (state[0], state[1]))
+        dist_inputs, values = self._heads(h)
+        if values is None:
+            return dist_inputs, [h, c]
+        return dist_inputs, [h, c], values
+
+    def forward_sequences(
+        self, obs: torch.Tensor, state: Sequence[torch.Tensor], mask: torch.Tensor
+    ) -> tuple[Any, ...]:
+        """Padded sequences: obs ``(B, T, *shape)``, ``[h0, c0]`` ``(B, cell_size)``, bool
+        ``mask (B, T)`` -> ``(dist_inputs (B, T, w), [h, c])`` plus values ``(B, T)`` with a
+        value head. A row whose mask is False keeps the state it had (any mask pattern);
+        its outputs are those of the state it kept. ``[h, c]`` is the state after each
+        sequence's last unmasked row."""
+        b, t = obs.shape[:2]
+        x = self.encoder(obs.reshape(b * t, -1)).reshape(b, t, -1)
+        keep = mask.to(torch.bool).unsqueeze(-1)
+        h, c = state[0], state[1]
+        hs = []
+        for i in range(t):  # the recurrence itself: one cell call per time step
+            h_new, c_new = self.cell(x[:, i], (h, c))
+            h = torch.where(keep[:, i], h_new, h)
+            c = torch.where(keep[:, i], c_new, c)
+            hs.append(h)
+        dist_inputs, values = self._heads(torch.stack(hs, dim=1))
+        if values is None:
+            return dist_inputs, [h, c]
+        return dist_inputs, [h, c], values
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    """Logistic function without overflow: 0.5 * (1 + tanh(x / 2))."""
+    x *= 0.5
+    np.tanh(x, out=x)
+    x += 1.0
+    x *= 0.5
+    return x
+
+
+class LSTMPolicy(TorchPolicy):
+    """A recurrent :class:`TorchPolicy` over :class:`LSTMModel`, rebuildable by name.
+
+    The observation space must be a Box (observations are flattened); the action space
+    Discrete, MultiDiscrete or Box. Batches of at most ``numpy_threshold`` rows (default
+    4096, 0 disables) run in numpy on float32 copies of the same weights and sample with
+    ``self.np_random``; their ``action_dist_inputs`` / ``vf_preds`` / states equal the torch
+    path's to float32 rounding. ``seed`` fixes the initial weights and the sampling.
+
+    >>> import gymnasium as gym, numpy as np
+    >>> p = LSTMPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+    >>> [s.shape for s in p.get_initial_state()]
+    [(64,), (64,)]
+    >>> zeros = np.zeros((3, 64), np.float32)
+    >>> batch = {"obs": np.ones((3, 4), np.float32), "state_in_0": zeros, "state_in_1": zeros}
+    >>> actions, (h, c), extra = p.compute_actions(batch)
+    >>> h.shape, c.dtype, sorted(extra)
+    ((3, 64), dtype('float32'), ['action_dist_inputs', 'action_logp'])
+    >>> rebuilt = LSTMPolicy(p.observation_space, p.action_space, **p.get_config())
+
+    Args:
+        observation_space: a Box.
+        action_space: Discrete, MultiDiscrete or Box.
+        config: free-form options; ``numpy_threshold`` is read from it.
+        hiddens: sizes of the tanh encoder layers before the LSTM cell (may be empty).
+        cell_size: the LSTM's state size.
+        vf_head: add a linear value head on the LSTM output (the ``vf_preds`` fetch).
+        numpy_threshold: overrides ``config["numpy_threshold"]`` when given.
+        seed: seeds the weight init and both generators.
+    """
+
+    model: LSTMModel
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: dict | None = None,
+        *,
+        hiddens: Sequence[int] = (64,),
+        cell_size: int = 64,
+        vf_head: bool = False,
+        numpy_threshold: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise TypeError(
+                f"LSTMPolicy needs a Box observation space, got {observation_space!r}; "
+                "flatten other spaces first (FlattenObservations)"
+            )
+        hiddens = [_positive("hiddens", h) for h in hiddens]
+        cell_size = _positive("cell_size", cell_size)
+        config = dict(config or {})
+        if numpy_threshold is None:
+            numpy_threshold = config.get("numpy_threshold", DEFAULT_NUMPY_THRESHOLD)
+        if isinstance(numpy_threshold, bool) or not isinstance(numpy_threshold, int):
+            raise TypeError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
+        if numpy_threshold < 0:
+            raise ValueError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
+        config["numpy_threshold"] = numpy_threshold
+        self.hiddens, self.cell_size, self.vf_head = hiddens, cell_size, bool(vf_head)
+        self.numpy_threshold = numpy_threshold
+        self.in_dim = int(np.prod(observation_space.shape))
+        model = LSTMModel(
+            self.in_dim, ActionDistSpec(action_space).width, hiddens, cell_size, self.vf_head
+        )
+        init_gen = torch.Generator()
+        seed = check_seed(seed)
+        if seed is None:
+            init_gen.seed()
+        else:  # a stream distinct from the sampling generators seeded with ``seed``
+            init_gen.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+        model.init_weights(init_gen)
+        super().__init__(model, observation_space, action_space, config, seed=seed)
+        self._params = list(self.model.parameters())
+        self._param_key: tuple = ()
+        self.sync_numpy_weights()
+
+    # -- numpy mirror ----------------------------------------------------------------------
+
+    def sync_numpy_weights(self) -> None:
+        """Refresh the numpy copies from the torch parameters (automatic in most cases)."""
+        self._param_key = param_key(self._params)
+        m = self.model
+        self._np_encoder = _numpy_layers(m.encoder)
+        cell = m.cell
+        self._np_wih = np.ascontiguousarray(cell.weight_ih.detach().numpy().T, np.float32)
+        self._np_whh = np.ascontiguousarray(cell.weight_hh.detach().numpy().T, np.float32)
+        self._np_bias = (cell.bias_ih + cell.bias_hh).detach().numpy().astype(np.float32)
+        self._np_pi = _numpy_layers(nn.Sequential(m.pi))
+        self._np_vf = _numpy_layers(nn.Sequential(m.vf)) if m.vf is not None else None
+
+    def _on_weights_changed(self) -> None:
+        self.sync_numpy_weights()
+
+    # -- inference -------------------------------------------------------------------------
+
+    def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
+        """As :meth:`TorchPolicy.compute_actions`; small batches take the numpy path."""
+        b = len(input_batch["obs"])
+        if b == 0 or b > self.numpy_threshold or self.device.type != "cpu":
+            return super().compute_actions(input_batch, explore)
+        return self._compute_actions_numpy(input_batch, b, explore)
+
+    def _compute_actions_numpy(
+        self, input_batch: Mapping[str, Any], b: int, explore: bool
+    ) -> PolicyOutput:
+        if param_key(self._params) != self._param_key:
+            self.sync_numpy_weights()
+        x = np.asarray(input_batch["obs"], dtype=np.float32).reshape(b, -1)
+        if x.shape[1] != self.in_dim:
+            raise ValueError(
+                f"obs rows have {x.shape[1]} elements, expected {self.in_dim} "
+                f"(observation space {self.observation_space})"
+            )
+        h, c = (np.asarray(s, dtype=np.float32) for s in self._state_columns(input_batch))
+        if self._np_encoder:
+            x = np.tanh(_numpy_forward(self._np_encoder, x, np.tanh))
+        gates = x @ self._np_wih
+        gates += h @ self._np_whh
+        gates += self._np_bias
+        n = self.cell_size
+        _sigmoid(gates[:, : 2 * n])  # input and forget gates, in place
+        _sigmoid(gates[:, 3 * n :])  # output gate
+        c_new = gates[:, n : 2 * n] * c
+        c_new += gates[:, :n] * np.tanh(gates[:, 2 * n : 3 * n])
+        h_new = gates[:, 3 * n :] * np.tanh(c_new)
+        raw, extra = self._sample_numpy(_numpy_forward(self._np_pi, h_new, _identity), explore)
+        if self._np_vf is not None:
+            extra["vf_preds"] = _numpy_forward(self._np_vf, h_new, _identity)[:, 0]
+        return self.dist.to_env_actions(raw), [h_new, c_new], extra
+
+    def get_config(self) -> dict[str, Any]:
+        """Kwargs that rebuild this policy: ``LSTMPolicy(obs_space, act_space, **cfg)``."""
+        return {
+            **super().get_config(),
+            "hiddens": list(self.hiddens),
+            "cell_size": self.cell_size,
+            "vf_head": self.vf_head,
+            "numpy_threshold": self.numpy_threshold,
+        }
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+        raise ValueError(f"{name} must hold positive ints, got {value!r}")
+    return int(value)
