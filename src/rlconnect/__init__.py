@@ -11,6 +11,8 @@ from rlconnect.batches import (
     DEFAULT_POLICY_ID,
     MultiAgentBatch,
     SampleBatch,
+    SequenceBatch,
+    chop_into_sequences,
     concat_samples,
 )
 from rlconnect.checkpoints import load_pipeline, save_pipeline
@@ -135,12 +137,14 @@ __all__ = [
     "RunnerStateError",
     "SampleBatch",
     "ScalePixels",
+    "SequenceBatch",
     "StateBuffer",
     "TorchPolicy",
     "TransposeImage",
     "UnknownConnectorError",
     "UnsquashActions",
     "check_pipeline",
+    "chop_into_sequences",
     "concat_samples",
     "default_action_pipeline",
     "default_agent_pipeline",

@@ -20,12 +20,15 @@ from __future__ import annotations
 from rlconnect.batches.multi_agent import MultiAgentBatch, batches_equal, concat_samples
 from rlconnect.batches.sample_batch import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID, SampleBatch
 from rlconnect.batches.sample_batch import Column as Column
+from rlconnect.batches.sequences import SequenceBatch, chop_into_sequences
 
 __all__ = [
     "DEFAULT_AGENT_ID",
     "DEFAULT_POLICY_ID",
     "MultiAgentBatch",
     "SampleBatch",
+    "SequenceBatch",
     "batches_equal",
+    "chop_into_sequences",
     "concat_samples",
 ]
