@@ -1,4 +1,4 @@
-"""LSTMPolicy: the built-in recurrent policy (an MLP encoder, an LSTM cell, linear heads).
+"""LSTMPolicy: the built-in recurrent policy (an MLP encoder, an LSTM, linear heads).
 
 Its state is ``[h, c]``, two ``(cell_size,)`` float32 arrays, zeros at an episode's start.
 The runner keeps them per agent (``StateBuffer``) and records them as ``state_in_0/1`` and
@@ -33,7 +33,7 @@ _State = list[torch.Tensor]
 
 
 class LSTMModel(nn.Module):
-    """obs -> tanh MLP encoder -> ``nn.LSTMCell`` -> linear policy head (and value head).
+    """obs -> tanh MLP encoder -> one-layer ``nn.LSTM`` -> linear policy head (and value head).
 
     ``forward(obs, [h, c])`` runs one step of B rows; :meth:`forward_sequences` runs
     ``(B, T)`` padded sequences from given initial states under a mask.
@@ -54,7 +54,7 @@ class LSTMModel(nn.Module):
             layers += [nn.Linear(width, h), nn.Tanh()]
             width = h
         self.encoder = nn.Sequential(*layers)
-        self.cell = nn.LSTMCell(width, cell_size)
+        self.lstm = nn.LSTM(width, cell_size, batch_first=True)
         self.pi = nn.Linear(cell_size, out_dim)
         self.vf = nn.Linear(cell_size, 1) if vf_head else None
         self.cell_size = cell_size
@@ -66,34 +66,39 @@ class LSTMModel(nn.Module):
             if isinstance(lin, nn.Linear):
                 nn.init.orthogonal_(lin.weight, gain=2**0.5, generator=generator)
                 nn.init.zeros_(lin.bias)
-        for w in (self.cell.weight_ih, self.cell.weight_hh):
+        w_ih, w_hh, b_ih, b_hh = self.lstm_parameters()
+        for w in (w_ih, w_hh):
             nn.init.orthogonal_(w, generator=generator)
-        n = self.cell_size
-        for b in (self.cell.bias_ih, self.cell.bias_hh):
+        for b in (b_ih, b_hh):
             nn.init.zeros_(b)
         with torch.no_grad():
-            self.cell.bias_ih[n : 2 * n] = 1.0  # gate order i, f, g, o
+            b_ih[self.cell_size : 2 * self.cell_size] = 1.0  # gate order i, f, g, o
         for head, gain in ((self.pi, 0.01), (self.vf, 1.0)):
             if head is not None:
                 nn.init.orthogonal_(head.weight, gain=gain, generator=generator)
                 nn.init.zeros_(head.bias)
 
+    def lstm_parameters(self) -> tuple[nn.Parameter, ...]:
+        """The LSTM's ``(weight_ih, weight_hh, bias_ih, bias_hh)``, gates in the order
+        input, forget, cell, output (torch's layout)."""
+        return tuple(self.lstm.all_weights[0])
+
     def get_initial_state(self) -> _State:
         """``[h, c]``: zeros of shape ``(cell_size,)``."""
         return [torch.zeros(self.cell_size), torch.zeros(self.cell_size)]
 
-    def _heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.pi(h), (self.vf(h)[..., 0] if self.vf is not None else None)
+    def _outputs(self, h: torch.Tensor, state: _State) -> tuple[Any, ...]:
+        dist_inputs = self.pi(h)
+        if self.vf is None:
+            return dist_inputs, state
+        return dist_inputs, state, self.vf(h)[..., 0]
 
     def forward(self, obs: torch.Tensor, state: Sequence[torch.Tensor]) -> tuple[Any, ...]:
         """One step: obs ``(B, *shape)``, ``[h, c]`` ``(B, cell_size)`` ->
         ``(dist_inputs (B, w), [h, c])`` plus values ``(B,)`` with a value head."""
         x = self.encoder(obs.reshape(obs.shape[0], -1))
-        h, c = self.cell(x, (state[0], state[1]))
-        dist_inputs, values = self._heads(h)
-        if values is None:
-            return dist_inputs, [h, c]
-        return dist_inputs, [h, c], values
+        out, (h, c) = self.lstm(x[:, None], (state[0][None], state[1][None]))
+        return self._outputs(out[:, 0], [h[0], c[0]])
 
     def forward_sequences(
         self, obs: torch.Tensor, state: Sequence[torch.Tensor], mask: torch.Tensor
@@ -101,22 +106,39 @@ class LSTMModel(nn.Module):
         """Padded sequences: obs ``(B, T, *shape)``, ``[h0, c0]`` ``(B, cell_size)``, bool
         ``mask (B, T)`` -> ``(dist_inputs (B, T, w), [h, c])`` plus values ``(B, T)`` with a
         value head. A row whose mask is False keeps the state it had (any mask pattern);
-        its outputs are those of the state it kept. ``[h, c]`` is the state after each
-        sequence's last unmasked row."""
+        outputs there are unspecified. ``[h, c]`` is the state after each sequence's last
+        unmasked row (the initial state for a sequence without any).
+
+        A mask that is True on a prefix of each sequence (what ``chop_into_sequences``
+        makes) runs as one fused ``nn.LSTM`` call; other patterns step row by row."""
         b, t = obs.shape[:2]
         x = self.encoder(obs.reshape(b * t, -1)).reshape(b, t, -1)
-        keep = mask.to(torch.bool).unsqueeze(-1)
-        h, c = state[0], state[1]
+        mask = mask.to(torch.bool)
+        lengths = mask.sum(1)
+        h0, c0 = state[0], state[1]
+        if not bool((mask == (torch.arange(t) < lengths[:, None])).all()):
+            return self._masked_steps(x, [h0, c0], mask)
+        if bool((lengths == t).all()):
+            out, (h, c) = self.lstm(x, (h0[None], c0[None]))
+            return self._outputs(out, [h[0], c[0]])
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False
+        )
+        out_packed, (h, c) = self.lstm(packed, (h0[None], c0[None]))
+        out = nn.utils.rnn.pad_packed_sequence(out_packed, batch_first=True, total_length=t)[0]
+        empty = (lengths == 0)[:, None]  # clamped to one step above: keep their state
+        return self._outputs(out, [torch.where(empty, h0, h[0]), torch.where(empty, c0, c[0])])
+
+    def _masked_steps(self, x: torch.Tensor, state: _State, mask: torch.Tensor) -> tuple[Any, ...]:
+        """Any mask pattern: one LSTM step per time step, masked rows keep their state."""
+        h, c = state[0][None], state[1][None]
         hs = []
-        for i in range(t):  # the recurrence itself: one cell call per time step
-            h_new, c_new = self.cell(x[:, i], (h, c))
-            h = torch.where(keep[:, i], h_new, h)
-            c = torch.where(keep[:, i], c_new, c)
-            hs.append(h)
-        dist_inputs, values = self._heads(torch.stack(hs, dim=1))
-        if values is None:
-            return dist_inputs, [h, c]
-        return dist_inputs, [h, c], values
+        for i in range(x.shape[1]):
+            _, (h_new, c_new) = self.lstm(x[:, i : i + 1], (h, c))
+            keep = mask[None, :, i, None]
+            h, c = torch.where(keep, h_new, h), torch.where(keep, c_new, c)
+            hs.append(h[0])
+        return self._outputs(torch.stack(hs, dim=1), [h[0], c[0]])
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -213,10 +235,10 @@ class LSTMPolicy(TorchPolicy):
         self._param_key = param_key(self._params)
         m = self.model
         self._np_encoder = _numpy_layers(m.encoder)
-        cell = m.cell
-        self._np_wih = np.ascontiguousarray(cell.weight_ih.detach().numpy().T, np.float32)
-        self._np_whh = np.ascontiguousarray(cell.weight_hh.detach().numpy().T, np.float32)
-        self._np_bias = (cell.bias_ih + cell.bias_hh).detach().numpy().astype(np.float32)
+        w_ih, w_hh, b_ih, b_hh = (p.detach().numpy() for p in m.lstm_parameters())
+        self._np_wih = np.ascontiguousarray(w_ih.T, np.float32)
+        self._np_whh = np.ascontiguousarray(w_hh.T, np.float32)
+        self._np_bias = (b_ih + b_hh).astype(np.float32)
         self._np_pi = _numpy_layers(nn.Sequential(m.pi))
         self._np_vf = _numpy_layers(nn.Sequential(m.vf)) if m.vf is not None else None
 

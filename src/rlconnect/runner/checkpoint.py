@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 import attrs
 import numpy as np
+import tree
 
 from rlconnect.checkpoints import save_nest, save_pipeline
 from rlconnect.checkpoints.pipelines import load_pipeline
@@ -284,8 +285,11 @@ def restore_runner(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> 
     """Load weights and pipelines (with statistics) from ``path`` into ``runner``.
 
     Everything is verified and checked against the runner first; on any error the runner
-    is unchanged. The runner's pipeline objects are replaced by the saved ones (in the
-    runner's current mode); fetch them again with ``runner.agent_pipeline(pid)``.
+    is unchanged. A live pipeline with the saved one's members (names, kinds and
+    parameters) keeps its objects and takes the saved statistics, so episodes still running
+    keep their per-episode state (RNN state, frame stacks, previous actions). A pipeline
+    that differs is replaced by the saved one (in the runner's current mode); fetch it again
+    with ``runner.agent_pipeline(pid)``.
     """
     ck = load_checkpoint(path)
     _check_fit(ck, runner)
@@ -303,8 +307,29 @@ def restore_runner(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> 
         _check_pipe_output(ck, pid, agent[pid], runner.policies[pid].observation_space)
     for pid, rec in ck.policies.items():
         runner.policies[pid].set_weights(rec.weights)
-        runner.pipelines.agent[pid] = agent[pid]
-        runner.pipelines.action[pid] = action[pid]
+        for live, loaded in ((runner.pipelines.agent, agent), (runner.pipelines.action, action)):
+            if _same_members(live[pid], loaded[pid]):
+                live[pid].set_statistics(loaded[pid].get_statistics())
+            else:
+                live[pid] = loaded[pid]  # type: ignore[assignment]
+
+
+def _same_members(a: ConnectorPipeline, b: ConnectorPipeline) -> bool:
+    """Whether two pipelines have the same members: names, kinds and parameters."""
+    if a.names != b.names:
+        return False
+    for (_, x), (_, y) in zip(a.items(), b.items(), strict=True):
+        if type(x) is not type(y) or x.params.keys() != y.params.keys():
+            return False
+        for key, value in x.params.items():
+            try:
+                tree.assert_same_structure(value, y.params[key])
+            except (TypeError, ValueError):
+                return False
+            pairs = zip(tree.flatten(value), tree.flatten(y.params[key]), strict=True)
+            if not all(np.array_equal(u, v) for u, v in pairs):
+                return False
+    return True
 
 
 def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
