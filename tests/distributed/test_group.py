@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from dist_envs import (
     CountingEnv,
     TwoAgentEnv,
@@ -384,3 +385,22 @@ def test_pipelines_reach_every_runner(tmp_path):
             return [type(c).__name__ for c in runner.agent_pipeline()]
 
         assert [members(group.local_runner), *group.foreach_runner(members)] == [["ClipReward"]] * 3
+
+
+def test_a_recurrent_policy_is_rebuilt_in_remote_runners_and_records_its_state():
+    policy = rc.LSTMPolicy(SPACE.observation_space, SPACE.action_space, cell_size=4, seed=1)
+    with RunnerGroup(
+        make_env, policy, config=config(), num_runners=1, runner_resources=SMALL
+    ) as group:
+        batch = group.sample()
+        (remote,) = group.foreach_runner(lambda r: r.policies["default_policy"].get_config())
+    del remote["seed"]  # each runner's policy samples with a seed of its own
+    assert remote == {k: v for k, v in policy.get_config().items() if k != "seed"}
+    seq = rc.chop_into_sequences(batch, 3)
+    with torch.no_grad():
+        dist, _ = policy.model.forward_sequences(
+            torch.from_numpy(seq["obs"]).float(),
+            [torch.from_numpy(seq["state_in_0"]), torch.from_numpy(seq["state_in_1"])],
+            torch.from_numpy(seq.mask),
+        )
+    np.testing.assert_allclose(seq.unpad(dist.numpy()), batch["action_dist_inputs"], atol=1e-5)
