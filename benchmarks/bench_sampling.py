@@ -11,7 +11,9 @@ thread, N = 1, 8, 64 sub-envs. For each N the script takes turns, in one process
 - ``runner-mlp``: ``rc.EnvRunner`` with ``MLPPolicy`` (numpy fast path at small batch),
 
 and prints env steps/s (median of the rounds) and the ratios runner / hand loop (median
-[range] of the per-round ratios). It also prints what ``check_finite=True`` costs.
+[range] of the per-round ratios). It also prints what ``check_finite=True`` costs, and
+``LSTMPolicy`` next to ``MLPPolicy`` at N = 64 (the recurrent state kept and recorded for
+every row).
 Machines are noisy (5-15 % between runs on a 2-core VM): read ratios, not absolutes.
 
     python benchmarks/bench_sampling.py            # full (~2 min on an idle machine)
@@ -183,6 +185,27 @@ def finite_check_cost(ns: list[int], steps: int, rounds: int) -> None:
         )
 
 
+def recurrent_cost(n: int, steps: int, rounds: int) -> None:
+    """LSTMPolicy (64-unit tanh encoder, 64-unit LSTM; its numpy path) next to MLPPolicy
+    (64x64) in the runner, taking turns: what keeping and recording the state ``[h, c]``
+    costs (StateBuffer gathers and scatters all rows' states at once, no loop per row)."""
+    env = gym.make("CartPole-v1")
+    policies = {
+        "runner-mlp": rc.MLPPolicy(env.observation_space, env.action_space, seed=0),
+        "runner-lstm": rc.LSTMPolicy(env.observation_space, env.action_space, seed=0),
+    }
+    runs = take_turns(
+        {k: (lambda p=p: runner_rate(n, steps, p)) for k, p in policies.items()}, rounds
+    )
+    wall = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
+    cpu = ratios([c for _, c in runs["runner-lstm"]], [c for _, c in runs["runner-mlp"]])
+    print(
+        f"\nrecurrent policy, N={n}: runner-mlp {wall['runner-mlp']:,.0f}, runner-lstm "
+        f"{wall['runner-lstm']:,.0f} env steps/s; lstm/mlp CPU-time ratio "
+        f"{median_range(cpu, '.2f')}"
+    )
+
+
 def _peer_sb3(n: int, steps: int) -> float:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
@@ -322,6 +345,7 @@ def main() -> None:
     print(machine())
     report([1, 8, 64], steps, rounds)
     finite_check_cost([1, 64], steps, max(rounds, 3))
+    recurrent_cost(64, steps, max(rounds, 3))
 
 
 if __name__ == "__main__":

@@ -236,9 +236,18 @@ class LSTMPolicy(TorchPolicy):
         m = self.model
         self._np_encoder = _numpy_layers(m.encoder)
         w_ih, w_hh, b_ih, b_hh = (p.detach().numpy() for p in m.lstm_parameters())
-        self._np_wih = np.ascontiguousarray(w_ih.T, np.float32)
-        self._np_whh = np.ascontiguousarray(w_hh.T, np.float32)
-        self._np_bias = (b_ih + b_hh).astype(np.float32)
+        n = self.cell_size
+        # one (W_ih^T, W_hh^T, bias) per gate: products as small as an MLP layer's, which a
+        # multi-threaded BLAS runs on one thread (a (64, 256) product of 64 rows it splits
+        # across threads, which costs 20x more CPU on a busy machine than it saves)
+        self._np_gates = [
+            (
+                np.ascontiguousarray(w_ih[k * n : (k + 1) * n].T, np.float32),
+                np.ascontiguousarray(w_hh[k * n : (k + 1) * n].T, np.float32),
+                (b_ih[k * n : (k + 1) * n] + b_hh[k * n : (k + 1) * n]).astype(np.float32),
+            )
+            for k in range(4)
+        ]
         self._np_pi = _numpy_layers(nn.Sequential(m.pi))
         self._np_vf = _numpy_layers(nn.Sequential(m.vf)) if m.vf is not None else None
 
@@ -268,15 +277,10 @@ class LSTMPolicy(TorchPolicy):
         h, c = (np.asarray(s, dtype=np.float32) for s in self._state_columns(input_batch))
         if self._np_encoder:
             x = np.tanh(_numpy_forward(self._np_encoder, x, np.tanh))
-        gates = x @ self._np_wih
-        gates += h @ self._np_whh
-        gates += self._np_bias
-        n = self.cell_size
-        _sigmoid(gates[:, : 2 * n])  # input and forget gates, in place
-        _sigmoid(gates[:, 3 * n :])  # output gate
-        c_new = gates[:, n : 2 * n] * c
-        c_new += gates[:, :n] * np.tanh(gates[:, 2 * n : 3 * n])
-        h_new = gates[:, 3 * n :] * np.tanh(c_new)
+        i, f, g, o = (x @ wx + h @ wh + b for wx, wh, b in self._np_gates)
+        c_new = _sigmoid(f) * c
+        c_new += _sigmoid(i) * np.tanh(g)
+        h_new = _sigmoid(o) * np.tanh(c_new)
         raw, extra = self._sample_numpy(_numpy_forward(self._np_pi, h_new, _identity), explore)
         if self._np_vf is not None:
             extra["vf_preds"] = _numpy_forward(self._np_vf, h_new, _identity)[:, 0]
