@@ -326,3 +326,25 @@ def test_lstm_recomputation_from_stored_states_reproduces_the_batch(cfg: dict) -
             seq.unpad(dist.numpy()), batch["action_dist_inputs"], rtol=0, atol=1e-5
         )
         np.testing.assert_allclose(seq.unpad(values.numpy()), batch["vf_preds"], rtol=0, atol=1e-5)
+
+
+def test_inference_under_an_env_id_carries_the_lstm_state_from_call_to_call() -> None:
+    """As for an episode served step by step: the runner's compute_single_action under one
+    env_id equals feeding the policy its own state back; without env_id each call is a
+    fresh episode start."""
+    env = gym.make("CartPole-v1")
+    policy = rc.LSTMPolicy(env.observation_space, env.action_space, cell_size=8, seed=5)
+    runner = rc.EnvRunner("CartPole-v1", policy, config=rc.RunnerConfig(seed=0))
+    observations = np.random.default_rng(0).normal(size=(60, 4)).astype(np.float32)
+    state = policy.get_initial_state()
+    carried, fresh, by_hand, from_start = [], [], [], []
+    for obs in observations:
+        action, state, _ = policy.compute_single_action(obs, state, explore=False)
+        by_hand.append(int(action))
+        from_start.append(int(policy.compute_single_action(obs, explore=False)[0]))
+        carried.append(int(runner.compute_single_action(obs, env_id=100)))
+        fresh.append(int(runner.compute_single_action(obs)))
+    runner.stop()
+    assert carried == by_hand
+    assert fresh == from_start
+    assert carried != fresh  # the state matters for these weights
