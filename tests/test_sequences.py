@@ -129,6 +129,14 @@ def test_bad_max_seq_len_is_named(bad) -> None:
         chop_into_sequences(batch, bad)
 
 
+def test_a_multi_agent_batch_is_refused_and_a_dict_taken() -> None:
+    batch = SampleBatch({"eps_id": [1, 1], "obs": np.zeros((2, 2))})
+    with pytest.raises(TypeError, match="policy_batches"):
+        chop_into_sequences(rc.MultiAgentBatch({"p": batch}, 2), 2)
+    seq = chop_into_sequences({"eps_id": np.array([1, 1]), "obs": np.arange(2.0)}, 2)
+    assert seq["obs"].tolist() == [[0.0, 1.0]]
+
+
 def test_batch_without_eps_id_is_refused() -> None:
     with pytest.raises(ValueError, match="eps_id"):
         chop_into_sequences(SampleBatch({"obs": np.zeros((3, 2))}), 4)

@@ -139,6 +139,11 @@ def test_forward_sequences_has_gradients_and_no_value_head() -> None:
     assert len(out) == 2
     out[0].sum().backward()
     assert p.model.lstm.weight_hh_l0.grad is not None
+    # float64 observations and states (e.g. padded from a float64 env) are taken as float32
+    obs64 = torch.from_numpy(_obs(2, 3).astype(np.float64))
+    with torch.no_grad():
+        out64 = p.model.forward_sequences(obs64, [s.double() for s in state], torch.ones(2, 3))
+    torch.testing.assert_close(out64[0], out[0].detach())
 
 
 def test_numpy_path_follows_inplace_optimizer_step() -> None:

@@ -141,7 +141,7 @@ def _pieces(batch: SampleBatch, max_seq_len: int) -> tuple[np.ndarray, np.ndarra
     return order, seq_id, offset
 
 
-def chop_into_sequences(batch: SampleBatch, max_seq_len: int) -> SequenceBatch:
+def chop_into_sequences(batch: SampleBatch | Mapping[str, Any], max_seq_len: int) -> SequenceBatch:
     """Cut every agent trajectory of ``batch`` into padded pieces of ``max_seq_len`` rows.
 
     See the module docstring; call it on each policy batch of a ``MultiAgentBatch``.
@@ -151,7 +151,15 @@ def chop_into_sequences(batch: SampleBatch, max_seq_len: int) -> SequenceBatch:
     Raises:
         ValueError: if ``max_seq_len`` is not an int >= 1 (bools included), or the batch
             has no ``eps_id`` column.
+        TypeError: for a ``MultiAgentBatch`` (chop each of its policy batches).
     """
+    if not isinstance(batch, SampleBatch):
+        if not isinstance(batch, Mapping) or hasattr(batch, "policy_batches"):
+            raise TypeError(
+                "chop_into_sequences takes a SampleBatch; for a MultiAgentBatch call it on "
+                f"each of its policy_batches, got {type(batch).__name__}"
+            )
+        batch = SampleBatch(batch)
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int | np.integer):
         raise ValueError(f"max_seq_len must be an int >= 1, got {max_seq_len!r}")
     if max_seq_len < 1:

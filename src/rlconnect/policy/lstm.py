@@ -87,6 +87,11 @@ class LSTMModel(nn.Module):
         """``[h, c]``: zeros of shape ``(cell_size,)``."""
         return [torch.zeros(self.cell_size), torch.zeros(self.cell_size)]
 
+    def _float(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the parameters' dtype (observations may come as float64 or ints)."""
+        dtype = self.pi.weight.dtype
+        return x if x.dtype == dtype else x.to(dtype)
+
     def _outputs(self, h: torch.Tensor, state: _State) -> tuple[Any, ...]:
         dist_inputs = self.pi(h)
         if self.vf is None:
@@ -96,8 +101,9 @@ class LSTMModel(nn.Module):
     def forward(self, obs: torch.Tensor, state: Sequence[torch.Tensor]) -> tuple[Any, ...]:
         """One step: obs ``(B, *shape)``, ``[h, c]`` ``(B, cell_size)`` ->
         ``(dist_inputs (B, w), [h, c])`` plus values ``(B,)`` with a value head."""
-        x = self.encoder(obs.reshape(obs.shape[0], -1))
-        out, (h, c) = self.lstm(x[:, None], (state[0][None], state[1][None]))
+        x = self.encoder(self._float(obs).reshape(obs.shape[0], -1))
+        h0, c0 = (self._float(s)[None] for s in state)
+        out, (h, c) = self.lstm(x[:, None], (h0, c0))
         return self._outputs(out[:, 0], [h[0], c[0]])
 
     def forward_sequences(
@@ -112,11 +118,11 @@ class LSTMModel(nn.Module):
         A mask that is True on a prefix of each sequence (what ``chop_into_sequences``
         makes) runs as one fused ``nn.LSTM`` call; other patterns step row by row."""
         b, t = obs.shape[:2]
-        x = self.encoder(obs.reshape(b * t, -1)).reshape(b, t, -1)
-        mask = mask.to(torch.bool)
+        x = self.encoder(self._float(obs).reshape(b * t, -1)).reshape(b, t, -1)
+        mask = mask.to(device=x.device, dtype=torch.bool)
         lengths = mask.sum(1)
-        h0, c0 = state[0], state[1]
-        if not bool((mask == (torch.arange(t) < lengths[:, None])).all()):
+        h0, c0 = self._float(state[0]), self._float(state[1])
+        if not bool((mask == (torch.arange(t, device=x.device) < lengths[:, None])).all()):
             return self._masked_steps(x, [h0, c0], mask)
         if bool((lengths == t).all()):
             out, (h, c) = self.lstm(x, (h0[None], c0[None]))
