@@ -19,6 +19,8 @@ import itertools
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -27,6 +29,8 @@ import pytest
 import torch
 
 import rlconnect as rc
+from rlconnect.errors import EnvError
+from rlconnect.serve import PolicyClient, PolicyServer
 
 BOX = gym.spaces.Box(-np.inf, np.inf, (3,), np.float64)
 INITIAL = [np.array([-1.0, -1.0, 0.0]), np.array([0], np.int64)]
@@ -348,3 +352,43 @@ def test_inference_under_an_env_id_carries_the_lstm_state_from_call_to_call() ->
     assert carried == by_hand
     assert fresh == from_start
     assert carried != fresh  # the state matters for these weights
+
+
+def test_served_episodes_each_keep_their_own_state() -> None:
+    """Episodes served over HTTP to concurrent clients: each keeps its own state."""
+    config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
+    server = PolicyServer(OraclePolicy(BOX, gym.spaces.Discrete(2), seed=0), config=config, port=0)
+    batches: list[rc.SampleBatch] = []
+
+    def sample() -> None:
+        while True:
+            try:
+                batches.append(server.runner.sample())
+            except EnvError:  # the server was stopped
+                return
+
+    def play(length: int) -> None:
+        client = PolicyClient(server.url)
+        eid, uid = client.start_episode(), new_uid()
+        for k in range(length):
+            client.get_action(eid, np.array([uid, 0.0, k]))
+            client.log_returns(eid, 1.0)
+        client.end_episode(eid, np.array([uid, 0.0, length]))
+        client.close()
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    players = [threading.Thread(target=play, args=(n,)) for n in (5, 7, 3, 6)]
+    for p in players:
+        p.start()
+    for p in players:
+        p.join(30)
+    deadline = time.monotonic() + 30
+    while sum(len(b) for b in list(batches)) < 21 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.stop()
+    sampler.join(10)
+    oracle = StateOracle()
+    for batch in list(batches):
+        oracle.check(batch)
+    assert oracle.rows == 21 and oracle.starts == 4
