@@ -170,8 +170,19 @@ def sample_checked(runner: rc.EnvRunner, times: int, oracle: StateOracle | None 
         {"num_env_workers": 2},
         {"num_env_workers": 2, "env_poll_size": 1},
         {"num_env_workers": 3, "env_poll_size": 2, "n": 4},
+        {"remote_envs": True},
+        {"sample_async": True},
     ],
-    ids=["in_process", "complete_episodes", "fragment_1", "workers", "poll_1", "poll_2_of_4"],
+    ids=[
+        "in_process",
+        "complete_episodes",
+        "fragment_1",
+        "workers",
+        "poll_1",
+        "poll_2_of_4",
+        "remote_envs",
+        "sample_async",
+    ],
 )
 def test_states_are_exact_across_fragments_batches_workers_and_polls(cfg: dict) -> None:
     oracle = sample_checked(oracle_runner(make_uid_env, **cfg), 6)
