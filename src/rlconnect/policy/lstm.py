@@ -180,7 +180,7 @@ class LSTMPolicy(TorchPolicy):
         observation_space: a Box.
         action_space: Discrete, MultiDiscrete or Box.
         config: free-form options; ``numpy_threshold`` is read from it.
-        hiddens: sizes of the tanh encoder layers before the LSTM cell (may be empty).
+        hiddens: sizes of the tanh encoder layers before the LSTM (may be empty).
         cell_size: the LSTM's state size.
         vf_head: add a linear value head on the LSTM output (the ``vf_preds`` fetch).
         numpy_threshold: overrides ``config["numpy_threshold"]`` when given.
@@ -283,7 +283,7 @@ class LSTMPolicy(TorchPolicy):
         h, c = (np.asarray(s, dtype=np.float32) for s in self._state_columns(input_batch))
         if self._np_encoder:
             x = np.tanh(_numpy_forward(self._np_encoder, x, np.tanh))
-        i, f, g, o = (x @ wx + h @ wh + b for wx, wh, b in self._np_gates)
+        i, f, g, o = (x @ wx + h @ wh + bias for wx, wh, bias in self._np_gates)
         c_new = _sigmoid(f) * c
         c_new += _sigmoid(i) * np.tanh(g)
         h_new = _sigmoid(o) * np.tanh(c_new)
