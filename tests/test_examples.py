@@ -98,7 +98,7 @@ def test_ppo_cartpole_solves_seed_0(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_ppo_recurrent_solves_seed_0(tmp_path: Path) -> None:
     """The example's claim: with an LSTM, seed 0 reaches a mean return of 475 over the last
-    20 episodes of CartPole without velocities (65,536 env steps, about 25 s of CPU)."""
+    20 episodes of CartPole without velocities (65,536 env steps, about 21 s of CPU)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / "ppo_recurrent.py"), "--seed", "0"],
