@@ -194,9 +194,11 @@ def recurrent_cost(n: int, steps: int, rounds: int) -> None:
         "runner-mlp": rc.MLPPolicy(env.observation_space, env.action_space, seed=0),
         "runner-lstm": rc.LSTMPolicy(env.observation_space, env.action_space, seed=0),
     }
-    runs = take_turns(
-        {k: (lambda p=p: runner_rate(n, steps, p)) for k, p in policies.items()}, rounds
-    )
+
+    def rate(policy: rc.Policy) -> Callable[[], tuple[float, float]]:
+        return lambda: runner_rate(n, steps, policy)
+
+    runs = take_turns({k: rate(p) for k, p in policies.items()}, rounds)
     wall = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
     cpu = ratios([c for _, c in runs["runner-lstm"]], [c for _, c in runs["runner-mlp"]])
     print(
