@@ -317,30 +317,43 @@ def test_turn_based_agents_each_get_their_own_previous_state(cfg: dict) -> None:
 # -- the LSTM policy: recomputing from the stored states reproduces the batch -----------------
 
 
+def turn_based_env(ctx: rc.EnvContext) -> TurnTaking:
+    return TurnTaking()
+
+
 @pytest.mark.parametrize(
-    "cfg", [{}, {"num_env_workers": 2, "env_poll_size": 1}], ids=["in_process", "poll_1"]
+    ("env", "cfg"),
+    [
+        ("CartPole-v1", {}),
+        ("CartPole-v1", {"num_env_workers": 2, "env_poll_size": 1}),
+        (turn_based_env, {"observation_filter": "MeanStdFilter"}),  # uids of unit scale
+    ],
+    ids=["in_process", "poll_1", "turn_based"],
 )
-def test_lstm_recomputation_from_stored_states_reproduces_the_batch(cfg: dict) -> None:
-    env = gym.make("CartPole-v1")
-    policy = rc.LSTMPolicy(env.observation_space, env.action_space, vf_head=True, seed=3)
+def test_lstm_recomputation_from_stored_states_reproduces_the_batch(env: Any, cfg: dict) -> None:
+    obs_space = gym.spaces.Box(-10, 10, (3,)) if callable(env) else gym.make(env).observation_space
+    policy = rc.LSTMPolicy(obs_space, gym.spaces.Discrete(2), vf_head=True, seed=3)
     config = rc.RunnerConfig(num_envs=4, rollout_fragment_length=30, seed=3, **cfg)
-    runner = rc.EnvRunner("CartPole-v1", policy, config=config)
+    runner = rc.EnvRunner(env, policy, config=config)
     try:
-        batches = [runner.sample() for _ in range(2)]
+        samples = [runner.sample() for _ in range(2)]
     finally:
         runner.stop()
-    for batch in batches:
-        seq = rc.chop_into_sequences(batch, 7)
-        with torch.no_grad():
-            dist, _, values = policy.model.forward_sequences(
-                torch.from_numpy(seq["obs"]),
-                [torch.from_numpy(seq["state_in_0"]), torch.from_numpy(seq["state_in_1"])],
-                torch.from_numpy(seq.mask),
+    for sample in samples:
+        batches = getattr(sample, "policy_batches", {"default_policy": sample}).values()
+        for batch in batches:  # a multi-agent policy batch: pieces per agent_index too
+            seq = rc.chop_into_sequences(batch, 7)
+            with torch.no_grad():
+                dist, _, values = policy.model.forward_sequences(
+                    torch.from_numpy(seq["obs"]),
+                    [torch.from_numpy(seq["state_in_0"]), torch.from_numpy(seq["state_in_1"])],
+                    torch.from_numpy(seq.mask),
+                )
+            unpadded = seq.unpad(dist.numpy())
+            np.testing.assert_allclose(unpadded, batch["action_dist_inputs"], rtol=0, atol=1e-5)
+            np.testing.assert_allclose(
+                seq.unpad(values.numpy()), batch["vf_preds"], rtol=0, atol=1e-5
             )
-        np.testing.assert_allclose(
-            seq.unpad(dist.numpy()), batch["action_dist_inputs"], rtol=0, atol=1e-5
-        )
-        np.testing.assert_allclose(seq.unpad(values.numpy()), batch["vf_preds"], rtol=0, atol=1e-5)
 
 
 def test_inference_under_an_env_id_carries_the_lstm_state_from_call_to_call() -> None:
