@@ -25,6 +25,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pettingzoo
 import pytest
 import torch
 
@@ -249,8 +250,6 @@ def test_a_replaced_worker_starts_its_episodes_from_the_initial_state() -> None:
 
 
 # -- turn-based PettingZoo agents -----------------------------------------------------------
-
-pettingzoo = pytest.importorskip("pettingzoo")
 
 
 class TurnTaking(pettingzoo.AECEnv):
