@@ -52,6 +52,7 @@ from rlconnect.connectors import (
     registered_connectors,
 )
 from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
+from rlconnect.deploy import DeployedPolicy, export_onnx, export_policy, load_policy
 from rlconnect.distributed import RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
@@ -61,6 +62,7 @@ from rlconnect.errors import (
     EnvCheckError,
     EnvError,
     EnvTimeoutError,
+    ExportError,
     PolicyError,
     RunnerStateError,
     UnknownConnectorError,
@@ -73,7 +75,7 @@ from rlconnect.offline import (
     read_batches,
     write_batches,
 )
-from rlconnect.policy import Policy, RandomPolicy, register_policy
+from rlconnect.policy import Policy, RandomPolicy, UnknownPolicyError, register_policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 
 if TYPE_CHECKING:
@@ -105,12 +107,14 @@ __all__ = [
     "ConnectorContext",
     "ConvertToNumpy",
     "CropObservations",
+    "DeployedPolicy",
     "EnvCheckError",
     "EnvContext",
     "EnvError",
     "EnvRunner",
     "EnvTimeoutError",
     "Episode",
+    "ExportError",
     "ExternalEnv",
     "ExternalMultiAgentEnv",
     "FlattenObservations",
@@ -142,6 +146,7 @@ __all__ = [
     "TorchPolicy",
     "TransposeImage",
     "UnknownConnectorError",
+    "UnknownPolicyError",
     "UnsquashActions",
     "check_pipeline",
     "chop_into_sequences",
@@ -149,8 +154,11 @@ __all__ = [
     "default_action_pipeline",
     "default_agent_pipeline",
     "estimate_off_policy",
+    "export_onnx",
+    "export_policy",
     "get_connector",
     "load_pipeline",
+    "load_policy",
     "read_batches",
     "register_connector",
     "register_lambda",

@@ -8,6 +8,7 @@ __all__ = [
     "EnvCheckError",
     "EnvError",
     "EnvTimeoutError",
+    "ExportError",
     "PolicyError",
     "RunnerStateError",
     "UnknownConnectorError",
@@ -41,6 +42,11 @@ class UnknownConnectorError(KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0]) if self.args else ""
+
+
+class ExportError(Exception):
+    """A policy cannot be exported in the asked form: its kind cannot be rebuilt by name, or
+    a pipeline member or model has no ONNX form; the message names it and what to do."""
 
 
 class EnvError(RuntimeError):

@@ -42,6 +42,8 @@ from rlconnect.errors import CheckpointError, UnknownConnectorError
 __all__ = [
     "PIPELINE_FORMAT",
     "PIPELINE_FORMAT_VERSIONS",
+    "build_pipeline",
+    "check_pipeline_state",
     "describe_pipeline_file",
     "load_pipeline",
     "load_statistics",
@@ -90,7 +92,15 @@ def load_pipeline(path: Path, ctx: ConnectorContext) -> ConnectorPipeline:
     listing the registered names) for a connector that is not registered, and
     ``FileNotFoundError`` for a missing file.
     """
-    state = _read_state(path)
+    return build_pipeline(_read_state(path), ctx, f"pipeline {os.fspath(path)!r}")
+
+
+def build_pipeline(
+    state: Mapping[str, Any], ctx: ConnectorContext, where: str
+) -> ConnectorPipeline:
+    """Rebuild a pipeline from a state checked by ``check_pipeline_state``, through the
+    connector registry; ``CheckpointError`` naming ``where`` and the member that rejects its
+    params, ``UnknownConnectorError`` (unwrapped) for an unregistered connector."""
     cls = _KINDS[state["kind"]]
     try:
         return cls.from_state(ctx, state)
@@ -98,7 +108,7 @@ def load_pipeline(path: Path, ctx: ConnectorContext) -> ConnectorPipeline:
         raise
     except Exception as exc:  # a connector's own validation: name the member that failed
         reason = _blame(ctx, state, exc)
-        raise CheckpointError(f"cannot load pipeline {os.fspath(path)!r}: {reason}") from exc
+        raise CheckpointError(f"cannot load {where}: {reason}") from exc
 
 
 def load_statistics(path: Path) -> dict[str, dict[str, Any]]:
@@ -144,9 +154,16 @@ def describe_pipeline_file(path: Path) -> dict[str, Any]:
 def _read_state(path: Path) -> dict[str, Any]:
     """The validated pipeline state (structure only; no connector is built)."""
     _, state = load_nest(path, format_name=PIPELINE_FORMAT, versions=PIPELINE_FORMAT_VERSIONS)
+    return check_pipeline_state(state, f"pipeline {os.fspath(path)!r}")
+
+
+def check_pipeline_state(state: Any, where: str) -> dict[str, Any]:
+    """``state`` if it has the shape of a pipeline's ``to_state()`` (kind, version, members
+    with string names, connector names and object params), else ``CheckpointError``
+    naming ``where``. No connector is built."""
 
     def fail(msg: str) -> CheckpointError:
-        return CheckpointError(f"cannot load pipeline {os.fspath(path)!r}: {msg}")
+        return CheckpointError(f"cannot load {where}: {msg}")
 
     if not isinstance(state, dict) or not isinstance(state.get("members"), list):
         raise fail("the structure is not an object with a 'members' list")

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from rlconnect.batches import SampleBatch
 from rlconnect.batches.take import take_rows
-from rlconnect.connectors import ActionData
+from rlconnect.connectors.policy_step import respond
 from rlconnect.envs.external import apply_logged_actions
 from rlconnect.errors import PolicyError, describe_exception
 from rlconnect.policy import Policy
@@ -105,14 +104,9 @@ def act(
             policy, logged, env_ids, agent_ids, actions, fetches
         )
     t1 = clock()
-    outputs = {"actions": actions, **fetches}
-    for i, s in enumerate(state_outs):
-        outputs[SampleBatch.state_out(i)] = s
-    out = ActionData.trusted(env_ids, agent_ids, dict(outputs))
-    agent_pipe = pipes.agent[pid]
-    if len(agent_pipe):
-        agent_pipe.on_policy_output(out)
-    env_actions = pipes.action[pid](out)["actions"]
+    outputs, env_actions = respond(
+        pipes.agent[pid], pipes.action[pid], env_ids, agent_ids, actions, state_outs, fetches
+    )
     if check is not None and not logged:  # never step an env with an action outside its space
         check(env_actions, env_ids, agent_ids)
     if timers is not None:

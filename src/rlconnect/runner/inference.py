@@ -21,45 +21,22 @@ distribution's mode.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import tree
 
-from rlconnect.connectors import AgentData
-from rlconnect.connectors.pipeline import ConnectorPipeline
+from rlconnect.connectors.policy_step import eval_mode, first_rows
 from rlconnect.episodes import Episode
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act
 from rlconnect.runner.pipelines import PolicyPipelines
-from rlconnect.spaces import stack_samples
 
 __all__ = ["INFERENCE_ENV_ID", "Inference", "eval_mode"]
 
 INFERENCE_ENV_ID = -1
 """The sub-env id of rows made by ``compute_actions`` (never a sampling sub-env)."""
-
-
-@contextlib.contextmanager
-def eval_mode(*pipes: ConnectorPipeline) -> Iterator[None]:
-    """Switch ``pipes`` to eval mode; restore each member's mode and the timings after."""
-    saved = [(pipe, pipe.ctx.is_training, [(c, c.is_training) for c in pipe]) for pipe in pipes]
-    with contextlib.ExitStack() as stack:
-        for pipe in pipes:
-            stack.enter_context(pipe.untimed())
-            pipe.in_eval()
-        try:
-            yield
-        finally:
-            for pipe, ctx_mode, members in saved:
-                for c, was_training in members:
-                    if was_training:
-                        c.in_training()
-                    else:
-                        c.in_eval()
-                pipe.ctx.is_training = ctx_mode
 
 
 class Inference:
@@ -134,22 +111,11 @@ class Inference:
         self, pid: str, agents: list[Any], obs: list[Any], explore: bool, eid: int
     ) -> list[Any]:
         pipe, action_pipe = self.pipes.agent[pid], self.pipes.action[pid]
-        n = len(agents)
-        env_ids = np.full(n, eid, dtype=np.int64)
-        infos = np.empty(n, dtype=object)
-        for i in range(n):
-            infos[i] = {}
-        cols = {
-            "obs": stack_samples(pipe.input_space, obs),
-            "rewards": np.zeros(n, dtype=np.float64),
-            "terminateds": np.zeros(n, dtype=bool),
-            "truncateds": np.zeros(n, dtype=bool),
-            "infos": infos,
-            "t": np.zeros(n, dtype=np.int64),
-        }
+        env_ids = np.full(len(agents), eid, dtype=np.int64)
+        data = first_rows(pipe.input_space, obs, env_ids, tuple(agents))
         try:
             with eval_mode(pipe, action_pipe):
-                data = pipe(AgentData(env_ids, tuple(agents), cols))
+                data = pipe(data)
                 _, env_actions = act(
                     pid,
                     self.policies[pid],
@@ -163,4 +129,4 @@ class Inference:
             if eid == INFERENCE_ENV_ID:
                 pipe.reset(eid)
                 action_pipe.reset(eid)
-        return [tree.map_structure(lambda a, i=i: a[i], env_actions) for i in range(n)]
+        return [tree.map_structure(lambda a, i=i: a[i], env_actions) for i in range(len(agents))]

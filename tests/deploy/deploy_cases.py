@@ -1,0 +1,115 @@
+"""Shared pieces of the deploy tests: a small registered recurrent policy, runners, and a
+player that feeds the same observations to a runner and to a deployed policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+import rlconnect as rc
+
+
+class TinyRecurrentModel(nn.Module):
+    """Two state tensors, like an LSTM's [h, c]: h' = tanh(Wx x + Wh h + c / 4), c' = c + h'."""
+
+    def __init__(self, in_dim: int, out_dim: int, cell: int) -> None:
+        super().__init__()
+        self.cell = cell
+        self.wx = nn.Linear(in_dim, cell)
+        self.wh = nn.Linear(cell, cell, bias=False)
+        self.head = nn.Linear(cell, out_dim)
+
+    def get_initial_state(self) -> list[torch.Tensor]:
+        return [torch.zeros(self.cell), torch.full((self.cell,), 0.5)]
+
+    def forward(self, obs: torch.Tensor, state: list[torch.Tensor]) -> Any:
+        x = obs.reshape(obs.shape[0], -1)
+        h = torch.tanh(self.wx(x) + self.wh(state[0]) + state[1] / 4)
+        return self.head(h), [h, state[1] + h]
+
+
+@rc.register_policy("TinyRecurrentPolicy")
+class TinyRecurrentPolicy(rc.TorchPolicy):
+    """A recurrent TorchPolicy rebuildable by name (its config holds every argument)."""
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: dict | None = None,
+        *,
+        cell: int = 8,
+        seed: int | None = None,
+    ) -> None:
+        from rlconnect.policy import ActionDistSpec
+
+        with torch.random.fork_rng():
+            torch.manual_seed(0 if seed is None else seed)
+            model = TinyRecurrentModel(
+                int(np.prod(observation_space.shape)), ActionDistSpec(action_space).width, cell
+            )
+        self.cell = cell
+        super().__init__(model, observation_space, action_space, config, seed=seed)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "cell": self.cell}
+
+
+def policy_space(env: gym.Env, framestack: int | None = None) -> gym.spaces.Box:
+    shape = env.observation_space.shape
+    shape = (framestack, *shape) if framestack else shape
+    return gym.spaces.Box(-np.inf, np.inf, shape, np.float32)
+
+
+def trained_runner(
+    env_id: str = "CartPole-v1", policy: str = "mlp", samples: int = 2, **cfg: Any
+) -> rc.EnvRunner:
+    """A runner whose filters have learned something (``samples`` batches in training)."""
+    env = gym.make(env_id)
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=50, seed=1, **cfg)
+    space = policy_space(env, cfg.get("framestack"))
+    kinds = {"mlp": rc.MLPPolicy, "rnn": TinyRecurrentPolicy}
+    r = rc.EnvRunner(env_id, kinds[policy](space, env.action_space, seed=3), config=config)
+    for _ in range(samples):
+        r.sample()
+    return r
+
+
+def assert_same_action(a: Any, b: Any) -> None:
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
+    np.testing.assert_array_equal(a, b)
+
+
+def play(
+    runner: rc.EnvRunner,
+    deployed: rc.DeployedPolicy,
+    env_id: str,
+    *,
+    episodes: int = 2,
+    max_steps: int = 80,
+    policy_id: str = rc.DEFAULT_POLICY_ID,
+) -> int:
+    """Whole episodes stepped with the deployed actions, each compared to the runner's
+    ``compute_single_action`` under one env id per episode; returns the steps played."""
+    env = gym.make(env_id)
+    steps = 0
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=100 + ep)
+        env_id_ = runner.config.num_envs + ep
+        for _ in range(max_steps):
+            expected = runner.compute_single_action(obs, policy_id=policy_id, env_id=env_id_)
+            action = deployed.compute_action(obs, session=("episode", ep))
+            assert_same_action(action, expected)
+            obs, _, terminated, truncated, _ = env.step(action)
+            steps += 1
+            if terminated or truncated:
+                break
+        runner.agent_pipeline(policy_id).reset(env_id_)
+        runner.action_pipeline(policy_id).reset(env_id_)
+        deployed.end_session(("episode", ep))
+    return steps
