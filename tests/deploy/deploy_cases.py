@@ -113,3 +113,70 @@ def play(
         runner.action_pipeline(policy_id).reset(env_id_)
         deployed.end_session(("episode", ep))
     return steps
+
+
+class OnnxEpisodes:
+    """Runs an exported ONNX model with onnxruntime as a deployment would: the states from
+    the metadata's initial values, fed back from call to call within an episode."""
+
+    def __init__(self, path: Any) -> None:
+        import json
+
+        import onnx
+        import onnxruntime as ort
+
+        meta = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+        self.interface = json.loads(meta["rlconnect"])
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.states: list[np.ndarray] = []
+        self.start()
+
+    def start(self) -> None:
+        self.states = [
+            np.asarray(i["initial"], dtype=i["dtype"])[None]
+            for i in self.interface["inputs"]
+            if i["name"].startswith("state_in_")
+        ]
+
+    def act(self, obs: Any, reward: float | None = None) -> np.ndarray:
+        names = [i["name"] for i in self.interface["inputs"]]
+        states = list(self.states)
+        inputs = self.interface["inputs"]
+        if reward is not None and len(inputs) > 1 and inputs[1]["meaning"].startswith("the reward"):
+            states[0] = np.array([reward], np.float32)
+        feeds = dict(zip(names, [np.asarray(obs)[None], *states]))
+        actions, *self.states = self.session.run(None, feeds)
+        return actions[0]
+
+
+def play_onnx(
+    deployed: rc.DeployedPolicy,
+    onnx_path: Any,
+    env_id: str,
+    *,
+    episodes: int = 2,
+    max_steps: int = 60,
+    rewards: bool = False,
+) -> int:
+    """Whole episodes stepped with the ONNX actions, compared with the deployed policy's
+    (discrete: equal; continuous: within 1e-5); returns the steps played."""
+    env, model, steps = gym.make(env_id), OnnxEpisodes(onnx_path), 0
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=200 + ep)
+        model.start()
+        reward = None
+        for _ in range(max_steps):
+            expected = deployed.compute_action(obs, session=ep, reward=reward)
+            action = model.act(obs, reward if rewards else None)
+            assert action.dtype == np.asarray(expected).dtype
+            if action.dtype.kind == "f":
+                np.testing.assert_allclose(action, expected, rtol=0, atol=1e-5)
+            else:
+                np.testing.assert_array_equal(action, expected)
+            obs, r, terminated, truncated, _ = env.step(action)
+            reward = float(r) if rewards else None
+            steps += 1
+            if terminated or truncated:
+                break
+        deployed.end_session(ep)
+    return steps

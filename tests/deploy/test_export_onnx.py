@@ -1,0 +1,235 @@
+"""export_onnx: one ONNX model, connectors and states included, run with onnxruntime over
+whole episodes against the deployed policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+
+import gymnasium as gym
+import numpy as np
+import onnx
+import pytest
+import torch
+from deploy_cases import OnnxEpisodes, play_onnx, trained_runner
+
+import rlconnect as rc
+from rlconnect.deploy.onnx_forms import BUILTIN_FORMS, ConnectorForm
+
+
+def test_cartpole_mlp_with_mean_std_filter(tmp_path):
+    runner = trained_runner(observation_filter="MeanStdFilter")
+    interface = rc.export_onnx(runner, tmp_path / "m.onnx")
+    rc.export_policy(runner, tmp_path / "p")
+    deployed = rc.load_policy(tmp_path / "p")
+    assert play_onnx(deployed, tmp_path / "m.onnx", "CartPole-v1", episodes=3) >= 15
+    meta = {p.key: p.value for p in onnx.load(str(tmp_path / "m.onnx")).metadata_props}
+    stored = json.loads(meta["rlconnect"])
+    assert stored == json.loads(json.dumps(interface))
+    assert set(stored) >= {"inputs", "outputs", "observation_space", "action_space"}
+    assert stored["inputs"] == [
+        {
+            "name": "obs",
+            "shape": ["batch", 4],
+            "dtype": "float32",
+            "meaning": "the raw observation from the env",
+            "initial": None,
+        }
+    ]
+    assert [(o["name"], o["dtype"]) for o in stored["outputs"]] == [("actions", "int64")]
+    assert rc.spaces.space_from_json(stored["observation_space"]) == deployed.observation_space
+
+
+def test_pendulum_with_frames_previous_actions_rewards_and_clipping(tmp_path):
+    def agent_pipeline(ctx):
+        return rc.AgentConnectorPipeline(
+            ctx,
+            [
+                rc.MeanStdFilter(ctx),
+                rc.ClipReward(ctx, limit=1.0),
+                rc.PrevActionsRewards(ctx),
+                rc.FrameStack(ctx, num_frames=3),
+            ],
+        )
+
+    env = gym.make("Pendulum-v1")
+    space = gym.spaces.Box(-np.inf, np.inf, (3, 3), np.float32)
+    runner = rc.EnvRunner(
+        "Pendulum-v1",
+        rc.MLPPolicy(space, env.action_space, seed=0),
+        config=rc.RunnerConfig(num_envs=1, rollout_fragment_length=30, seed=0, clip_actions=True),
+        agent_pipelines={"default_policy": agent_pipeline},
+    )
+    runner.sample()
+    interface = rc.export_onnx(runner, tmp_path / "m.onnx")
+    names = [(i["name"], i["dtype"], i["shape"]) for i in interface["inputs"]]
+    assert names == [
+        ("obs", "float32", ["batch", 3]),
+        ("state_in_0", "float32", ["batch"]),  # the reward
+        ("state_in_1", "float32", ["batch", 1]),  # the previous action
+        ("state_in_2", "bool", ["batch"]),
+        ("state_in_3", "float32", ["batch", 3, 3]),  # the frames
+        ("state_in_4", "bool", ["batch"]),
+    ]
+    assert [o["name"] for o in interface["outputs"]] == ["actions"] + [
+        f"state_out_{i}" for i in range(5)
+    ]
+    assert interface["inputs"][2]["initial"] == [0.0]
+    rc.export_policy(runner, tmp_path / "p")
+    deployed = rc.load_policy(tmp_path / "p")
+    assert play_onnx(deployed, tmp_path / "m.onnx", "Pendulum-v1", rewards=True) == 120
+
+
+def test_recurrent_model_state_over_whole_episodes(tmp_path):
+    runner = trained_runner(policy="rnn", observation_filter="MeanStdFilter", samples=1)
+    interface = rc.export_onnx(runner, tmp_path / "m.onnx")
+    states = [i for i in interface["inputs"] if i["name"].startswith("state_in")]
+    assert [(s["shape"], s["initial"][0]) for s in states] == [
+        (["batch", 8], 0.0),
+        (["batch", 8], 0.5),
+    ]
+    rc.export_policy(runner, tmp_path / "p")
+    deployed = rc.load_policy(tmp_path / "p")
+    assert play_onnx(deployed, tmp_path / "m.onnx", "CartPole-v1", episodes=3) >= 15
+
+
+def _source(obs_space, action_space, agent, action=None, policy=None):
+    """A minimal export source: one policy and its two pipelines."""
+    ctx = rc.ConnectorContext(obs_space, action_space, is_training=False)
+    agent_pipe = rc.AgentConnectorPipeline(ctx, [cls(ctx, **kw) for cls, kw in agent])
+    out = agent_pipe.output_space
+    policy = policy or rc.MLPPolicy(out, action_space, seed=1, hiddens=(16,))
+    ctx.initial_states = policy.get_initial_state()
+    agent_pipe = rc.AgentConnectorPipeline(ctx, [cls(ctx, **kw) for cls, kw in agent])
+    action_ctx = rc.ConnectorContext(obs_space, action_space, is_training=False)
+    action_pipe = rc.ActionConnectorPipeline(
+        action_ctx, [cls(action_ctx, **kw) for cls, kw in (action or [])]
+    )
+    return types.SimpleNamespace(
+        policies={"default_policy": policy},
+        agent_pipeline=lambda pid="default_policy": agent_pipe,
+        action_pipeline=lambda pid="default_policy": action_pipe,
+    )
+
+
+IMAGE = gym.spaces.Box(0, 255, (12, 10, 3), np.uint8)
+FLOAT_IMAGE = gym.spaces.Box(0.0, 1.0, (12, 10, 3), np.float32)
+VECTOR = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
+MOVE = gym.spaces.Box(-2.0, 1.0, (2,), np.float32)
+
+# one case per built-in connector with an ONNX form: (obs space, agent, action members)
+CASES = {
+    "FlattenObservations-Discrete": (
+        gym.spaces.Discrete(5, start=2),
+        [(rc.FlattenObservations, {})],
+        [],
+    ),
+    "FlattenObservations-MultiDiscrete": (
+        gym.spaces.MultiDiscrete([3, 4]),
+        [(rc.FlattenObservations, {})],
+        [],
+    ),
+    "FlattenObservations-MultiBinary": (
+        gym.spaces.MultiBinary(4),
+        [(rc.FlattenObservations, {})],
+        [],
+    ),
+    "FlattenObservations-Box": (gym.spaces.Box(-1, 1, (2, 3)), [(rc.FlattenObservations, {})], []),
+    "MeanStdFilter": (VECTOR, [(rc.MeanStdFilter, {"clip": 1.5})], []),
+    "ClipReward": (VECTOR, [(rc.ClipReward, {}), (rc.PrevActionsRewards, {})], []),
+    "FrameStack": (VECTOR, [(rc.FrameStack, {"num_frames": 3})], []),
+    "PrevActionsRewards": (VECTOR, [(rc.PrevActionsRewards, {})], []),
+    "Grayscale": (IMAGE, [(rc.Grayscale, {})], []),
+    "ScalePixels": (IMAGE, [(rc.ScalePixels, {})], []),
+    "CropObservations": (IMAGE, [(rc.CropObservations, {"top": 2, "left": 1, "right": 3})], []),
+    "TransposeImage": (IMAGE, [(rc.TransposeImage, {})], []),
+    "Resize": (FLOAT_IMAGE, [(rc.Resize, {"height": 5, "width": 4})], []),
+    "ConvertToNumpy": (VECTOR, [], [(rc.ConvertToNumpy, {})]),
+    "ImmutableActions": (VECTOR, [], [(rc.ImmutableActions, {})]),
+    "UnsquashActions": (VECTOR, [], [(rc.UnsquashActions, {})]),
+    "ClipActions": (VECTOR, [], [(rc.ClipActions, {})]),
+}
+
+
+def test_every_builtin_form_has_a_round_trip_case():
+    covered = {cls for _, agent, action in CASES.values() for cls, _ in agent + action}
+    assert set(BUILTIN_FORMS) - covered == {rc.StateBuffer}  # the recurrent tests cover it
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_connector_round_trip(case, tmp_path):
+    obs_space, agent, action = CASES[case]
+    src = _source(obs_space, MOVE, agent, action)
+    for c in src.agent_pipeline():
+        if isinstance(c, rc.MeanStdFilter):  # statistics that change the output
+            c.set_statistics(
+                {"count": np.float64(10), "mean": np.full(3, 0.5), "m2": np.full(3, 2.5)}
+            )
+    rc.export_onnx(src, tmp_path / "m.onnx")
+    rc.export_policy(src, tmp_path / "p")
+    deployed, model = rc.load_policy(tmp_path / "p"), OnnxEpisodes(tmp_path / "m.onnx")
+    obs_space.seed(3)
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        obs = obs_space.sample()
+        reward = float(rng.normal())
+        want = deployed.compute_action(obs, session="s", reward=reward)
+        got = model.act(obs, reward)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_members_without_an_onnx_form_raise_export_error_naming_them(tmp_path):
+    rc.register_lambda("double_for_onnx_test", lambda x: x * 2)
+    src = _source(VECTOR, MOVE, [(rc.AgentLambda, {"fn": "double_for_onnx_test"})])
+    with pytest.raises(rc.ExportError, match=r"'AgentLambda'.*onnx_form"):
+        rc.export_onnx(src, tmp_path / "m.onnx")
+    src = _source(
+        VECTOR, gym.spaces.Discrete(2), [], policy=rc.RandomPolicy(VECTOR, gym.spaces.Discrete(2))
+    )
+    with pytest.raises(rc.ExportError, match="RandomPolicy"):
+        rc.export_onnx(src, tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == []
+
+
+@rc.register_connector("ShiftForOnnxTest")
+class Shift(rc.ObservationConnector):
+    """A user connector with its own ONNX form."""
+
+    def __init__(self, ctx, by: float = 1.0):
+        super().__init__(ctx, by=by)
+        self.by = by
+
+    def transform(self, value):
+        return np.asarray(value, np.float32) + np.float32(self.by)
+
+    def onnx_form(self) -> ConnectorForm:
+        by = self.by
+
+        class ShiftForm(ConnectorForm):
+            def forward(self, cols, states):
+                return {**cols, "obs": cols["obs"].to(torch.float32) + by}, states
+
+        return ShiftForm()
+
+
+def test_a_user_connector_supplies_its_onnx_form(tmp_path):
+    src = _source(VECTOR, MOVE, [(Shift, {"by": 0.25}), (rc.MeanStdFilter, {})])
+    rc.export_onnx(src, tmp_path / "m.onnx")
+    rc.export_policy(src, tmp_path / "p")
+    deployed, model = rc.load_policy(tmp_path / "p"), OnnxEpisodes(tmp_path / "m.onnx")
+    for obs in np.random.default_rng(0).uniform(-2, 2, (5, 3)).astype(np.float32):
+        np.testing.assert_allclose(model.act(obs), deployed.compute_action(obs), atol=1e-5)
+
+
+def test_any_torch_policy_model_torch_can_export(tmp_path):
+    """export_onnx takes a TorchPolicy around an arbitrary module (export_policy cannot)."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    policy = rc.TorchPolicy(model, VECTOR, gym.spaces.Discrete(2), seed=0)
+    src = _source(VECTOR, gym.spaces.Discrete(2), [], policy=policy)
+    rc.export_onnx(src, tmp_path / "m.onnx")
+    runner_like = OnnxEpisodes(tmp_path / "m.onnx")
+    for obs in np.random.default_rng(1).uniform(-2, 2, (20, 3)).astype(np.float32):
+        want = policy.compute_single_action(obs, explore=False)[0]
+        assert runner_like.act(obs) == want
