@@ -33,7 +33,7 @@ from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.nest import decode_nest, encode_nest
 from rlconnect.errors import CheckpointError
 
-__all__ = ["load_nest", "save_nest"]
+__all__ = ["content_digest", "load_nest", "save_nest"]
 
 _LENGTH_BYTES = 8
 _METADATA = "__metadata__"
@@ -124,6 +124,15 @@ def unpack(
         return version, decode_nest(obj, arrays, where="structure")
     except CheckpointError as exc:
         raise fail(str(exc)) from None
+
+
+def content_digest(data: bytes) -> str:
+    """The SHA-256 recorded in a file's header (over its format, structure and arrays; the
+    header's own key order may differ between writes of the same content). Call on bytes
+    that ``unpack`` verified."""
+    n = int.from_bytes(data[:_LENGTH_BYTES], "little")
+    meta = json.loads(data[_LENGTH_BYTES : _LENGTH_BYTES + n])[_METADATA]
+    return str(meta["sha256"])
 
 
 def _read_header(data: bytes, fail: Any) -> dict[str, Any]:

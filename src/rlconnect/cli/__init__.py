@@ -3,7 +3,9 @@
 rlconnect sample  [--env CartPole-v1] [--num-envs 8] [--steps 20000] [--policy random|mlp]
                   [--observation-filter MeanStdFilter] [--preset atari] [--config run.toml]
                   [--seed 0] [--out DIR [--format parquet|rlb]] [--plot returns.svg]
-rlconnect inspect PATH   (a saved pipeline, batch files or folder, a checkpoint, a run folder)
+rlconnect inspect PATH   (a saved pipeline, batch files or folder, a checkpoint, a run folder,
+                          an exported policy file or ONNX model)
+rlconnect export RUN_OR_CHECKPOINT --out FILE [--onnx FILE] [--policy ID]
 rlconnect --version      (also: python -m rlconnect ...; a bare ``rlconnect`` prints help)
 
 ``sample`` collects with the default pipelines, draws progress on stderr (rich) and prints a

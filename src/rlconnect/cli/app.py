@@ -11,6 +11,7 @@ from typing import NoReturn
 
 from rlconnect.cli.describe import cmd_inspect
 from rlconnect.cli.errors import UsageError, missing_extra
+from rlconnect.cli.export import add_export_parser
 from rlconnect.cli.sample import cmd_sample
 
 
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
     i.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
     i.set_defaults(func=cmd_inspect)
+    add_export_parser(sub)
     return parser
 
 

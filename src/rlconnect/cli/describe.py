@@ -118,10 +118,15 @@ def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
 
 def _describe_file(path: str) -> dict[str, Any]:
     from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT
+    from rlconnect.deploy.policy_file import POLICY_FORMAT, describe_policy_file
     from rlconnect.errors import CheckpointError
     from rlconnect.offline import BATCH_FORMAT, summarize_batches
 
     fmt = peek_format(path)
+    if fmt is None and path.endswith(".onnx"):
+        from rlconnect.deploy.onnx_file import describe_onnx_file
+
+        return {"onnx": describe_onnx_file(path)}
     if fmt is None:
         raise CheckpointError(
             f"cannot load {path!r}: not an rlconnect file (no rlconnect header; damaged?)"
@@ -130,6 +135,8 @@ def _describe_file(path: str) -> dict[str, Any]:
         return {"pipeline": _add_std(_describe_pipeline(path))}
     if fmt[0] == BATCH_FORMAT:
         return {"batches": summarize_batches(path)}
+    if fmt[0] == POLICY_FORMAT:
+        return {"policy": describe_policy_file(path)}
     return {"file": _describe_container(path, fmt)}
 
 

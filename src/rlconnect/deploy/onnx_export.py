@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from rlconnect.checkpoints.atomic import atomic_write_bytes
+from rlconnect.deploy.onnx_file import METADATA_KEY
 from rlconnect.deploy.onnx_forms import ConnectorForm, StateSpec, form_of
 from rlconnect.deploy.sources import PolicySource
 from rlconnect.errors import ExportError
@@ -41,7 +42,6 @@ from rlconnect.spaces import describe_space, space_to_json
 
 __all__ = ["OnnxPolicy", "write_onnx"]
 
-METADATA_KEY = "rlconnect"
 _LEAF_OBS = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 
 

@@ -35,12 +35,13 @@ from rlconnect.checkpoints.pipelines import check_pipeline_state
 from rlconnect.deploy.sources import PolicySource
 from rlconnect.errors import CheckpointError, ExportError
 from rlconnect.policy import policy_kind
-from rlconnect.spaces import space_from_json, space_to_json
+from rlconnect.spaces import describe_space, space_from_json, space_to_json
 
 __all__ = [
     "POLICY_FORMAT",
     "POLICY_FORMAT_VERSIONS",
     "PolicyFile",
+    "describe_policy_file",
     "read_policy_file",
     "write_policy_file",
 ]
@@ -168,3 +169,58 @@ def read_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
         rlconnect_version=str(obj.get("rlconnect_version", "")),
         size=len(data),
     )
+
+
+def _show_arrays(value: Any) -> Any:
+    """A nest with arrays shown as ``dtype[shape]`` and their first values."""
+    import tree
+
+    def show(leaf: Any) -> Any:
+        if isinstance(leaf, np.ndarray):
+            flat = leaf.reshape(-1)
+            return {
+                "array": f"{leaf.dtype}{list(leaf.shape)}",
+                "values": flat[:8].tolist() + (["..."] if flat.size > 8 else []),
+            }
+        return leaf
+
+    return tree.map_structure(show, value)
+
+
+def describe_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A verified policy file as JSON values for people: spaces, pipelines (statistics
+    shown by their first values), policy kind, config and weight sizes, file size and
+    digest. Nothing is rebuilt, so unregistered kinds and connectors can be inspected too."""
+    from rlconnect.checkpoints.container import content_digest
+
+    f = read_policy_file(path)
+    with open(f.path, "rb") as fh:
+        digest = content_digest(fh.read())
+    values = sum(int(w.size) for w in f.weights.values())
+    nbytes = sum(int(w.nbytes) for w in f.weights.values())
+
+    def members(state: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"name": m["name"], "connector": m["connector"], **_show_arrays(m["params"])}
+            for m in state["members"]
+        ]
+
+    return {
+        "file": f.path,
+        "format": f"{POLICY_FORMAT} v{POLICY_FORMAT_VERSION}",
+        "size": f"{f.size:,} bytes",
+        "sha256": digest,
+        "rlconnect_version": f.rlconnect_version,
+        "policy_id": f.policy_id,
+        "observation_space": describe_space(f.observation_space),
+        "action_space": describe_space(f.action_space),
+        "agent_pipeline": members(f.agent_pipeline),
+        "policy": {
+            "kind": f.kind,
+            "config": f.config,
+            "observation_space": describe_space(f.policy_observation_space),
+            "action_space": describe_space(f.policy_action_space),
+            "weights": f"{values:,} values ({nbytes:,} bytes) in {len(f.weights)} arrays",
+        },
+        "action_pipeline": members(f.action_pipeline),
+    }

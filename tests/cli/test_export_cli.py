@@ -1,0 +1,69 @@
+"""``rlconnect export`` and ``rlconnect inspect`` on exported files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import rlconnect as rc
+from rlconnect.cli import main
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "run"
+    args = ["sample", "--steps", "400", "--num-envs", "2", "--fragment", "50", "--quiet"]
+    args += ["--observation-filter", "MeanStdFilter", "--seed", "0", "--out", str(out)]
+    assert main(args) == 0
+    return out
+
+
+def test_export_writes_both_forms_and_inspect_reads_them(run_folder, tmp_path, capsys):
+    capsys.readouterr()
+    policy, model = tmp_path / "cartpole.policy", tmp_path / "cartpole.onnx"
+    assert main(["export", str(run_folder), "--out", str(policy), "--onnx", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "cartpole.policy" in out and "cartpole.onnx" in out
+    deployed = rc.load_policy(policy)
+    runner = rc.EnvRunner.from_checkpoint(run_folder / "checkpoint", env="CartPole-v1")
+    obs = np.random.default_rng(0).normal(0, 0.3, (50, 4)).astype(np.float32)
+    assert deployed.compute_actions(obs) == [runner.compute_single_action(o) for o in obs]
+
+    assert main(["inspect", str(policy), "--json"]) == 0
+    desc = json.loads(capsys.readouterr().out)["policy"]
+    assert desc["policy_id"] == "default_policy" and desc["policy"]["kind"] == "MLPPolicy"
+    assert [m["name"] for m in desc["agent_pipeline"]] == ["MeanStdFilter"]
+    assert len(desc["sha256"]) == 64 and desc["size"].endswith("bytes")
+    assert desc["observation_space"].startswith("Box(")
+    assert main(["inspect", str(model)]) == 0
+    text = capsys.readouterr().out
+    assert "inputs" in text and "actions" in text and "MeanStdFilter" in text
+
+
+def test_usage_errors_exit_2_with_one_line(run_folder, tmp_path, capsys):
+    capsys.readouterr()
+    cases = [
+        (["export", str(tmp_path), "--out", str(tmp_path / "p")], "neither a runner checkpoint"),
+        (["export", str(run_folder), "--out", str(tmp_path / "p"), "--policy", "nope"], "nope"),
+        (["export", str(run_folder), "--out", str(tmp_path / "no" / "p")], "does not exist"),
+    ]
+    for args, words in cases:
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1, err
+    assert main(["export", str(run_folder), "--out", str(tmp_path / "p"), "--policy", "x"]) == 2
+    assert "['default_policy']" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+
+
+def test_inspect_a_damaged_policy_file_fails_with_one_line(run_folder, tmp_path, capsys):
+    policy = tmp_path / "p"
+    assert main(["export", str(run_folder), "--out", str(policy)]) == 0
+    data = bytearray(policy.read_bytes())
+    data[-3] ^= 0xFF
+    policy.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["inspect", str(policy)]) == 1
+    assert "checksum mismatch" in capsys.readouterr().err
