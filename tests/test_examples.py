@@ -42,6 +42,12 @@ EXPECTED = {
         "(worker_1, worker_policy):",
         "OK: per-policy batches chain per agent; metrics keyed by (agent, policy)",
     ],
+    "deploy.py": [
+        "exported default_policy: policy file",
+        "deployed: DeployedPolicy('default_policy', MLPPolicy",
+        "ONNX in a fresh process (no torch) returns: [",
+        "OK: the same returns from the runner, the policy file and the ONNX model",
+    ],
     "custom_connector.py": [
         "AgentConnectorPipeline(MeanStdFilter -> RewardStdScale): passed output_in_space",
         "reloaded: AgentConnectorPipeline(MeanStdFilter -> RewardStdScale)",
