@@ -233,3 +233,31 @@ def test_any_torch_policy_model_torch_can_export(tmp_path):
     for obs in np.random.default_rng(1).uniform(-2, 2, (20, 3)).astype(np.float32):
         want = policy.compute_single_action(obs, explore=False)[0]
         assert runner_like.act(obs) == want
+
+
+@pytest.mark.slow
+def test_pong_with_the_atari_preset(tmp_path):
+    """The Atari preset (env-side frames, ClipReward, FrameStack of uint8 frames): the
+    runner, the policy file and the ONNX model agree step by step."""
+    from rlconnect.envs.atari import make_atari_env
+
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    config = rc.RunnerConfig(num_envs=1, rollout_fragment_length=20, seed=0, preset="atari")
+    pong = make_atari_env("ALE/Pong-v5")
+    runner = rc.EnvRunner(
+        "ALE/Pong-v5",
+        rc.MLPPolicy(space, pong.action_space, seed=0, hiddens=(16,)),
+        config=config,
+    )
+    runner.sample()
+    assert runner.agent_pipeline().names == ["ClipReward", "FrameStack"]
+    rc.export_policy(runner, tmp_path / "pong.policy")
+    rc.export_onnx(runner, tmp_path / "pong.onnx")
+    deployed, model = rc.load_policy(tmp_path / "pong.policy"), OnnxEpisodes(tmp_path / "pong.onnx")
+    assert deployed.observation_space == pong.observation_space
+    obs, _ = pong.reset(seed=5)
+    for _ in range(60):
+        want = runner.compute_single_action(obs, env_id=7)
+        got = deployed.compute_action(obs, session=7)
+        assert got == want and model.act(obs) == want
+        obs, *_ = pong.step(got)
