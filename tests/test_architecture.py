@@ -22,7 +22,15 @@ STILL_LONG = {
 }
 
 #: layers above the runner: it never imports them, not even inside a function
-UPPER_LAYERS = ("rlconnect.offline", "rlconnect.serve", "rlconnect.distributed", "rlconnect.cli")
+UPPER_LAYERS = (
+    "rlconnect.offline",
+    "rlconnect.serve",
+    "rlconnect.distributed",
+    "rlconnect.cli",
+    "rlconnect.deploy",
+)
+#: what deploy/ may read of the runner: a checkpoint's files, never its loop
+RUNNER_FILES_FOR_DEPLOY = ("rlconnect.runner.checkpoint_load", "rlconnect.runner.checkpoint_format")
 
 
 def _modules(folder: Path) -> list[Path]:
@@ -60,6 +68,18 @@ def test_the_runner_imports_no_upper_layer():
         if module.startswith(UPPER_LAYERS)
     ]
     assert not bad, f"runner/ imports an upper layer: {bad}"
+
+
+def test_deploy_reads_only_the_runners_checkpoint_files():
+    """A deployed policy is built on checkpoints, connectors and policies, not the loop."""
+    deploy = RUNNER.parent / "deploy"
+    bad = [
+        f"{p.name}:{line} {module}"
+        for p in _modules(deploy)
+        for line, module, _ in _imports(p)
+        if module.startswith("rlconnect.runner") and module not in RUNNER_FILES_FOR_DEPLOY
+    ]
+    assert _modules(deploy) and not bad, f"deploy/ imports the runner: {bad}"
 
 
 def test_runner_has_no_mixin_stubs():
