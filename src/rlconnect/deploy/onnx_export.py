@@ -20,6 +20,7 @@ where ``initial`` is each state's value at an episode's start (one row, nested l
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -134,9 +135,7 @@ def _check_policy(src: PolicySource) -> TorchPolicy:
     return policy
 
 
-def _interface(
-    src: PolicySource, module: OnnxPolicy, specs: list[StateSpec], sample: np.ndarray
-) -> dict[str, Any]:
+def _interface(src: PolicySource, specs: list[StateSpec], sample: np.ndarray) -> dict[str, Any]:
     def entry(name: str, shape: tuple, dtype: Any, meaning: str, initial: Any) -> dict:
         return {
             "name": name,
@@ -252,6 +251,18 @@ def _restore_unused_inputs(model: Any, inputs: list[dict[str, Any]]) -> None:
     graph.input.extend(declared)
 
 
+def _example_feeds(obs_space: gym.Space, specs: list[StateSpec]) -> dict[str, np.ndarray]:
+    """Three rows to trace and check with: sampled observations (from a copy of the space,
+    so the env's own sampling stream is left alone) and every state's initial value."""
+    space = copy.deepcopy(obs_space)
+    space.seed(0)
+    feeds = {"obs": np.stack([np.asarray(space.sample()) for _ in range(3)])}
+    for i, spec in enumerate(specs):
+        init = np.asarray(spec.initial)
+        feeds[f"state_in_{i}"] = np.broadcast_to(init, (3, *init.shape)).copy()
+    return feeds
+
+
 def write_onnx(
     src: PolicySource, path: str | os.PathLike[str], *, opset: int | None
 ) -> dict[str, Any]:
@@ -263,26 +274,17 @@ def write_onnx(
     inner = OnnxPolicy(policy, agent, action).eval()
     module = _WithRewardEcho(inner).eval()
     specs = _state_specs(inner)
-    rng = np.random.default_rng(0)
-    obs_space = src.agent_pipeline.input_space
-    obs_space.seed(int(rng.integers(1 << 31)))
-    sample = np.stack([np.asarray(obs_space.sample()) for _ in range(3)])
-    feeds = {"obs": sample}
-    for i, spec in enumerate(specs):
-        init = np.asarray(spec.initial)
-        feeds[f"state_in_{i}"] = np.broadcast_to(init, (3, *init.shape)).copy()
+    feeds = _example_feeds(src.agent_pipeline.input_space, specs)
     names_out = ["actions", *(f"state_out_{i}" for i in range(len(specs)))]
     args = tuple(torch.from_numpy(v) for v in feeds.values())
     try:
         data = _trace(module, args, list(feeds), names_out, opset)
-    except ExportError:
-        raise
     except Exception as exc:  # the tracer or exporter met an operation without an ONNX form
         raise ExportError(
             f"policy {src.policy_id!r}: torch.onnx cannot export the model "
             f"{type(policy.model).__name__}: {type(exc).__name__}: {str(exc)[:300]}"
         ) from exc
-    interface = _interface(src, inner, specs, sample)
+    interface = _interface(src, specs, feeds["obs"])
     model = onnx.load_from_string(data)
     _restore_unused_inputs(model, interface["inputs"])
     entry = model.metadata_props.add()

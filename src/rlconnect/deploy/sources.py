@@ -22,7 +22,7 @@ from rlconnect.connectors import (
     ConnectorContext,
 )
 from rlconnect.errors import CheckpointError
-from rlconnect.policy import Policy, policy_from_spec
+from rlconnect.policy import Policy, UnknownPolicyError, policy_from_spec
 
 __all__ = ["PolicySource", "find_checkpoint", "resolve"]
 
@@ -92,11 +92,16 @@ def _from_checkpoint(path: str | os.PathLike[str], policy_id: str) -> PolicySour
             "cannot be rebuilt by name: register its class with rc.register_policy(name, "
             "cls) before saving, or export the live runner with rc.export_onnx"
         )
-    policy = policy_from_spec(rec.kind, rec.observation_space, rec.action_space, rec.kwargs)
     try:
+        policy = policy_from_spec(rec.kind, rec.observation_space, rec.action_space, rec.kwargs)
         policy.set_weights(rec.weights)
-    except ValueError as exc:
-        raise CheckpointError(f"checkpoint {ck.path!r}: policy {policy_id!r}: {exc}") from None
+    except UnknownPolicyError:
+        raise
+    except Exception as exc:  # the class's own validation of the saved kwargs and weights
+        raise CheckpointError(
+            f"checkpoint {ck.path!r}: policy {policy_id!r}: cannot rebuild {rec.kind} from its "
+            f"saved spec and weights: {type(exc).__name__}: {exc}"
+        ) from None
     ctx = ConnectorContext.from_policy(
         policy, observation_space=rec.env_observation_space, policy_id=policy_id
     )
