@@ -11,6 +11,7 @@ is a usage error (exit 2, one line).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     _check_target(args.out, "--out")
     if args.onnx:
         _check_target(args.onnx, "--onnx")
+        missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise UsageError(f"--onnx needs {missing}: pip install 'rlconnect[onnx]'")
     size = rc.export_policy(checkpoint, args.out, policy_id=args.policy)
     print(f"wrote {args.out} ({size:,} bytes): policy {args.policy!r} with its pipelines")
     if args.onnx:

@@ -289,6 +289,7 @@ def write_onnx(
     _restore_unused_inputs(model, interface["inputs"])
     entry = model.metadata_props.add()
     entry.key, entry.value = METADATA_KEY, json.dumps(interface)
+    onnx.checker.check_model(model)
     data = model.SerializeToString()
     _check(data, module, feeds)
     atomic_write_bytes(path, data)
