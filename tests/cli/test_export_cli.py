@@ -40,6 +40,8 @@ def test_export_writes_both_forms_and_inspect_reads_them(run_folder, tmp_path, c
     assert main(["inspect", str(model)]) == 0
     text = capsys.readouterr().out
     assert "inputs" in text and "actions" in text and "MeanStdFilter" in text
+    assert main(["inspect", str(tmp_path), "--json"]) == 0  # a folder of exported files
+    assert set(json.loads(capsys.readouterr().out)) == {"cartpole.policy", "cartpole.onnx"}
 
 
 def test_usage_errors_exit_2_with_one_line(run_folder, tmp_path, capsys):

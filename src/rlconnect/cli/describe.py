@@ -221,7 +221,11 @@ def describe_path(path: str) -> dict[str, Any]:
             out["checkpoint"] = _describe_checkpoint(candidate)
             break
     if not out:
-        pipelines = [f for f in sorted(p.iterdir()) if f.is_file() and peek_format(str(f))]
+        pipelines = [
+            f
+            for f in sorted(p.iterdir())
+            if f.is_file() and (f.suffix == ".onnx" or peek_format(str(f)))
+        ]
         for f in pipelines:
             out[f.name] = _describe_file(str(f))
     if not out:
