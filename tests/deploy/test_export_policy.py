@@ -60,6 +60,8 @@ def test_batches_and_no_session_calls(cartpole, tmp_path):
     assert deployed.compute_actions(list(obs), sessions=list("abcdefg")) == expected
     assert [deployed.compute_action(o) for o in obs] == expected
     assert sorted(deployed.sessions) == list("abcdefg")
+    mixed = deployed.compute_actions(obs[:3], sessions=[None, "h", None])
+    assert mixed == expected[:3] and "h" in deployed.sessions and None not in deployed.sessions
     with pytest.raises(ValueError, match="more than once"):
         deployed.compute_actions(obs[:2], sessions=["x", "x"])
     assert "x" not in deployed.sessions

@@ -99,9 +99,10 @@ class DeployedPolicy:
         explore: bool = False,
     ) -> list[Any]:
         """One env action per row of ``obs_batch`` (a stacked batch of the observation
-        space, or a list of observations), row ``i`` for ``sessions[i]`` (each at most once
-        per call). Bad input raises before any session changes: ``EnvCheckError`` naming
-        the field for observations and rewards, ValueError for repeated sessions."""
+        space, or a list of observations), row ``i`` for ``sessions[i]`` (each at most
+        once per call; None: a fresh episode start for that row). Bad input raises before
+        any session changes: ``EnvCheckError`` naming the field for observations and
+        rewards, ValueError for repeated sessions."""
         rows = None if sessions is None else len(sessions)
         with self._lock:
             obs = check_observations(self.observation_space, obs_batch, rows)
@@ -130,18 +131,20 @@ class DeployedPolicy:
     def _env_ids(
         self, sessions: Sequence[Hashable] | None, n: int
     ) -> tuple[np.ndarray, list[Hashable]]:
-        """Pipeline row ids: a session's own id (>= 0), or -1 - i for a row without one;
-        and the sessions this call opens."""
+        """Pipeline row ids: a session's own id (>= 0), or -1 - i for a row without one
+        (``sessions`` None, or a None entry); and the sessions this call opens."""
         if sessions is None:
             return -1 - np.arange(n, dtype=np.int64), []
         if isinstance(sessions, str | bytes) or not isinstance(sessions, Sequence):
             raise TypeError(f"sessions must be a list of session keys, got {type(sessions)}")
-        if len(set(sessions)) != len(sessions):
+        named = [s for s in sessions if s is not None]
+        if len(set(named)) != len(named):
             raise ValueError(f"a session appears more than once in one call: {list(sessions)}")
-        opened = [s for s in sessions if s not in self._sessions]
+        opened = [s for s in named if s not in self._sessions]
         for s in opened:
             self._sessions[s] = next(self._next_id)
-        return np.array([self._sessions[s] for s in sessions], dtype=np.int64), opened
+        ids = [-1 - i if s is None else self._sessions[s] for i, s in enumerate(sessions)]
+        return np.array(ids, dtype=np.int64), opened
 
     def _step(
         self, obs: Any, env_ids: np.ndarray, rewards: np.ndarray | None, explore: bool
