@@ -13,6 +13,9 @@ EXTRA_OF_MODULE = {
     "ale_py": "atari",
     "cv2": "atari",
     "envpool": "envpool",
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
+    "onnxscript": "onnx",
 }
 """Top-level module -> the rlconnect extra that installs it."""
 
