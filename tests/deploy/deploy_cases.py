@@ -72,7 +72,12 @@ def trained_runner(
     env = gym.make(env_id)
     config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=50, seed=1, **cfg)
     space = policy_space(env, cfg.get("framestack"))
-    kinds = {"mlp": rc.MLPPolicy, "rnn": TinyRecurrentPolicy}
+    kinds: dict[str, Any] = {
+        "mlp": rc.MLPPolicy,
+        "rnn": TinyRecurrentPolicy,
+        "lstm": lambda *a, **kw: rc.LSTMPolicy(*a, hiddens=(16,), cell_size=8, **kw),
+        "lstm_vf": lambda *a, **kw: rc.LSTMPolicy(*a, cell_size=8, vf_head=True, **kw),
+    }
     r = rc.EnvRunner(env_id, kinds[policy](space, env.action_space, seed=3), config=config)
     for _ in range(samples):
         r.sample()

@@ -94,6 +94,18 @@ def test_recurrent_model_state_over_whole_episodes(tmp_path):
     assert play_onnx(deployed, tmp_path / "m.onnx", "CartPole-v1", episodes=3) >= 15
 
 
+@pytest.mark.parametrize("kind", ["lstm", "lstm_vf"])
+def test_lstm_policy_with_explicit_state(kind, tmp_path):
+    runner = trained_runner(policy=kind, observation_filter="MeanStdFilter", samples=1)
+    interface = rc.export_onnx(runner, tmp_path / "m.onnx")
+    states = [i for i in interface["inputs"] if i["name"].startswith("state_in")]
+    assert [(s["shape"], s["dtype"]) for s in states] == [(["batch", 8], "float32")] * 2
+    assert all(s["initial"] == [0.0] * 8 for s in states)  # [h, c] zeros at the start
+    rc.export_policy(runner, tmp_path / "p")
+    deployed = rc.load_policy(tmp_path / "p")
+    assert play_onnx(deployed, tmp_path / "m.onnx", "CartPole-v1", episodes=3) >= 15
+
+
 def _source(obs_space, action_space, agent, action=None, policy=None):
     """A minimal export source: one policy and its two pipelines."""
     ctx = rc.ConnectorContext(obs_space, action_space, is_training=False)

@@ -114,6 +114,19 @@ def test_recurrent_policy_over_whole_episodes(tmp_path):
     assert carried != fresh
 
 
+@pytest.mark.parametrize("kind", ["lstm", "lstm_vf"])
+def test_lstm_policy_over_whole_episodes_from_a_checkpoint(kind, tmp_path):
+    """The built-in LSTMPolicy (state [h, c]) rebuilt from its spec, value head included."""
+    runner = trained_runner(policy=kind, observation_filter="MeanStdFilter", samples=1)
+    runner.save_checkpoint(tmp_path / "ck")
+    rc.export_policy(tmp_path / "ck", tmp_path / "lstm.policy")
+    deployed = rc.load_policy(tmp_path / "lstm.policy")
+    assert isinstance(deployed.policy, rc.LSTMPolicy)
+    saved = {k: v for k, v in runner.policies["default_policy"].get_config().items() if k != "seed"}
+    assert {k: deployed.policy.get_config()[k] for k in saved} == saved  # seed: load's own
+    assert play(runner, deployed, "CartPole-v1", episodes=3, max_steps=60) >= 15
+
+
 def test_several_policies(tmp_path):
     from deploy_cases import policy_space
 
