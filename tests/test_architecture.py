@@ -13,13 +13,6 @@ RUNNER = PACKAGE / "runner"
 #: a function in these folders reads on one screen
 SHORT_FUNCTION_FOLDERS = ("runner", "envs")
 MAX_FUNCTION_LINES = 60
-#: functions still over the limit, each to be split; the test fails once one is short, so
-#: the list only shrinks
-STILL_LONG = {
-    "runner/kernel.py:StepKernel.step",
-    "runner/kernel.py:StepKernel._act",
-    "runner/runner.py:EnvRunner.__init__",
-}
 
 #: layers above the runner: it never imports them, not even inside a function
 UPPER_LAYERS = (
@@ -140,7 +133,4 @@ def test_functions_read_on_one_screen():
         for name, n in _function_lengths(p).items()
     }
     long = {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}
-    new = {name: n for name, n in long.items() if name not in STILL_LONG}
-    assert not new, f"functions over {MAX_FUNCTION_LINES} lines: {new}"
-    fixed = sorted(STILL_LONG - set(long))
-    assert not fixed, f"now short (or gone): take them off STILL_LONG: {fixed}"
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"

@@ -9,6 +9,7 @@ from test_workers_async import check_episodes
 
 import rlconnect as rc
 from rlconnect.envs.envpool_env import EnvPoolEnv, default_threads
+from rlconnect.testing import recording
 
 envpool = pytest.importorskip("envpool")  # the optional extra (installed with "dev")
 
@@ -285,11 +286,10 @@ def test_envpool_runs_pack_rows_while_the_pool_steps_and_give_the_same_batches()
     what batches leave a few items per poll (BaseEnv.steps_while_recording); its batches
     and metrics are those of the same runner without either."""
     runs = []
-    for pack in (True, False):
-        r = runner(n=5, frag=40)
-        recorder = r._kernel.recorder
-        assert recorder.pack and recorder.leftovers.hold  # EnvPool's default
-        recorder.pack = recorder.leftovers.hold = pack
+    for steps_while_recording in (None, False):  # EnvPool's default, or as other envs
+        with recording(steps_while_recording=steps_while_recording):
+            r = runner(n=5, frag=40)
+        assert r.env.steps_while_recording
         runs.append(sample(r, 4))
     (packed, metrics), (plain, plain_metrics) = runs
     assert metrics == plain_metrics

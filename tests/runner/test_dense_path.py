@@ -9,17 +9,25 @@ import pytest
 from cases import CounterEnv, EpisodeLog
 
 import rlconnect as rc
-from rlconnect.runner.recorder import BLOCK_POLLS
+from rlconnect.runner import recorder
+from rlconnect.testing import recording
 
 
-def _run(dense: bool, env, policy_fn, samples: int, block: int = BLOCK_POLLS, pack=False, **cfg):
+def _run(dense: bool, env, policy_fn, samples: int, block: int = 0, pack=False, **cfg):
+    """Sample with dense polls buffered in blocks (of ``block`` polls, 0: the default) or
+    every poll recorded on its own; ``pack``: as an env stepping while the runner records."""
     callbacks = EpisodeLog()
-    runner = rc.EnvRunner(env, policy_fn(), config=rc.RunnerConfig(**cfg), callbacks=callbacks)
-    recorder = runner._kernel.recorder  # blocks of dense polls, or every poll on its own
-    recorder.block_polls = block if dense else 1
-    recorder.pack = pack  # blocks' array columns copied into arrays as they come (EnvPool's)
-    batches = [runner.sample() for _ in range(samples)]
-    assert (recorder.blocks_handed_over > 0) == dense  # the fast path really ran (or not)
+    handed = []  # the blocks handed to the collectors
+    hand_over = recorder.RowBlock.hand_over
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recorder.RowBlock, "hand_over", lambda b, *a: handed.append(hand_over(b, *a)))
+        if block:
+            patch.setattr(recorder, "BLOCK_POLLS", block)
+        with recording(blocks=dense, steps_while_recording=pack):
+            config = rc.RunnerConfig(**cfg)
+            runner = rc.EnvRunner(env, policy_fn(), config=config, callbacks=callbacks)
+        batches = [runner.sample() for _ in range(samples)]
+    assert bool(handed) == dense  # the fast path really ran (or not)
     out = (batches, runner.get_metrics(), callbacks.events, runner.perf_stats())
     runner.stop()
     return out
@@ -262,7 +270,6 @@ def test_episodes_made_after_the_actions_equal_those_made_before():
         policy.mode = mode
         config = rc.RunnerConfig(num_envs=3, rollout_fragment_length=6, seed=5)
         runner = rc.EnvRunner(lambda ctx: CounterEnv(length=4), policy, mapping, config, callbacks)
-        assert runner._kernel._late_episodes == (mode == "late")
         out = [runner.sample() for _ in range(3)], runner.get_metrics(), calls
         runner.stop()
         return out

@@ -6,9 +6,11 @@ import gc
 import weakref
 
 import gymnasium as gym
+import pytest
 
 import rlconnect as rc
 from rlconnect.runner.leftovers import Leftovers
+from rlconnect.testing import recording
 
 
 class _Thing:
@@ -35,23 +37,35 @@ def test_release_lets_go_of_a_share_of_what_is_held():
     assert len(passing) == 0
 
 
-def test_a_runner_frees_its_old_episodes_and_blocks_a_few_per_poll():
+class _Ended(rc.Callbacks):
+    """Weak references to every ended episode, per batch."""
+
+    def __init__(self) -> None:
+        self.refs: list[list[weakref.ref]] = [[]]
+
+    def on_episode_end(self, *, episode, **kwargs) -> None:
+        self.refs[-1].append(weakref.ref(episode))
+
+
+@pytest.mark.parametrize("steps_while_recording", [False, True])
+def test_a_runner_frees_its_old_episodes(steps_while_recording):
+    """Held a few per poll (an env stepping while the runner records) or freed at once,
+    the episodes of early batches go: nothing piles up."""
     env = gym.make("CartPole-v1")
     cfg = rc.RunnerConfig(num_envs=4, rollout_fragment_length=25, seed=0)
-    runner = rc.EnvRunner(
-        "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=cfg
-    )
-    leftovers = runner._kernel.recorder.leftovers
-    assert not leftovers.hold  # gymnasium envs: freed at once, as EnvPool's are not
-    leftovers.hold = True
-    runner.sample()
-    early = [weakref.ref(ep) for _, ep in runner._kernel.trajectories._owners.values()]
-    sizes = []
+    ended = _Ended()
+    with recording(steps_while_recording=steps_while_recording):
+        runner = rc.EnvRunner(
+            "CartPole-v1",
+            rc.RandomPolicy(env.observation_space, env.action_space),
+            config=cfg,
+            callbacks=ended,
+        )
     for _ in range(30):
         runner.sample()
-        sizes.append(len(leftovers))
+        ended.refs.append([])
     runner.get_metrics()
-    runner.stop()
     gc.collect()
-    assert early and all(r() is None for r in early)  # episodes of the first batch: freed
-    assert max(sizes) < 600  # a batch leaves ~200 items: they do not pile up
+    early = [r for refs in ended.refs[:20] for r in refs]
+    assert early and all(r() is None for r in early)  # episodes of early batches: freed
+    runner.stop()

@@ -18,6 +18,7 @@ from rlconnect.envs.rows import EnvRows
 from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
 from rlconnect.runner.callbacks import Callbacks
+from rlconnect.runner.trajectories import TrajectoryIds
 
 __all__ = ["MAX_METRICS", "EpisodeHooks", "EpisodeTracker"]
 
@@ -69,6 +70,11 @@ class EpisodeTracker:
     their trajectories there. ``connector_resets()`` gives the ``reset(env_id)`` of every
     connector that keeps per-episode state; each ended episode's sub-env is passed to them
     last, so that state is dropped.
+
+    Single-agent episodes get their trajectory from ``trajectories`` when they begin. With
+    one policy and no ``on_episode_created`` nothing reads a new episode's id or object
+    before the poll's actions are out, so ``begin`` only sets their lengths and
+    ``actions_sent()`` makes the rest: in time an env that steps meanwhile (EnvPool) runs.
     """
 
     def __init__(
@@ -76,13 +82,19 @@ class EpisodeTracker:
         num_envs: int,
         *,
         multi_agent: bool,
+        single_policy: bool,
         mapping_fn: Callable[..., str],
         first_id: int,
         hooks: EpisodeHooks,
+        trajectories: TrajectoryIds,
         on_close: Callable[[list[tuple[int, Episode]], bool], None],
         connector_resets: Callable[[], list[Callable[[int], None]]],
     ) -> None:
         self.multi_agent = multi_agent
+        self.trajectories = trajectories
+        #: new episodes are made once the poll's actions are out (see the class docstring)
+        self._after_send = not multi_agent and single_policy and not hooks.on_created
+        self._unmade: tuple[list[int], list[int]] | None = None  # (new, firsts) to make
         self.episodes: list[Episode | None] = [None] * num_envs
         self.length = np.zeros(num_envs, dtype=np.int64)
         self.ret = np.zeros(num_envs, dtype=np.float64)  # single-agent returns
@@ -127,6 +139,54 @@ class EpisodeTracker:
             if create:
                 self.create(new)
         return new
+
+    def begin(self, rows: EnvRows, full: bool) -> list[int]:
+        """Open the episodes that begin at this poll and advance the lengths (and the
+        single-agent returns) of the sub-envs that stepped; returns the sub-envs whose
+        episode begins (``full``: row i is sub-env i)."""
+        env_ids, stepped = rows.env_ids, rows.stepped
+        all_stepped = full and len(stepped) == len(env_ids)  # then no row is a first one
+        firsts: list[int] = []
+        if not all_stepped and np.count_nonzero(rows.is_first):
+            first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
+            firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
+            new = self.open(firsts, create=not self._after_send)
+            if self._after_send:
+                self._unmade = (new, firsts)
+            elif not self.multi_agent:
+                self._open_trajectories(firsts)
+        if self.multi_agent:
+            for e in np.unique(env_ids).tolist():
+                if self.episodes[e] is None:
+                    self.open([e])
+        if all_stepped:
+            self.length += 1
+        else:
+            self.length[stepped] += 1
+        if self.multi_agent:  # (their returns are the episodes' own, per agent)
+            return firsts
+        if full:
+            self.ret += rows.rewards
+        else:
+            self.ret[env_ids] += rows.rewards  # one row per sub-env
+        return firsts
+
+    def actions_sent(self) -> None:
+        """The poll's actions are out: make the episodes ``begin`` left to make now."""
+        if self._unmade is not None:
+            new, firsts = self._unmade
+            self._unmade = None
+            self.create(new)
+            self._open_trajectories(firsts)
+
+    def _open_trajectories(self, env_ids: list[int]) -> None:
+        """Single-agent: a new trajectory for the episode of each of ``env_ids``."""
+        ids = self.trajectories.open_single(env_ids)
+        self.trajectories.own(ids, DEFAULT_AGENT_ID, [self[e] for e in env_ids])
+
+    def ids(self, env_ids: np.ndarray, full: bool) -> np.ndarray:
+        """The episode id of each sub-env in ``env_ids`` (``full``: every sub-env in order)."""
+        return self.eps_id.copy() if full else self.eps_id[env_ids]
 
     def create(self, env_ids: list[int]) -> list[Episode]:
         """The ids, counters and ``Episode`` objects of episodes just opened in

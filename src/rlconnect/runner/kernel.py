@@ -1,30 +1,33 @@
 """The step kernel: everything one poll's rows cause, written once.
 
-``StepKernel.step(rows)`` takes the rows of one ``env.poll()`` (dense or not, single- or
-multi-agent, from any env adapter) through
+``StepKernel.step(rows)`` takes the rows of one ``env.poll()`` (single- or multi-agent,
+from any env adapter) through named phases, in order:
 
-1. screening: sub-envs that raised or returned bad data are restarted or named
+1. ``_screen``: sub-envs that raised or returned bad data are restarted or named
    (``SubEnvFaults``), non-finite values are caught (``check_finite``), the first polls
    are checked against the spaces (``check_env``);
-2. episodes: first observations open episodes, lengths advance, the horizon truncates
-   (``EpisodeTracker``; agents of multi-agent envs in ``MultiAgentBook``);
-3. per policy, one batched pass: the agent pipeline, for the rows that act the policy and
-   the action pipeline (``act``) and the env actions, then the record (``Recorder``);
-4. the env-step log, the episode callbacks, and the end and reset of finished episodes.
+2. ``_open_episodes``: first observations open episodes, lengths and returns advance, the
+   horizon truncates (``EpisodeTracker``; agents of multi-agent envs in
+   ``MultiAgentBook``); what the rows say is derived once, as ``PollFacts``;
+3. per policy, ``_act``: the agent pipeline, then for the rows that go on the policy and
+   the action pipeline (``act``), and the env actions sent; a ``PolicyStep`` each;
+4. ``env.all_actions_sent()`` (an env that steps as one batch starts it here), then
+   ``_record`` of every policy's rows and outputs (``Recorder``) while it steps;
+5. ``_finish``: the env-step log, the episode callbacks, the end and reset of finished
+   episodes.
 
-Dense single-agent polls take the same steps as arrays over all rows (no per-row Python);
-the recorder then buffers them and hands whole blocks to the collectors.
+Every poll takes these phases. How rows are kept (buffered polls, arrays packed as they
+come) is the recorder's business, when new episodes are made the episode tracker's.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.batches.take import take_rows
 from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.connectors import AgentData
@@ -52,6 +55,57 @@ ENDLESS_EPISODE_STEPS = 1_000_000
 ENDLESS_CHECK_EVERY = 1024
 
 
+class PollFacts(NamedTuple):
+    """What one poll's rows say, derived once and read by every phase of its step."""
+
+    poll: int  #: the poll's number
+    rows: EnvRows  #: the rows, screened
+    full: bool  #: row i is sub-env i (single-agent rows of every sub-env)
+    firsts: list[int]  #: sub-envs whose episode begins at this poll
+    obs: Any  #: the observations the agent pipelines get (``observation_fn`` applied)
+    terminateds: np.ndarray  #: per row (the horizon truncates)
+    truncateds: np.ndarray
+    done: np.ndarray  #: per row: its trajectory ends with it (it does not act)
+    some_done: bool  #: whether any row is done
+    done_envs: Mapping[int, tuple[bool, bool]]  #: sub-envs whose episode ends: its flags
+    agent_steps: np.ndarray | None  #: multi-agent: transitions each sub-env completed
+
+
+class PolicyStep:
+    """One policy's part of a poll: its rows as the agent pipeline made them, and then
+    what the policy answered (``outputs``; ``acted``: the rows that acted, None: all)."""
+
+    __slots__ = (
+        "acted",
+        "agent_ids",
+        "agent_index",
+        "data",
+        "done",
+        "env_ids",
+        "obs",
+        "outputs",
+        "pid",
+        "traj",
+    )
+
+    def __init__(
+        self,
+        pid: str,
+        data: AgentData,
+        env_ids: np.ndarray,
+        agent_ids: tuple,
+        traj: np.ndarray | None,
+        agent_index: np.ndarray | int,
+        done: np.ndarray,
+        obs: Any,
+    ) -> None:
+        self.pid, self.data, self.env_ids, self.agent_ids = pid, data, env_ids, agent_ids
+        #: trajectory ids (None: single-agent, read from the episodes when recorded)
+        self.traj, self.agent_index, self.done, self.obs = traj, agent_index, done, obs
+        self.outputs: dict[str, Any] | None = None
+        self.acted: np.ndarray | None = None
+
+
 class StepKernel:
     """The sampling loop's state and its one step (see the module docstring)."""
 
@@ -71,14 +125,24 @@ class StepKernel:
         self.collectors, self.timers = collectors, timers
         self.multi = env.is_multi_agent
         self.poll_index = 0
-        self.recorder = Recorder(collectors, pack=env.steps_while_recording)
+        self._pids = list(policies)
+        self._one_pid = self._pids[0] if len(self._pids) == 1 else ""  # "": several
+        self.recorder = Recorder(
+            collectors,
+            #: one policy's rows, no per-step hook or soft horizon reading them meanwhile
+            blocks=not self.multi and bool(self._one_pid) and not config.soft_horizon
+            and not hooks.on_step,
+            steps_while_recording=env.steps_while_recording,
+        )  # fmt: skip
         self.trajectories = TrajectoryIds(n, self.recorder.leftovers)  # owners freed per poll
         self.episodes = EpisodeTracker(
             n,
             multi_agent=self.multi,
+            single_policy=bool(self._one_pid),
             mapping_fn=mapping_fn,
             first_id=config.worker_index << 40,
             hooks=hooks,
+            trajectories=self.trajectories,
             on_close=self._close_episodes,
             connector_resets=pipes.episode_resets,
         )
@@ -87,17 +151,7 @@ class StepKernel:
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
         self._checks_left = CHECKED_POLLS if config.check_env else 0
-        self._pids = list(policies)
-        self._one_pid = self._pids[0] if len(self._pids) == 1 else ""  # "": several
         self._action_checks = {pid: ActionCheck(env, p, pid) for pid, p in policies.items()}
-        #: dense polls may be recorded in blocks: one policy, no per-step hook or soft horizon
-        self.blockable = (
-            not self.multi and len(self._pids) == 1 and not config.soft_horizon
-        ) and not hooks.on_step
-        #: one policy, one agent, no ``on_episode_created``: new episodes' ids, objects and
-        #: trajectories are made once the poll's actions are out (nothing reads them before)
-        self._late_episodes = not self.multi and bool(self._one_pid) and not hooks.on_created
-        self._not_done: np.ndarray = np.zeros(0, dtype=bool)
         self._runner = hooks.runner  # what user functions are shown as ``worker=``
         self._on_step = hooks.on_step
         self._check_finite = config.check_finite
@@ -129,101 +183,29 @@ class StepKernel:
             recorder.flush()
 
     def step(self, rows: EnvRows) -> None:
-        """Everything one poll's rows cause: episodes, connectors, recording, actions."""
+        """Everything one poll's rows cause, phase by phase (see the module docstring)."""
         poll = self.poll_index
         self.poll_index += 1
-        if self.faults.restart or rows.errors or self._checks_left:
-            rows = self._screen(rows, poll)
-        elif self._check_finite and len(rows.env_ids):  # the common case, without a call
-            check_finite(rows, poll, self.episodes.length)
-        env_ids = rows.env_ids
-        n = len(env_ids)
-        if not n and not rows.extra_rewards:
+        rows = self._screen(rows, poll)
+        if not len(rows.env_ids) and not rows.extra_rewards:
             return
-        episodes, multi = self.episodes, self.multi
-        full = rows.dense and n == len(episodes.length)  # row i is sub-env i
-        stepped = rows.stepped
-        all_stepped = full and len(stepped) == n  # then no row is a first observation
-        firsts: list[int] = []
-        trajs = range(0)
-        if not all_stepped and np.count_nonzero(rows.is_first):
-            first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
-            firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
-            new = episodes.open(firsts, create=not self._late_episodes)
-            if not multi and not self._late_episodes:
-                trajs = self.trajectories.open_single(firsts)
-        if multi:
-            for e in np.unique(env_ids).tolist():
-                if not episodes.is_open(e):
-                    episodes.open([e])
-        if all_stepped:
-            episodes.length += 1
-        else:
-            episodes.length[stepped] += 1
-        horizon = self.config.horizon
-        if horizon is None:
-            terminateds, truncateds, done_envs = rows.terminateds, rows.truncateds, rows.done_envs
-        else:
-            terminateds, truncateds, done_envs = episodes.horizon_flags(rows, stepped, horizon)
-        agent_steps = np.zeros(len(episodes.length), dtype=np.int64) if multi else None
-        obs = rows.obs
-        if agent_steps is not None:
-            if done_envs:
-                terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
-            self.book.add_rewards(rows, poll, agent_steps)
-            fn = self.config.observation_fn
-            if fn is not None:
-                obs = self.book.observation_fn(
-                    rows, fn, worker=self._runner, base_env=self.env, policies=self.policies
-                )
-        elif full:
-            episodes.ret += rows.rewards
-        else:
-            episodes.ret[env_ids] += rows.rewards  # one row per sub-env
-        block = self.blockable and rows.dense
-        if not done_envs:
-            done = self._none_done(n) if block else terminateds | truncateds
-        else:
-            done = terminateds | truncateds
-            if not rows.dense or np.count_nonzero(done) != len(done_envs):  # dense: 1 row/env
-                done |= np.isin(env_ids, list(done_envs))
-        flags = (terminateds, truncateds, done)
-        one, eps = self._one_pid, None
-        full_one = full and bool(one)  # then per-env arrays copied are columns
-        if one:  # every row is the one policy's
-            if n:
-                acted = self._act(one, None, rows, obs, flags, block, agent_steps, full_one)
-                self.env.all_actions_sent()
-                if firsts and self._late_episodes:  # the actions are out: made only now
-                    episodes.create(new)
-                    trajs = self.trajectories.open_single(firsts)
-                eps = episodes.eps_id.copy() if full_one else None
-                self._record(acted, poll, eps)
-        else:
-            for pid, idx in self._groups(rows):
-                acted = self._act(pid, idx, rows, obs, flags, block, agent_steps, False)
-                self._record(acted, poll, None)
-            self.env.all_actions_sent()
-        step_eps = eps if eps is not None and all_stepped else episodes.eps_id[stepped]
-        if agent_steps is not None:
-            for e in sorted(done_envs):
-                self.book.close_open_agents(e, done_envs[e], poll, agent_steps)
-            episodes.agent_steps += agent_steps
-            self.recorder.env_steps(poll, stepped, step_eps, agent_steps[stepped])
-        else:
-            self.recorder.env_steps(poll, stepped, step_eps, 1)
-        if firsts:
-            if trajs:
-                self.trajectories.own(trajs, DEFAULT_AGENT_ID, [episodes[e] for e in firsts])
-            episodes.fire_start(firsts)
-        if self._on_step:
-            episodes.fire_step(stepped)
-        if done_envs:
-            self._finish(rows, done_envs)
+        facts = self._open_episodes(rows, poll)
+        steps = [self._act(pid, idx, facts) for pid, idx in self._policy_rows(facts)]
+        t0 = time.perf_counter()
+        self.env.all_actions_sent()  # an env that steps as one batch starts here
+        self._secs["mean_env_wait_ms"] += time.perf_counter() - t0
+        self.episodes.actions_sent()
+        for policy_step in steps:
+            self._record(policy_step, facts)
+        self._finish(facts)
 
-    # -- parts of a step ------------------------------------------------------------------
+    # -- the phases of a step -------------------------------------------------------------
     def _screen(self, rows: EnvRows, poll: int) -> EnvRows:
         """Restart or name failed sub-envs; check values (and, early on, spaces)."""
+        if not (self.faults.restart or rows.errors or self._checks_left):
+            if self._check_finite and len(rows.env_ids):  # the common case
+                check_finite(rows, poll, self.episodes.length)
+            return rows
         restart = self.faults.restart
         if restart and len(rows):  # bad outputs are failures too: screen them
             bad = bad_rows(self.env, rows, full=bool(self._checks_left))
@@ -249,82 +231,62 @@ class StepKernel:
             if self.config.check_env:  # a rebuilt env is checked again
                 self._checks_left = max(self._checks_left, 2)
 
-    def _none_done(self, n: int) -> np.ndarray:
-        """A shared all-False ``done`` column of ``n`` rows (read-only)."""
-        if len(self._not_done) != n:
-            self._not_done = np.zeros(n, dtype=bool)
-            self._not_done.flags.writeable = False
-        return self._not_done
+    def _open_episodes(self, rows: EnvRows, poll: int) -> PollFacts:
+        """Episodes begin and advance; the rows' flags (horizon included), what ends."""
+        full = rows.dense and len(rows.env_ids) == len(self.episodes.length)
+        firsts = self.episodes.begin(rows, full)
+        horizon = self.config.horizon
+        if horizon is None:
+            terminateds, truncateds, done_envs = rows.terminateds, rows.truncateds, rows.done_envs
+        else:
+            flags = self.episodes.horizon_flags(rows, rows.stepped, horizon)
+            terminateds, truncateds, done_envs = flags
+        obs, agent_steps = rows.obs, None
+        if self.multi:
+            agent_steps = np.zeros(len(self.episodes.length), dtype=np.int64)
+            if done_envs:
+                terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
+            self.book.add_rewards(rows, poll, agent_steps)
+            fn = self.config.observation_fn
+            if fn is not None:
+                obs = self.book.observation_fn(
+                    rows, fn, worker=self._runner, base_env=self.env, policies=self.policies
+                )
+        done = terminateds | truncateds
+        if done_envs and (not rows.dense or np.count_nonzero(done) != len(done_envs)):
+            done |= np.isin(rows.env_ids, list(done_envs))  # (dense: one row per sub-env)
+        # single-agent rows are done only where an episode ends
+        some_done = bool(done_envs) if not self.multi else bool(np.count_nonzero(done))
+        return PollFacts(
+            poll, rows, full, firsts, obs, terminateds, truncateds, done, some_done,
+            done_envs, agent_steps,
+        )  # fmt: skip
 
-    def _groups(self, rows: EnvRows) -> list[tuple[str, np.ndarray]]:
-        """Row indices per policy (several policies: each row's agent is mapped)."""
+    def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
+        """Each policy's rows of the poll (None: every row; one policy maps no rows)."""
+        if self._one_pid:
+            return [(self._one_pid, None)] if len(facts.rows.env_ids) else []
         groups: dict[str, list[int]] = {}
+        rows = facts.rows
         for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
             groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
         return [(pid, np.asarray(ix, dtype=np.int64)) for pid, ix in groups.items()]
 
-    def _act(
-        self,
-        pid: str,
-        idx: np.ndarray | None,
-        rows: EnvRows,
-        obs: Any,
-        flags: tuple[np.ndarray, np.ndarray, np.ndarray],
-        block: bool,
-        agent_steps: np.ndarray | None,
-        full: bool,
-    ) -> tuple:
-        """The rows of one policy up to the env actions: the agent pipeline, then the
-        policy, the action pipeline and the env actions for the rows that are not done
-        (``flags``: terminated, truncated, and done for every row of the poll; ``full``:
-        row i is sub-env i). Returns what ``_record`` records once the actions are out."""
+    def _act(self, pid: str, idx: np.ndarray | None, facts: PollFacts) -> PolicyStep:
+        """The rows ``idx`` of policy ``pid`` (None: all) through its agent pipeline; then,
+        for the rows that are not done, the policy and the action pipeline, and the env
+        actions sent."""
         t0 = time.perf_counter()
-        pipe = self.pipes.agent[pid]
-        connectors = len(pipe)
-        terminateds, truncateds, done = flags
-        env_ids, agent_ids, rewards, infos = rows.env_ids, rows.agent_ids, rows.rewards, rows.infos
-        if idx is not None:  # this policy's rows of the poll
-            members = idx.tolist()
-            env_ids, rewards = env_ids[idx], rewards[idx]
-            terminateds, truncateds, done = terminateds[idx], truncateds[idx], done[idx]
-            agent_ids = tuple(agent_ids[i] for i in members)
-            infos = [infos[i] for i in members]
-        if rows.stacked:
-            obs = obs if idx is None else take_rows(obs, idx)
-        else:
-            picked = obs if idx is None else [obs[i] for i in members]
-            obs = stack_samples(pipe.input_space, picked)
-        traj: np.ndarray | None = None  # single-agent: the trajectories are read when recorded
-        agent_index: np.ndarray | int = 0
-        if agent_steps is not None:
-            traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
-            rewards = rewards + self.book.take_pending(env_ids, agent_ids)
-            agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
-        cols = {
-            "obs": obs,
-            "rewards": rewards,
-            "terminateds": terminateds,
-            "truncateds": truncateds,
-            "infos": shared_infos(infos) if connectors else infos,
-            "t": self.episodes.length.copy() if full else self.episodes.length[env_ids],
-        }
-        data = AgentData.trusted(env_ids, agent_ids, cols)
-        if connectors:
-            data = pipe(data)
-        record = dict(data.columns)
-        if agent_steps is not None:
-            self.book.mark_closed(env_ids, agent_ids, done)
+        step = self._agent_rows(pid, idx, facts)
         self._secs["mean_raw_obs_processing_ms"] += time.perf_counter() - t0
-        acted = (pid, record, env_ids, traj, agent_index, done, obs, block)
-        # act for the rows that are not done (the shared none-done column: every row)
-        inputs: Any = data
-        where: np.ndarray | None = None
-        if done is not self._not_done and np.count_nonzero(done):
-            where = ~done
-            if not np.count_nonzero(where):
-                return (*acted, None, None)
+        inputs: Any = step.data
+        env_ids, agent_ids = step.env_ids, step.agent_ids
+        if facts.some_done and np.count_nonzero(step.done):  # act for the rows that go on
+            step.acted = ~step.done
+            if not np.count_nonzero(step.acted):
+                return step
             inputs, env_ids, agent_ids = live_rows(
-                data.columns, env_ids, agent_ids, where, multi=self.multi
+                step.data.columns, env_ids, agent_ids, step.acted, multi=self.multi
             )
         cfg = self.config
         outputs, env_actions = act(
@@ -336,42 +298,106 @@ class StepKernel:
             agent_ids,
             explore=cfg.explore,
             check=self._action_checks[pid],
-            logged=getattr(rows, "logged_actions", None),
+            logged=getattr(facts.rows, "logged_actions", None),
             timers=self.timers,
         )
         if cfg.record_env_actions:
             outputs["env_actions"] = env_actions
+        step.outputs = outputs
         t0 = time.perf_counter()
         self.env.send_actions(env_ids, agent_ids, env_actions)
         self._secs["mean_env_wait_ms"] += time.perf_counter() - t0
-        return (*acted, outputs, where)
+        return step
 
-    def _record(self, acted: tuple, poll: int, eps: np.ndarray | None) -> None:
-        """Record what ``_act`` did, once the actions are out (envs stepping elsewhere
-        start meanwhile). ``eps``: the episode id of every sub-env when the rows are a full
-        poll of one policy (row i is sub-env i), else None."""
-        pid, record, env_ids, traj, agent_index, done, obs, block, outputs, where = acted
+    def _agent_rows(self, pid: str, idx: np.ndarray | None, facts: PollFacts) -> PolicyStep:
+        """Policy ``pid``'s rows ``idx`` (None: all) through its agent pipeline."""
+        rows, pipe = facts.rows, self.pipes.agent[pid]
+        env_ids, agent_ids, rewards, infos = rows.env_ids, rows.agent_ids, rows.rewards, rows.infos
+        terminateds, truncateds, done, obs = (
+            facts.terminateds,
+            facts.truncateds,
+            facts.done,
+            facts.obs,
+        )
+        if idx is not None:  # this policy's rows of the poll
+            members = idx.tolist()
+            env_ids, rewards = env_ids[idx], rewards[idx]
+            terminateds, truncateds, done = terminateds[idx], truncateds[idx], done[idx]
+            agent_ids = tuple(agent_ids[i] for i in members)
+            infos = [infos[i] for i in members]
+        if rows.stacked:
+            obs = obs if idx is None else take_rows(obs, idx)
+        else:
+            obs = stack_samples(pipe.input_space, obs if idx is None else [obs[i] for i in members])
+        traj: np.ndarray | None = None  # single-agent: read when recorded
+        agent_index: np.ndarray | int = 0
+        agent_steps = facts.agent_steps
+        if agent_steps is not None:
+            traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
+            rewards = rewards + self.book.take_pending(env_ids, agent_ids)
+            agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
+        lengths = self.episodes.length
+        cols = {
+            "obs": obs,
+            "rewards": rewards,
+            "terminateds": terminateds,
+            "truncateds": truncateds,
+            "infos": shared_infos(infos) if len(pipe) else infos,
+            "t": lengths.copy() if idx is None and facts.full else lengths[env_ids],
+        }
+        data = AgentData.trusted(env_ids, agent_ids, cols)
+        if len(pipe):
+            data = pipe(data)
+        if agent_steps is not None:
+            self.book.mark_closed(env_ids, agent_ids, done)
+        return PolicyStep(pid, data, env_ids, agent_ids, traj, agent_index, done, obs)
+
+    def _record(self, step: PolicyStep, facts: PollFacts) -> None:
+        """Record one policy's rows and outputs, once every action is out (an env that
+        steps elsewhere starts meanwhile)."""
+        env_ids, whole = step.env_ids, facts.full and len(step.env_ids) == len(facts.rows.env_ids)
+        record = dict(step.data.columns)
+        traj = step.traj
         if traj is None:
             of_env = self.trajectories.of_env
-            traj = of_env.copy() if eps is not None else of_env[env_ids]
-        record["eps_id"] = eps if eps is not None else self.episodes.eps_id[env_ids]
+            traj = of_env.copy() if whole else of_env[env_ids]
+        record["eps_id"] = self.episodes.ids(env_ids, whole)
         record["env_id"] = env_ids
-        record["agent_index"] = agent_index
+        record["agent_index"] = step.agent_index
         if self.config.keep_raw_obs:
-            record["raw_obs"] = obs
-        self.recorder.rows(pid, traj, poll, record, done, block=block)
-        if outputs is not None:
-            self.recorder.outputs(pid, outputs, where)
+            record["raw_obs"] = step.obs
+        self.recorder.rows(step.pid, traj, facts.poll, record, step.done, dense=facts.rows.dense)
+        if step.outputs is not None:
+            self.recorder.outputs(step.pid, step.outputs, step.acted)
 
-    def _finish(self, rows: EnvRows, done_envs: Mapping[int, tuple[bool, bool]]) -> None:
-        """End finished episodes and reset their sub-envs (or start anew, soft horizon)."""
-        cfg = self.config
+    def _finish(self, facts: PollFacts) -> None:
+        """The env-step log, the episode callbacks, and the end and reset of finished
+        episodes (or a new start without a reset, soft horizon)."""
+        rows, done_envs, episodes, poll = facts.rows, facts.done_envs, self.episodes, facts.poll
+        stepped = rows.stepped
+        all_stepped = facts.full and len(stepped) == len(rows.env_ids)
+        step_eps = episodes.ids(stepped, all_stepped)
+        agent_steps = facts.agent_steps
+        if agent_steps is not None:
+            for e in sorted(done_envs):
+                self.book.close_open_agents(e, done_envs[e], poll, agent_steps)
+            episodes.agent_steps += agent_steps
+            self.recorder.env_steps(poll, stepped, step_eps, agent_steps[stepped])
+        else:
+            self.recorder.env_steps(poll, stepped, step_eps, 1)
+        if facts.firsts:
+            episodes.fire_start(facts.firsts)
+        if self._on_step:
+            episodes.fire_step(stepped)
+        if not done_envs:
+            return
         if self.faults.restart:  # a completed episode ends a sub-env's failure streak
             self.faults.episodes_completed(done_envs)
         ended = sorted(done_envs)
-        self.episodes.end(ended)
+        episodes.end(ended)
+        soft_horizon = self.config.soft_horizon
         for e in ended:  # the soft horizon starts anew without resetting the env
-            soft = cfg.soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
+            soft = soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
             (self.env.soft_reset if soft else self.env.try_reset)(e)
 
     def _close_episodes(self, ended: list[tuple[int, Episode]], faulty: bool) -> None:

@@ -7,9 +7,9 @@ poll in a :class:`RowBlock` and hands ``BLOCK_POLLS`` polls to the collectors as
 chunk: one concatenation per column instead of one chunk per poll. Anything recorded
 directly first flushes the block, and so does ``flush()`` (called before a batch is built
 or an episode is dropped), so the collectors always hold what per-poll recording would
-have given them; ``tests/runner/test_dense_path.py`` compares both batch for batch.
+have given them.
 
-With an env that steps while the runner records (``Recorder(pack=True)``: EnvPool) the
+With an env that steps while the runner records (``BaseEnv.steps_while_recording``) the
 block also copies each poll's array columns into arrays made once per batch as the poll
 comes (:class:`PackedColumns`), so handing it over takes slices, and a spent block's
 per-poll arrays are freed a few at each step (``leftovers``): both in time the runner
@@ -253,29 +253,40 @@ def _merge(parts: list[Any], counts: list[int]) -> Any:
     return np.repeat(np.asarray(parts), counts)
 
 
+#: what ``rlconnect.testing.recording`` sets for the runners built inside it (tests of the
+#: recorder's paths): None keeps the runner's own choice
+OVERRIDES: dict[str, bool | None] = {"blocks": None, "steps_while_recording": None}
+
+
 class Recorder:
     """Records a step's rows, outputs and env steps for the collectors.
 
-    ``rows(..., block=True)`` starts buffering (dense polls of a single policy); the
-    outputs and env steps of the same step follow the rows' mode.
+    With ``blocks`` (one policy whose rows nothing reads before the batch: no per-step
+    callback, no soft horizon) the rows of a dense poll (``EnvRows.dense``) start a block
+    of buffered polls; the outputs and env steps of the same step follow the rows' way.
+    ``steps_while_recording`` (``BaseEnv.steps_while_recording``): the env steps while a
+    poll is recorded, so the recorder packs each poll's arrays as it comes and frees what a
+    batch leaves a few items per poll, in time it would otherwise spend waiting.
     """
 
     def __init__(
         self,
         collectors: PolicyCollectorGroup,
         *,
-        block_polls: int = BLOCK_POLLS,
-        pack: bool = False,
+        blocks: bool,
+        steps_while_recording: bool,
     ) -> None:
+        if OVERRIDES["blocks"] is not None:
+            blocks = blocks and OVERRIDES["blocks"]
+        if OVERRIDES["steps_while_recording"] is not None:
+            steps_while_recording = OVERRIDES["steps_while_recording"]
         self.collectors = collectors
-        self.block_polls = block_polls
+        self.block_polls = BLOCK_POLLS if blocks else 1
         #: what spent blocks (and handed-out trajectories) leave to free: a few per step
-        #: where the env steps meanwhile (as for packing), at once elsewhere
-        self.leftovers = Leftovers(hold=pack)
-        #: copy each dense poll's array columns into arrays made once per block (``RowBlock``)
-        self.pack = pack
+        #: where the env steps meanwhile, at once elsewhere
+        self.leftovers = Leftovers(hold=steps_while_recording)
+        self.steps_while_recording = steps_while_recording
         self._expected_rows = 0  # what a packed block is made for (it grows if need be)
-        self.blocks_handed_over = 0  # how often a block reached the collectors (tests)
         #: env steps waiting in the block, not yet counted by the collectors (an attribute,
         #: not a property: the sampling loop reads it at every poll)
         self.buffered_env_steps = 0
@@ -297,7 +308,6 @@ class Recorder:
             self.leftovers.put(chain(b.records, b.outputs, b.traj, b.last, b.events))
             self._block = RowBlock(0)
             self.buffered_env_steps = 0
-            self.blocks_handed_over += 1
 
     def rows(
         self,
@@ -307,10 +317,11 @@ class Recorder:
         record: dict[str, Any],
         last: np.ndarray,
         *,
-        block: bool,
+        dense: bool,
     ) -> None:
-        """Observation rows of ``pid`` at ``poll`` (``record`` is taken over)."""
-        self._blocking = block = block and self.block_polls > 1
+        """Observation rows of ``pid`` at ``poll`` (``record`` is taken over; ``dense``:
+        the poll's rows are ``EnvRows.dense``)."""
+        self._blocking = block = dense and self.block_polls > 1
         if not block:
             self.flush()
             record["infos"] = shared_infos(record["infos"])
@@ -321,7 +332,7 @@ class Recorder:
             self.flush()
             b = self._block
         n = len(traj)
-        if not b.records and self.pack:
+        if not b.records and self.steps_while_recording:
             b = self._block = RowBlock(max(self._expected_rows, n))
         self._pid = pid
         if b.infos_empty and any(record["infos"]):

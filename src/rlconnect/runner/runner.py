@@ -4,13 +4,15 @@ How one step flows (the code is ``StepKernel.step`` in ``rlconnect.runner.kernel
 
     rows = env.poll()                      # envs/: every env kind adapted to BaseEnv
     kernel.step(rows)
-        screen       failed or bad sub-envs restarted or named; NaN/inf caught
-        episodes     first observations open episodes; lengths, returns, horizon
-        per policy   data = agent_pipeline(rows)          # one batched call
-                     recorder.rows(data)                  # collectors (dense: blocks)
-                     act(policy, data)                    # policy, action pipeline
-                     env.send_actions(env_actions)
-        finish       env-step log, callbacks, episode ends and resets
+        screen          failed or bad sub-envs restarted or named; NaN/inf caught
+        open episodes   first observations open episodes; lengths, returns, horizon
+        per policy      data = agent_pipeline(rows)       # one batched call
+          act           act(policy, data)                 # policy, action pipeline
+                        env.send_actions(env_actions)
+        env.all_actions_sent()             # an env stepping as one batch starts here
+        per policy
+          record        recorder.rows(data), recorder.outputs(...)   # collectors
+        finish          env-step log, callbacks, episode ends and resets
     # ...until the collectors hold a batch, then:
     collectors.build() -> postprocess_trajectory -> SampleBatch | MultiAgentBatch
 
@@ -116,12 +118,17 @@ class EnvRunner:
         self._failed: BaseException | None = None  # what made sample() raise midway
         self._sinks: list[BatchSink] = []
         self._source: BatchSource | None = None
-        # an ExternalEnv serves its non-recorded episodes with this runner's policies
+        self._attach()
+
+    def _attach(self) -> None:
+        """What plugs into a new runner: an ExternalEnv (it serves its episodes that are
+        not recorded with this runner's policies) and the extensions (offline I/O...)."""
         attach = getattr(self.env, "attach_runner", None)
         if attach is not None:
             attach(self)
         for extension in runner_extensions():  # e.g. offline output and input
             extension(self)
+        cfg = self.config
         if (cfg.output is not None and not self._sinks) or (
             cfg.input != "sampler" and self._source is None
         ):
