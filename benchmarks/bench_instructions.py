@@ -14,12 +14,15 @@ stepped alone in a plain loop: what remains is the runner's own work per env ste
 How: one process per source tree runs under callgrind. For each N it builds the runner
 and samples two warm-up batches, then forks twice: one child exits at once, the other
 samples the measured batches and exits. A forked child inherits the parent's count, so
-the difference of the two children's totals is the measured batches alone.
+the difference of the two children's totals is the measured batches alone. (Objects made
+before the fork are frozen out of the garbage collector, so its passes cost the same in
+every run.)
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -39,6 +42,8 @@ BATCHES = 4  # the measured batches, of ENV_STEPS / BATCHES env steps each
 # -- inside valgrind ----------------------------------------------------------------------
 def _forked_pair(work: Callable[[], None]) -> tuple[int, int]:
     """The pids of a child that exits at once and of one that runs ``work`` first."""
+    gc.collect()
+    gc.freeze()  # what exists now is never traversed again: the children collect the same
     pids = []
     for run in (False, True):
         pid = os.fork()
@@ -56,13 +61,8 @@ def _sample(runner: Any, batches: int) -> None:
         runner.sample()
 
 
-def _step_alone(num_envs: int, polls: int) -> None:
+def _step_alone(envs: list[Any], polls: int) -> None:
     """Gymnasium's CartPole stepped with action 0 in a plain loop, ``polls`` times each."""
-    import gymnasium as gym
-
-    envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
-    for env in envs:
-        env.reset(seed=0)
     for _ in range(polls):
         for env in envs:
             _, _, terminated, truncated, _ = env.step(0)
@@ -93,7 +93,10 @@ def _measure(sizes: list[int], env_steps: int) -> None:
             runner.sample()
         run = _forked_pair(partial(_sample, runner, BATCHES))
         runner.stop()
-        alone = _forked_pair(partial(_step_alone, n, BATCHES * frag))
+        envs = [gym.make("CartPole-v1") for _ in range(n)]
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+        alone = _forked_pair(partial(_step_alone, envs, BATCHES * frag))
         print(json.dumps({"n": n, "steps": BATCHES * frag * n, "run": run, "env": alone}))
 
 
@@ -145,14 +148,14 @@ def main() -> None:
     counts = {name: count(src, sizes, steps) for name, src in trees.items()}
     print("instructions per env step (callgrind; CartPole-v1, a policy that costs nothing)")
     header = f"{'N':>4} {'tree':>5} {'all':>9} {'CartPole':>9} {'runner':>9}"
-    print(header + ("  runner this/base" if "base" in counts else ""))
+    print(header + ("  this/base: all, runner" if "base" in counts else ""))
     for n in sizes:
         for name, by_n in counts.items():
             run, env_alone = by_n[n]
             line = f"{n:>4} {name:>5} {run:>9.0f} {env_alone:>9.0f} {run - env_alone:>9.0f}"
             if name == "base":
-                this = counts["this"][n][0] - counts["this"][n][1]
-                line += f"  {this / (run - env_alone):.3f}"
+                this_run, this_alone = counts["this"][n]
+                line += f"  {this_run / run:.3f} {(this_run - this_alone) / (run - env_alone):.3f}"
             print(line)
 
 

@@ -257,9 +257,9 @@ def test_health_says_when_the_runner_has_failed() -> None:
 
 
 def test_a_loop_that_never_reads_metrics_keeps_only_the_latest(monkeypatch) -> None:
-    from rlconnect.runner import episode_tracker
+    from rlconnect.runner import bookkeeping
 
-    monkeypatch.setattr(episode_tracker, "MAX_METRICS", 3)
+    monkeypatch.setattr(bookkeeping, "MAX_METRICS", 3)
     s = serve()
     try:
         client = PolicyClient(s.server.url)

@@ -8,7 +8,7 @@ from any env adapter) through named phases, in order:
    are checked against the spaces (``check_env``);
 2. ``_open_episodes``: first observations open episodes, lengths and returns advance, the
    horizon truncates (``EpisodeTracker``; agents of multi-agent envs in
-   ``MultiAgentBook``); what the rows say is derived once, as ``PollFacts``;
+   ``AgentTracker``); what the rows say is derived once, as ``PollFacts``;
 3. per policy, ``_act``: the agent pipeline, then for the rows that go on the policy and
    the action pipeline (``act``), and the env actions sent; a ``PolicyStep`` each;
 4. ``env.all_actions_sent()`` (an env that steps as one batch starts it here), then
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -36,14 +36,18 @@ from rlconnect.envs.checks import check_rows
 from rlconnect.episodes import Episode
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act, live_rows
-from rlconnect.runner.agents import MultiAgentBook, episode_flags
+from rlconnect.runner.bookkeeping import (
+    AgentTracker,
+    EpisodeHooks,
+    EpisodeTracker,
+    TrajectoryIds,
+    episode_flags,
+)
 from rlconnect.runner.config import RunnerConfig
-from rlconnect.runner.episode_tracker import EpisodeHooks, EpisodeTracker
 from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, check_finite
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
 from rlconnect.runner.recorder import Recorder, shared_infos
-from rlconnect.runner.trajectories import TrajectoryIds
 from rlconnect.spaces import stack_samples
 
 __all__ = ["CHECKED_POLLS", "StepKernel"]
@@ -55,25 +59,51 @@ ENDLESS_EPISODE_STEPS = 1_000_000
 ENDLESS_CHECK_EVERY = 1024
 
 
-class PollFacts(NamedTuple):
+class PollFacts:
     """What one poll's rows say, derived once and read by every phase of its step."""
 
-    poll: int  #: the poll's number
-    rows: EnvRows  #: the rows, screened
-    full: bool  #: row i is sub-env i (single-agent rows of every sub-env)
-    firsts: list[int]  #: sub-envs whose episode begins at this poll
-    obs: Any  #: the observations the agent pipelines get (``observation_fn`` applied)
-    terminateds: np.ndarray  #: per row (the horizon truncates)
-    truncateds: np.ndarray
-    done: np.ndarray  #: per row: its trajectory ends with it (it does not act)
-    some_done: bool  #: whether any row is done
-    done_envs: Mapping[int, tuple[bool, bool]]  #: sub-envs whose episode ends: its flags
-    agent_steps: np.ndarray | None  #: multi-agent: transitions each sub-env completed
+    __slots__ = (
+        "agent_steps",
+        "done",
+        "done_envs",
+        "firsts",
+        "full",
+        "obs",
+        "poll",
+        "rows",
+        "some_done",
+        "terminateds",
+        "truncateds",
+    )
+
+    def __init__(
+        self,
+        poll: int,
+        rows: EnvRows,
+        full: bool,
+        firsts: list[int],
+        obs: Any,
+        flags: tuple[np.ndarray, np.ndarray, np.ndarray],
+        some_done: bool,
+        done_envs: Mapping[int, tuple[bool, bool]],
+        agent_steps: np.ndarray | None,
+    ) -> None:
+        self.poll = poll  #: the poll's number
+        self.rows = rows  #: the rows, screened
+        self.full = full  #: row i is sub-env i (single-agent rows of every sub-env)
+        self.firsts = firsts  #: sub-envs whose episode begins at this poll
+        self.obs = obs  #: what the agent pipelines get (``observation_fn`` applied)
+        #: per row: terminated, truncated (by the horizon too), done (it does not act)
+        self.terminateds, self.truncateds, self.done = flags
+        self.some_done = some_done  #: whether any row is done
+        self.done_envs = done_envs  #: sub-envs whose episode ends, with its flags
+        self.agent_steps = agent_steps  #: multi-agent: transitions each sub-env completed
 
 
 class PolicyStep:
-    """One policy's part of a poll: its rows as the agent pipeline made them, and then
-    what the policy answered (``outputs``; ``acted``: the rows that acted, None: all)."""
+    """One policy's part of a poll: its rows as the agent pipeline made them (``data``,
+    what the policy gets; ``record``, what is recorded), then what the policy answered
+    (``outputs``; ``acted``: the rows that acted, None: all)."""
 
     __slots__ = (
         "acted",
@@ -85,6 +115,7 @@ class PolicyStep:
         "obs",
         "outputs",
         "pid",
+        "record",
         "traj",
     )
 
@@ -92,6 +123,7 @@ class PolicyStep:
         self,
         pid: str,
         data: AgentData,
+        record: dict[str, Any],
         env_ids: np.ndarray,
         agent_ids: tuple,
         traj: np.ndarray | None,
@@ -99,9 +131,15 @@ class PolicyStep:
         done: np.ndarray,
         obs: Any,
     ) -> None:
-        self.pid, self.data, self.env_ids, self.agent_ids = pid, data, env_ids, agent_ids
-        #: trajectory ids (None: single-agent, read from the episodes when recorded)
-        self.traj, self.agent_index, self.done, self.obs = traj, agent_index, done, obs
+        self.pid = pid
+        self.data = data
+        self.record = record  #: the columns recorded (taken before the policy sees them)
+        self.env_ids = env_ids
+        self.agent_ids = agent_ids
+        self.traj = traj  #: trajectory ids (None: single-agent, read when recorded)
+        self.agent_index = agent_index
+        self.done = done
+        self.obs = obs
         self.outputs: dict[str, Any] | None = None
         self.acted: np.ndarray | None = None
 
@@ -127,6 +165,7 @@ class StepKernel:
         self.poll_index = 0
         self._pids = list(policies)
         self._one_pid = self._pids[0] if len(self._pids) == 1 else ""  # "": several
+        self._every_row: list[tuple[str, np.ndarray | None]] = [(self._one_pid, None)]
         self.recorder = Recorder(
             collectors,
             #: one policy's rows, no per-step hook or soft horizon reading them meanwhile
@@ -146,7 +185,7 @@ class StepKernel:
             on_close=self._close_episodes,
             connector_resets=pipes.episode_resets,
         )
-        self.book = MultiAgentBook(n, self.episodes, self.trajectories, collectors)
+        self.agents = AgentTracker(n, self.episodes, self.trajectories, collectors)
         self.faults = SubEnvFaults(
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
@@ -239,33 +278,35 @@ class StepKernel:
         if horizon is None:
             terminateds, truncateds, done_envs = rows.terminateds, rows.truncateds, rows.done_envs
         else:
-            flags = self.episodes.horizon_flags(rows, rows.stepped, horizon)
-            terminateds, truncateds, done_envs = flags
+            limited = self.episodes.horizon_flags(rows, rows.stepped, horizon)
+            terminateds, truncateds, done_envs = limited
         obs, agent_steps = rows.obs, None
         if self.multi:
             agent_steps = np.zeros(len(self.episodes.length), dtype=np.int64)
             if done_envs:
                 terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
-            self.book.add_rewards(rows, poll, agent_steps)
+            self.agents.add_rewards(rows, poll, agent_steps)
             fn = self.config.observation_fn
             if fn is not None:
-                obs = self.book.observation_fn(
+                obs = self.agents.observation_fn(
                     rows, fn, worker=self._runner, base_env=self.env, policies=self.policies
                 )
-        done = terminateds | truncateds
-        if done_envs and (not rows.dense or np.count_nonzero(done) != len(done_envs)):
-            done |= np.isin(rows.env_ids, list(done_envs))  # (dense: one row per sub-env)
-        # single-agent rows are done only where an episode ends
-        some_done = bool(done_envs) if not self.multi else bool(np.count_nonzero(done))
+        if rows.dense and not done_envs:  # no episode ends: every flag is False
+            done, some_done = terminateds, False
+        else:
+            done = terminateds | truncateds
+            if done_envs and (not rows.dense or np.count_nonzero(done) != len(done_envs)):
+                done |= np.isin(rows.env_ids, list(done_envs))  # (dense: one row per sub-env)
+            some_done = bool(done_envs) or bool(np.count_nonzero(done))
         return PollFacts(
-            poll, rows, full, firsts, obs, terminateds, truncateds, done, some_done,
-            done_envs, agent_steps,
+            poll, rows, full, firsts, obs, (terminateds, truncateds, done), some_done, done_envs,
+            agent_steps,
         )  # fmt: skip
 
     def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
         """Each policy's rows of the poll (None: every row; one policy maps no rows)."""
         if self._one_pid:
-            return [(self._one_pid, None)] if len(facts.rows.env_ids) else []
+            return self._every_row if len(facts.rows.env_ids) else []
         groups: dict[str, list[int]] = {}
         rows = facts.rows
         for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
@@ -312,6 +353,7 @@ class StepKernel:
     def _agent_rows(self, pid: str, idx: np.ndarray | None, facts: PollFacts) -> PolicyStep:
         """Policy ``pid``'s rows ``idx`` (None: all) through its agent pipeline."""
         rows, pipe = facts.rows, self.pipes.agent[pid]
+        connectors = len(pipe)
         env_ids, agent_ids, rewards, infos = rows.env_ids, rows.agent_ids, rows.rewards, rows.infos
         terminateds, truncateds, done, obs = (
             facts.terminateds,
@@ -333,8 +375,8 @@ class StepKernel:
         agent_index: np.ndarray | int = 0
         agent_steps = facts.agent_steps
         if agent_steps is not None:
-            traj, new, agent_index = self.book.trajectories(pid, env_ids, agent_ids)
-            rewards = rewards + self.book.take_pending(env_ids, agent_ids)
+            traj, new, agent_index = self.agents.trajectories(pid, env_ids, agent_ids)
+            rewards = rewards + self.agents.take_pending(env_ids, agent_ids)
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
         lengths = self.episodes.length
         cols = {
@@ -342,26 +384,29 @@ class StepKernel:
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
-            "infos": shared_infos(infos) if len(pipe) else infos,
+            "infos": shared_infos(infos) if connectors else infos,
             "t": lengths.copy() if idx is None and facts.full else lengths[env_ids],
         }
         data = AgentData.trusted(env_ids, agent_ids, cols)
-        if len(pipe):
+        if connectors:
             data = pipe(data)
         if agent_steps is not None:
-            self.book.mark_closed(env_ids, agent_ids, done)
-        return PolicyStep(pid, data, env_ids, agent_ids, traj, agent_index, done, obs)
+            self.agents.mark_closed(env_ids, agent_ids, done)
+        return PolicyStep(
+            pid, data, dict(data.columns), env_ids, agent_ids, traj, agent_index, done, obs
+        )
 
     def _record(self, step: PolicyStep, facts: PollFacts) -> None:
         """Record one policy's rows and outputs, once every action is out (an env that
         steps elsewhere starts meanwhile)."""
         env_ids, whole = step.env_ids, facts.full and len(step.env_ids) == len(facts.rows.env_ids)
-        record = dict(step.data.columns)
+        record = step.record
         traj = step.traj
         if traj is None:
             of_env = self.trajectories.of_env
             traj = of_env.copy() if whole else of_env[env_ids]
-        record["eps_id"] = self.episodes.ids(env_ids, whole)
+        eps = self.episodes.eps_id
+        record["eps_id"] = eps.copy() if whole else eps[env_ids]
         record["env_id"] = env_ids
         record["agent_index"] = step.agent_index
         if self.config.keep_raw_obs:
@@ -376,11 +421,11 @@ class StepKernel:
         rows, done_envs, episodes, poll = facts.rows, facts.done_envs, self.episodes, facts.poll
         stepped = rows.stepped
         all_stepped = facts.full and len(stepped) == len(rows.env_ids)
-        step_eps = episodes.ids(stepped, all_stepped)
+        step_eps = episodes.eps_id.copy() if all_stepped else episodes.eps_id[stepped]
         agent_steps = facts.agent_steps
         if agent_steps is not None:
             for e in sorted(done_envs):
-                self.book.close_open_agents(e, done_envs[e], poll, agent_steps)
+                self.agents.close_open_agents(e, done_envs[e], poll, agent_steps)
             episodes.agent_steps += agent_steps
             self.recorder.env_steps(poll, stepped, step_eps, agent_steps[stepped])
         else:
@@ -404,7 +449,7 @@ class StepKernel:
         """Episodes ended: close their trajectories; their rows count, or are dropped."""
         if self.multi:
             for e, _ in ended:
-                self.book.close_episode(e)
+                self.agents.close_episode(e)
         else:
             self.trajectories.close_single([e for e, _ in ended])
         if faulty:

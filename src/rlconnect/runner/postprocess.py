@@ -13,8 +13,8 @@ import tree
 
 from rlconnect.batches import SampleBatch, concat_samples
 from rlconnect.policy import Policy
+from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
-from rlconnect.runner.episode_tracker import EpisodeHooks
 
 if TYPE_CHECKING:
     from rlconnect.connectors import ConnectorPipeline

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -166,7 +167,7 @@ class RowBlock:
     def hand_over(self, collectors: PolicyCollectorGroup, pid: str) -> None:
         """Append the buffered rows and env steps to ``collectors`` (the block is spent)."""
         collector = collectors[pid]
-        keys = [tuple(rec) for rec in self.records]
+        keys = list(map(tuple, self.records))  # (map, not a loop in Python: per poll)
         if keys.count(keys[0]) != len(keys):  # connectors changed columns mid-run: by poll
             for rec, traj, poll, last, out in zip(
                 self.records, self.traj, self.polls, self.last, self.outputs
@@ -189,14 +190,15 @@ class RowBlock:
             if outputs:
                 collector.add_outputs(outputs)
         if self.events:  # one event per env step, in poll order
-            steps = [len(env_ids) for _, env_ids, _ in self.events]
+            polls, env_parts, eps_parts = zip(*self.events)
+            steps = list(map(len, env_parts))
             total = sum(steps)
             env_ids = _take(self.packed_events, "env", total)
             eps = _take(self.packed_events, "eps", total)
             collectors.add_env_steps(
-                np.repeat(np.asarray([p for p, _, _ in self.events], dtype=np.int64), steps),
-                np.concatenate([e for _, e, _ in self.events]) if env_ids is None else env_ids,
-                np.concatenate([e for _, _, e in self.events]) if eps is None else eps,
+                np.repeat(np.asarray(polls, dtype=np.int64), steps),
+                np.concatenate(env_parts) if env_ids is None else env_ids,
+                np.concatenate(eps_parts) if eps is None else eps,
                 1,
             )
 
@@ -207,17 +209,18 @@ class RowBlock:
         if name == "infos" and self.infos_empty:
             return np.full(total, EMPTY_INFO, dtype=object)
         if name == "infos":  # a list first: fromiter over a generator is slower
-            infos = shared_infos(list(chain.from_iterable(rec["infos"] for rec in self.records)))
+            parts = map(itemgetter("infos"), self.records)
+            infos = shared_infos(list(chain.from_iterable(parts)))
             return np.fromiter(infos, dtype=object, count=total)
-        return _merge([rec[name] for rec in self.records], self.counts)
+        return _merge(list(map(itemgetter(name), self.records)), self.counts)
 
     def _outputs(self, total: int) -> dict[str, Any]:
         """Policy outputs of every poll; polls where no row acted read as zeros."""
-        names: dict[str, Any] = {}
-        for out in self.outputs:
-            if out is not None:
-                for k, v in out.items():
-                    names.setdefault(k, v)
+        acted = list(filter(None, self.outputs))  # (None: no row acted at that poll)
+        firsts: dict[str, Any] = {}  # each output's first value (its dtype and row shape)
+        for out in reversed(acted):
+            firsts.update(out)
+        names = {k: firsts[k] for k in dict.fromkeys(chain.from_iterable(acted))}
         packed = self.packed_outputs
         if packed is not None:
             packed.pad_to(total)  # the last polls may have had no outputs
@@ -225,10 +228,13 @@ class RowBlock:
         for name, tmpl in names.items():
             column = _take(packed, name, total)
             if column is None:
-                parts = [
-                    out[name] if out is not None and name in out else fill_rows(tmpl, None, n)
-                    for out, n in zip(self.outputs, self.counts)
-                ]
+                try:  # every poll has it (a map, not a loop in Python: one item per poll)
+                    parts = list(map(itemgetter(name), self.outputs))  # type: ignore[arg-type]
+                except (KeyError, TypeError):  # polls where no row acted read as zeros
+                    parts = [
+                        out[name] if out is not None and name in out else fill_rows(tmpl, None, n)
+                        for out, n in zip(self.outputs, self.counts)
+                    ]
                 column = _merge(parts, self.counts)
             merged[name] = column
         return merged
@@ -248,7 +254,7 @@ def _merge(parts: list[Any], counts: list[int]) -> Any:
         return list(chain.from_iterable(parts))
     if isinstance(first, dict | tuple):
         return tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
-    if all(p == first for p in parts):
+    if parts.count(first) == len(parts):
         return first  # the store repeats a scalar for every row
     return np.repeat(np.asarray(parts), counts)
 
@@ -367,7 +373,8 @@ class Recorder:
     ) -> None:
         """One env-step event per sub-env in ``env_ids`` (``agent_steps`` each); the last
         record of a step, which then lets go of a few leftovers."""
-        self.leftovers.release()
+        if self.steps_while_recording:  # (else nothing is held)
+            self.leftovers.release()
         if self._blocking:
             if len(env_ids):
                 b = self._block

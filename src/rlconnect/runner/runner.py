@@ -18,7 +18,7 @@ How one step flows (the code is ``StepKernel.step`` in ``rlconnect.runner.kernel
 
 The runner owns the loop and the public API; its parts get what they need, never the
 runner: ``StepKernel`` (the step) with ``EpisodeTracker``, ``TrajectoryIds``,
-``MultiAgentBook`` and ``Recorder``; ``act`` (the one place a policy is called, shared
+``AgentTracker`` and ``Recorder``; ``act`` (the one place a policy is called, shared
 with ``Inference``); ``build_pipelines``; ``postprocess_batches``. Offline I/O, serving
 and Ray plug in through ``rlconnect.runner.extensions``.
 """
@@ -39,9 +39,9 @@ from rlconnect.envs.make import make_base_env
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
 from rlconnect.runner.async_sampler import AsyncSampler
+from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
-from rlconnect.runner.episode_tracker import EpisodeHooks
 from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extensions
 from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel

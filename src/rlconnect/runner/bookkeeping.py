@@ -1,8 +1,13 @@
-"""The open episode of every sub-env: ids, lengths, returns, callbacks and metric records.
+"""Episode bookkeeping: the open episode of every sub-env, its trajectories, its agents.
 
-Counters live in arrays indexed by sub-env, so the single-agent fast path advances all of
-them with one numpy operation per step; ``Episode`` objects (what callbacks and the
-policy mapping function see) are created at episode start and completed at the end.
+- ``EpisodeTracker``: the episode of each sub-env, its counters in arrays indexed by
+  sub-env (so single-agent polls advance all of them with one numpy operation), the
+  ``Episode`` objects callbacks and the policy mapping function see, and their ends;
+- ``TrajectoryIds``: the id of every agent trajectory (the key its rows carry in the
+  collectors), who it belongs to, and when it may be forgotten;
+- ``AgentTracker``: multi-agent episodes only: agents that come, go, take turns, and get
+  rewards in between, one ``rc.collectors.AgentCollector`` handle per agent per episode;
+- ``EpisodeHooks``: the episode callbacks with the arguments every call passes.
 """
 
 from __future__ import annotations
@@ -14,16 +19,98 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.batches.columns import EMPTY_INFO
+from rlconnect.collectors import AgentCollector, PolicyCollectorGroup
 from rlconnect.envs.rows import EnvRows
 from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
 from rlconnect.runner.callbacks import Callbacks
-from rlconnect.runner.trajectories import TrajectoryIds
+from rlconnect.runner.leftovers import Leftovers
 
-__all__ = ["MAX_METRICS", "EpisodeHooks", "EpisodeTracker"]
+__all__ = [
+    "MAX_METRICS",
+    "AgentTracker",
+    "EpisodeHooks",
+    "EpisodeTracker",
+    "TrajectoryIds",
+    "episode_flags",
+]
 
 MAX_METRICS = 100_000
 """Episode records kept for ``get_metrics()``; a loop that never asks keeps the latest."""
+
+
+class TrajectoryIds:
+    """Issues trajectory ids; ``owner(t)`` gives ``(agent_id, episode)`` of a live one.
+
+    Single-agent envs have one trajectory per sub-env episode, kept in ``of_env`` (an
+    array, so the fast path reads every sub-env's id at once; -1: none open).
+    """
+
+    def __init__(self, num_envs: int, leftovers: Leftovers | None = None) -> None:
+        self.of_env = np.full(num_envs, -1, dtype=np.int64)
+        #: where forgotten owners go (their episodes are freed a few per poll); None: at once
+        self._leftovers = leftovers
+        self._owners: dict[int, tuple[Any, Episode]] = {}
+        self._closed: list[int] = []
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._owners)
+
+    def new(self, agent_id: Any, episode: Episode) -> int:
+        """A fresh id for ``agent_id``'s trajectory in ``episode``."""
+        t = self._next
+        self._next += 1
+        self._owners[t] = (agent_id, episode)
+        return t
+
+    def open_single(self, env_ids: list[int]) -> range:
+        """Single-agent: a new trajectory in each of ``env_ids`` (their episodes began);
+        ``own`` says whose they are."""
+        ids = range(self._next, self._next + len(env_ids))
+        self._next += len(env_ids)
+        self.of_env[env_ids] = np.arange(ids.start, ids.stop)
+        return ids
+
+    def own(self, traj_ids: range, agent_id: Any, episodes: list[Episode]) -> None:
+        """Trajectories ``traj_ids`` (from ``open_single``) are ``agent_id``'s in ``episodes``."""
+        self._owners.update(zip(traj_ids, [(agent_id, ep) for ep in episodes], strict=True))
+
+    def close(self, traj_id: int) -> None:
+        """The trajectory ended: forget it once its rows have all been handed out."""
+        self._closed.append(traj_id)
+
+    def close_single(self, env_ids: list[int]) -> None:
+        """Single-agent: the trajectories of sub-envs ``env_ids`` ended."""
+        of_env, closed = self.of_env, self._closed
+        for e in env_ids:
+            t = int(of_env[e])
+            if t >= 0:
+                closed.append(t)
+                of_env[e] = -1
+
+    def owner(self, traj_id: int) -> tuple[Any, Episode | None]:
+        """``(agent_id, episode)`` of a trajectory (``(None, None)`` when forgotten)."""
+        return self._owners.get(traj_id, (None, None))
+
+    def forget_handed_out(self, collectors: PolicyCollectorGroup) -> None:
+        """Drop the owners of closed trajectories that have no row left in ``collectors``
+        (into the leftovers, if any: their episodes are then freed later)."""
+        if not self._closed:
+            return
+        left = [c.trajectory_ids() for c in collectors.collectors.values() if len(c)]
+        still = set(np.concatenate(left).tolist()) if left else set()
+        keep, dropped = [], []
+        owners = self._owners
+        for t in self._closed:
+            if t in still:
+                keep.append(t)
+            elif t in owners:
+                dropped.append(owners.pop(t))
+        self._closed = keep
+        if self._leftovers is not None:
+            self._leftovers.put(dropped)
 
 
 class EpisodeHooks:
@@ -184,10 +271,6 @@ class EpisodeTracker:
         ids = self.trajectories.open_single(env_ids)
         self.trajectories.own(ids, DEFAULT_AGENT_ID, [self[e] for e in env_ids])
 
-    def ids(self, env_ids: np.ndarray, full: bool) -> np.ndarray:
-        """The episode id of each sub-env in ``env_ids`` (``full``: every sub-env in order)."""
-        return self.eps_id.copy() if full else self.eps_id[env_ids]
-
     def create(self, env_ids: list[int]) -> list[Episode]:
         """The ids, counters and ``Episode`` objects of episodes just opened in
         ``env_ids`` (see ``open``)."""
@@ -286,3 +369,146 @@ class EpisodeTracker:
         out = list(self.metrics)
         self.metrics.clear()
         return out
+
+
+def episode_flags(
+    rows: EnvRows,
+    terminateds: np.ndarray,
+    truncateds: np.ndarray,
+    done_envs: dict[int, tuple[bool, bool]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Final rows of an episode ended by ``__all__`` carry the episode's flags."""
+    ended = np.isin(rows.env_ids, list(done_envs))
+    fill = ended & ~(terminateds | truncateds)
+    if not fill.any():
+        return terminateds, truncateds
+    flags = np.array([done_envs.get(e, (False, False)) for e in rows.env_ids.tolist()])
+    return terminateds | (fill & flags[:, 0]), truncateds | (fill & flags[:, 1])
+
+
+class AgentTracker:
+    """The agents of every sub-env's running multi-agent episode: one handle each
+    (``AgentCollector``: trajectory id, agent index, reward pending since its last
+    action); the rows themselves stay in the per-policy collectors."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        episodes: EpisodeTracker,
+        trajectories: TrajectoryIds,
+        collectors: PolicyCollectorGroup,
+    ) -> None:
+        self.agents: list[dict[Any, AgentCollector]] = [{} for _ in range(num_envs)]
+        self._episodes = episodes
+        self._traj = trajectories
+        self._collectors = collectors
+
+    def trajectories(
+        self, pid: str, env_ids: np.ndarray, agent_ids: tuple
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Trajectory id, whether it is new, and agent index of every row."""
+        n = len(env_ids)
+        traj = np.empty(n, dtype=np.int64)
+        new = np.zeros(n, dtype=bool)
+        index = np.empty(n, dtype=np.int64)
+        for k, (e, a) in enumerate(zip(env_ids.tolist(), agent_ids)):
+            col = self.agents[e].get(a)
+            if col is None or col.closed:
+                ep = self._episodes[e]
+                tid = self._traj.new(a, ep)
+                col = AgentCollector(tid, e, a, pid, ep.episode_id, ep.agent_index(a))
+                self.agents[e][a] = col
+                new[k] = True
+            traj[k] = col.traj_id
+            index[k] = col.agent_index
+        return traj, new, index
+
+    def mark_closed(self, env_ids: np.ndarray, agent_ids: tuple, done: np.ndarray) -> None:
+        """The agents of rows ``done`` ended their trajectories with these rows."""
+        for k in np.flatnonzero(done).tolist():
+            col = self.agents[int(env_ids[k])].get(agent_ids[k])
+            if col is not None:
+                col.closed = True
+                self._traj.close(col.traj_id)
+
+    def add_rewards(self, rows: EnvRows, poll: int, agent_steps: np.ndarray) -> None:
+        """Episode totals of every reward, and rewards given without an observation held
+        for the agent's next transition (closing agents that ended with one)."""
+        for e, a, rew in zip(rows.env_ids.tolist(), rows.agent_ids, rows.rewards.tolist()):
+            self._episodes[e].add_rewards([a], [rew])
+        for e, a, rew, te, tr in rows.extra_rewards:
+            ep = self._episodes.episodes[e]
+            if ep is None:
+                continue
+            ep.add_rewards([a], [rew])
+            col = self.agents[e].get(a)
+            if col is not None and not col.closed:
+                col.pending_reward += rew
+                if te or tr:
+                    self._close_agent(col, (te, tr), poll, agent_steps)
+
+    def take_pending(self, env_ids: np.ndarray, agent_ids: tuple) -> np.ndarray:
+        """Rewards each row's agent earned while not acting (and clear them)."""
+        out = np.zeros(len(env_ids))
+        for k, (e, a) in enumerate(zip(env_ids.tolist(), agent_ids)):
+            col = self.agents[e].get(a)
+            if col is not None and not col.closed and col.pending_reward:
+                out[k] = col.pending_reward
+                col.pending_reward = 0.0
+        return out
+
+    def _close_agent(
+        self, col: AgentCollector, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray
+    ) -> None:
+        """End a trajectory whose agent got no final observation.
+
+        Its last transition repeats the agent's last observation as ``new_obs`` and holds
+        the reward accumulated since its last action (no observation is made up).
+        """
+        collector = self._collectors[col.policy_id]
+        rows = np.flatnonzero(collector.trajectory_ids() == col.traj_id)
+        col.closed = True
+        self._traj.close(col.traj_id)
+        if not len(rows):
+            return
+        cols = collector.copy_rows(rows[-1:])
+        cols["rewards"] = np.asarray([col.pending_reward], dtype=cols["rewards"].dtype)
+        cols["terminateds"] = np.asarray([flags[0]])
+        cols["truncateds"] = np.asarray([flags[1]])
+        cols["infos"] = [EMPTY_INFO]
+        cols["t"] = np.asarray([self._episodes.length[col.env_id]], dtype=np.int64)
+        col.pending_reward = 0.0
+        collector.add_rows(np.asarray([col.traj_id]), poll, cols, last=True)
+        agent_steps[col.env_id] += 1
+
+    def close_open_agents(
+        self, env_id: int, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray
+    ) -> None:
+        """The episode in ``env_id`` ended: close every agent still waiting to act."""
+        for col in list(self.agents[env_id].values()):
+            if not col.closed:
+                self._close_agent(col, flags, poll, agent_steps)
+
+    def close_episode(self, env_id: int) -> None:
+        """Forget the agents of ``env_id``'s ended episode (their trajectories close)."""
+        for col in self.agents[env_id].values():
+            self._traj.close(col.traj_id)
+        self.agents[env_id] = {}
+
+    def observation_fn(self, rows: EnvRows, fn: Callable[..., Any], **context: Any) -> list:
+        """``RunnerConfig.observation_fn`` applied per sub-env; returns the new obs list."""
+        obs = list(rows.obs)
+        by_env: dict[int, list[int]] = {}
+        for i, e in enumerate(rows.env_ids.tolist()):
+            by_env.setdefault(e, []).append(i)
+        for e, members in by_env.items():
+            agent_obs = {rows.agent_ids[i]: obs[i] for i in members}
+            new = fn(agent_obs=agent_obs, episode=self._episodes[e], **context)
+            if set(new) != set(agent_obs):
+                raise ValueError(
+                    f"observation_fn must return the same agents {sorted(map(str, agent_obs))}, "
+                    f"got {sorted(map(str, new))}"
+                )
+            for i in members:
+                obs[i] = new[rows.agent_ids[i]]
+        return obs
