@@ -312,8 +312,12 @@ def _discrete_ok(actions: np.ndarray, n: int) -> bool:
     if kind not in "iu" or not len(actions):
         return False
     if kind == "i":
-        actions = actions.view(f"u{actions.dtype.itemsize}")
+        actions = actions.view(_UNSIGNED[actions.dtype.itemsize])
     return int(np.maximum.reduce(actions)) < n
+
+
+#: the unsigned integer dtype of each integer size (made once: parsing a dtype costs)
+_UNSIGNED = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
 
 
 def check_actions(
