@@ -3,9 +3,10 @@
 Wall and CPU times on a shared machine move by several percent from run to run; the
 number of instructions a deterministic run executes does not. This script counts them
 with ``valgrind --tool=callgrind`` for an ``EnvRunner`` sampling CartPole-v1 with a
-policy that costs nothing (it answers every row with action 0) and the default
-pipelines, at N = 1, 8 and 64 sub-envs, and subtracts what gymnasium's CartPole costs
-stepped alone in a plain loop: what remains is the runner's own work per env step.
+policy that costs nothing (``_common.ConstantPolicy``: action 0 for every row) and the
+default pipelines, at N = 1, 8 and 64 sub-envs, and subtracts what gymnasium's CartPole
+costs stepped alone in a plain loop: what remains is the runner's own work per env step
+(``all`` is the sum; compare trees on both columns).
 
     python benchmarks/bench_instructions.py                      # this source tree (~3 min)
     python benchmarks/bench_instructions.py --base-src OTHER/src # and another, with ratios
@@ -73,21 +74,15 @@ def _step_alone(envs: list[Any], polls: int) -> None:
 def _measure(sizes: list[int], env_steps: int) -> None:
     """Print one JSON line per N: the pids whose counts differ by the measured work."""
     import gymnasium as gym
-    import numpy as np
+    from _common import ConstantPolicy
 
     import rlconnect as rc
-
-    class ZeroPolicy(rc.Policy):
-        """Action 0 for every row: a policy that costs (next to) nothing."""
-
-        def compute_actions(self, input_batch: Any, explore: bool = True) -> Any:
-            return np.zeros(len(input_batch["obs"]), np.int64), [], {}
 
     space = gym.make("CartPole-v1")
     for n in sizes:
         frag = max(env_steps // (BATCHES * n), 1)  # polls per batch
         cfg = rc.RunnerConfig(num_envs=n, rollout_fragment_length=frag, seed=0)
-        policy = ZeroPolicy(space.observation_space, space.action_space)
+        policy = ConstantPolicy(space.observation_space, space.action_space)
         runner = rc.EnvRunner("CartPole-v1", policy, config=cfg)
         for _ in range(2):  # warm-up (and the first polls, which check the env)
             runner.sample()
