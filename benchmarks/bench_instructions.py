@@ -106,7 +106,7 @@ def _total(folder: Path, pid: int) -> int:
 def count(src: str, sizes: list[int], env_steps: int) -> dict[int, tuple[float, float]]:
     """N -> (instructions per env step of the run, of CartPole alone), ``src`` imported."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": src}
+        env = {**os.environ, "PYTHONPATH": src, "PYTHONHASHSEED": "0"}  # the same dicts
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/cg.%p"]
         cmd += [sys.executable, __file__, "--inner", "--steps", str(env_steps)]
         cmd += ["--sizes", *map(str, sizes)]

@@ -311,11 +311,15 @@ def _discrete_ok(actions: np.ndarray, n: int) -> bool:
     kind = actions.dtype.kind
     if kind not in "iu" or not len(actions):
         return False
+    if len(actions) <= _PYTHON_MINMAX_ROWS:  # a few values: min and max cost less than a ufunc
+        values = actions.tolist()
+        return min(values) >= 0 and max(values) < n
     if kind == "i":
         actions = actions.view(_UNSIGNED[actions.dtype.itemsize])
     return int(np.maximum.reduce(actions)) < n
 
 
+_PYTHON_MINMAX_ROWS = 16  # up to this many actions, Python's min and max check them
 #: the unsigned integer dtype of each integer size (made once: parsing a dtype costs)
 _UNSIGNED = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
 
