@@ -1,5 +1,7 @@
-"""How many actions/s does policy serving give over loopback HTTP, at what latency and
-server CPU per action, and how many rows share a forward pass?
+"""How many actions/s does policy serving give over loopback HTTP, and at what latency?
+
+Besides actions/s and p50/p99 it reports the server's CPU per action and how many rows
+share a forward pass.
 
 A PolicyServer (MLPPolicy on a 4-float observation, Discrete(2)) runs in its own process
 with a thread sampling 256-step batches. One load-generator process drives N clients, each
