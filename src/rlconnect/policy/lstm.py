@@ -24,7 +24,7 @@ from torch import nn
 
 from rlconnect.policy.base import PolicyOutput, check_seed
 from rlconnect.policy.distributions import ActionDistSpec
-from rlconnect.policy.mlp import DEFAULT_NUMPY_THRESHOLD, _numpy_forward, _numpy_layers, param_key
+from rlconnect.policy.mlp import _numpy_forward, _numpy_layers, numpy_threshold_of, param_key
 from rlconnect.policy.torch_policy import TorchPolicy
 
 __all__ = ["LSTMModel", "LSTMPolicy"]
@@ -209,13 +209,7 @@ class LSTMPolicy(TorchPolicy):
         hiddens = [_positive("hiddens", h) for h in hiddens]
         cell_size = _positive("cell_size", cell_size)
         config = dict(config or {})
-        if numpy_threshold is None:
-            numpy_threshold = config.get("numpy_threshold", DEFAULT_NUMPY_THRESHOLD)
-        if isinstance(numpy_threshold, bool) or not isinstance(numpy_threshold, int):
-            raise TypeError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
-        if numpy_threshold < 0:
-            raise ValueError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
-        config["numpy_threshold"] = numpy_threshold
+        numpy_threshold = config["numpy_threshold"] = numpy_threshold_of(config, numpy_threshold)
         self.hiddens, self.cell_size, self.vf_head = hiddens, cell_size, bool(vf_head)
         self.numpy_threshold = numpy_threshold
         self.in_dim = int(np.prod(observation_space.shape))

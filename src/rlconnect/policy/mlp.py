@@ -31,6 +31,18 @@ _VERSION = operator.attrgetter("_version")
 _DATA_PTR = torch.Tensor.data_ptr
 
 
+def numpy_threshold_of(config: Mapping[str, Any], numpy_threshold: int | None) -> int:
+    """The largest batch a policy runs in numpy: the argument when given, else
+    ``config["numpy_threshold"]``, else the default; an int >= 0 (0 turns numpy off)."""
+    if numpy_threshold is None:
+        numpy_threshold = config.get("numpy_threshold", DEFAULT_NUMPY_THRESHOLD)
+    if isinstance(numpy_threshold, bool) or not isinstance(numpy_threshold, int):
+        raise TypeError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
+    if numpy_threshold < 0:
+        raise ValueError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
+    return numpy_threshold
+
+
 def param_key(params: Sequence[torch.Tensor]) -> tuple:
     """What changes when parameters do: version counters (in-place updates) and storage
     pointers (``p.data = new``); a numpy mirror compares it to know it is stale."""
@@ -179,13 +191,7 @@ class MLPPolicy(TorchPolicy):
         if any(h <= 0 for h in hiddens):
             raise ValueError(f"hiddens must be positive layer sizes, got {hiddens}")
         config = dict(config or {})
-        if numpy_threshold is None:
-            numpy_threshold = config.get("numpy_threshold", DEFAULT_NUMPY_THRESHOLD)
-        if isinstance(numpy_threshold, bool) or not isinstance(numpy_threshold, int):
-            raise TypeError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
-        if numpy_threshold < 0:
-            raise ValueError(f"numpy_threshold must be an int >= 0, got {numpy_threshold!r}")
-        config["numpy_threshold"] = numpy_threshold
+        numpy_threshold = config["numpy_threshold"] = numpy_threshold_of(config, numpy_threshold)
         self.hiddens = hiddens
         self.activation = activation
         self.vf_head = bool(vf_head)
