@@ -368,26 +368,12 @@ class EnvPoolEnv(BaseEnv):
         term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
         extra = [k for k in info if k not in _BOOKKEEPING]
         if order is not None:
-            ids, first, rew, term, trunc = (
-                ids[order],
-                first[order],
-                rew[order],
-                term[order],
-                trunc[order],
-            )
-            obs = take_rows(obs, order)
-            info = {k: np.asarray(info[k])[order] for k in extra}
+            ids, first, rew, term, trunc = (c[order] for c in (ids, first, rew, term, trunc))
+            obs, info = take_rows(obs, order), _info_rows(info, extra, order)
         keep = self._cut_steps(ids, first, term, trunc) if self._cutting else None
         if keep is not None:
-            ids, first, rew, term, trunc = (
-                ids[keep],
-                first[keep],
-                rew[keep],
-                term[keep],
-                trunc[keep],
-            )
-            obs = take_rows(obs, keep)
-            info = {k: np.asarray(info[k])[keep] for k in extra}
+            ids, first, rew, term, trunc = (c[keep] for c in (ids, first, rew, term, trunc))
+            obs, info = take_rows(obs, keep), _info_rows(info, extra, keep)
         if self._frames:
             obs = obs[:, 0]
         n = len(ids)
@@ -422,3 +408,8 @@ class EnvPoolEnv(BaseEnv):
                 self.pool.recv()
                 self._sent = False
             self.pool.close()
+
+
+def _info_rows(info: dict[str, Any], keys: list[str], index: np.ndarray) -> dict[str, Any]:
+    """The rows ``index`` of the pool's ``info`` arrays under ``keys``."""
+    return {k: np.asarray(info[k])[index] for k in keys}
