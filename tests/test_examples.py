@@ -79,21 +79,27 @@ def test_example_smoke(name: str, tmp_path: Path) -> None:
         assert line in done.stdout, f"{name} did not print {line!r}:\n{done.stdout}"
 
 
-@pytest.mark.slow
-def test_ppo_cartpole_solves_seed_0(tmp_path: Path) -> None:
-    """The example's claim: seed 0 reaches a mean return of 475 over the last 100 episodes
-    (about 144k env steps, 1-2 minutes on a loaded 2-core machine)."""
+def _train_seed_0(example: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a training example on seed 0 with one math thread; it must exit 0."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "ppo_cartpole.py"), "--seed", "0"],
+        [sys.executable, str(EXAMPLES / example), "--seed", "0"],
         capture_output=True,
         text=True,
         timeout=290,
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         check=False,
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.mark.slow
+def test_ppo_cartpole_solves_seed_0(tmp_path: Path) -> None:
+    """The example's claim: seed 0 reaches a mean return of 475 over the last 100 episodes
+    (about 144k env steps, 1-2 minutes on a loaded 2-core machine)."""
+    done = _train_seed_0("ppo_cartpole.py", tmp_path)
     solved = [line for line in done.stdout.splitlines() if line.startswith("solved:")]
     assert solved, done.stdout
     mean_return = float(solved[0].split("mean return ")[1].split()[0])
@@ -105,17 +111,7 @@ def test_ppo_cartpole_solves_seed_0(tmp_path: Path) -> None:
 def test_ppo_recurrent_solves_seed_0(tmp_path: Path) -> None:
     """The example's claim: with an LSTM, seed 0 reaches a mean return of 475 over the last
     20 episodes of CartPole without velocities (65,536 env steps, about 21 s of CPU)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "ppo_recurrent.py"), "--seed", "0"],
-        capture_output=True,
-        text=True,
-        timeout=290,
-        cwd=tmp_path,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    done = _train_seed_0("ppo_recurrent.py", tmp_path)
     solved = [line for line in done.stdout.splitlines() if line.startswith("mean return ")]
     assert solved, done.stdout
     assert float(solved[0].split()[2]) >= 475.0
