@@ -5,7 +5,7 @@ rows (4 float32 features, reward 1, an episode ending with probability 1/22 per 
 CartPole under a random policy does) without stepping anything, made the way every
 adapter makes its rows (``EnvRowsBuilder.columns``). The runner samples it with the
 default pipelines and ``ConstantPolicy`` (a slice of a ready array), so what is timed is
-the step kernel, the episode bookkeeping, the recorder and the batch building:
+the step kernel, the episode bookkeeping, the collectors and the batch building:
 rlconnect's own cost per env step. An env engine that steps N envs in T microseconds is
 slowed by this much per row.
 
@@ -37,8 +37,6 @@ POOL = 64  # distinct precomputed polls, cycled
 
 class FreeEnv(BaseEnv):
     """N single-agent sub-envs whose polls are precomputed (see the module doc)."""
-
-    polls_dense = True
 
     def __init__(self, num_envs: int, seed: int = 0) -> None:
         self.num_envs = num_envs

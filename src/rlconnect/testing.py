@@ -16,15 +16,10 @@ Override ``make_pipeline()`` instead to test a whole chain, ``make_observations(
 feed your own rows (default: 8 seeded samples of the input space) and
 ``check_options()`` for ``env_ids``, ``agent_ids``, ``rewards``, ``actions`` or ``steps``.
 Every built-in connector is tested through this mixin.
-
-``recording(...)`` chooses how runners built inside it keep their rows, for tests that
-check that every way gives the same batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from rlconnect.connectors.base import Connector
@@ -36,31 +31,8 @@ from rlconnect.connectors.checker import (
     check_save_load_reproduces,
 )
 from rlconnect.connectors.pipeline import ConnectorPipeline
-from rlconnect.runner import recorder
 
-__all__ = ["CHECKS", "ConnectorTestMixin", "recording"]
-
-
-@contextmanager
-def recording(
-    *, blocks: bool | None = None, steps_while_recording: bool | None = None
-) -> Iterator[None]:
-    """How ``EnvRunner``s built inside the ``with`` block record their rows (None: as
-    they would anyway). Batches, metrics and callbacks are the same either way; this
-    exists so tests can show that.
-
-    - ``blocks=False``: every poll goes to the collectors on its own, instead of dense
-      polls of one policy being buffered and handed over in blocks;
-    - ``steps_while_recording``: as if the env did (or did not) step while the runner
-      records (``BaseEnv.steps_while_recording``, EnvPool's): each buffered poll's arrays
-      are packed as they come and what a batch leaves is freed a few items per poll.
-    """
-    before = dict(recorder.OVERRIDES)
-    recorder.OVERRIDES.update(blocks=blocks, steps_while_recording=steps_while_recording)
-    try:
-        yield
-    finally:
-        recorder.OVERRIDES.update(before)
+__all__ = ["CHECKS", "ConnectorTestMixin"]
 
 
 class ConnectorTestMixin:

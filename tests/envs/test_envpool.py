@@ -9,7 +9,6 @@ from test_workers_async import check_episodes
 
 import rlconnect as rc
 from rlconnect.envs.envpool_env import EnvPoolEnv, default_threads
-from rlconnect.testing import recording
 
 envpool = pytest.importorskip("envpool")  # the optional extra (installed with "dev")
 
@@ -279,25 +278,6 @@ def test_env_workers_forked_while_a_dropped_pool_awaits_collection_start():
     finally:
         gc.enable()
     assert len(batches[0]) == 10
-
-
-def test_envpool_runs_pack_rows_while_the_pool_steps_and_give_the_same_batches():
-    """An EnvPool runner copies each poll's rows into arrays made once per batch and frees
-    what batches leave a few items per poll (BaseEnv.steps_while_recording); its batches
-    and metrics are those of the same runner without either."""
-    runs = []
-    for steps_while_recording in (None, False):  # EnvPool's default, or as other envs
-        with recording(steps_while_recording=steps_while_recording):
-            r = runner(n=5, frag=40)
-        assert r.env.steps_while_recording
-        runs.append(sample(r, 4))
-    (packed, metrics), (plain, plain_metrics) = runs
-    assert metrics == plain_metrics
-    for a, b in zip(packed, plain):
-        assert list(a.keys()) == list(b.keys())
-        for k in a:
-            if k != "infos":
-                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 class _PublicOnly:

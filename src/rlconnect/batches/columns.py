@@ -20,7 +20,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "STORE_LAST",
     "STORE_POLL",
     "STORE_TRAJ",
+    "shared_infos",
     "trajectory_keys",
 ]
 
@@ -54,7 +55,13 @@ NEXT_ROW_COLUMNS: tuple[str, ...] = (
 
 EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
 """The ``infos`` entry of every row whose env gave an empty info dict: one shared read-only
-mapping, not a dict per row (envs, the recorder and the collectors all store it)."""
+mapping, not a dict per row (the env adapters and the runner make it so)."""
+
+
+def shared_infos(infos: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``infos`` with every empty one the shared read-only ``EMPTY_INFO``."""
+    return [i if i else EMPTY_INFO for i in infos]
+
 
 NEXT_OBS_OF: Mapping[str, str] = MappingProxyType({OBS: NEXT_OBS})
 """Column of the following row -> the transition column that holds it (``new_obs[t] ==

@@ -17,8 +17,8 @@ import numpy as np
 
 from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import STORE_POLL
+from rlconnect.collectors.env_steps import EnvStepLog
 from rlconnect.collectors.policy_collector import PolicyCollector
-from rlconnect.collectors.store import ColumnStore
 
 __all__ = ["PolicyCollectorGroup"]
 
@@ -36,40 +36,16 @@ class PolicyCollectorGroup:
             for pid in policy_ids
         }
         self.num_envs = num_envs
-        self._events = ColumnStore()
+        #: one event per env step (the runner adds each poll's)
+        self.env_step_log = EnvStepLog()
         self._finished: set[int] = set()
         self._finished_steps = 0  # env steps of finished episodes still in the log
         self._finished_agent_steps = 0
-        self._agent_steps = 0  # agent steps of the logged events
 
     def __getitem__(self, policy_id: str) -> PolicyCollector:
         return self.collectors[policy_id]
 
     # -- recording ------------------------------------------------------------------------
-    def add_env_steps(
-        self,
-        poll: int | np.ndarray,
-        env_ids: np.ndarray,
-        eps_ids: np.ndarray,
-        agent_steps: np.ndarray | int,
-    ) -> None:
-        """Log one env step for each of ``env_ids`` at ``poll`` (one poll index for all, or
-        one per step; ``agent_steps``: the transitions each completed, or one number)."""
-        n = len(env_ids)
-        if n:
-            self._agent_steps += (
-                int(np.sum(agent_steps)) if np.ndim(agent_steps) else n * int(agent_steps)
-            )
-            self._events.append(
-                {
-                    "poll": poll,
-                    "env": env_ids,
-                    "eps": eps_ids,
-                    "agent_steps": agent_steps,
-                },
-                n,
-            )
-
     def finish_episodes(
         self, eps_ids: list[int], env_steps: int, agent_steps: int | None = None
     ) -> None:
@@ -85,19 +61,18 @@ class PolicyCollectorGroup:
         for c in self.collectors.values():
             if len(c):
                 c.drop(c.column(EPS_ID) == eps_id)
-        if self._events.size:
-            self._events.keep(np.flatnonzero(self._events.column("eps") != eps_id))
-            self._agent_steps = int(self._events.column("agent_steps").sum())
+        if self.env_step_log.size:
+            self.env_step_log.keep(np.flatnonzero(self.env_step_log.columns().eps != eps_id))
         self._finished.discard(int(eps_id))
 
     # -- counting -------------------------------------------------------------------------
     def env_steps(self) -> int:
         """Env steps logged and not yet handed out."""
-        return self._events.size
+        return self.env_step_log.size
 
     def agent_steps(self) -> int:
         """Agent steps (transitions) logged and not yet handed out."""
-        return self._agent_steps
+        return self.env_step_log.agent_steps
 
     def ready(self, mode: str, target: int, count_by: str) -> bool:
         """True when a batch of ``target`` steps can be built."""
@@ -109,14 +84,14 @@ class PolicyCollectorGroup:
 
     # -- building -------------------------------------------------------------------------
     def _take_events(self, mode: str, target: int, count_by: str) -> np.ndarray:
-        ev = self._events
+        ev = self.env_step_log
         if mode == "complete_episodes":
-            return np.isin(ev.column("eps"), np.fromiter(self._finished, np.int64))
+            return np.isin(ev.columns().eps, np.fromiter(self._finished, np.int64))
         taken = np.zeros(ev.size, dtype=bool)
         if count_by == "env_steps":
             k = min(target, ev.size)
         else:
-            k = int(np.searchsorted(np.cumsum(ev.column("agent_steps")), target)) + 1
+            k = int(np.searchsorted(np.cumsum(ev.columns().agent_steps), target)) + 1
             k = min(k, ev.size)
         taken[:k] = True
         return taken
@@ -125,7 +100,7 @@ class PolicyCollectorGroup:
         self, mode: str, target: int, count_by: str
     ) -> tuple[dict[str, tuple[SampleBatch, np.ndarray]], int]:
         """Hand out one batch: per policy (transitions, trajectory id of each row), env steps."""
-        ev = self._events
+        ev = self.env_step_log
         taken = self._take_events(mode, target, count_by)
         env_steps = int(taken.sum())
         if mode == "complete_episodes":
@@ -133,7 +108,8 @@ class PolicyCollectorGroup:
             select = lambda c: np.isin(c.column(EPS_ID), eps)  # noqa: E731
         else:
             cut = np.full(self.num_envs, -1, dtype=np.int64)
-            np.maximum.at(cut, ev.column("env")[taken], ev.column("poll")[taken])
+            logged = ev.columns()
+            np.maximum.at(cut, logged.env[taken], logged.poll[taken])
             select = lambda c: c.column(STORE_POLL) <= cut[c.column(ENV_ID)]  # noqa: E731
         batches = {}
         for pid, c in self.collectors.items():
@@ -142,12 +118,11 @@ class PolicyCollectorGroup:
                 if len(b):
                     batches[pid] = (b, traj)
         ev.keep(np.flatnonzero(~taken))
-        self._agent_steps = int(ev.column("agent_steps").sum()) if ev.size else 0
         if mode == "complete_episodes":  # every finished episode was handed out
             self._finished.clear()
             self._finished_steps = self._finished_agent_steps = 0
         else:
-            self._finished &= set(ev.column("eps").tolist()) if ev.size else set()
+            self._finished &= set(ev.columns().eps.tolist())
         return batches, env_steps
 
     def nbytes(self) -> int:

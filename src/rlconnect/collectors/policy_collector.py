@@ -25,7 +25,7 @@ from rlconnect.batches.columns import (
     STORE_TRAJ,
 )
 from rlconnect.batches.frame_stacks import pack_image_columns, transition_observations
-from rlconnect.collectors.store import ColumnStore
+from rlconnect.collectors.store import ColumnStore, fill_rows, zeros_like_rows
 
 __all__ = ["PolicyCollector", "trajectory_order"]
 
@@ -54,6 +54,7 @@ class PolicyCollector:
         self.policy_id = policy_id
         self.compress_observations = compress_observations
         self.store = ColumnStore()
+        self._answer_like: dict[str, Any] = {}  # the policy's last outputs
 
     def __len__(self) -> int:
         return self.store.size
@@ -61,29 +62,35 @@ class PolicyCollector:
     def add_rows(
         self,
         traj_ids: np.ndarray,
-        poll: int | np.ndarray,
+        poll: int,
         columns: dict[str, Any],
         last: Any = False,
+        outputs: dict[str, Any] | None = None,
+        acted: np.ndarray | None = None,
     ) -> int:
         """Append observation rows of ``traj_ids`` (one chunk); returns the first row index.
 
-        ``columns`` is taken over (not copied): pass a fresh dict of fresh arrays; ``poll``
-        and ``last`` may be scalars shared by all rows.
+        ``columns`` is taken over (not copied): pass a fresh dict of fresh arrays; ``last``
+        may be a scalar shared by all rows. ``outputs``: what the policy answered for them
+        (actions, fetches, state_out), for the rows where ``acted`` is true (None: all;
+        the others read as zeros); rows recorded without outputs read as zeros too.
         """
         n = len(traj_ids)
         columns[STORE_TRAJ] = traj_ids
         columns[STORE_POLL] = poll
         columns[STORE_LAST] = last
+        if outputs is not None:
+            self._answer_like = outputs
+            if acted is None:
+                columns.update(outputs)
+            else:
+                for name, value in outputs.items():
+                    columns[name] = fill_rows(value, acted, n)
+        else:  # zeros, shaped like the policy's last answer: chunks keep the same columns
+            for name, value in self._answer_like.items():
+                if name not in columns:
+                    columns[name] = zeros_like_rows(value, n)
         return self.store.append(columns, n)
-
-    def add_outputs(self, columns: dict[str, Any], where: np.ndarray | None = None) -> None:
-        """Write the policy's outputs (actions, fetches, state_out) into the last added rows
-        (all of them, or those where ``where`` is true)."""
-        if where is None:
-            self.store.update_last(columns)
-            return
-        for name, value in columns.items():
-            self.store.write_last(name, value, where)
 
     def copy_rows(self, rows: np.ndarray) -> dict[str, Any]:
         """Every non-bookkeeping column at ``rows`` (to build closing rows)."""

@@ -1,14 +1,17 @@
 """Column-wise row storage that appends a whole step in O(1) and concatenates lazily.
 
-The hot path appends one *chunk* per step (a dict of whole arrays, kept by reference) and
-may complete that chunk's columns afterwards (the policy's outputs). Reading consolidates
-the chunks into one array per column with a single ``np.concatenate``, so the per-step cost
-does not grow with the number of columns' rows, and the per-batch cost is one copy.
+Recording appends one *chunk* per step: a dict of whole columns, kept by reference, which
+is all the hot path does (no per-column work). Every ``MERGE_EVERY`` chunks are merged
+into one array per column, so memory grows with rows and not with steps, and reading a
+column merges what is left: one ``np.concatenate`` per column per merge, whatever the
+number of sub-envs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -16,10 +19,10 @@ import tree
 
 from rlconnect.batches.take import take_rows
 
-__all__ = ["ColumnStore", "fill_rows"]
+__all__ = ["MERGE_EVERY", "ColumnStore", "fill_rows", "zeros_like_rows"]
 
 
-_MISSING = object()
+_MISSING: Any = object()
 MERGE_EVERY = 256  # chunks appended one by one are merged in groups of this many
 _SCALARS = {int, float, bool, np.int64, np.float64, np.bool_, np.int32, np.float32}
 
@@ -45,47 +48,57 @@ def _expand(value: Any, n: int) -> Any:
     return np.full(n, value)
 
 
+def _no_rows(leaf: Any) -> np.ndarray:
+    leaf = np.asarray(leaf)
+    return np.empty((0, *leaf.shape[1:]), leaf.dtype)
+
+
 def _template(value: Any) -> Any:
-    """One row's worth of ``value``, remembering dtype and row shape."""
-    if isinstance(value, np.ndarray) or _is_nest(value):
-        return value
-    return _expand(value if not isinstance(value, list) else value[:1], 1)
+    """``value``'s dtype and row shape, as arrays of no rows (holding none of its data)."""
+    if isinstance(value, np.ndarray):
+        return _no_rows(value)
+    if _is_nest(value):
+        return tree.map_structure(_no_rows, value)
+    return _no_rows(_expand(value if not isinstance(value, list) else value[:1], 1))
 
 
-def _zeros_like_rows(template: Any, n: int) -> Any:
+def zeros_like_rows(template: Any, n: int) -> Any:
     """``n`` zero rows shaped like ``template``'s rows (a leaf or a nest of leaves)."""
     if _is_leaf(template):
         return np.zeros((n, *template.shape[1:]), dtype=template.dtype)
     return tree.map_structure(lambda t: np.zeros((n, *t.shape[1:]), dtype=t.dtype), template)
 
 
-def fill_rows(value: Any, where: np.ndarray | None, n: int) -> Any:
-    """``n`` rows shaped like ``value``'s: ``value`` where ``where`` is true, zeros elsewhere
-    (all zeros for ``where=None``)."""
+def fill_rows(value: Any, where: np.ndarray, n: int) -> Any:
+    """``n`` rows shaped like ``value``'s: ``value`` where ``where`` is true, zeros elsewhere."""
     if type(value) is np.ndarray:  # the common case, without the calls below
         col = np.zeros((n, *value.shape[1:]), dtype=value.dtype)
-        if where is not None:
-            col[where] = value
+        col[where] = value
         return col
-    col = _zeros_like_rows(_template(value), n)
-    if where is not None:
-        if _is_leaf(col):
-            col[where] = value
-        else:
-            tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
+    col = zeros_like_rows(_template(value), n)
+    if _is_leaf(col):
+        col[where] = value
+    else:
+        tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
     return col
 
 
-def _merge_column(
-    chunks: list[dict[str, Any]], lengths: list[int], name: str, template: Any
-) -> Any:
-    """One column of ``chunks`` as one array: a single numpy call per column in the common
-    cases (all arrays, all lists, all scalars), chunk by chunk otherwise."""
-    values = [c.get(name, _MISSING) for c in chunks]
+def _values_of(chunks: list[dict[str, Any]], name: str) -> list[Any]:
+    """Column ``name``'s value in each chunk (``_MISSING`` where a chunk has none)."""
+    try:
+        return list(map(itemgetter(name), chunks))  # (a map: no Python loop per chunk)
+    except KeyError:
+        return [c.get(name, _MISSING) for c in chunks]
+
+
+def _merge_column(values: list[Any], lengths: list[int], template: Any) -> Any:
+    """One column as one array from its value in each chunk: a single numpy call in the
+    common cases (all arrays, all lists, all scalars), chunk by chunk otherwise; a chunk
+    without the column reads as zeros."""
     kinds = set(map(type, values))
-    if kinds == {np.ndarray, object} and isinstance(template, np.ndarray):
+    if kinds == {np.ndarray, object} and _is_leaf(template):  # arrays, and chunks without
         values = [
-            _zeros_like_rows(template, n) if v is _MISSING else v for v, n in zip(values, lengths)
+            zeros_like_rows(template, n) if v is _MISSING else v for v, n in zip(values, lengths)
         ]
         kinds = {np.ndarray}
     if kinds == {np.ndarray}:
@@ -95,13 +108,9 @@ def _merge_column(
     if kinds <= _SCALARS:
         return np.repeat(np.asarray(values), lengths)
     parts = [
-        _zeros_like_rows(template, n) if v is _MISSING else _expand(v, n)
+        zeros_like_rows(template, n) if v is _MISSING else _expand(v, n)
         for v, n in zip(values, lengths)
     ]
-    return _concat(parts)
-
-
-def _concat(parts: list[Any]) -> Any:
     if len(parts) == 1:
         return parts[0]
     if _is_leaf(parts[0]):
@@ -112,27 +121,28 @@ def _concat(parts: list[Any]) -> Any:
 class ColumnStore:
     """Named columns (arrays or nests of arrays) sharing one row axis.
 
-    Arrays passed to ``append`` / ``write_last`` are kept by reference until the next
-    consolidation: callers hand over fresh arrays and do not mutate them afterwards.
-    A column missing from some chunk reads as zeros there.
+    Chunks passed to ``append`` are kept by reference until they are merged: callers hand
+    over fresh dicts of fresh arrays and do not mutate them afterwards. A column missing
+    from some chunk reads as zeros there.
     """
 
     def __init__(self) -> None:
         self.size = 0
         self._chunks: list[dict[str, Any]] = []
         self._lengths: list[int] = []
-        self._merged_upto = 0  # chunks before this index are already merged ones
+        self._merged = 0  # the first chunks that are merged ones (0 or 1 after a read)
         self._templates: dict[str, Any] = {}  # one example per column: dtype and row shape
 
     def __len__(self) -> int:
         return self.size
 
     def __contains__(self, name: object) -> bool:
-        return name in self._templates
+        return name in self.names
 
     @property
     def names(self) -> list[str]:
         """Column names, in order of first appearance."""
+        self._learn(self._chunks[self._merged :])
         return list(self._templates)
 
     def append(self, columns: dict[str, Any], n: int) -> int:
@@ -142,95 +152,81 @@ class ColumnStore:
         scalar that every row shares.
         """
         start = self.size
-        templates = self._templates
-        for name, value in columns.items():
-            if name not in templates:
-                templates[name] = _template(value)
-        if len(self._chunks) - self._merged_upto > MERGE_EVERY:
-            self._merge_tail()
-        self._chunks.append(columns)
+        chunks = self._chunks
+        chunks.append(columns)
         self._lengths.append(n)
         self.size = start + n
+        if len(chunks) - self._merged >= MERGE_EVERY:
+            self._merge_from(self._merged)
         return start
 
-    def write_last(self, name: str, value: Any, where: np.ndarray | None = None) -> None:
-        """Set column ``name`` of the last chunk: all its rows, or the rows ``where`` is true."""
-        chunk, n = self._chunks[-1], self._lengths[-1]
-        if name not in self._templates:
-            self._templates[name] = _template(value)
-        if where is None:
-            chunk[name] = value
-            return
-        col = chunk.get(name)
-        if col is None:
-            col = _zeros_like_rows(value, n)
-            chunk[name] = col
-        if _is_leaf(col):
-            col[where] = value
-        else:
-            tree.map_structure(lambda c, v: c.__setitem__(where, v), col, value)
+    def _learn(self, chunks: list[dict[str, Any]]) -> None:
+        """Add the columns of ``chunks`` not seen before, in order, with their templates."""
+        templates = self._templates
+        for name in dict.fromkeys(chain.from_iterable(chunks)):
+            if name not in templates:
+                value = next(c[name] for c in chunks if name in c)
+                templates[name] = _template(value)
 
-    def _merge(self, chunks: list[dict[str, Any]], lengths: list[int]) -> dict[str, Any]:
-        """One chunk holding the rows of ``chunks``, one array per column."""
-        merged: dict[str, Any] = {"__merged__": True}
-        for name, template in self._templates.items():
-            merged[name] = _merge_column(chunks, lengths, name, template)
+    def _columns_of(self, chunks: list[dict[str, Any]]) -> list[Sequence[Any]]:
+        """Each column's value in every chunk, in the order of ``self._templates``."""
+        names = list(self._templates)
+        if len(names) > 1 and sum(map(len, chunks)) == len(names) * len(chunks):
+            try:  # each chunk has as many columns as are known, and all of them: no others
+                return list(zip(*map(itemgetter(*names), chunks)))
+            except KeyError:
+                pass
+        self._learn(chunks)
+        return [_values_of(chunks, name) for name in self._templates]
+
+    def _merge_from(self, first: int) -> dict[str, Any]:
+        """Merge the chunks from index ``first`` on into one, one array per column."""
+        chunks, lengths = self._chunks[first:], self._lengths[first:]
+        columns = self._columns_of(chunks)
+        merged = {
+            name: _merge_column(list(values), lengths, template)
+            for (name, template), values in zip(self._templates.items(), columns)
+        }
+        self._chunks[first:] = [merged]
+        self._lengths[first:] = [sum(lengths)]
+        self._merged = first + 1
         return merged
-
-    def _merge_tail(self) -> None:
-        """Merge the chunks appended since the last merge (called before an append, so
-        ``write_last`` is done with them): memory grows with rows, not with steps."""
-        lo, hi = self._merged_upto, len(self._chunks)
-        merged = self._merge(self._chunks[lo:hi], self._lengths[lo:hi])
-        self._chunks[lo:hi] = [merged]
-        self._lengths[lo:hi] = [sum(self._lengths[lo:hi])]
-        self._merged_upto = lo + 1
 
     def _consolidate(self) -> dict[str, Any]:
+        """One merged chunk: the appended ones merged first (values of one kind per column),
+        then with the merged ones (arrays only: one ``np.concatenate`` per column)."""
         if not self._chunks:
             return {}
-        if len(self._chunks) == 1 and self._chunks[0].get("__merged__"):
-            return self._chunks[0]
-        merged = self._merge(self._chunks, self._lengths)
-        self._chunks = [merged]
-        self._lengths = [self.size]
-        self._merged_upto = 1
-        return merged
+        if len(self._chunks) > self._merged:
+            self._merge_from(self._merged)
+        if len(self._chunks) > 1:
+            self._merge_from(0)
+        return self._chunks[0]
 
     def column(self, name: str) -> Any:
-        """The whole column (consolidates pending chunks)."""
+        """The whole column (merges pending chunks)."""
         merged = self._consolidate()
         if name in merged:
             return merged[name]
-        return _zeros_like_rows(self._templates[name], self.size)
+        return zeros_like_rows(self._templates[name], self.size)
 
     def take(self, name: str, rows: np.ndarray) -> Any:
         """A copy of column ``name`` at ``rows``."""
         return take_rows(self.column(name), rows)
 
-    def update_last(self, columns: dict[str, Any]) -> None:
-        """Set several columns for all rows of the last chunk."""
-        templates = self._templates
-        for name, value in columns.items():
-            if name not in templates:
-                templates[name] = _template(value)
-        self._chunks[-1].update(columns)
-
     def keep(self, rows: np.ndarray) -> None:
         """Keep only ``rows`` (in the given order); everything else is dropped."""
-        merged: dict[str, Any] = {name: self.take(name, rows) for name in self._templates}
-        merged["__merged__"] = True
+        merged = {name: self.take(name, rows) for name in self.names}
         self.size = len(rows)
         self._chunks = [merged] if self.size else []
         self._lengths = [self.size] if self.size else []
-        self._merged_upto = len(self._chunks)
+        self._merged = len(self._chunks)
 
     def nbytes(self) -> int:
         """Bytes referenced by all columns."""
         return sum(
             leaf.nbytes
             for chunk, n in zip(self._chunks, self._lengths)
-            for name, col in chunk.items()
-            if name != "__merged__"
+            for col in chunk.values()
             for leaf in tree.flatten(_expand(col, n))
         )

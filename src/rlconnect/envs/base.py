@@ -41,13 +41,6 @@ class BaseEnv:
     num_envs: int = 1
     is_multi_agent: bool = False
     possible_agents: tuple = ()
-    #: whether ``poll()`` can return ``EnvRows.dense`` rows (the runner's fast path)
-    polls_dense: bool = False
-    #: whether the next step runs on threads of the env's own while the runner records a
-    #: poll (EnvPool): the runner then does more of its recording per poll (it copies the
-    #: rows into arrays made once per batch), time it would otherwise spend waiting, and
-    #: has less left to do when it builds the batch
-    steps_while_recording: bool = False
 
     def observation_space(self, agent_id: Any) -> gym.Space:
         """The observation space of ``agent_id``."""

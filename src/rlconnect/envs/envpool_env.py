@@ -201,9 +201,6 @@ def _single_frames(pool: Any, preset: str | None) -> bool:
 class EnvPoolEnv(BaseEnv):
     """An EnvPool pool (gymnasium API) behind the runner's ``BaseEnv`` contract."""
 
-    polls_dense = True
-    steps_while_recording = True
-
     def __init__(
         self, pool: Any, *, rebuild: Callable[[int], Any] | None = None, frames: bool = False
     ) -> None:

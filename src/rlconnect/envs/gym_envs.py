@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import attrs
@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.obs_stack import ObsStacker
 from rlconnect.envs.rewards import reward_column
@@ -114,7 +115,7 @@ class DenseColumns(NamedTuple):
     rewards: np.ndarray
     terminateds: list[bool]
     truncateds: list[bool]
-    infos: list[dict]
+    infos: list[Mapping[str, Any]]
     first: np.ndarray | None
 
 
@@ -125,8 +126,6 @@ class GymEnvs(BaseEnv):
     ``seed + i``. Exceptions in ``step``/``reset`` are caught per sub-env and reported in
     ``EnvRows.errors``; the runner decides whether to restart or raise.
     """
-
-    polls_dense = True
 
     def __init__(
         self,
@@ -258,7 +257,7 @@ class GymEnvs(BaseEnv):
         rew: list[Any] = []
         term: list[bool] = []
         trunc: list[bool] = []
-        infos: list[dict] = []
+        infos: list[Mapping[str, Any]] = []
         reset_ok: list[int] = []
         errors: dict[int, BaseException] = {}
         last = self._last
@@ -279,7 +278,7 @@ class GymEnvs(BaseEnv):
             rew.append(r)
             term.append(te)
             trunc.append(tr)
-            infos.append(info)
+            infos.append(info if info else EMPTY_INFO)
         actions.clear()
         resets.difference_update(reset_ok)
         if not errors:
@@ -300,7 +299,7 @@ class GymEnvs(BaseEnv):
         rew: list[Any],
         term: list[bool],
         trunc: list[bool],
-        infos: list[dict],
+        infos: list[Mapping[str, Any]],
         was_reset: set[int],
         errors: dict[int, BaseException],
     ) -> EnvRows:

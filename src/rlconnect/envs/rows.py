@@ -59,7 +59,9 @@ class EnvRows:
 
     - ``obs``: a stacked batch (``stacked=True``: array or nest of arrays with R rows, all
       rows share one space) or a list of R per-row observations (multi-agent).
-    - ``rewards`` (float64), ``terminateds``, ``truncateds`` (bool), ``infos`` (list of dicts).
+    - ``rewards`` (float64), ``terminateds``, ``truncateds`` (bool), ``infos`` (list of
+      dicts). The runner keeps every empty info as the one shared ``EMPTY_INFO`` until the
+      batch; ``dense`` rows are expected to carry it already (as the built-in adapters do).
     - ``is_first``: the row is the first observation of a new episode (reward 0, no flags).
     - ``done_envs``: ``{env_id: (terminated, truncated)}`` for sub-envs whose whole episode
       ended at this poll (``__all__`` for multi-agent envs).
@@ -196,7 +198,7 @@ class EnvRowsBuilder:
         self._rew: list[Any] = []
         self._term: list[bool] = []
         self._trunc: list[bool] = []
-        self._infos: list[dict] = []
+        self._infos: list[Mapping[str, Any]] = []
         self._first: list[bool] = []
         self._stepped: set[int] = set()
         self._done: dict[int, tuple[bool, bool]] = {}
@@ -211,7 +213,7 @@ class EnvRowsBuilder:
         reward: Any = 0.0,
         terminated: bool = False,
         truncated: bool = False,
-        info: dict | None = None,
+        info: Mapping[str, Any] | None = None,
         *,
         first: bool = False,
     ) -> None:

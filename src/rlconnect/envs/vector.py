@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.spaces import stack_samples, unstack_batch
@@ -81,7 +83,8 @@ class VectorEnvAdapter(BaseEnv):
         batch = obs if not isinstance(obs, list) else stack_samples(self._obs_space, obs)
         env_ids = np.asarray(ids, dtype=np.int64)
         first = np.asarray(first, dtype=bool)
-        return EnvRowsBuilder.columns(env_ids, batch, rew, term, trunc, infos, first)
+        shared: list[Mapping[str, Any]] = [i if i else EMPTY_INFO for i in infos]
+        return EnvRowsBuilder.columns(env_ids, batch, rew, term, trunc, shared, first)
 
     def _first_rows(self, ids: list[int], obs: Any, infos: list[dict]) -> EnvRows:
         k = len(ids)

@@ -25,7 +25,6 @@ from rlconnect.envs.rows import EnvRows
 from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
 from rlconnect.runner.callbacks import Callbacks
-from rlconnect.runner.leftovers import Leftovers
 
 __all__ = [
     "MAX_METRICS",
@@ -47,10 +46,8 @@ class TrajectoryIds:
     array, so the fast path reads every sub-env's id at once; -1: none open).
     """
 
-    def __init__(self, num_envs: int, leftovers: Leftovers | None = None) -> None:
+    def __init__(self, num_envs: int) -> None:
         self.of_env = np.full(num_envs, -1, dtype=np.int64)
-        #: where forgotten owners go (their episodes are freed a few per poll); None: at once
-        self._leftovers = leftovers
         self._owners: dict[int, tuple[Any, Episode]] = {}
         self._closed: list[int] = []
         self._next = 0
@@ -95,22 +92,19 @@ class TrajectoryIds:
         return self._owners.get(traj_id, (None, None))
 
     def forget_handed_out(self, collectors: PolicyCollectorGroup) -> None:
-        """Drop the owners of closed trajectories that have no row left in ``collectors``
-        (into the leftovers, if any: their episodes are then freed later)."""
+        """Drop the owners of closed trajectories that have no row left in ``collectors``."""
         if not self._closed:
             return
         left = [c.trajectory_ids() for c in collectors.collectors.values() if len(c)]
         still = set(np.concatenate(left).tolist()) if left else set()
-        keep, dropped = [], []
+        keep = []
         owners = self._owners
         for t in self._closed:
             if t in still:
                 keep.append(t)
-            elif t in owners:
-                dropped.append(owners.pop(t))
+            else:
+                owners.pop(t, None)
         self._closed = keep
-        if self._leftovers is not None:
-            self._leftovers.put(dropped)
 
 
 class EpisodeHooks:

@@ -12,12 +12,12 @@ from any env adapter) through named phases, in order:
 3. per policy, ``_act``: the agent pipeline, then for the rows that go on the policy and
    the action pipeline (``act``), and the env actions sent; a ``PolicyStep`` each;
 4. ``env.all_actions_sent()`` (an env that steps as one batch starts it here), then
-   ``_record`` of every policy's rows and outputs (``Recorder``) while it steps;
+   ``_record`` of every policy's rows with its outputs (``PolicyCollector``) while it steps;
 5. ``_finish``: the env-step log, the episode callbacks, the end and reset of finished
    episodes.
 
-Every poll takes these phases. How rows are kept (buffered polls, arrays packed as they
-come) is the recorder's business, when new episodes are made the episode tracker's.
+Every poll takes these phases. How rows are kept is the collectors' business (one chunk
+per poll, merged in bulk), when new episodes are made the episode tracker's.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rlconnect.batches.columns import shared_infos
 from rlconnect.batches.take import take_rows
 from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.connectors import AgentData
@@ -47,7 +48,6 @@ from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, check_finite
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
-from rlconnect.runner.recorder import Recorder, shared_infos
 from rlconnect.spaces import stack_samples
 
 __all__ = ["CHECKED_POLLS", "StepKernel"]
@@ -166,19 +166,13 @@ class StepKernel:
         n = env.num_envs
         self.env, self.policies, self.pipes, self.config = env, policies, pipes, config
         self.collectors, self.timers = collectors, timers
+        self._collector_of, self._env_step_log = collectors.collectors, collectors.env_step_log
         self.multi = env.is_multi_agent
         self.poll_index = 0
         self._pids = list(policies)
         self._one_pid = self._pids[0] if len(self._pids) == 1 else ""  # "": several
         self._every_row: list[tuple[str, np.ndarray | None]] = [(self._one_pid, None)]
-        self.recorder = Recorder(
-            collectors,
-            #: one policy's rows, no per-step hook or soft horizon reading them meanwhile
-            blocks=not self.multi and bool(self._one_pid) and not config.soft_horizon
-            and not hooks.on_step,
-            steps_while_recording=env.steps_while_recording,
-        )  # fmt: skip
-        self.trajectories = TrajectoryIds(n, self.recorder.leftovers)  # owners freed per poll
+        self.trajectories = TrajectoryIds(n)
         self.episodes = EpisodeTracker(
             n,
             multi_agent=self.multi,
@@ -204,27 +198,22 @@ class StepKernel:
     # -- the loop -------------------------------------------------------------------------
     def run_until(self, mode: str, target: int, count_by: str) -> None:
         """Poll and step until the collectors can build a batch of ``target`` steps."""
-        group, recorder, env, timers = self.collectors, self.recorder, self.env, self.timers
-        clock = _clock
+        group, env, timers, clock = self.collectors, self.env, self.timers, _clock
         truncating = mode == "truncate_episodes"
-        recorder.expect(target - group.env_steps() if truncating else 0, env.num_envs)
-        try:
-            while True:
-                if truncating:
-                    have = group.env_steps() if count_by == "env_steps" else group.agent_steps()
-                    if have + recorder.buffered_env_steps >= target:
-                        break
-                elif group.ready(mode, target, count_by):
+        while True:
+            if truncating:  # (inline: read at every poll)
+                have = group.env_steps() if count_by == "env_steps" else group.agent_steps()
+                if have >= target:
                     break
-                elif self.poll_index % ENDLESS_CHECK_EVERY == 0 and self.config.horizon is None:
-                    self.episodes.refuse_endless(max(ENDLESS_EPISODE_STEPS, 100 * target))
-                t0 = clock()
-                rows = env.poll()
-                self._secs["mean_env_wait_ms"] += clock() - t0
-                timers.steps += 1
-                self.step(rows)
-        finally:
-            recorder.flush()
+            elif group.ready(mode, target, count_by):
+                break
+            elif self.poll_index % ENDLESS_CHECK_EVERY == 0 and self.config.horizon is None:
+                self.episodes.refuse_endless(max(ENDLESS_EPISODE_STEPS, 100 * target))
+            t0 = clock()
+            rows = env.poll()
+            self._secs["mean_env_wait_ms"] += clock() - t0
+            timers.steps += 1
+            self.step(rows)
 
     def step(self, rows: EnvRows) -> None:
         """Everything one poll's rows cause, phase by phase (see the module docstring)."""
@@ -268,7 +257,6 @@ class StepKernel:
         return rows
 
     def _restart(self, errors: Mapping[int, BaseException]) -> None:
-        self.recorder.flush()  # a faulty episode's rows must be in the collectors to drop
         for env_id, exc in sorted(errors.items()):
             self.faults.on_error(env_id, exc)  # raises unless the sub-env may be restarted
             if not self.episodes.is_open(env_id):  # the reset itself failed: report it too
@@ -392,7 +380,7 @@ class StepKernel:
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
-            "infos": shared_infos(infos) if connectors else infos,
+            "infos": infos if rows.dense else shared_infos(infos),  # (dense: shared already)
             "t": lengths.copy() if idx is None and facts.full else lengths[env_ids],
         }
         data = AgentData.trusted(env_ids, agent_ids, cols)
@@ -419,9 +407,9 @@ class StepKernel:
         record["agent_index"] = step.agent_index
         if self.config.keep_raw_obs:
             record["raw_obs"] = step.obs
-        self.recorder.rows(step.pid, traj, facts.poll, record, step.done, dense=facts.rows.dense)
-        if step.outputs is not None:
-            self.recorder.outputs(step.pid, step.outputs, step.acted)
+        self._collector_of[step.pid].add_rows(
+            traj, facts.poll, record, step.done, outputs=step.outputs, acted=step.acted
+        )
 
     def _finish(self, facts: PollFacts) -> None:
         """The env-step log, the episode callbacks, and the end and reset of finished
@@ -435,9 +423,9 @@ class StepKernel:
             for e in sorted(done_envs):
                 self.agents.close_open_agents(e, done_envs[e], poll, agent_steps)
             episodes.agent_steps += agent_steps
-            self.recorder.env_steps(poll, stepped, step_eps, agent_steps[stepped])
+            self._env_step_log.add(poll, stepped, step_eps, agent_steps[stepped])
         else:
-            self.recorder.env_steps(poll, stepped, step_eps, 1)
+            self._env_step_log.add(poll, stepped, step_eps, 1)
         if facts.firsts:
             episodes.fire_start(facts.firsts)
         if self._on_step:
@@ -461,7 +449,6 @@ class StepKernel:
         else:
             self.trajectories.close_single([e for e, _ in ended])
         if faulty:
-            self.recorder.flush()
             for _, ep in ended:
                 self.collectors.drop_episode(ep.episode_id)
             return

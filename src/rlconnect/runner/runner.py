@@ -11,14 +11,14 @@ How one step flows (the code is ``StepKernel.step`` in ``rlconnect.runner.kernel
                         env.send_actions(env_actions)
         env.all_actions_sent()             # an env stepping as one batch starts here
         per policy
-          record        recorder.rows(data), recorder.outputs(...)   # collectors
+          record        collectors[pid].add_rows(rows, outputs)   # one chunk
         finish          env-step log, callbacks, episode ends and resets
     # ...until the collectors hold a batch, then:
     collectors.build() -> postprocess_trajectory -> SampleBatch | MultiAgentBatch
 
 The runner owns the loop and the public API; its parts get what they need, never the
 runner: ``StepKernel`` (the step) with ``EpisodeTracker``, ``TrajectoryIds``,
-``AgentTracker`` and ``Recorder``; ``act`` (the one place a policy is called, shared
+``AgentTracker``; ``act`` (the one place a policy is called, shared
 with ``Inference``); ``build_pipelines``; ``postprocess_batches``. Offline I/O, serving
 and Ray plug in through ``rlconnect.runner.extensions``.
 """

@@ -114,7 +114,8 @@ class WorkerEnvs(BaseEnv):
         self._finalizer: util.Finalize[None] = util.Finalize(
             self, _shutdown, args=(self.workers, self._block), exitpriority=10
         )
-        self.polls_dense = not self.is_multi_agent and self._a.obs is not None
+        #: single-agent observations come in the shared block (block_rows), not pickled
+        self._obs_shared: bool = not self.is_multi_agent and self._a.obs is not None
         self._a.cmd[:] = CMD_RESET  # the first poll resets every sub-env
 
     # -- processes ------------------------------------------------------------------------
@@ -317,7 +318,7 @@ class WorkerEnvs(BaseEnv):
         answered = [self.workers[w] for w in sorted(replies)]
         raw = [replies[w.index] for w in answered]
         infos, piped = decode_replies(answered, raw, errors, self._info_warned)
-        if not self.polls_dense:
+        if not self._obs_shared:
             return concat_rows(piped, errors, self.is_multi_agent)
         full = len(answered) == len(self.workers)
         spans = [(w.lo, w.hi) for w in answered]
