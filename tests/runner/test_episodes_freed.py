@@ -1,4 +1,5 @@
-"""What building a batch leaves (ended episodes) is freed: nothing piles up over batches."""
+"""Ended episodes: freed once their rows are handed out, and cheap for the garbage collector
+meanwhile."""
 
 from __future__ import annotations
 
@@ -38,4 +39,39 @@ def test_a_runner_frees_its_old_episodes():
     gc.collect()
     early = [r for refs in ended.refs[:20] for r in refs]
     assert early and all(r() is None for r in early)  # episodes of early batches: freed
+    runner.stop()
+
+
+class _Rewards(rc.Callbacks):
+    """Each ended episode's ``agent_rewards`` dict, as the callback sees it."""
+
+    def __init__(self) -> None:
+        self.dicts: list[dict] = []
+
+    def on_episode_end(self, *, episode, **kwargs) -> None:
+        self.dicts.append(episode.agent_rewards)
+
+
+def test_single_agent_reward_records_are_not_followed_by_the_garbage_collector():
+    """Each ended episode's reward dicts (its own and its metric record's) use one shared
+    ``(agent, policy)`` key: once the collector has seen that key's tuple hold only
+    strings, the dicts are untracked, and a long run's records cost its passes nothing."""
+    env = gym.make("CartPole-v1")
+    cfg = rc.RunnerConfig(num_envs=4, rollout_fragment_length=40, seed=0)
+    rewards = _Rewards()
+    runner = rc.EnvRunner(
+        "CartPole-v1",
+        rc.RandomPolicy(env.observation_space, env.action_space),
+        config=cfg,
+        callbacks=rewards,
+    )
+    runner.sample()
+    gc.collect()
+    start = len(rewards.dicts)
+    for _ in range(3):
+        runner.sample()
+    late, records = rewards.dicts[start:], runner.get_metrics()[-5:]
+    assert late and records and all(len(r["agent_rewards"]) == 1 for r in records)
+    assert not any(gc.is_tracked(d) for d in late)
+    assert not any(gc.is_tracked(r["agent_rewards"]) for r in records)
     runner.stop()

@@ -48,18 +48,22 @@ class TrajectoryIds:
 
     def __init__(self, num_envs: int) -> None:
         self.of_env = np.full(num_envs, -1, dtype=np.int64)
-        self._owners: dict[int, tuple[Any, Episode]] = {}
+        #: each live trajectory's episode and agent (two dicts, not a tuple per trajectory:
+        #: fewer objects for the garbage collector to follow while the rows wait)
+        self._episodes: dict[int, Episode] = {}
+        self._agents: dict[int, Any] = {}
         self._closed: list[int] = []
         self._next = 0
 
     def __len__(self) -> int:
-        return len(self._owners)
+        return len(self._episodes)
 
     def new(self, agent_id: Any, episode: Episode) -> int:
         """A fresh id for ``agent_id``'s trajectory in ``episode``."""
         t = self._next
         self._next += 1
-        self._owners[t] = (agent_id, episode)
+        self._episodes[t] = episode
+        self._agents[t] = agent_id
         return t
 
     def open_single(self, env_ids: list[int]) -> range:
@@ -72,7 +76,8 @@ class TrajectoryIds:
 
     def own(self, traj_ids: range, agent_id: Any, episodes: list[Episode]) -> None:
         """Trajectories ``traj_ids`` (from ``open_single``) are ``agent_id``'s in ``episodes``."""
-        self._owners.update(zip(traj_ids, [(agent_id, ep) for ep in episodes], strict=True))
+        self._episodes.update(zip(traj_ids, episodes, strict=True))
+        self._agents.update(dict.fromkeys(traj_ids, agent_id))
 
     def close(self, traj_id: int) -> None:
         """The trajectory ended: forget it once its rows have all been handed out."""
@@ -89,7 +94,7 @@ class TrajectoryIds:
 
     def owner(self, traj_id: int) -> tuple[Any, Episode | None]:
         """``(agent_id, episode)`` of a trajectory (``(None, None)`` when forgotten)."""
-        return self._owners.get(traj_id, (None, None))
+        return self._agents.get(traj_id), self._episodes.get(traj_id)
 
     def forget_handed_out(self, collectors: PolicyCollectorGroup) -> None:
         """Drop the owners of closed trajectories that have no row left in ``collectors``."""
@@ -98,12 +103,13 @@ class TrajectoryIds:
         left = [c.trajectory_ids() for c in collectors.collectors.values() if len(c)]
         still = set(np.concatenate(left).tolist()) if left else set()
         keep = []
-        owners = self._owners
+        episodes, agents = self._episodes, self._agents
         for t in self._closed:
             if t in still:
                 keep.append(t)
             else:
-                owners.pop(t, None)
+                episodes.pop(t, None)
+                agents.pop(t, None)
         self._closed = keep
 
 
@@ -183,6 +189,7 @@ class EpisodeTracker:
         self.eps_id = np.full(num_envs, -1, dtype=np.int64)
         self.next_id = first_id
         self.metrics: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_METRICS)
+        self._reward_keys: dict[tuple[Any, str], tuple[Any, str]] = {}
         self._mapping_fn = mapping_fn
         self._hooks = hooks
         self._on_close = on_close
@@ -334,7 +341,7 @@ class EpisodeTracker:
             ep.length = int(self.length[e])
             if single:
                 ep.total_reward = total = float(self.ret[e])
-                ep.agent_rewards = {(a, ep.policy_for(a)): total for a in ep.get_agents()}
+                ep.agent_rewards = {self._reward_key(a, ep): total for a in ep.get_agents()}
             ep.faulty = faulty
         self._on_close(ended, faulty)
         hooks, metrics = self._hooks, self.metrics
@@ -346,6 +353,13 @@ class EpisodeTracker:
             for reset in resets:
                 reset(e)
             episodes[e] = None
+
+    def _reward_key(self, agent_id: Any, episode: Episode) -> tuple[Any, str]:
+        """``(agent_id, policy_id)``, one tuple per pair for every episode: the collector
+        soon stops tracking it, and then the reward dicts and metric records that use it
+        need not be followed by the garbage collector either (single-agent pairs are few)."""
+        key = (agent_id, episode.policy_for(agent_id))
+        return self._reward_keys.setdefault(key, key)
 
     def refuse_endless(self, limit: int) -> None:
         """Raise ``EnvError`` naming a sub-env whose episode ran past ``limit`` steps
