@@ -23,6 +23,7 @@ BENCHMARKS = {
         300,
         ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
     ),
+    "bench_gc.py": (240, ("garbage collector", "gen 0 / 1 / 2", "cartpole-inprocess N=64")),
     "bench_instructions.py": (300, ("instructions per env step",)),
     "bench_overhead.py": (120, ("own cost per env step", "CPU us per row", "256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),
