@@ -1,10 +1,15 @@
 """Column roles (rlconnect.batches.columns) as the collectors and readers use them."""
 
+import copy
+import pickle
+
 import gymnasium as gym
 import numpy as np
+import pytest
 
 import rlconnect as rc
 from rlconnect.batches.columns import (
+    EMPTY_INFO,
     NEXT_OBS_OF,
     NEXT_ROW_COLUMNS,
     ROW_ID_COLUMNS,
@@ -48,3 +53,26 @@ def test_trajectory_order_is_a_stable_argsort_whatever_the_id_range():
     for ids in (close, wide, close[:1], close[:0], np.full(50, 7)):
         order = trajectory_order(ids.astype(np.int64))
         np.testing.assert_array_equal(order, np.argsort(ids, kind="stable"))
+
+
+def test_empty_infos_are_one_shared_dict_that_pickles_and_copies_as_itself():
+    """Rows whose env gave an empty info share ``EMPTY_INFO``: a batch holding it pickles
+    (to another process, to a file of the user's) and deep-copies, and comes back holding
+    the same shared object; changing it is refused, since every such row would change."""
+    env = gym.make("CartPole-v1")
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0)
+    runner = rc.EnvRunner(
+        "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=config
+    )
+    batch = runner.sample()
+    runner.stop()
+    assert all(info is EMPTY_INFO for info in batch["infos"])
+    for again in (pickle.loads(pickle.dumps(batch)), copy.deepcopy(batch)):
+        assert all(info is EMPTY_INFO for info in again["infos"])
+        np.testing.assert_array_equal(again["obs"], batch["obs"])
+    assert EMPTY_INFO == {} and not EMPTY_INFO and isinstance(EMPTY_INFO, dict)
+    with pytest.raises(TypeError, match="cannot be changed"):
+        EMPTY_INFO["score"] = 1  # type: ignore[index]
+    with pytest.raises(TypeError, match="cannot be changed"):
+        EMPTY_INFO.update(score=1)  # type: ignore[attr-defined]
+    assert EMPTY_INFO == {}

@@ -20,7 +20,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -39,7 +39,6 @@ __all__ = [
     "STORE_LAST",
     "STORE_POLL",
     "STORE_TRAJ",
-    "shared_infos",
     "trajectory_keys",
 ]
 
@@ -53,14 +52,37 @@ NEXT_ROW_COLUMNS: tuple[str, ...] = (
 )
 """Columns a transition takes from the row that followed its observation."""
 
-EMPTY_INFO: Mapping[str, Any] = MappingProxyType({})
-"""The ``infos`` entry of every row whose env gave an empty info dict: one shared read-only
-mapping, not a dict per row (the env adapters and the runner make it so)."""
+
+class _EmptyInfo(dict):
+    """The type of ``EMPTY_INFO``: an empty dict that refuses changes, and that pickles
+    and copies as the one shared instance (batches holding it pickle, deep-copy and cross
+    processes like any other)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "EMPTY_INFO is the info of every row whose env gave an empty one and cannot be "
+            "changed; make a dict of your own (dict(info)) to change it"
+        )
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    update = setdefault = pop = popitem = clear = _refuse
+
+    def __reduce__(self) -> str:
+        return "EMPTY_INFO"  # pickled as a reference to this module's global
+
+    def __copy__(self) -> _EmptyInfo:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _EmptyInfo:
+        return self
 
 
-def shared_infos(infos: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """``infos`` with every empty one the shared read-only ``EMPTY_INFO``."""
-    return [i if i else EMPTY_INFO for i in infos]
+EMPTY_INFO: Mapping[str, Any] = _EmptyInfo()
+"""The ``infos`` entry of every row whose env gave an empty info dict: one shared empty
+dict that cannot be changed, not a dict per row (the env adapters and the runner make it
+so)."""
 
 
 NEXT_OBS_OF: Mapping[str, str] = MappingProxyType({OBS: NEXT_OBS})

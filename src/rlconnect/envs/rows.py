@@ -24,6 +24,7 @@ import numpy as np
 import tree
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.rewards import bad_reward_error, reward_column, scalar_reward
 
 __all__ = [
@@ -60,8 +61,9 @@ class EnvRows:
     - ``obs``: a stacked batch (``stacked=True``: array or nest of arrays with R rows, all
       rows share one space) or a list of R per-row observations (multi-agent).
     - ``rewards`` (float64), ``terminateds``, ``truncateds`` (bool), ``infos`` (list of
-      dicts). The runner keeps every empty info as the one shared ``EMPTY_INFO`` until the
-      batch; ``dense`` rows are expected to carry it already (as the built-in adapters do).
+      dicts; an empty one is ``EMPTY_INFO``, one shared dict kept until the batch instead
+      of a dict per row: ``add_row`` makes it so, the built-in adapters give ``columns``
+      it).
     - ``is_first``: the row is the first observation of a new episode (reward 0, no flags).
     - ``done_envs``: ``{env_id: (terminated, truncated)}`` for sub-envs whose whole episode
       ended at this poll (``__all__`` for multi-agent envs).
@@ -231,7 +233,7 @@ class EnvRowsBuilder:
             self._term.append(bool(terminated))
             self._trunc.append(bool(truncated))
             self._stepped.add(env_id)
-        self._infos.append({} if info is None else info)
+        self._infos.append(info if info else EMPTY_INFO)
         self._first.append(first)
 
     def add_error(self, env_id: int, exc: BaseException) -> None:

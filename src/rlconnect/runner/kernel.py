@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from rlconnect.batches.columns import shared_infos
 from rlconnect.batches.take import take_rows
 from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.connectors import AgentData
@@ -380,7 +379,7 @@ class StepKernel:
             "rewards": rewards,
             "terminateds": terminateds,
             "truncateds": truncateds,
-            "infos": infos if rows.dense else shared_infos(infos),  # (dense: shared already)
+            "infos": infos,
             "t": lengths.copy() if idx is None and facts.full else lengths[env_ids],
         }
         data = AgentData.trusted(env_ids, agent_ids, cols)
