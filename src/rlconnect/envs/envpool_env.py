@@ -252,7 +252,7 @@ class EnvPoolEnv(BaseEnv):
         """Start the pool's step now, while the runner records the poll: a synchronous pool
         once every sub-env has its action or reset, an asynchronous one for the sub-envs it
         has them for. A failure is the next poll's to report."""
-        if not self._started or (not self._async and not self._todo.all()):
+        if not self._started or (not self._async and not self._all_queued()):
             return  # e.g. a sub-env the runner resets itself later: the next poll sends
         try:
             self._send()
@@ -273,6 +273,11 @@ class EnvPoolEnv(BaseEnv):
         """Queue actions (0: the placeholder of a reset step) for the next send."""
         self._actions[env_ids] = actions
         self._todo[env_ids] = True
+
+    def _all_queued(self) -> bool:
+        """Whether every sub-env has an action or a reset queued (``count_nonzero`` is one
+        C call; ``ndarray.all`` goes through a Python wrapper)."""
+        return int(np.count_nonzero(self._todo)) == self.num_envs
 
     def try_restart(self, env_id: int) -> None:
         """A failed pool is rebuilt whole (once, at the first sub-env's restart)."""
@@ -316,8 +321,8 @@ class EnvPoolEnv(BaseEnv):
         # EnvPool resets the sub-envs whose episode ended at their next step by itself
         ended = rows.done_envs
         self._autoreset = set(ended)
-        if ended:
-            self._queue(list(ended), 0)
+        if ended:  # (an index array: numpy converts a list anew for each assignment)
+            self._queue(np.fromiter(ended, np.intp, len(ended)), 0)
         return rows
 
     def _step(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -343,7 +348,7 @@ class EnvPoolEnv(BaseEnv):
                 self.pool.send(self._actions[ids], ids.astype(np.int32))
                 self._todo[ids] = False
             return
-        if not self._todo.all():
+        if not self._all_queued():
             missing = np.flatnonzero(~self._todo).tolist()[:5]
             raise RuntimeError(
                 f"a synchronous EnvPool pool steps every sub-env together, but sub-envs "
@@ -360,7 +365,7 @@ class EnvPoolEnv(BaseEnv):
         else:
             ids = np.asarray(raw, dtype=np.int64)
             order = None if strictly_ascending(ids) else np.argsort(ids, kind="stable")
-        first = np.asarray(info["elapsed_step"]) == 0
+        first = np.logical_not(info["elapsed_step"])  # no step elapsed: a reset step
         rew = np.asarray(rew, dtype=np.float64)
         term, trunc = np.asarray(term, dtype=bool), np.asarray(trunc, dtype=bool)
         extra = [k for k in info if k not in _BOOKKEEPING]
