@@ -200,7 +200,10 @@ class WorkerEnvs(BaseEnv):
 
     # -- commands -------------------------------------------------------------------------
     def _idle_check(self, env_ids: np.ndarray | list[int]) -> None:
-        if not any(w.busy for w in self.workers):  # always so between synchronous polls
+        for w in self.workers:  # (a loop: cheaper than any() over a generator)
+            if w.busy:
+                break
+        else:  # always so between synchronous polls
             return
         for w in set(self._of_env[np.asarray(env_ids)].tolist()):
             if self.workers[w].busy:
@@ -213,22 +216,27 @@ class WorkerEnvs(BaseEnv):
         if not len(env_ids):
             return
         self._idle_check(env_ids)
+        given = self._block_actions(actions)
+        if given is None:
+            self._pipe_actions(env_ids, agent_ids, actions)
+            return
+        for v, g in zip(self._a.act_leaves, given):
+            v[env_ids] = g
+        self._a.cmd[env_ids] = CMD_STEP
+
+    def _block_actions(self, actions: Any) -> list[np.ndarray] | None:
+        """The leaves of ``actions`` when the block holds them exactly (arrays of the
+        leaves' dtypes and shapes), else None: they go by pipe."""
         leaves = self._a.act_leaves
-        if not self.is_multi_agent and leaves:
-            given = tree.flatten(actions) if not isinstance(actions, list) else None
-            if (
-                given is not None
-                and len(given) == len(leaves)
-                and all(
-                    isinstance(g, np.ndarray) and g.dtype == v.dtype and g.shape[1:] == v.shape[1:]
-                    for g, v in zip(given, leaves)
-                )
-            ):
-                for v, g in zip(leaves, given):
-                    v[env_ids] = g
-                self._a.cmd[env_ids] = CMD_STEP
-                return
-        self._pipe_actions(env_ids, agent_ids, actions)
+        if self.is_multi_agent or not leaves or isinstance(actions, list):
+            return None
+        given = [actions] if type(actions) is np.ndarray else tree.flatten(actions)
+        if len(given) != len(leaves):
+            return None
+        for g, v in zip(given, leaves):
+            if not isinstance(g, np.ndarray) or g.dtype != v.dtype or g.shape[1:] != v.shape[1:]:
+                return None
+        return given
 
     def _pipe_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
         """Actions the block cannot hold exactly (other dtypes, non-array spaces, agents)."""
