@@ -42,9 +42,11 @@ from rlconnect.envs.gym_envs import DenseColumns, EnvContext, GymEnvs, sub_env_c
 from rlconnect.envs.multi_agent import MultiAgentEnvs
 from rlconnect.envs.workers.frames import frame, read_frame, write_frame
 from rlconnect.envs.workers.layout import (
+    CMD_NONE,
     CMD_RESET,
     CMD_SOFT,
     CMD_STEP,
+    CMD_STEP_PIPED,
     ST_ROW,
     SharedArrays,
     SharedBlock,
@@ -230,16 +232,20 @@ class _Server:
         codes = a.cmd[lo:hi].copy()
         act = a.act
         plain = type(act) is np.ndarray
-        if plain and not np.count_nonzero(codes != CMD_STEP):  # the common poll
+        others = (codes != CMD_STEP).nonzero()[0]
+        other_codes = codes[others].tolist()  # a few resets, usually
+        if plain and CMD_NONE not in other_codes and CMD_STEP_PIPED not in other_codes:
+            # every sub-env steps or resets (the common poll): one copy of the group's
+            # actions, and the resets below drop those of the sub-envs they reset
             group.send_actions(self.local_ids, self.agents, act[lo:hi].copy())
-            return
-        stepping = codes == CMD_STEP
-        step = stepping.nonzero()[0]
-        if len(step):
-            acts = act[lo:hi][step] if plain else tree.map_structure(lambda v: v[lo:hi][step], act)
-            group.send_actions(step, self.agents[: len(step)], acts)
-        others = (~stepping).nonzero()[0]
-        for local, code in zip(others.tolist(), codes[others].tolist()):  # a few resets
+        else:
+            step = (codes == CMD_STEP).nonzero()[0]
+            if len(step):
+                acts = (
+                    act[lo:hi][step] if plain else tree.map_structure(lambda v: v[lo:hi][step], act)
+                )
+                group.send_actions(step, self.agents[: len(step)], acts)
+        for local, code in zip(others.tolist(), other_codes):
             if code == CMD_RESET:
                 group.try_reset(local)
             elif code == CMD_SOFT:
