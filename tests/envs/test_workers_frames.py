@@ -102,15 +102,22 @@ def test_a_synchronous_poll_waits_for_one_worker_at_a_time(monkeypatch):
         finally:
             runner.stop()
 
+    from rlconnect.envs.workers.handle import WorkerHandle
+
     plain = draw()
-    waits: list[int] = []
+    waits: list[int] = []  # how many workers each wait watches
 
     def counted(workers, timeout_s):
         workers = list(workers)
         waits.append(len(workers))
         return ready(workers, timeout_s)
 
-    ready = answers.ready_workers
+    def counted_one(self, timeout_s):
+        waits.append(1)
+        return answered(self, timeout_s)
+
+    ready, answered = answers.ready_workers, WorkerHandle.answered
     monkeypatch.setattr(answers, "ready_workers", counted)
+    monkeypatch.setattr(WorkerHandle, "answered", counted_one)
     assert_same_batches(plain, draw())
     assert waits and set(waits) == {1}  # one worker at a time, each waited for first

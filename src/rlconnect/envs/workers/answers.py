@@ -69,7 +69,9 @@ def _next(waiting: dict[int, WorkerHandle], timeout_s: float | None) -> list[Ans
     """The answer of the first waiting worker, blocking on its pipe; when it is late or
     gone, the answers the others already gave (the caller then checks deadlines)."""
     w = next(iter(waiting.values()))
-    return _first([w], _wait_s([w], timeout_s)) or _first(waiting.values(), 0.0)
+    if w.answered(_wait_s([w], timeout_s)):
+        return [(w, _or_error(w.read))]
+    return _first(waiting.values(), 0.0)
 
 
 def _wait_s(workers: Iterable[WorkerHandle], timeout_s: float | None) -> float:

@@ -42,6 +42,7 @@ class WorkerHandle:
         self.since = 0.0
         self.alive = False
         self.closing = False
+        self._answers: Any = None  # a ``select.poll`` on ``from_worker`` (None: none here)
 
     @property
     def what(self) -> str:
@@ -69,6 +70,7 @@ class WorkerHandle:
         answers.close()
         self.proc, self.alive, self.busy = proc, True, False
         self.to_worker, self.from_worker = to_worker, from_worker
+        self._answers = _poller([from_worker])
 
     def hello(self, build_timeout_s: float | None) -> Hello:
         """The worker's spaces, once it built its sub-envs (within ``build_timeout_s``;
@@ -106,6 +108,13 @@ class WorkerHandle:
         if self.from_worker not in ready and not self.from_worker.poll():  # no answer
             raise self.died()
         return self.read()
+
+    def answered(self, timeout_s: float) -> bool:
+        """Whether the worker's answer is there (or its pipe closed) within ``timeout_s``:
+        one ``poll(2)`` on a poller made with the pipe, where the OS has it."""
+        if self._answers is None:
+            return bool(wait([self.from_worker], max(timeout_s, 0.0)))
+        return bool(self._answers.poll(max(timeout_s, 0.0) * 1000.0))
 
     def read(self) -> bytes:
         """The answer of a worker whose pipe is ready; a worker that died raises."""
@@ -177,10 +186,18 @@ def ready_workers(workers: Iterable[WorkerHandle], timeout_s: float) -> list[Wor
     it tells that the worker died.
     """
     by_fd = {w.from_worker.fileno(): w for w in workers}
-    if not hasattr(select, "poll"):  # e.g. Windows
+    poller = _poller([w.from_worker for w in by_fd.values()])
+    if poller is None:  # e.g. Windows
         ready = wait([w.from_worker for w in by_fd.values()], timeout_s)
         return [w for w in by_fd.values() if w.from_worker in ready]
-    poller = select.poll()
-    for fd in by_fd:
-        poller.register(fd, select.POLLIN)
     return [by_fd[fd] for fd, _ in poller.poll(max(timeout_s, 0.0) * 1000.0)]
+
+
+def _poller(pipes: list[Any]) -> Any:
+    """A ``select.poll`` waiting for input on ``pipes``, or None where there is none."""
+    if not hasattr(select, "poll"):
+        return None
+    poller = select.poll()
+    for pipe in pipes:
+        poller.register(pipe.fileno(), select.POLLIN)
+    return poller
