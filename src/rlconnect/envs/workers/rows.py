@@ -75,7 +75,8 @@ def block_rows(
 ) -> EnvRows:
     """The rows the answering workers (sub-envs ``lo .. hi - 1`` each) wrote to the block,
     copied out of it; ``full``: every worker answered."""
-    in_order = full and not np.count_nonzero(a.status != ST_ROW)
+    # (a status is ST_ROW or 0: counting is one C call, comparing first is not)
+    in_order = full and np.count_nonzero(a.status) == len(a.status)
     if in_order:
         ids: Any = all_ids
         obs = a.obs.copy() if type(a.obs) is np.ndarray else tree.map_structure(np.copy, a.obs)
@@ -105,7 +106,8 @@ def block_rows(
         infos=info_list,
         is_first=first,
         stacked=True,
-        stepped=all_ids[~first] if np.count_nonzero(first) else all_ids,
+        # every sub-env but those that reset (row i is sub-env i)
+        stepped=np.logical_not(first).nonzero()[0] if np.count_nonzero(first) else all_ids,
         done_envs=done_envs_of(ids, term, trunc),
         extra_rewards=[],
         errors={},
