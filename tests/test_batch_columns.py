@@ -18,6 +18,17 @@ from rlconnect.batches.columns import (
 )
 
 
+def _cartpole_batch(fragment: int) -> rc.SampleBatch:
+    """One batch of 2 CartPole sub-envs under a random policy."""
+    env = gym.make("CartPole-v1")
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=fragment, seed=0)
+    policy = rc.RandomPolicy(env.observation_space, env.action_space)
+    runner = rc.EnvRunner("CartPole-v1", policy, config=config)
+    batch = runner.sample()
+    runner.stop()
+    return batch
+
+
 def test_trajectory_keys_separate_agents_and_episodes():
     b = rc.SampleBatch({"eps_id": np.array([3, 3, 3, 4]), "agent_index": np.array([0, 1, 0, 1])})
     keys = trajectory_keys(b)
@@ -28,13 +39,7 @@ def test_trajectory_keys_separate_agents_and_episodes():
 
 
 def test_runner_batches_follow_the_declared_roles():
-    env = gym.make("CartPole-v1")
-    cfg = rc.RunnerConfig(num_envs=2, rollout_fragment_length=30, seed=0)
-    runner = rc.EnvRunner(
-        "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=cfg
-    )
-    batch = runner.sample()
-    runner.stop()
+    batch = _cartpole_batch(fragment=30)
     names = set(batch.keys())
     assert set(ROW_ID_COLUMNS) <= names and set(NEXT_ROW_COLUMNS) <= names
     assert not names & set(STORE_COLUMNS)  # store bookkeeping never leaves the collector
@@ -59,13 +64,7 @@ def test_empty_infos_are_one_shared_dict_that_pickles_and_copies_as_itself():
     """Rows whose env gave an empty info share ``EMPTY_INFO``: a batch holding it pickles
     (to another process, to a file of the user's) and deep-copies, and comes back holding
     the same shared object; changing it is refused, since every such row would change."""
-    env = gym.make("CartPole-v1")
-    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=0)
-    runner = rc.EnvRunner(
-        "CartPole-v1", rc.RandomPolicy(env.observation_space, env.action_space), config=config
-    )
-    batch = runner.sample()
-    runner.stop()
+    batch = _cartpole_batch(fragment=5)
     assert all(info is EMPTY_INFO for info in batch["infos"])
     for again in (pickle.loads(pickle.dumps(batch)), copy.deepcopy(batch)):
         assert all(info is EMPTY_INFO for info in again["infos"])

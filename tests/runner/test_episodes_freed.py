@@ -11,6 +11,13 @@ import gymnasium as gym
 import rlconnect as rc
 
 
+def _cartpole_runner(callbacks: rc.Callbacks, fragment: int) -> rc.EnvRunner:
+    env = gym.make("CartPole-v1")
+    config = rc.RunnerConfig(num_envs=4, rollout_fragment_length=fragment, seed=0)
+    policy = rc.RandomPolicy(env.observation_space, env.action_space)
+    return rc.EnvRunner("CartPole-v1", policy, config=config, callbacks=callbacks)
+
+
 class _Ended(rc.Callbacks):
     """Weak references to every ended episode, per batch."""
 
@@ -23,15 +30,8 @@ class _Ended(rc.Callbacks):
 
 def test_a_runner_frees_its_old_episodes():
     """The episodes of early batches go once their rows are handed out: nothing piles up."""
-    env = gym.make("CartPole-v1")
-    cfg = rc.RunnerConfig(num_envs=4, rollout_fragment_length=25, seed=0)
     ended = _Ended()
-    runner = rc.EnvRunner(
-        "CartPole-v1",
-        rc.RandomPolicy(env.observation_space, env.action_space),
-        config=cfg,
-        callbacks=ended,
-    )
+    runner = _cartpole_runner(ended, fragment=25)
     for _ in range(30):
         runner.sample()
         ended.refs.append([])
@@ -56,15 +56,8 @@ def test_single_agent_reward_records_are_not_followed_by_the_garbage_collector()
     """Each ended episode's reward dicts (its own and its metric record's) use one shared
     ``(agent, policy)`` key: once the collector has seen that key's tuple hold only
     strings, the dicts are untracked, and a long run's records cost its passes nothing."""
-    env = gym.make("CartPole-v1")
-    cfg = rc.RunnerConfig(num_envs=4, rollout_fragment_length=40, seed=0)
     rewards = _Rewards()
-    runner = rc.EnvRunner(
-        "CartPole-v1",
-        rc.RandomPolicy(env.observation_space, env.action_space),
-        config=cfg,
-        callbacks=rewards,
-    )
+    runner = _cartpole_runner(rewards, fragment=40)
     runner.sample()
     gc.collect()
     start = len(rewards.dicts)

@@ -130,7 +130,7 @@ class ColumnStore:
         self.size = 0
         self._chunks: list[dict[str, Any]] = []
         self._lengths: list[int] = []
-        self._merged = 0  # the first chunks that are merged ones (0 or 1 after a read)
+        self._merged = 0  # how many of the first chunks are merged ones
         self._templates: dict[str, Any] = {}  # one example per column: dtype and row shape
 
     def __len__(self) -> int:
