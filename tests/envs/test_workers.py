@@ -339,3 +339,61 @@ def test_an_unpicklable_multi_agent_info_replaces_only_that_agents_info():
             assert set(info) == {"unpicklable_info"}, info
         else:
             assert "t" in info and "unpicklable_info" not in info, (e, a, info)
+
+
+class _UnpicklableObs(np.ndarray):
+    def __reduce__(self):
+        raise TypeError("this observation cannot be pickled")
+
+
+class TwoAgentsBadObsOnce(TwoAgents):
+    """Agent ``a`` of sub-env 0 returns, once per worker process, an observation that fits
+    its space but cannot be pickled."""
+
+    fired = False
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.bad = ctx.vector_index == 0
+
+    def step(self, actions):
+        obs, *rest = super().step(actions)
+        if self.bad and "a" in obs and not type(self).fired:
+            type(self).fired = True
+            obs["a"] = np.asarray(obs["a"]).view(_UnpicklableObs)
+        return (obs, *rest)
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_an_unpicklable_multi_agent_observation_is_its_sub_envs_error(restart):
+    """The observation cannot leave the worker: its sub-env fails with an error naming it
+    and its agent (restarted when restarts are on); the worker and the other sub-env of
+    its group go on, nothing of theirs lost."""
+    space = StepCountEnv.observation_space, StepCountEnv.action_space
+    config = rc.RunnerConfig(
+        num_envs=2,
+        rollout_fragment_length=6,
+        seed=3,
+        num_env_workers=1,
+        restart_failed_sub_environments=restart,
+    )
+    runner = rc.EnvRunner(
+        TwoAgentsBadObsOnce, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+    )
+    try:
+        if not restart:
+            with pytest.raises(
+                rc.EnvError, match=r"env 0 / agent 'a': its observation cannot be pickled"
+            ):
+                runner.sample()
+            return
+        batches = [runner.sample() for _ in range(3)]
+        metrics = runner.get_metrics()
+        pids = {w.proc.pid for w in runner.env.workers}
+    finally:
+        runner.stop()
+    assert [b.env_steps() for b in batches] == [12, 12, 12]  # 2 sub-envs x 6
+    faulty = [m for m in metrics if m["episode_faulty"]]
+    assert [m["env_id"] for m in faulty] == [0]
+    assert any(m["env_id"] == 1 and m["episode_length"] == 5 for m in metrics)
+    assert len(pids) == 1  # the same worker process throughout

@@ -27,6 +27,7 @@ import signal
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
+from operator import itemgetter
 from typing import Any
 
 import attrs
@@ -273,14 +274,14 @@ class _Server:
             return b""
         return self._pickled({i: v for i, v in zip(ids.tolist(), infos) if v}, errors, None)
 
-    @staticmethod
-    def _pickled(infos: Any, errors: dict[int, ErrorPayload], rows: EnvRows | None) -> bytes:
+    def _pickled(self, infos: Any, errors: dict[int, ErrorPayload], rows: EnvRows | None) -> bytes:
         """The reply ``(infos, errors, rows, unpicklable)``; ``unpicklable`` names the
         sub-envs (local index: why) whose infos could not be pickled and were replaced,
-        each row's own only, by ``{"unpicklable_info": repr(info)}``."""
+        each row's own only, by ``{"unpicklable_info": repr(info)}``. A sub-env whose
+        observation cannot be pickled is that sub-env's error, its rows left out."""
         try:
             return pickle.dumps((infos, errors, rows, None))
-        except Exception:  # an info (or a multi-agent obs, which still raises) of a sub-env
+        except Exception:  # an info or an observation of some sub-env
             pass
         unpicklable: dict[int, str] = {}
         if infos:
@@ -288,7 +289,39 @@ class _Server:
         if rows is not None:
             ids = rows.env_ids.tolist()
             rows.infos = [_picklable(v, i, unpicklable) for i, v in zip(ids, rows.infos)]
+            rows = self._without_unpicklable_obs(rows, errors)
         return pickle.dumps((infos, errors, rows, unpicklable))
+
+    def _without_unpicklable_obs(self, rows: EnvRows, errors: dict[int, ErrorPayload]) -> EnvRows:
+        """``rows`` less those of every sub-env with an observation that cannot be pickled,
+        whose ``EnvCheckError`` (naming the sub-env and agent) goes into ``errors``."""
+        bad: dict[int, BaseException] = {}
+        for k, (local, agent) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
+            if local in bad:
+                continue
+            obs = tree.map_structure(itemgetter(k), rows.obs) if rows.stacked else rows.obs[k]
+            why = _pickle_failure(obs)
+            if why is not None:
+                bad[local] = EnvCheckError(
+                    f"env {local + self.lo} / agent {agent!r}: its observation cannot be "
+                    f"pickled to leave its env worker process ({why}); num_env_workers=0 "
+                    "and remote_envs=False step it in the runner's process"
+                )
+        if not bad:
+            return rows
+        errors.update({local: encode_error(exc) for local, exc in bad.items()})
+        kept = rows.without_envs(bad)
+        kept.errors = {}  # (they travel in ``errors``)
+        return kept
+
+
+def _pickle_failure(value: Any) -> str | None:
+    """Why ``value`` cannot be pickled, or None if it can."""
+    try:
+        pickle.dumps(value)
+    except Exception as exc:
+        return describe_exception(exc)
+    return None
 
 
 def _picklable(info: Any, local: int, unpicklable: dict[int, str]) -> Any:
