@@ -316,12 +316,17 @@ def test_an_unpicklable_info_replaces_only_its_own_rows_info_and_warns_once():
     assert said == ["sub-env 0", "sub-env 2"], said
 
 
-def test_an_unpicklable_multi_agent_info_replaces_only_that_agents_info():
+def _two_agents_in_a_worker(env_cls: type, **cfg) -> rc.EnvRunner:
+    """Two sub-envs of ``env_cls`` in one env worker, both agents on policy ``p``."""
     space = StepCountEnv.observation_space, StepCountEnv.action_space
-    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=6, seed=3, num_env_workers=1)
-    runner = rc.EnvRunner(
-        TwoAgentsLockInInfo, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
+    config = rc.RunnerConfig(
+        num_envs=2, rollout_fragment_length=6, seed=3, num_env_workers=1, **cfg
     )
+    return rc.EnvRunner(env_cls, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config)
+
+
+def test_an_unpicklable_multi_agent_info_replaces_only_that_agents_info():
+    runner = _two_agents_in_a_worker(TwoAgentsLockInInfo)
     try:
         with pytest.warns(RuntimeWarning, match="sub-env 0") as record:
             batch = runner.sample().policy_batches["p"]
@@ -369,17 +374,7 @@ def test_an_unpicklable_multi_agent_observation_is_its_sub_envs_error(restart):
     """The observation cannot leave the worker: its sub-env fails with an error naming it
     and its agent (restarted when restarts are on); the worker and the other sub-env of
     its group go on, nothing of theirs lost."""
-    space = StepCountEnv.observation_space, StepCountEnv.action_space
-    config = rc.RunnerConfig(
-        num_envs=2,
-        rollout_fragment_length=6,
-        seed=3,
-        num_env_workers=1,
-        restart_failed_sub_environments=restart,
-    )
-    runner = rc.EnvRunner(
-        TwoAgentsBadObsOnce, {"p": rc.RandomPolicy(*space)}, lambda *a, **k: "p", config=config
-    )
+    runner = _two_agents_in_a_worker(TwoAgentsBadObsOnce, restart_failed_sub_environments=restart)
     try:
         if not restart:
             with pytest.raises(
