@@ -326,16 +326,15 @@ def _pickle_failure(value: Any) -> str | None:
 
 def _picklable(info: Any, local: int, unpicklable: dict[int, str]) -> Any:
     """``info`` if it pickles, else its stand-in (the reason noted in ``unpicklable``)."""
+    why = _pickle_failure(info)
+    if why is None:
+        return info
+    unpicklable.setdefault(local, why)
     try:
-        pickle.dumps(info)
-    except Exception as exc:
-        unpicklable.setdefault(local, describe_exception(exc))
-        try:
-            text = repr(info)
-        except Exception:  # a broken __repr__ must not break the reply
-            text = f"<{type(info).__name__} that cannot be shown>"
-        return {"unpicklable_info": text}
-    return info
+        text = repr(info)
+    except Exception:  # a broken __repr__ must not break the reply
+        text = f"<{type(info).__name__} that cannot be shown>"
+    return {"unpicklable_info": text}
 
 
 def worker_main(
