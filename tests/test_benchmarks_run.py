@@ -1,4 +1,5 @@
-"""Every benchmark script runs to completion in its quick mode and prints its table.
+"""Every benchmark script (``benchmarks/`` for users, ``benchmarks/dev/`` for developers) runs
+to completion in its quick mode and prints its table.
 
 No timing assertions: machines are noisy; the scripts print ratios for people to read.
 """
@@ -23,8 +24,8 @@ BENCHMARKS = {
         300,
         ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
     ),
-    "bench_gc.py": (240, ("garbage collector", "gen 0 / 1 / 2", "cartpole-inprocess N=64")),
-    "bench_instructions.py": (300, ("instructions per env step",)),
+    "dev/bench_gc.py": (240, ("garbage collector", "gen 0 / 1 / 2", "cartpole-inprocess N=64")),
+    "dev/bench_instructions.py": (300, ("instructions per env step",)),
     "bench_overhead.py": (120, ("own cost per env step", "CPU us per row", "256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),
     "bench_offline.py": (300, ("write rows/s", "read MB/s", "disk MB", "cartpole", "atari")),
@@ -34,7 +35,7 @@ BENCHMARKS = {
     ),
     "bench_remote_envs.py": (120, ("remote_envs", "slow env (1 ms/step)", "remote / in-process")),
     "bench_serving.py": (240, ("remote", "local", "p50", "p99")),
-    "bench_vs_commit.py": (
+    "dev/bench_vs_commit.py": (
         300,
         ("working tree vs HEAD", "work / base per round", "cartpole-workers", "cartpole-inprocess"),
     ),

@@ -8,9 +8,9 @@ default pipelines, at N = 1, 8 and 64 sub-envs, and subtracts what gymnasium's C
 costs stepped alone in a plain loop: what remains is the runner's own work per env step
 (``all`` is the sum; compare trees on both columns).
 
-    python benchmarks/bench_instructions.py                      # this source tree (~3 min)
-    python benchmarks/bench_instructions.py --base-src OTHER/src # and another, with ratios
-    python benchmarks/bench_instructions.py --quick              # smoke run (N = 1, 8)
+    python benchmarks/dev/bench_instructions.py                      # this source tree (~3 min)
+    python benchmarks/dev/bench_instructions.py --base-src OTHER/src # and another, with ratios
+    python benchmarks/dev/bench_instructions.py --quick              # smoke run (N = 1, 8)
 
 How: one process per source tree runs under callgrind. For each N it builds the runner
 and samples two warm-up batches, then forks twice: one child exits at once, the other
@@ -34,6 +34,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
 
 SIZES = (1, 8, 64)
 ENV_STEPS = 4_096  # env steps measured per N (fewer with --quick)
@@ -138,7 +140,7 @@ def main() -> None:
         print("valgrind not found: no instructions per env step counted (install valgrind)")
         sys.exit(0 if args.quick else 1)
     sizes, steps = ([1, 8], 256) if args.quick else (args.sizes, args.steps)
-    here = str(Path(__file__).resolve().parents[1] / "src")
+    here = str(Path(__file__).resolve().parents[2] / "src")
     trees = {"this": here, **({"base": args.base_src} if args.base_src else {})}
     counts = {name: count(src, sizes, steps) for name, src in trees.items()}
     print("instructions per env step (callgrind; CartPole-v1, a policy that costs nothing)")

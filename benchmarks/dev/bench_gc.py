@@ -11,9 +11,9 @@ the collections of each generation and the CPU time they took, as a share of the
 process's CPU time. Collection counts are the same from run to run; the share moves
 with the machine as all CPU times do.
 
-    python benchmarks/bench_gc.py                        # this tree
-    python benchmarks/bench_gc.py --base-src OTHER/src   # and another, side by side
-    python benchmarks/bench_gc.py --quick                # smoke run
+    python benchmarks/dev/bench_gc.py                        # this tree
+    python benchmarks/dev/bench_gc.py --base-src OTHER/src   # and another, side by side
+    python benchmarks/dev/bench_gc.py --quick                # smoke run
 
 Each tree runs in a fresh process that imports rlconnect from it.
 """
@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
 
 from _common import build_runner, machine, print_table
 
@@ -96,7 +98,7 @@ def main() -> None:
     else:
         names = list(WORKLOADS)
     scale = 0.02 if args.quick else 1.0
-    here = str(Path(__file__).resolve().parents[1] / "src")
+    here = str(Path(__file__).resolve().parents[2] / "src")
     trees = {"this": here, **({"base": args.base_src} if args.base_src else {})}
     results = {tree: _run_tree(src, names, scale) for tree, src in trees.items()}
     print(machine())

@@ -14,8 +14,8 @@ sub-env): ``pong-workers``: Pong, Atari preset, N=8 on 2 env workers;
 ``envpool:CartPole-v1``, N=64; ``cartpole-inprocess``: CartPole-v1, N=8 in the runner's
 process. A workload whose package is missing (ale-py, envpool) is skipped.
 
-    python benchmarks/bench_vs_commit.py [BASE] [--rounds 5] [--seconds 3] [--only w1,w2]
-    python benchmarks/bench_vs_commit.py --quick        # HEAD against HEAD, one short round
+    python benchmarks/dev/bench_vs_commit.py [BASE] [--rounds 5] [--seconds 3] [--only w1,w2]
+    python benchmarks/dev/bench_vs_commit.py --quick        # HEAD against HEAD, one short round
 """
 
 from __future__ import annotations
@@ -28,9 +28,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for _common
+
 from _common import machine, median_range, print_table, ratios
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: name -> (env, number of sub-envs, RunnerConfig keywords)
 WORKLOADS: dict[str, tuple[str, int, dict]] = {
