@@ -2,12 +2,13 @@
 
 What it shows:
 
-- ``HideVelocities``, an agent connector registered by name, drops the cart and pole
-  velocities: the policy sees the cart position and the pole angle only (through a
-  ``MeanStdFilter``), so it must infer the velocities from what it saw before. The runner
-  takes the pipeline ``HideVelocities -> MeanStdFilter -> StateBuffer``; ``StateBuffer``
-  keeps each sub-env's LSTM state ``[h, c]`` between steps and the batch records it as
-  ``state_in_0/1`` (what the policy was called with) and ``state_out_0/1``.
+- ``HideVelocities``, an agent connector registered by name (with an ONNX form, so the run
+  exports to ONNX too), drops the cart and pole velocities: the policy sees the cart
+  position and the pole angle only (through a ``MeanStdFilter``), so it must infer the
+  velocities from what it saw before. The runner takes the pipeline
+  ``HideVelocities -> MeanStdFilter -> StateBuffer``; ``StateBuffer`` keeps each sub-env's
+  LSTM state ``[h, c]`` between steps and the batch records it as ``state_in_0/1`` (what
+  the policy was called with) and ``state_out_0/1``.
 - ``EnvRunner`` collects 8 x 64 env steps per batch; episodes go on across batches, and
   their LSTM state with them.
 - Advantages (GAE) are computed per trajectory piece in ``postprocess_trajectory``; a piece
@@ -55,6 +56,7 @@ Run::
 
     python examples/ppo_recurrent.py               # train until the mean return >= 475
     python examples/ppo_recurrent.py --no-memory   # the same with an MLP: stays far below
+    python examples/ppo_recurrent.py --checkpoint ckpt  # keep the checkpoint
     python examples/ppo_recurrent.py --smoke       # two iterations, a few seconds
 """
 
@@ -73,6 +75,7 @@ import numpy as np
 import torch
 
 import rlconnect as rc
+from rlconnect.deploy.onnx_forms import ConnectorForm
 
 ENV_ID = "CartPole-v1"
 TARGET_RETURN = 475.0
@@ -88,6 +91,19 @@ class HideVelocities(rc.ObservationConnector):
 
     def transform(self, value: Any) -> np.ndarray:
         return np.asarray(value, dtype=np.float32)[:, ::2]
+
+    def onnx_form(self) -> ConnectorForm:
+        """The same selection inside the graph ``rc.export_onnx`` writes."""
+        return HideVelocitiesForm()
+
+
+class HideVelocitiesForm(ConnectorForm):
+    """The ONNX form of ``HideVelocities``: columns 0 and 2 of the ``obs`` rows."""
+
+    def forward(
+        self, cols: dict[str, torch.Tensor], states: list[torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+        return {**cols, "obs": cols["obs"].to(torch.float32)[:, ::2]}, states
 
 
 def masked_cartpole_pipeline(ctx: rc.ConnectorContext) -> rc.AgentConnectorPipeline:
@@ -285,6 +301,7 @@ def main() -> None:
         "--max-steps", type=int, default=150_000, help="budget; the lr decays to 0 over it"
     )
     parser.add_argument("--lr", type=float, default=1e-3, help="initial learning rate")
+    parser.add_argument("--checkpoint", type=Path, help="keep the checkpoint in this folder")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -298,8 +315,12 @@ def main() -> None:
     if not (args.smoke or args.no_memory) and result["mean_return"] < TARGET_RETURN:
         runner.stop()
         raise SystemExit(f"did not reach {TARGET_RETURN} within {result['env_steps']} env steps")
+    num_episodes = 2 if args.smoke else 10
+    if args.checkpoint is not None:
+        evaluate_restored(runner, args.checkpoint, num_episodes)
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        evaluate_restored(runner, Path(tmp) / "checkpoint", 2 if args.smoke else 10)
+        evaluate_restored(runner, Path(tmp) / "checkpoint", num_episodes)
 
 
 if __name__ == "__main__":

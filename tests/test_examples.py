@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -116,3 +117,79 @@ def test_ppo_recurrent_solves_seed_0(tmp_path: Path) -> None:
     assert solved, done.stdout
     assert float(solved[0].split()[2]) >= 475.0
     assert "OK: the checkpoint (policy, connectors, filter statistics) reproduces" in done.stdout
+
+
+#: a fresh process in examples/ that imports the example (registering its policy kind and
+#: connectors), exports its checkpoint to both forms and plays one episode with both
+_EXPORT_AND_PLAY = """
+import importlib, json, sys
+import gymnasium as gym, numpy as np, onnxruntime as ort
+import rlconnect as rc
+importlib.import_module(sys.argv[1])
+ckpt, out = sys.argv[2], sys.argv[3]
+rc.export_policy(ckpt, out + ".policy")
+rc.export_onnx(ckpt, out + ".onnx")
+policy = rc.load_policy(out + ".policy")
+session = ort.InferenceSession(out + ".onnx", providers=["CPUExecutionProvider"])
+inputs = json.loads(session.get_modelmeta().custom_metadata_map["rlconnect"])["inputs"]
+states = [np.asarray(i["initial"], i["dtype"])[None] for i in inputs[1:]]
+env = gym.make("CartPole-v1")
+obs, _ = env.reset(seed=5)
+steps = mismatches = 0
+done = False
+while not done:
+    feeds = dict(zip([i["name"] for i in inputs], [obs[None], *states]))
+    onnx_action, *states = session.run(None, feeds)
+    action = policy.compute_action(obs, session=0)
+    mismatches += int(onnx_action[0]) != int(action)
+    obs, _, terminated, truncated, _ = env.step(action)
+    steps, done = steps + 1, terminated or truncated
+print(json.dumps({"pipeline": policy.agent_pipeline.names, "steps": steps,
+                  "mismatches": mismatches}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("example", "pipeline"),
+    [
+        ("ppo_cartpole", ["MeanStdFilter"]),
+        ("ppo_recurrent", ["HideVelocities", "MeanStdFilter", "StateBuffer"]),
+    ],
+)
+def test_training_example_checkpoint_exports(
+    example: str, pipeline: list[str], tmp_path: Path
+) -> None:
+    """``--checkpoint DIR`` keeps the run; a fresh process exports it to a policy file and
+    to ONNX, and both act alike over a whole episode."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    trained = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{example}.py"), "--smoke", "--checkpoint", "ckpt"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert trained.returncode == 0, f"{trained.stdout}\n{trained.stderr}"
+    assert (tmp_path / "ckpt" / "manifest.json").is_file()
+    played = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _EXPORT_AND_PLAY,
+            example,
+            str(tmp_path / "ckpt"),
+            str(tmp_path / "p"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=EXAMPLES,
+        env=env,
+        check=False,
+    )
+    assert played.returncode == 0, played.stderr
+    result = json.loads(played.stdout.splitlines()[-1])
+    assert result["pipeline"] == pipeline
+    assert result["steps"] >= 8 and result["mismatches"] == 0
