@@ -55,17 +55,17 @@ class Recorder:
         self.server = server
         self.obs: list[np.ndarray] = []
         self.polls = self.rows = 0
-        hub = server.env._hub
-        take = hub.take_events
+        hub = server.env.hub
+        take = hub.take_batch
 
-        def counted() -> list:
-            events = take()
+        def counted(*args: Any) -> tuple[list, list]:
+            events, tasks = take(*args)
             if events:
                 self.polls += 1
                 self.rows += len(events)
-            return events
+            return events, tasks
 
-        hub.take_events = counted  # type: ignore[method-assign]
+        hub.take_batch = counted  # type: ignore[method-assign,assignment]
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 

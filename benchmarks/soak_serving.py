@@ -113,14 +113,7 @@ def _held_states(runner: Any) -> int:
 
 
 def _hub_sizes(server: Any) -> dict[str, int]:
-    hub = server.env._hub
-    with hub.cond:
-        return {
-            "open_episodes": len(hub.episodes),
-            "finished_ids": len(hub.finished),
-            "timed_out_ids": len(hub.timed_out),
-            "queued": sum(len(lane) for lane in hub.lanes) + len(hub.tasks),
-        }
+    return server.env.hub.counts()
 
 
 def serving_soak(args: argparse.Namespace) -> tuple[list[dict], dict]:

@@ -134,3 +134,62 @@ def test_functions_read_on_one_screen():
     }
     long = {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def _package_of(module: str) -> str:
+    """``rlconnect.envs.external`` -> ``envs``; a top-level module is its own package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_no_package_imports_a_private_name_of_another():
+    """A private name is its package's own: serve/ uses what envs/ offers, by public name."""
+    bad = []
+    for p in _modules(PACKAGE):
+        here = _package_of("rlconnect." + ".".join(p.relative_to(PACKAGE).with_suffix("").parts))
+        for line, module, names in _imports(p):
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if module.startswith("rlconnect.") and _package_of(module) != here and private:
+                bad.append(f"{p.relative_to(PACKAGE)}:{line} {module} {private}")
+    assert not bad, f"private names imported across packages: {bad}"
+
+
+HUB_MODULE = PACKAGE / "envs" / "external_hub.py"
+#: where code may hold an ExternalEnv's hub by its private name (the env and its adapters)
+HUB_HOLDERS = ("external.py", "external_multi_agent.py")
+
+
+def test_the_episode_hub_keeps_its_lock_and_state():
+    """``EpisodeHub`` is a monitor: its attributes are private, and nothing outside its
+    module touches its lock or private state; tests and benchmarks use its methods."""
+    init = next(
+        node
+        for node in ast.walk(ast.parse(HUB_MODULE.read_text()))
+        if isinstance(node, ast.FunctionDef)
+        and node.name == "__init__"
+        and any(a.arg == "max_concurrent" for a in node.args.args)
+    )
+    public = [
+        ast.unparse(t)
+        for node in ast.walk(init)
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Attribute) and not t.attr.startswith("_")
+    ]
+    assert not public, f"EpisodeHub has public attributes: {public}"
+    root = PACKAGE.parents[1]
+    files = [*_modules(PACKAGE), *_modules(root / "tests"), *_modules(root / "benchmarks")]
+    bad = []
+    for p in files:
+        if p == HUB_MODULE:
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = ast.unparse(node.value)
+            reaches_in = owner.endswith("hub") and (
+                node.attr.startswith("_") or node.attr == "cond"
+            )
+            if reaches_in or (node.attr == "_hub" and p.name not in HUB_HOLDERS):
+                bad.append(f"{p.relative_to(root)}:{node.lineno} {owner}.{node.attr}")
+    assert not bad, f"code reaching into the episode hub: {bad}"

@@ -6,9 +6,11 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 import rlconnect as rc
 from rlconnect.envs import ExternalEnv, external_hub
+from rlconnect.envs.external import EpisodeError
 
 OBS = gym.spaces.Box(-10, 10, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -66,7 +68,9 @@ def test_timed_out_ids_are_bounded(monkeypatch):
     env = ExternalEnv(ACT, OBS, episode_timeout_s=0.0)
     for k in range(4):
         env.start_episode(k)
-        with env._hub.cond:
-            env._hub.expire(time.monotonic() + 1.0)
+        env.hub.expire(time.monotonic() + 1.0)
     assert env.timed_out_episodes == [2, 3]
-    assert list(env._hub.finished) == [2, 3]
+    for k in (2, 3):  # remembered: their ids stay taken
+        with pytest.raises(EpisodeError, match="already in use"):
+            env.start_episode(k)
+    assert env.start_episode(0) == 0  # forgotten: the id is free again

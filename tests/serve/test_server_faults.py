@@ -123,7 +123,7 @@ def test_a_full_queue_answers_503_before_taking_a_report() -> None:
     client._http.call("report", {"commands": [step] * 4})  # fits: 4 of 6
     with pytest.raises(ServerBusyError, match="QueueFullError"):  # nothing samples yet
         client._http.call("report", {"commands": [step] * 4})
-    assert server.env._hub.queued == 4  # refused whole: nothing of it was queued
+    assert server.env.hub.queued == 4  # refused whole: nothing of it was queued
     client.end_episode(eid, np.zeros(3, np.float32))
     s = Sampling(server)
     try:

@@ -14,10 +14,10 @@ sub-env id, ``0 .. max_concurrent - 1``); ``poll()`` hands out at most one queue
 lane, so every lane is a sequence of episodes exactly like a stepped sub-env.
 
 This module holds the user-facing ``ExternalEnv`` and re-exports the rest:
-``rlconnect.envs.external_hub`` (the episode state shared by both sides, and the episode
-errors) and ``rlconnect.envs.external_adapter`` (the runner side: ``ExternalEnvAdapter``,
-``ExternalRows``, ``apply_logged_actions``); every name this module defined before the
-split, private ones included, is still importable from it.
+``rlconnect.envs.external_checks`` (the episode errors and the checks of every call),
+``rlconnect.envs.external_hub`` (the episode state shared by both sides, behind one lock)
+and ``rlconnect.envs.external_adapter`` (the runner side: ``ExternalEnvAdapter``,
+``ExternalRows``, ``apply_logged_actions``).
 """
 
 from __future__ import annotations
@@ -34,21 +34,17 @@ from rlconnect.envs.external_adapter import ExternalEnvAdapter, apply_logged_act
 from rlconnect.envs.external_adapter import ExternalRows as ExternalRows
 from rlconnect.envs.external_adapter import _logp as _logp
 from rlconnect.envs.external_adapter import _unstack as _unstack
-from rlconnect.envs.external_hub import (
-    NO_ACTION,
+from rlconnect.envs.external_checks import (
     BadActionError,
     BadObservationError,
     EpisodeError,
-    EpisodeHub,
     QueueFullError,
     TooManyEpisodesError,
     UnknownEpisodeError,
 )
+from rlconnect.envs.external_checks import check_obs as check_obs
+from rlconnect.envs.external_hub import NO_ACTION, EpisodeHub, HubLimits
 from rlconnect.envs.external_hub import Reply as Reply
-from rlconnect.envs.external_hub import _Episode as _Episode
-from rlconnect.envs.external_hub import _Event as _Event
-from rlconnect.envs.external_hub import _reset_inference as _reset_inference
-from rlconnect.envs.external_hub import check_obs as check_obs
 
 __all__ = [
     "BadActionError",
@@ -95,11 +91,12 @@ class ExternalEnv(threading.Thread):
         self.action_space = action_space
         self.observation_space = observation_space
         self.max_concurrent = max_concurrent
-        self._hub = EpisodeHub(
-            self.agent_observation_space, max_concurrent, self.agent_action_space
+        limits = HubLimits(
+            get_action_timeout_s=get_action_timeout_s, episode_timeout_s=episode_timeout_s
         )
-        self._hub.get_action_timeout_s = get_action_timeout_s
-        self._hub.episode_timeout_s = episode_timeout_s
+        self._hub = EpisodeHub(
+            self.agent_observation_space, max_concurrent, self.agent_action_space, limits
+        )
         self._launched = False
         self._error: BaseException | None = None
         user_run = self.run
@@ -110,8 +107,7 @@ class ExternalEnv(threading.Thread):
             run()
         except BaseException as exc:  # reported by the runner's next poll
             self._error = exc
-            with self._hub.cond:
-                self._hub.cond.notify_all()
+            self._hub.wake()
 
     @property
     def hub(self) -> EpisodeHub:
@@ -139,13 +135,11 @@ class ExternalEnv(threading.Thread):
     def timed_out_episodes(self) -> list[Any]:
         """Ids of episodes closed because they had no call for ``episode_timeout_s`` (the
         latest 100 000)."""
-        with self._hub.cond:
-            return list(self._hub.timed_out)
+        return self._hub.timed_out_ids()
 
     @property
     def num_running_episodes(self) -> int:
-        with self._hub.cond:
-            return len(self._hub.episodes)
+        return self._hub.running
 
     def start_episode(self, episode_id: Any = None, training_enabled: bool = True) -> Any:
         """Start an episode; returns its id (a new uuid hex string when None is given)."""
@@ -155,7 +149,7 @@ class ExternalEnv(threading.Thread):
         """Record ``observation`` and return the policy's action for it (blocks)."""
         reply = self._hub.observe(episode_id, {DEFAULT_AGENT_ID: observation}, NO_ACTION)
         assert reply is not None  # asking for an action always gets a reply
-        got = reply.wait(self._hub.get_action_timeout_s, f"episode {episode_id!r}")
+        got = reply.wait(self._hub.limits.get_action_timeout_s, f"episode {episode_id!r}")
         return got[DEFAULT_AGENT_ID]
 
     def log_action(self, episode_id: Any, observation: Any, action: Any) -> None:

@@ -66,47 +66,23 @@ class ExternalEnvAdapter(BaseEnv):
             ext.start()
         if ext._error is not None:
             raise EnvError(f"the ExternalEnv thread raised {ext._error!r}") from ext._error
-        if self.hub.closed and not self.hub.ready:
+        if self.hub.closed and not self.hub.has_events:
             raise EnvError("the ExternalEnv was closed: no more episodes will come")
-        if not ext.is_alive() and not self.hub.episodes and not self.hub.ready:
+        if not ext.is_alive() and not self.hub.running and not self.hub.has_events:
             raise EnvError("the ExternalEnv thread's run() returned: no more episodes will come")
 
     def poll(self) -> EnvRows:
+        """One batch: at most one event per lane, after the runner work queued with it
+        (served inference, checkpoints) ran here, between two steps."""
         self._check_thread()
-        hub = self.hub
-        with hub.cond:
-            self._wait_for_batch()
-            hub.last_poll = time.monotonic()
-            events = hub.take_events() if hub.ready else []
-            tasks = list(hub.tasks)
-            hub.tasks.clear()
+        events, tasks = self.hub.take_batch(self.poll_timeout_s, self.external.is_alive)
         for fn, reply in tasks:
             try:
                 reply.value = fn(self._runner)
             except Exception as exc:  # handed to the waiting simulator call
                 reply.error = exc
-        hub.complete([reply for _, reply in tasks])
+        self.hub.complete([reply for _, reply in tasks])
         return self._rows(events)
-
-    def _wait_for_batch(self) -> None:
-        """Wait (lock held) for a batch: ``max_batch`` ready lanes, or every lane in use,
-        or ``batch_wait_s`` after the first event came; at most ``poll_timeout_s``."""
-        hub = self.hub
-        deadline = time.monotonic() + self.poll_timeout_s
-        while True:
-            now = time.monotonic()
-            hub.expire(now)
-            if hub.tasks or hub.closed or not self.external.is_alive():
-                return
-            if hub.ready:
-                left = hub.ready_since + hub.batch_wait_s - now
-                if left <= 0 or len(hub.ready) >= hub.batch_target():
-                    return
-            else:
-                left = deadline - now
-                if left <= 0:
-                    return
-            hub.cond.wait(min(left, 0.1))
 
     def _rows(self, events: list[_Event]) -> ExternalRows:
         rows = EnvRowsBuilder()

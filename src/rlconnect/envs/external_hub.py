@@ -1,23 +1,27 @@
-"""The episode state an ``ExternalEnv`` shares with the runner: episodes, lanes, replies.
+"""The episodes an ``ExternalEnv`` shares with the runner, behind one lock: ``EpisodeHub``.
 
-``EpisodeHub`` is the thread-safe meeting point: simulator threads (or a policy server's
-event loop) call ``start`` / ``add_returns`` / ``observe`` and the runner's
-``ExternalEnvAdapter.poll`` takes the queued events, one per lane. A new episode gets an
-empty lane when there is one, and only otherwise a lane whose ended episode still has
-events queued, so backlogs spread over the lanes and drain in parallel. The episode
-errors live here so both sides can raise them; their public home is
-``rlconnect.envs.external``.
+``EpisodeHub`` is a monitor: its lock, its episodes, its lanes (``external_lanes``), its
+queue of runner work and its limits (a frozen ``HubLimits``) are private, and every
+operation takes the lock itself. Three kinds of caller use it, each in one direction:
 
-A reply (``Reply``) is how an action comes back: a waiting thread blocks on its event,
-while a server gives it a ``notify`` callback and a ``deliver`` hook on the hub, so one
-sampling step hands all its actions to the server's thread at once.
+- the simulator side (an ``ExternalEnv``'s thread, or a policy server's event loop) starts
+  episodes and queues their observations and rewards (``start``, ``observe``, ``act``,
+  ``add_returns``), asks for runner work (``submit``, ``withdraw``) and checks for room
+  (``admit``, ``forget_ended``);
+- the runner's ``ExternalEnvAdapter.poll`` takes a batch (``take_batch``: one event per
+  ready lane, and the queued runner work) and answers it (``complete``);
+- the owner sets the limits and the delivery of answers (``set_limits``,
+  ``set_delivery``) and closes it.
+
+A reply (``Reply``) is how an answer comes back: a waiting thread blocks on its event,
+while a server gives it a ``notify`` callback and sets the hub's delivery, so one sampling
+step hands all its actions to the server's thread at once.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
-import heapq
 import itertools
 import threading
 import time
@@ -25,158 +29,83 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import gymnasium as gym
 import numpy as np
 
+from rlconnect.envs.external_checks import (
+    EpisodeError,
+    QueueFullError,
+    TooManyEpisodesError,
+    UnknownEpisodeError,
+    check_action,
+    check_episode_id,
+    check_obs,
+)
+from rlconnect.envs.external_lanes import Lanes
 from rlconnect.envs.rewards import scalar_reward
 from rlconnect.errors import EnvError
 
-__all__ = [
-    "BadActionError",
-    "BadObservationError",
-    "EpisodeError",
-    "EpisodeHub",
-    "QueueFullError",
-    "TooManyEpisodesError",
-    "UnknownEpisodeError",
-    "check_action",
-    "check_obs",
-]
-
-_PUBLIC_HOME = "rlconnect.envs.external"  # shown in tracebacks, as before the split
-
-
-class EpisodeError(ValueError):
-    """A call that does not fit the episode it names (duplicate, finished, ...)."""
-
-    __module__ = _PUBLIC_HOME
-
-
-class UnknownEpisodeError(EpisodeError, KeyError):
-    """No running episode has this id."""
-
-    __module__ = _PUBLIC_HOME
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-
-class TooManyEpisodesError(EpisodeError):
-    """``max_concurrent`` episodes are already running."""
-
-    __module__ = _PUBLIC_HOME
-
-
-class BadObservationError(EpisodeError):
-    """An observation does not fit the observation space."""
-
-    __module__ = _PUBLIC_HOME
-
-
-class BadActionError(EpisodeError):
-    """A logged action does not fit the action space."""
-
-    __module__ = _PUBLIC_HOME
-
-
-class QueueFullError(EnvError):
-    """The steps waiting for the runner already fill the queue: retry later (back-pressure)."""
-
-    __module__ = _PUBLIC_HOME
-
+__all__ = ["NO_ACTION", "EpisodeHub", "HubLimits", "Reply", "notify_each"]
 
 NO_ACTION = object()
 _MAX_IDS = 100_000  # ids of finished (and of timed-out) episodes remembered, oldest dropped
-MAX_ID_CHARS = 256
-"""Longest episode id (characters of a string id), so remembered ids stay bounded."""
+
+Task = tuple[Callable[[Any], Any], "Reply"]
+"""Runner work: ``fn(runner)`` run on the sampling thread, its result in the reply."""
 
 
-def check_episode_id(eid: Any) -> None:
-    """EpisodeError unless ``eid`` is a string of at most ``MAX_ID_CHARS`` or a 64-bit int."""
-    if isinstance(eid, bool) or not isinstance(eid, str | int):
-        raise EpisodeError(f"episode ids are strings or ints, got {type(eid).__name__}")
-    if isinstance(eid, str) and len(eid) > MAX_ID_CHARS:
-        raise EpisodeError(f"episode ids are limited to {MAX_ID_CHARS} characters")
-    if isinstance(eid, int) and not -(1 << 63) <= eid < (1 << 63):
-        raise EpisodeError("integer episode ids must fit in 64 bits")
+def _positive(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):
+        raise ValueError(f"{attr.name} must be a number > 0, got {value!r}")
 
 
-def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
-    """``obs`` converted to the space's dtype, or BadObservationError naming the mismatch.
-
-    A Box takes real numbers only, finite and inside its bounds: a cast would drop the
-    imaginary part of a complex number or read a string as a number, bools are not numbers
-    (unless the Box holds bools), fractions are not integers, and a NaN or an out-of-bounds
-    value would stop the runner's checks later (after the request was answered). Floats of
-    another width are cast, as any env's observations are.
-    """
-    if isinstance(space, gym.spaces.Box):
-        return _box_obs(space, obs, label)
-    try:
-        ok = space.contains(obs)
-    except Exception:
-        ok = False
-    if not ok:
-        raise BadObservationError(f"{label}: observation {obs!r:.80} is not in {space}")
-    return obs
+def _count_or_none(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{attr.name} must be an int >= 0 or None, got {value!r}")
 
 
-def _box_obs(space: gym.spaces.Box, obs: Any, label: str) -> np.ndarray:
-    try:
-        raw = np.asarray(obs)
-    except (TypeError, ValueError) as exc:
-        raise BadObservationError(f"{label}: cannot read {obs!r:.80} as {space}: {exc}") from None
-    kind, want = raw.dtype.kind, space.dtype.kind
-    problem = None
-    if kind not in "biuf":
-        what = "complex numbers" if kind == "c" else f"values of dtype kind {kind!r}"
-        problem = (
-            f"cannot read {obs!r:.80} as {space}: it holds {what}; send real {space.dtype} values"
+def _non_negative(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and value >= 0):
+        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
+
+
+def _non_negative_or_none(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _non_negative(inst, attr, value)
+
+
+@attrs.frozen(kw_only=True)
+class HubLimits:
+    """How long an ``EpisodeHub`` waits and how much it holds."""
+
+    #: how long a blocking ``get_action`` waits for the runner
+    get_action_timeout_s: float = attrs.field(default=300.0, validator=_positive)
+    #: an episode without calls for this long is closed as truncated; None: never
+    episode_timeout_s: float | None = attrs.field(default=None, validator=_non_negative_or_none)
+    #: ready lanes that make a full batch; None (or 0): every lane
+    max_batch: int | None = attrs.field(default=None, validator=_count_or_none)
+    #: how long a poll waits for a full batch once the first event came
+    batch_wait_s: float = attrs.field(default=0.0, validator=_non_negative)
+    #: events waiting for the runner at most (``admit``); None: 16 per lane, at least 4096
+    max_queued_steps: int | None = attrs.field(default=None, validator=_count_or_none)
+
+    def resolved(self, lanes: int) -> HubLimits:
+        """These limits with the defaults that depend on the number of lanes filled in."""
+        return attrs.evolve(
+            self,
+            max_batch=self.max_batch or lanes,
+            max_queued_steps=(
+                max(4096, 16 * lanes) if self.max_queued_steps is None else self.max_queued_steps
+            ),
         )
-    elif raw.shape != space.shape:
-        problem = f"observation has shape {raw.shape}, the space {space} wants {space.shape}"
-    elif kind == "b" and want != "b":
-        problem = f"observation holds bools; the space {space} wants {space.dtype} numbers"
-    elif kind == "f" and not np.isfinite(raw).all():
-        problem = "observation holds NaN or infinite values"
-    elif kind == "f" and want in "iu" and (raw != np.round(raw)).any():
-        problem = f"observation holds fractions; the space {space} wants integers"
-    elif want != "b" and not ((raw >= space.low) & (raw <= space.high)).all():
-        problem = f"observation {obs!r:.80} has values outside the bounds of {space}"
-    if problem is not None:
-        raise BadObservationError(f"{label}: {problem}")
-    return raw.astype(space.dtype, copy=False)
-
-
-def check_action(space: gym.Space, action: Any, label: str) -> Any:
-    """A logged ``action`` that the runner can record, or BadActionError: a Box action must
-    be finite real numbers of the space's shape (not clipped: a policy's sample may lie
-    outside the bounds), any other space's action must be in the space."""
-    if isinstance(space, gym.spaces.Box):
-        try:
-            raw = np.asarray(action)
-            ok = raw.dtype.kind in "iuf" and raw.shape == space.shape and np.isfinite(raw).all()
-        except (TypeError, ValueError):
-            ok = False
-        if ok:
-            return raw.astype(space.dtype, copy=False)
-    else:
-        try:
-            ok = not isinstance(action, str | bytes) and space.contains(
-                np.asarray(action) if isinstance(action, list) else action
-            )
-        except Exception:
-            ok = False
-        if ok:
-            return action
-    raise BadActionError(f"{label}: logged action {action!r:.80} does not fit {space}")
 
 
 class Reply:
     """Where the runner's answer to one call is delivered: ``value`` or ``error``.
 
     A thread blocks on ``event``; a server passes ``notify`` instead (called with the reply
-    once it is done, through the hub's ``deliver`` hook) and no event is made.
+    once it is done, through the hub's delivery) and no event is made.
     """
 
     __slots__ = ("done", "error", "event", "notify", "value")
@@ -198,6 +127,7 @@ class Reply:
 
 
 def notify_each(replies: list[Reply]) -> None:
+    """The default delivery: call each reply's ``notify`` on the completing thread."""
     for reply in replies:
         assert reply.notify is not None
         reply.notify(reply)
@@ -244,11 +174,9 @@ class _Event:
 
 
 class EpisodeHub:
-    """The thread-safe state shared by the simulator threads and the runner's poll.
+    """The thread-safe state shared by the simulator side and the runner's poll.
 
     All values are dicts keyed by agent id (single-agent envs use ``DEFAULT_AGENT_ID``).
-    ``ready`` lists the lanes with queued events (oldest first), ``queued`` counts the
-    events; ``max_batch`` and ``batch_wait_s`` are the batching window of ``poll``.
     """
 
     def __init__(
@@ -256,84 +184,155 @@ class EpisodeHub:
         obs_space: Callable[[Any], gym.Space],
         max_concurrent: int,
         act_space: Callable[[Any], gym.Space] | None = None,
+        limits: HubLimits | None = None,
     ) -> None:
         if not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise ValueError(f"max_concurrent must be a positive int, got {max_concurrent!r}")
-        self.obs_space = obs_space
-        self.act_space = act_space
-        self.max_concurrent = max_concurrent
-        self.get_action_timeout_s = 300.0
-        self.episode_timeout_s: float | None = None
-        self.max_batch = max_concurrent
-        self.batch_wait_s = 0.0
-        self.max_queued = max(4096, 16 * max_concurrent)
-        self.deliver: Callable[[list[Reply]], None] = notify_each
-        self.cond = threading.Condition()
-        self.episodes: dict[Any, _Episode] = {}
-        self.finished: collections.OrderedDict[Any, None] = collections.OrderedDict()
-        self.lanes: list[collections.deque[_Event]] = [
-            collections.deque() for _ in range(max_concurrent)
-        ]
-        self.lane_owner: list[Any] = [None] * max_concurrent
-        self.free_lanes = list(range(max_concurrent))  # a heap: the lowest lane first
-        self.draining: set[int] = set()  # free lanes whose ended episodes have events queued
-        self.ready: dict[int, None] = {}
-        self.ready_since = 0.0
-        self.queued = 0
-        self.last_poll = time.monotonic()
-        self.tasks: collections.deque[tuple[Callable[[Any], Any], Reply]] = collections.deque()
-        self.timed_out: collections.deque[Any] = collections.deque(maxlen=_MAX_IDS)
-        self.closed = False
+        self._obs_space = obs_space
+        self._act_space = act_space
+        self._lanes = Lanes(max_concurrent)
+        self._limits = (limits or HubLimits()).resolved(max_concurrent)
+        self._deliver: Callable[[list[Reply]], None] = notify_each
+        self._lock = threading.Condition()
+        self._episodes: dict[Any, _Episode] = {}
+        self._finished: collections.OrderedDict[Any, None] = collections.OrderedDict()
+        self._timed_out: collections.deque[Any] = collections.deque(maxlen=_MAX_IDS)
+        self._tasks: collections.deque[Task] = collections.deque()
+        self._closed = False
+        self._last_poll = time.monotonic()
         self._untrained = itertools.count()
         self._next_expiry = 0.0
 
+    # -- what it holds (reads of one value each; no lock needed) ------------------------
+    @property
+    def max_concurrent(self) -> int:
+        """Episodes that may run at once (and lanes)."""
+        return len(self._lanes.queues)
+
+    @property
+    def limits(self) -> HubLimits:
+        """The limits in force, defaults filled in."""
+        return self._limits
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def queued(self) -> int:
+        """Events waiting for the runner."""
+        return self._lanes.queued
+
+    @property
+    def has_events(self) -> bool:
+        """Some lane has an event for the next poll."""
+        return bool(self._lanes.ready)
+
+    @property
+    def running(self) -> int:
+        """Episodes running now."""
+        return len(self._episodes)
+
+    @property
+    def last_poll(self) -> float:
+        """``time.monotonic()`` of the runner's latest poll."""
+        return self._last_poll
+
+    def timed_out_ids(self) -> list[Any]:
+        """Ids of the episodes closed by ``episode_timeout_s`` (the latest 100 000)."""
+        with self._lock:
+            return list(self._timed_out)
+
+    def counts(self) -> dict[str, int]:
+        """How much it holds, for probes: open episodes, remembered ids, queued work."""
+        with self._lock:
+            return {
+                "open_episodes": len(self._episodes),
+                "finished_ids": len(self._finished),
+                "timed_out_ids": len(self._timed_out),
+                "queued": self._lanes.queued + len(self._tasks),
+            }
+
+    # -- the owner ----------------------------------------------------------------------
+    def set_limits(self, limits: HubLimits) -> None:
+        """Put ``limits`` in force (a policy server sets its own on the env it serves)."""
+        resolved = limits.resolved(self.max_concurrent)
+        with self._lock:
+            self._limits = resolved
+            self._next_expiry = 0.0
+            self._lock.notify_all()
+
+    def set_delivery(self, deliver: Callable[[list[Reply]], None] | None) -> None:
+        """Who calls the ``notify`` of completed replies: ``deliver(replies)`` (a server
+        hands them to its event loop), or None for the completing thread."""
+        self._deliver = notify_each if deliver is None else deliver
+
+    def wake(self) -> None:
+        """Wake a waiting poll (the simulator thread stopped)."""
+        with self._lock:
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        """No more episodes or work: every pending reply fails with EnvError."""
+        with self._lock:
+            self._closed = True
+            pending = [ev.reply for ev in self._lanes.queued_events() if ev.reply is not None]
+            pending += [r for _, r in self._tasks]
+            for reply in pending:
+                reply.error = EnvError("the external env was closed")
+            self._lock.notify_all()
+        self.complete(pending)
+
     # -- the simulator side -------------------------------------------------------------
     def _get(self, eid: Any) -> _Episode:
-        ep = self.episodes.get(eid)
+        ep = self._episodes.get(eid)
         if ep is None:
-            why = "has ended" if eid in self.finished else "was never started"
+            why = "has ended" if eid in self._finished else "was never started"
             raise UnknownEpisodeError(f"episode {eid!r} {why}; start one with start_episode()")
         ep.touched = time.monotonic()
         return ep
 
     def start(self, eid: Any, training: bool) -> Any:
-        with self.cond:
-            if self.closed:
+        with self._lock:
+            if self._closed:
                 raise EnvError("the external env is closed")
             eid = uuid.uuid4().hex if eid is None else eid
             check_episode_id(eid)
-            if eid in self.episodes or eid in self.finished:
+            if eid in self._episodes or eid in self._finished:
                 raise EpisodeError(f"episode id {eid!r} is already in use; ids must be unique")
-            if len(self.episodes) >= self.max_concurrent:
+            if len(self._episodes) >= self.max_concurrent:
                 raise TooManyEpisodesError(
                     f"max_concurrent={self.max_concurrent} episodes are already running; end "
                     "one first or build the env with a larger max_concurrent"
                 )
-            if training:
-                lane = self._free_lane()
-                self.lane_owner[lane] = eid
-            else:  # served through inference with its own env id, never a lane
-                lane = -2 - next(self._untrained)
-            self.episodes[eid] = _Episode(eid, lane, training)
+            # an untrained episode is served through inference with its own env id, no lane
+            lane = self._lanes.assign() if training else -2 - next(self._untrained)
+            self._episodes[eid] = _Episode(eid, lane, training)
             return eid
 
-    def _free_lane(self) -> int:
-        """The lowest empty free lane, else the lowest one still draining an ended episode."""
-        if self.free_lanes:
-            return heapq.heappop(self.free_lanes)
-        lane = min(self.draining)
-        self.draining.discard(lane)
-        return lane
+    def admit(self, events: int, episodes: int, what: str) -> None:
+        """QueueFullError unless ``events`` more events and ``episodes`` new episodes fit
+        now; ``what`` names the call in the message."""
+        with self._lock:
+            limit = self._limits.max_queued_steps
+            assert limit is not None  # resolved
+            if (
+                self._lanes.queued + events <= limit
+                and len(self._episodes) + episodes <= self.max_concurrent
+            ):
+                return
+            raise QueueFullError(
+                f"the runner has {self._lanes.queued} steps queued (at most {limit}) and "
+                f"{len(self._episodes)} episodes running: {what} does not fit yet; retry"
+            )
 
-    def has_room(self, events: int, episodes: int) -> bool:
-        """Whether ``events`` more events and ``episodes`` new episodes fit now (lock held)."""
-        return (
-            self.queued + events <= self.max_queued
-            and len(self.episodes) + episodes <= self.max_concurrent
-        )
+    def forget_ended(self, ids: set) -> None:
+        """Remove from ``ids`` the episodes that are no longer running (ended, timed out)."""
+        with self._lock:
+            ids.intersection_update(self._episodes)
 
     def add_returns(self, eid: Any, rewards: dict, infos: dict | None) -> None:
-        with self.cond:
+        with self._lock:
             ep = self._get(eid)
             self._add_rewards(ep, self._checked_rewards(eid, rewards))
             for a, info in (infos or {}).items():
@@ -360,18 +359,18 @@ class EpisodeHub:
 
     def _checked_obs(self, eid: Any, obs: dict) -> dict:
         return {
-            a: check_obs(self.obs_space(a), o, f"episode {eid!r}, agent {a!r}")
+            a: check_obs(self._obs_space(a), o, f"episode {eid!r}, agent {a!r}")
             for a, o in obs.items()
         }
 
     def observe(self, eid: Any, obs: dict, logged: Any, kind: str = "obs") -> Reply | None:
         """Queue an observation; returns where the action will come for ``get_action``."""
-        with self.cond:
+        with self._lock:
             ep = self._get(eid)
             checked = self._checked_obs(eid, obs)
-            if logged is not NO_ACTION and self.act_space is not None:
+            if logged is not NO_ACTION and self._act_space is not None:
                 logged = {
-                    a: check_action(self.act_space(a), x, f"episode {eid!r}, agent {a!r}")
+                    a: check_action(self._act_space(a), x, f"episode {eid!r}, agent {a!r}")
                     for a, x in logged.items()
                 }
             reply = Reply() if logged is NO_ACTION and kind == "obs" else None
@@ -384,7 +383,7 @@ class EpisodeHub:
         """``get_action`` for several episodes, given as (id, observations, rewards of the
         step before): everything is checked before anything is queued, so one bad part
         refuses the whole call and changes nothing."""
-        with self.cond:
+        with self._lock:
             checked = []
             for eid, obs, rewards in steps:
                 ep = self._get(eid)
@@ -400,6 +399,27 @@ class EpisodeHub:
                 self._record(ep, obs, NO_ACTION, "obs", reply)
                 replies.append(reply)
             return replies
+
+    def submit(self, fn: Callable[[Any], Any]) -> Reply:
+        """Queue runner work: ``fn(runner)`` runs on the sampling thread at its next poll
+        (between two steps); the returned reply's event is set when it has run."""
+        reply = Reply()
+        with self._lock:
+            if self._closed:
+                raise EnvError("the external env is closed: no runner work is taken any more")
+            self._tasks.append((fn, reply))
+            self._lock.notify_all()
+        return reply
+
+    def withdraw(self, reply: Reply) -> bool:
+        """Take back submitted work no poll has taken yet (True), so it never runs; False
+        when a poll took it already."""
+        with self._lock:
+            for task in self._tasks:
+                if task[1] is reply:
+                    self._tasks.remove(task)
+                    return True
+            return False
 
     def _record(self, ep: _Episode, obs: dict, logged: Any, kind: str, reply: Reply | None):
         """Queue checked observations of ``ep`` (lock held)."""
@@ -417,66 +437,71 @@ class EpisodeHub:
         self._queue(ep.lane, ev)
 
     def _queue(self, lane: int, ev: _Event) -> None:
-        self.lanes[lane].append(ev)
-        self.queued += 1
-        if not self.ready:
-            self.ready_since = time.monotonic()
-            self.cond.notify_all()
-        self.ready[lane] = None
-        if len(self.ready) >= self.batch_target():
-            self.cond.notify_all()
+        if self._lanes.push(lane, ev) or len(self._lanes.ready) >= self._batch_target():
+            self._lock.notify_all()
 
-    def batch_target(self) -> int:
+    def _batch_target(self) -> int:
         """Lanes with events that make a full batch: ``max_batch``, or every lane in use."""
-        return max(1, min(self.max_batch, self.max_concurrent - len(self.free_lanes)))
+        max_batch = self._limits.max_batch
+        assert max_batch is not None  # resolved
+        return max(1, min(max_batch, self._lanes.in_use))
 
     def _serve_untrained(self, ep: _Episode, obs: dict, kind: str, reply: Reply | None) -> None:
         ep.rewards, ep.infos = {}, {}
         key = ep.lane  # a negative inference env id, distinct per episode
         if kind == "end":
-            self.tasks.append((lambda runner: _reset_inference(runner, key), Reply()))
+            self._tasks.append((functools.partial(_reset_inference, env_id=key), Reply()))
         elif reply is not None:
-            self.tasks.append(
+            self._tasks.append(
                 (lambda runner: runner.compute_actions(obs, explore=False, env_id=key), reply)
             )
-        self.cond.notify_all()
+        self._lock.notify_all()
 
     def _finish(self, ep: _Episode) -> None:
-        self.episodes.pop(ep.eid, None)
-        self.finished[ep.eid] = None
-        while len(self.finished) > _MAX_IDS:
-            self.finished.popitem(last=False)
+        self._episodes.pop(ep.eid, None)
+        self._finished[ep.eid] = None
+        while len(self._finished) > _MAX_IDS:
+            self._finished.popitem(last=False)
         if ep.lane >= 0:
-            self._release(ep.lane)
-
-    def _release(self, lane: int) -> None:
-        """A lane's episode ended: the lane is free (draining while events are queued)."""
-        self.lane_owner[lane] = None
-        if self.lanes[lane]:
-            self.draining.add(lane)
-        else:
-            heapq.heappush(self.free_lanes, lane)
+            self._lanes.release(ep.lane)
 
     # -- the runner side ----------------------------------------------------------------
-    def take_events(self) -> list[_Event]:
-        """One queued event of every ready lane (lock held); drained lanes are freed."""
-        events = []
-        still: dict[int, None] = {}
-        for lane in self.ready:
-            queue = self.lanes[lane]
-            events.append(queue.popleft())
-            if queue:
-                still[lane] = None
-            elif lane in self.draining:
-                self.draining.discard(lane)
-                heapq.heappush(self.free_lanes, lane)
-        self.queued -= len(events)
-        self.ready = still
-        self.ready_since = time.monotonic() - self.batch_wait_s  # a backlog goes at once
-        return events
+    def take_batch(
+        self, timeout_s: float, alive: Callable[[], bool]
+    ) -> tuple[list[_Event], list[Task]]:
+        """Wait for a batch (see ``_wait_for_batch``), then take one queued event of every
+        ready lane and all queued runner work. ``alive()`` says whether events can still
+        come (the simulator thread runs)."""
+        with self._lock:
+            self._wait_for_batch(timeout_s, alive)
+            self._last_poll = time.monotonic()
+            events = self._lanes.take() if self._lanes.ready else []
+            tasks = list(self._tasks)
+            self._tasks.clear()
+        return events, tasks
+
+    def _wait_for_batch(self, timeout_s: float, alive: Callable[[], bool]) -> None:
+        """Wait (lock held) for a batch: ``max_batch`` ready lanes, or every lane in use,
+        or ``batch_wait_s`` after the first event came; at most ``timeout_s``."""
+        lanes = self._lanes
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            self._expire(now)
+            if self._tasks or self._closed or not alive():
+                return
+            if lanes.ready:
+                left = lanes.ready_since + self._limits.batch_wait_s - now
+                if left <= 0 or len(lanes.ready) >= self._batch_target():
+                    return
+            else:
+                left = deadline - now
+                if left <= 0:
+                    return
+            self._lock.wait(min(left, 0.1))
 
     def complete(self, replies: list[Reply]) -> None:
-        """Mark ``replies`` done: wake their threads, hand the others to ``deliver``."""
+        """Mark ``replies`` done: wake their threads, hand the others to the delivery."""
         notified = []
         for reply in replies:
             reply.done = True
@@ -485,16 +510,22 @@ class EpisodeHub:
             else:
                 notified.append(reply)
         if notified:
-            self.deliver(notified)
+            self._deliver(notified)
 
     def expire(self, now: float) -> None:
+        """Close the episodes idle longer than ``episode_timeout_s`` at ``now``."""
+        with self._lock:
+            self._next_expiry = 0.0
+            self._expire(now)
+
+    def _expire(self, now: float) -> None:
         """Close episodes idle longer than ``episode_timeout_s`` as truncated (lock held);
         looks at most ten times per timeout (and once a second), not at every poll."""
-        limit = self.episode_timeout_s
+        limit = self._limits.episode_timeout_s
         if limit is None or now < self._next_expiry:
             return
         self._next_expiry = now + min(1.0, limit / 10)
-        for ep in [e for e in self.episodes.values() if now - e.touched > limit]:
+        for ep in [e for e in self._episodes.values() if now - e.touched > limit]:
             if ep.waiting:
                 continue
             if ep.training and ep.seen:  # queued before the lane is released
@@ -503,20 +534,10 @@ class EpisodeHub:
                 )
                 self._queue(ep.lane, ev)
             self._finish(ep)
-            self.timed_out.append(ep.eid)
+            self._timed_out.append(ep.eid)
             if not ep.training:  # drop its inference state, as end_episode does
                 reset = functools.partial(_reset_inference, env_id=ep.lane)
-                self.tasks.append((reset, Reply()))
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            pending = [ev.reply for lane in self.lanes for ev in lane if ev.reply is not None]
-            pending += [r for _, r in self.tasks]
-            for reply in pending:
-                reply.error = EnvError("the external env was closed")
-            self.cond.notify_all()
-        self.complete(pending)
+                self._tasks.append((reset, Reply()))
 
 
 def _reset_inference(runner: Any, env_id: int) -> None:

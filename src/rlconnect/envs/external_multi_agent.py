@@ -12,17 +12,9 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.envs.external import NO_ACTION, EpisodeError, ExternalEnv
+from rlconnect.envs.external_checks import check_agent_dict
 
 __all__ = ["ExternalMultiAgentEnv"]
-
-
-def _check_dict(value: Any, what: str, episode_id: Any) -> Mapping:
-    if not isinstance(value, Mapping) or not value:
-        raise EpisodeError(
-            f"episode {episode_id!r}: {what} must be a non-empty dict keyed by agent id, "
-            f"got {type(value).__name__}"
-        )
-    return value
 
 
 class ExternalMultiAgentEnv(ExternalEnv):
@@ -66,17 +58,17 @@ class ExternalMultiAgentEnv(ExternalEnv):
 
     def get_action(self, episode_id: Any, observation_dict: Mapping) -> dict:  # type: ignore[override]
         """Record the agents' observations; return the policies' actions by agent (blocks)."""
-        obs = dict(_check_dict(observation_dict, "observations", episode_id))
+        obs = dict(check_agent_dict(observation_dict, "observations", episode_id))
         reply = self._hub.observe(episode_id, obs, NO_ACTION)
         assert reply is not None  # asking for an action always gets a reply
-        return dict(reply.wait(self._hub.get_action_timeout_s, f"episode {episode_id!r}"))
+        return dict(reply.wait(self._hub.limits.get_action_timeout_s, f"episode {episode_id!r}"))
 
     def log_action(  # type: ignore[override]
         self, episode_id: Any, observation_dict: Mapping, action_dict: Mapping
     ) -> None:
         """Record observations and the actions the agents took (one per observing agent)."""
-        obs = dict(_check_dict(observation_dict, "observations", episode_id))
-        actions = dict(_check_dict(action_dict, "actions", episode_id))
+        obs = dict(check_agent_dict(observation_dict, "observations", episode_id))
+        actions = dict(check_agent_dict(action_dict, "actions", episode_id))
         if set(actions) != set(obs):
             raise EpisodeError(
                 f"episode {episode_id!r}: log_action needs one action per observing agent; "
@@ -89,10 +81,10 @@ class ExternalMultiAgentEnv(ExternalEnv):
         self, episode_id: Any, reward_dict: Mapping, info_dict: Mapping | None = None
     ) -> None:
         """Add each agent's reward to its current step (summed until it next acts)."""
-        rewards = dict(_check_dict(reward_dict, "rewards", episode_id))
+        rewards = dict(check_agent_dict(reward_dict, "rewards", episode_id))
         self._hub.add_returns(episode_id, rewards, None if info_dict is None else dict(info_dict))
 
     def end_episode(self, episode_id: Any, observation_dict: Mapping) -> None:  # type: ignore[override]
         """End the episode for every agent (``__all__`` terminated) with final observations."""
-        obs = dict(_check_dict(observation_dict, "observations", episode_id))
+        obs = dict(check_agent_dict(observation_dict, "observations", episode_id))
         self._hub.observe(episode_id, obs, NO_ACTION, kind="end")

@@ -21,14 +21,10 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
-from rlconnect.envs.external import (
-    EpisodeError,
-    ExternalEnv,
-    QueueFullError,
-    TooManyEpisodesError,
-)
-from rlconnect.envs.external_hub import NO_ACTION, Reply, check_episode_id
-from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv, _check_dict
+from rlconnect.envs.external import EpisodeError, ExternalEnv, TooManyEpisodesError
+from rlconnect.envs.external_checks import check_agent_dict, check_episode_id
+from rlconnect.envs.external_hub import NO_ACTION, Reply
+from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.serve.handler import PENDING, BadRequest, Call, field
 from rlconnect.serve.tasks import run_in_sampler
 
@@ -81,8 +77,7 @@ class Endpoints:
         """TooManyEpisodesError when the connection would run more than its share."""
         if len(call.episodes) + more <= self.share:
             return
-        with self.hub.cond:  # forget the ones that ended (or timed out) since
-            call.episodes.intersection_update(self.hub.episodes)
+        self.hub.forget_ended(call.episodes)  # those that ended (or timed out) since
         if len(call.episodes) + more > self.share:
             raise TooManyEpisodesError(
                 f"this connection already runs {len(call.episodes)} episodes, its share "
@@ -91,15 +86,15 @@ class Endpoints:
             )
 
     def _obs(self, obs: Any, eid: Any) -> dict:
-        return (
-            dict(_check_dict(obs, "observations", eid)) if self.multi else {DEFAULT_AGENT_ID: obs}
-        )
+        if self.multi:
+            return dict(check_agent_dict(obs, "observations", eid))
+        return {DEFAULT_AGENT_ID: obs}
 
     def _rewards(self, reward: Any, eid: Any) -> dict:
         if reward is None:
             return {}
         if self.multi:
-            return dict(_check_dict(reward, "rewards", eid))
+            return dict(check_agent_dict(reward, "rewards", eid))
         if isinstance(reward, bool) or not isinstance(
             reward, int | float | np.integer | np.floating
         ):
@@ -120,7 +115,7 @@ class Endpoints:
                 call.finish({"action": self._action(reply.value)}, None)
 
         self.hub.act([step], answered)
-        call.wait_s = self.hub.get_action_timeout_s
+        call.wait_s = self.hub.limits.get_action_timeout_s
         return PENDING
 
     def get_actions(self, body: dict, call: Call) -> Any:
@@ -147,7 +142,7 @@ class Endpoints:
         gather = _Gather(call, self._action)
         # the replies are delivered on this (the event loop's) thread: not before this returns
         gather.expect(self.hub.act(steps, gather.notifier))
-        call.wait_s = self.hub.get_action_timeout_s
+        call.wait_s = self.hub.limits.get_action_timeout_s
         return PENDING
 
     def log_action(self, body: dict, call: Call) -> dict:
@@ -188,13 +183,7 @@ class Endpoints:
                 raise BadRequest(f"command {i}: args must be a map")
         peak = _peak_episodes(commands)
         self._check_share(call, peak)
-        with self.hub.cond:
-            if not self.hub.has_room(len(commands), peak):
-                raise QueueFullError(
-                    f"the runner has {self.hub.queued} steps queued (at most "
-                    f"{self.hub.max_queued}) and {len(self.hub.episodes)} episodes running: "
-                    "this report does not fit yet; retry (PolicyClient does)"
-                )
+        self.hub.admit(len(commands), peak, "this report (PolicyClient retries it)")
         for i, (name, args) in enumerate(commands):
             try:
                 self.ops[name](args, call)
@@ -221,7 +210,8 @@ class Endpoints:
     def _in_runner(self, fn: Callable[[Any], Any], what: str, call: Call) -> Any:
         """``fn(runner)`` on the sampling thread, between two steps (see ``serve.tasks``);
         waited for in an executor thread, never on the event loop."""
-        wait = functools.partial(run_in_sampler, self.hub, fn, what, self.hub.get_action_timeout_s)
+        timeout_s = self.hub.limits.get_action_timeout_s
+        wait = functools.partial(run_in_sampler, self.hub, fn, what, timeout_s)
         future = self.loop.run_in_executor(None, wait)
 
         def done(f: asyncio.Future) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
-from rlconnect.envs.external_hub import Reply, notify_each
+from rlconnect.envs.external_hub import HubLimits, Reply, notify_each
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.policy import Policy
 from rlconnect.serve.endpoints import Endpoints
@@ -138,12 +138,15 @@ class PolicyServer:
         self.runner = _runner_of(runner_or_policy, spaces, max_concurrent, config)
         self.env: ExternalEnv = self.runner.env.external
         hub = self.env.hub
-        hub.episode_timeout_s = episode_timeout_s
-        hub.get_action_timeout_s = get_action_timeout_s
-        hub.max_batch = max_batch or hub.max_concurrent
-        hub.batch_wait_s = batch_wait_s
-        if max_queued_steps is not None:
-            hub.max_queued = max_queued_steps
+        hub.set_limits(
+            HubLimits(
+                get_action_timeout_s=get_action_timeout_s,
+                episode_timeout_s=episode_timeout_s,
+                max_batch=max_batch,
+                batch_wait_s=batch_wait_s,
+                max_queued_steps=max_queued_steps,
+            )
+        )
         self.requests = 0
         self._listener = Listener(
             self._dispatch,
@@ -151,7 +154,7 @@ class PolicyServer:
         )
         share = max_episodes_per_connection or max(1, hub.max_concurrent // 4)
         self._endpoints = Endpoints(self.env, self._listener.loop, share)
-        hub.deliver = self._deliver
+        hub.set_delivery(self._deliver)
         self.address, self.port = self._listener.start(address, port, backlog)
 
     @property
@@ -170,7 +173,7 @@ class PolicyServer:
 
     def stop(self) -> None:
         """Stop listening, fail waiting calls and close the env (the runner stays usable)."""
-        self.env.hub.deliver = notify_each  # the loop is going: nothing to hand over
+        self.env.hub.set_delivery(None)  # the loop is going: nothing to hand over
         self._listener.stop()
         self.env.hub.close()
         if isinstance(self.env, _Idle):

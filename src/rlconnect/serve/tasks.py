@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlconnect.envs.external_hub import EpisodeHub, Reply
-from rlconnect.errors import EnvError
+from rlconnect.envs.external_hub import EpisodeHub
 
 __all__ = ["RunnerUnavailable", "run_in_sampler"]
 
@@ -29,25 +28,17 @@ class RunnerUnavailable(RuntimeError):
 
 def run_in_sampler(hub: EpisodeHub, fn: Callable[[Any], Any], what: str, timeout_s: float) -> Any:
     """``fn(runner)``, run by the sampling thread between two steps; its result."""
-    reply = Reply()
+    reply = hub.submit(fn)  # EnvError when the server is stopping
     event = reply.event
     assert event is not None  # a reply without a notify callback has one
-    task = (fn, reply)
-    with hub.cond:
-        if hub.closed:
-            raise EnvError("the server is stopping: no runner work is taken any more")
-        hub.tasks.append(task)
-        hub.cond.notify_all()
-    if not event.wait(timeout_s):
-        with hub.cond:
-            if task in hub.tasks:  # no poll took it: withdraw it, it must not run later
-                hub.tasks.remove(task)
-                raise RunnerUnavailable(
-                    f"{what}: the runner took no step within {timeout_s:g} s "
-                    "(get_action_timeout_s); it is done between two sampling steps, so some "
-                    "thread must be calling server.runner.sample() (or use "
-                    "RunnerConfig(sample_async=True))"
-                )
+    # not taken by a poll in time: withdrawn, so it never runs later
+    if not event.wait(timeout_s) and hub.withdraw(reply):
+        raise RunnerUnavailable(
+            f"{what}: the runner took no step within {timeout_s:g} s "
+            "(get_action_timeout_s); it is done between two sampling steps, so some "
+            "thread must be calling server.runner.sample() (or use "
+            "RunnerConfig(sample_async=True))"
+        )
     # taken by a poll: it runs on the sampling thread, never here
     if not event.wait(timeout_s * _RUN_FACTOR):
         raise TimeoutError(

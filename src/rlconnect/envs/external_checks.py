@@ -1,0 +1,168 @@
+"""What a call on an external env's episodes must look like: its errors and its checks.
+
+Every simulator call (an ``ExternalEnv``'s thread, or a request a policy server decodes) is
+checked here before the episode hub queues anything: episode ids, observations, logged
+actions and the per-agent dicts of multi-agent calls. The errors' public home is
+``rlconnect.envs.external``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlconnect.errors import EnvError
+
+__all__ = [
+    "MAX_ID_CHARS",
+    "BadActionError",
+    "BadObservationError",
+    "EpisodeError",
+    "QueueFullError",
+    "TooManyEpisodesError",
+    "UnknownEpisodeError",
+    "check_action",
+    "check_agent_dict",
+    "check_episode_id",
+    "check_obs",
+]
+
+_PUBLIC_HOME = "rlconnect.envs.external"  # where users import them from, shown in tracebacks
+
+
+class EpisodeError(ValueError):
+    """A call that does not fit the episode it names (duplicate, finished, ...)."""
+
+    __module__ = _PUBLIC_HOME
+
+
+class UnknownEpisodeError(EpisodeError, KeyError):
+    """No running episode has this id."""
+
+    __module__ = _PUBLIC_HOME
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TooManyEpisodesError(EpisodeError):
+    """``max_concurrent`` episodes are already running."""
+
+    __module__ = _PUBLIC_HOME
+
+
+class BadObservationError(EpisodeError):
+    """An observation does not fit the observation space."""
+
+    __module__ = _PUBLIC_HOME
+
+
+class BadActionError(EpisodeError):
+    """A logged action does not fit the action space."""
+
+    __module__ = _PUBLIC_HOME
+
+
+class QueueFullError(EnvError):
+    """The steps waiting for the runner already fill the queue: retry later (back-pressure)."""
+
+    __module__ = _PUBLIC_HOME
+
+
+MAX_ID_CHARS = 256
+"""Longest episode id (characters of a string id), so remembered ids stay bounded."""
+
+
+def check_episode_id(eid: Any) -> None:
+    """EpisodeError unless ``eid`` is a string of at most ``MAX_ID_CHARS`` or a 64-bit int."""
+    if isinstance(eid, bool) or not isinstance(eid, str | int):
+        raise EpisodeError(f"episode ids are strings or ints, got {type(eid).__name__}")
+    if isinstance(eid, str) and len(eid) > MAX_ID_CHARS:
+        raise EpisodeError(f"episode ids are limited to {MAX_ID_CHARS} characters")
+    if isinstance(eid, int) and not -(1 << 63) <= eid < (1 << 63):
+        raise EpisodeError("integer episode ids must fit in 64 bits")
+
+
+def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
+    """``obs`` converted to the space's dtype, or BadObservationError naming the mismatch.
+
+    A Box takes real numbers only, finite and inside its bounds: a cast would drop the
+    imaginary part of a complex number or read a string as a number, bools are not numbers
+    (unless the Box holds bools), fractions are not integers, and a NaN or an out-of-bounds
+    value would stop the runner's checks later (after the request was answered). Floats of
+    another width are cast, as any env's observations are.
+    """
+    if isinstance(space, gym.spaces.Box):
+        return _box_obs(space, obs, label)
+    try:
+        ok = space.contains(obs)
+    except Exception:
+        ok = False
+    if not ok:
+        raise BadObservationError(f"{label}: observation {obs!r:.80} is not in {space}")
+    return obs
+
+
+def _box_obs(space: gym.spaces.Box, obs: Any, label: str) -> np.ndarray:
+    try:
+        raw = np.asarray(obs)
+    except (TypeError, ValueError) as exc:
+        raise BadObservationError(f"{label}: cannot read {obs!r:.80} as {space}: {exc}") from None
+    kind, want = raw.dtype.kind, space.dtype.kind
+    problem = None
+    if kind not in "biuf":
+        what = "complex numbers" if kind == "c" else f"values of dtype kind {kind!r}"
+        problem = (
+            f"cannot read {obs!r:.80} as {space}: it holds {what}; send real {space.dtype} values"
+        )
+    elif raw.shape != space.shape:
+        problem = f"observation has shape {raw.shape}, the space {space} wants {space.shape}"
+    elif kind == "b" and want != "b":
+        problem = f"observation holds bools; the space {space} wants {space.dtype} numbers"
+    elif kind == "f" and not np.isfinite(raw).all():
+        problem = "observation holds NaN or infinite values"
+    elif kind == "f" and want in "iu" and (raw != np.round(raw)).any():
+        problem = f"observation holds fractions; the space {space} wants integers"
+    elif want != "b" and not ((raw >= space.low) & (raw <= space.high)).all():
+        problem = f"observation {obs!r:.80} has values outside the bounds of {space}"
+    if problem is not None:
+        raise BadObservationError(f"{label}: {problem}")
+    return raw.astype(space.dtype, copy=False)
+
+
+def check_action(space: gym.Space, action: Any, label: str) -> Any:
+    """A logged ``action`` that the runner can record, or BadActionError: a Box action must
+    be finite real numbers of the space's shape (not clipped: a policy's sample may lie
+    outside the bounds), any other space's action must be in the space."""
+    if isinstance(space, gym.spaces.Box):
+        try:
+            raw = np.asarray(action)
+            ok = raw.dtype.kind in "iuf" and raw.shape == space.shape and np.isfinite(raw).all()
+        except (TypeError, ValueError):
+            ok = False
+        if ok:
+            return raw.astype(space.dtype, copy=False)
+    else:
+        try:
+            ok = not isinstance(action, str | bytes) and space.contains(
+                np.asarray(action) if isinstance(action, list) else action
+            )
+        except Exception:
+            ok = False
+        if ok:
+            return action
+    raise BadActionError(f"{label}: logged action {action!r:.80} does not fit {space}")
+
+
+def check_agent_dict(value: Any, what: str, episode_id: Any) -> Mapping:
+    """``value`` when it is a non-empty dict keyed by agent id (the observations, actions
+    or rewards of a multi-agent call), else EpisodeError naming ``what``."""
+    if not isinstance(value, Mapping) or not value:
+        raise EpisodeError(
+            f"episode {episode_id!r}: {what} must be a non-empty dict keyed by agent id, "
+            f"got {type(value).__name__}"
+        )
+    return value
