@@ -38,6 +38,7 @@ from rlconnect.connectors.base import (
     RowKey,
 )
 from rlconnect.connectors.defaults import default_action_pipeline, default_agent_pipeline
+from rlconnect.connectors.learner import LearnerConnector, LearnerConnectorPipeline
 from rlconnect.connectors.pipeline import (
     ActionConnectorPipeline,
     AgentConnectorPipeline,
@@ -76,6 +77,8 @@ __all__ = [
     "FrameStack",
     "Grayscale",
     "ImmutableActions",
+    "LearnerConnector",
+    "LearnerConnectorPipeline",
     "MeanStdFilter",
     "ObservationConnector",
     "PrevActionsRewards",

@@ -14,14 +14,15 @@ from rlconnect.connectors.base import (
     ActionData,
     AgentConnector,
     AgentData,
+    Connector,
     ConnectorContext,
 )
 from rlconnect.connectors.registry import get_connector_class
 
 __all__ = ["ActionConnectorPipeline", "AgentConnectorPipeline", "ConnectorPipeline"]
 
-#: the member type: each pipeline holds agent connectors or action connectors, never both
-C = TypeVar("C", AgentConnector, ActionConnector)
+#: the member type: each pipeline holds one kind of connector (agent, action or learner)
+C = TypeVar("C", bound=Connector)
 
 PIPELINE_STATE_VERSION = 1
 
@@ -245,12 +246,15 @@ class ConnectorPipeline(Generic[C]):
         return f"{type(self).__name__}({' -> '.join(self.names) or 'empty'})"
 
     # -- running --------------------------------------------------------------------------
-    def _run(self, data: Any) -> Any:
+    def _run(self, data: Any, *args: Any) -> Any:
+        """Pass ``data`` (and ``args``, e.g. a learner connector's policy) through every
+        member in order, timing each."""
         clock = time.perf_counter
         seconds = self._seconds
-        for name, c in self._members:
+        members: list[tuple[str, Any]] = self._members  # every member kind is callable
+        for name, c in members:
             t0 = clock()
-            data = c(data)
+            data = c(data, *args)
             seconds[name] += clock() - t0
         self._calls += 1
         return data

@@ -151,6 +151,35 @@ class Policy(abc.ABC):
             state-out arrays (B, ...) (empty if not recurrent), and a dict of (B, ...) arrays.
         """
 
+    def compute_values(self, input_batch: Mapping[str, Any]) -> np.ndarray:
+        """The state value (B,) float32 of each row of a batch shaped like
+        :meth:`compute_actions`' input (``obs``, and ``state_in_*`` for recurrent policies:
+        one step from that state). No gradient, no random number drawn; equals the
+        ``vf_preds`` the policy records when sampling. Learner connectors (``GAE``,
+        ``DiscountedReturns``, ``VTrace``) call it for bootstrap values.
+
+        Raises:
+            NotImplementedError: the policy has no value function (no value head).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has no value function: compute_values needs a policy with "
+            "a value head (e.g. MLPPolicy or LSTMPolicy with vf_head=True)"
+        )
+
+    def compute_log_likelihoods(self, input_batch: Mapping[str, Any], actions: Any) -> np.ndarray:
+        """Log-probabilities (B,) float32 of the given ``actions`` under the policy's own
+        action distribution, recomputed from ``input_batch`` (as :meth:`compute_actions`
+        takes it). No gradient, no random number drawn. ``VTrace`` uses it for the target
+        policy's log-probabilities of recorded actions.
+
+        Raises:
+            NotImplementedError: the policy has no action distribution.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has no action distribution: compute_log_likelihoods needs "
+            "a policy that outputs distribution inputs (e.g. MLPPolicy, LSTMPolicy, TorchPolicy)"
+        )
+
     def compute_single_action(
         self, obs: Any, state: list[np.ndarray] | None = None, explore: bool = True
     ) -> tuple[Any, list[np.ndarray], dict[str, np.ndarray]]:

@@ -15,7 +15,7 @@ steps on ``policy.model.parameters()`` by themselves.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -24,7 +24,13 @@ from torch import nn
 
 from rlconnect.policy.base import PolicyOutput, check_seed
 from rlconnect.policy.distributions import ActionDistSpec
-from rlconnect.policy.mlp import _numpy_forward, _numpy_layers, numpy_threshold_of, param_key
+from rlconnect.policy.mlp import (
+    _numpy_forward,
+    _numpy_layers,
+    _NumpyLayers,
+    numpy_threshold_of,
+    param_key,
+)
 from rlconnect.policy.torch_policy import TorchPolicy
 
 __all__ = ["LSTMModel", "LSTMPolicy"]
@@ -263,9 +269,24 @@ class LSTMPolicy(TorchPolicy):
             return super().compute_actions(input_batch, explore)
         return self._compute_actions_numpy(input_batch, b, explore)
 
-    def _compute_actions_numpy(
-        self, input_batch: Mapping[str, Any], b: int, explore: bool
-    ) -> PolicyOutput:
+    def compute_values(self, input_batch: Mapping[str, Any]) -> np.ndarray:
+        """The value head's output (B,) float32 after one step from ``state_in_*``, on the
+        same path (numpy or torch) that :meth:`compute_actions` takes for a batch of this
+        size, so it equals ``vf_preds``.
+
+        Raises:
+            NotImplementedError: the policy was built without ``vf_head=True``.
+        """
+        if not self.vf_head:
+            raise NotImplementedError(self._no_value_head())
+        b = len(input_batch["obs"])
+        if b == 0 or b > self.numpy_threshold or self.device.type != "cpu":
+            return super().compute_values(input_batch)
+        h_new, _ = self._numpy_step(input_batch, b)
+        return _numpy_forward(cast(_NumpyLayers, self._np_vf), h_new, _identity)[:, 0]
+
+    def _numpy_step(self, input_batch: Mapping[str, Any], b: int) -> tuple[np.ndarray, np.ndarray]:
+        """One LSTM step in numpy: ``(h_new, c_new)`` for the batch's obs and state."""
         if param_key(self._params) != self._param_key:
             self.sync_numpy_weights()
         x = np.asarray(input_batch["obs"], dtype=np.float32).reshape(b, -1)
@@ -280,7 +301,12 @@ class LSTMPolicy(TorchPolicy):
         i, f, g, o = (x @ wx + h @ wh + bias for wx, wh, bias in self._np_gates)
         c_new = _sigmoid(f) * c
         c_new += _sigmoid(i) * np.tanh(g)
-        h_new = _sigmoid(o) * np.tanh(c_new)
+        return _sigmoid(o) * np.tanh(c_new), c_new
+
+    def _compute_actions_numpy(
+        self, input_batch: Mapping[str, Any], b: int, explore: bool
+    ) -> PolicyOutput:
+        h_new, c_new = self._numpy_step(input_batch, b)
         raw, extra = self._sample_numpy(_numpy_forward(self._np_pi, h_new, _identity), explore)
         if self._np_vf is not None:
             extra["vf_preds"] = _numpy_forward(self._np_vf, h_new, _identity)[:, 0]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -235,7 +235,24 @@ class MLPPolicy(TorchPolicy):
             return super().compute_actions(input_batch, explore)
         return self._compute_actions_numpy(obs, b, explore)
 
-    def _compute_actions_numpy(self, obs: Any, b: int, explore: bool) -> PolicyOutput:
+    def compute_values(self, input_batch: Mapping[str, Any]) -> np.ndarray:
+        """The value head's output (B,) float32, on the same path (numpy or torch) that
+        :meth:`compute_actions` takes for a batch of this size, so it equals ``vf_preds``.
+
+        Raises:
+            NotImplementedError: the policy was built without ``vf_head=True``.
+        """
+        if not self.vf_head:
+            raise NotImplementedError(self._no_value_head())
+        obs = input_batch["obs"]
+        b = len(obs)
+        if b == 0 or b > self.numpy_threshold or self.device.type != "cpu":
+            return super().compute_values(input_batch)
+        x = self._numpy_input(obs, b)
+        return _numpy_forward(cast(_NumpyLayers, self._np_vf), x, self._np_act)[:, 0]
+
+    def _numpy_input(self, obs: Any, b: int) -> np.ndarray:
+        """``obs`` as float32 ``(b, in_dim)``, the numpy weights refreshed if stale."""
         if param_key(self._params) != self._param_key:
             self.sync_numpy_weights()
         x = np.asarray(obs, dtype=np.float32).reshape(b, -1)
@@ -244,6 +261,10 @@ class MLPPolicy(TorchPolicy):
                 f"obs rows have {x.shape[1]} elements, expected {self.in_dim} "
                 f"(observation space {self.observation_space})"
             )
+        return x
+
+    def _compute_actions_numpy(self, obs: Any, b: int, explore: bool) -> PolicyOutput:
+        x = self._numpy_input(obs, b)
         dist_inputs = _numpy_forward(self._np_pi, x, self._np_act)
         raw, extra = self._sample_numpy(dist_inputs, explore)
         if self._np_vf is not None:

@@ -174,6 +174,36 @@ class TorchPolicy(Policy):
             states = [s.cpu().numpy() for s in state_outs]
         return actions, states, extra
 
+    def compute_values(self, input_batch: Mapping[str, Any]) -> np.ndarray:
+        """State values (B,) float32 of the model's value output (:meth:`Policy.compute_values`).
+
+        Raises:
+            NotImplementedError: the model returns no value (no value head).
+        """
+        b = batch_size(input_batch)
+        with torch.inference_mode():
+            _, _, value = self.forward(input_batch)
+        if value is None:
+            raise NotImplementedError(self._no_value_head())
+        return _to_numpy_f32(value.reshape(b))
+
+    def _no_value_head(self) -> str:
+        return (
+            f"{type(self).__name__} has no value head: compute_values needs a model that "
+            "returns (dist_inputs, values) (MLPPolicy / LSTMPolicy: build with vf_head=True)"
+        )
+
+    def compute_log_likelihoods(self, input_batch: Mapping[str, Any], actions: Any) -> np.ndarray:
+        """Log-probabilities (B,) float32 of env ``actions`` under the distribution of the
+        recomputed ``action_dist_inputs`` (see :meth:`Policy.compute_log_likelihoods`)."""
+        b = batch_size(input_batch)
+        with torch.inference_mode():
+            dist_inputs, _, _ = self.forward(input_batch)
+            self.dist.check_inputs(dist_inputs.shape, b)
+            acts = torch.as_tensor(np.asarray(actions), device=dist_inputs.device)
+            logp = self.dist.logp_torch(dist_inputs, acts)
+        return _to_numpy_f32(logp)
+
     def _sample_numpy(
         self, dist_inputs: np.ndarray, explore: bool
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
