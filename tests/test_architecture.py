@@ -193,3 +193,23 @@ def test_the_episode_hub_keeps_its_lock_and_state():
             if reaches_in or (node.attr == "_hub" and p.name not in HUB_HOLDERS):
                 bad.append(f"{p.relative_to(root)}:{node.lineno} {owner}.{node.attr}")
     assert not bad, f"code reaching into the episode hub: {bad}"
+
+
+def test_the_servers_limits_are_spelled_once():
+    """``PolicyServer``'s limits are the fields of ``ServerSettings``: its ``__init__`` takes
+    them as keywords into one object and names none of them itself."""
+    import attrs
+
+    from rlconnect.serve import ServerSettings
+
+    tree = ast.parse((PACKAGE / "serve" / "server.py").read_text())
+    init = next(
+        f
+        for c in ast.walk(tree)
+        if isinstance(c, ast.ClassDef) and c.name == "PolicyServer"
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+    )
+    params = {a.arg for a in [*init.args.args, *init.args.kwonlyargs]}
+    spelled = sorted(params & set(attrs.fields_dict(ServerSettings)))
+    assert not spelled, f"PolicyServer.__init__ spells settings fields again: {spelled}"

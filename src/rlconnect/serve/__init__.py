@@ -1,6 +1,7 @@
 """Policy serving over HTTP: external simulators drive episodes, the runner records them.
 
-- ``PolicyServer(runner_or_policy, address, port)``: an ExternalEnv fed over HTTP.
+- ``PolicyServer(runner_or_policy, address, port)``: an ExternalEnv fed over HTTP, its
+  limits a ``ServerSettings`` (or its fields as keyword arguments).
 - ``PolicyClient(url, inference_mode="remote" | "local", update_interval=10.0)``.
 - ``ServingEnv`` / ``ServingMultiAgentEnv``: the ExternalEnvs a server feeds.
 - ``rlconnect.serve.wire``: the msgpack wire format (no pickle).
@@ -18,6 +19,7 @@ from rlconnect.serve.client import (
 )
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv
 from rlconnect.serve.server import PolicyServer
+from rlconnect.serve.settings import ServerSettings
 from rlconnect.serve.wire import WireError
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "RequestTooLargeError",
     "ServerBusyError",
     "ServerError",
+    "ServerSettings",
     "ServerTimeoutError",
     "ServingEnv",
     "ServingMultiAgentEnv",

@@ -36,18 +36,19 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
-from rlconnect.envs.external_hub import HubLimits, Reply, notify_each
+from rlconnect.envs.external_hub import Reply, notify_each
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.policy import Policy
 from rlconnect.serve.endpoints import Endpoints
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv, _Idle
 from rlconnect.serve.handler import PENDING, BadRequest, Call, NoEndpoint, kind_of, status_of
-from rlconnect.serve.http import MAX_BODY_BYTES, HttpConnection, Limits, Listener
+from rlconnect.serve.http import HttpConnection, Listener
+from rlconnect.serve.settings import ServerSettings
 from rlconnect.serve.tasks import RunnerUnavailable
 from rlconnect.serve.wire import decode
 from rlconnect.spaces import space_to_json
 
-__all__ = ["PolicyServer", "ServingEnv", "ServingMultiAgentEnv"]
+__all__ = ["PolicyServer", "ServerSettings", "ServingEnv", "ServingMultiAgentEnv"]
 
 log = logging.getLogger("rlconnect.serve.server")
 
@@ -86,28 +87,11 @@ class PolicyServer:
             (spaces from ``observation_space`` / ``action_space``, default the policy's) and
             ``rc.EnvRunner(env, policy, config=config)``. Sample from ``server.runner``.
         address, port: where to listen (port 0 picks a free one; see ``server.port``).
-        max_concurrent: episodes at once (when the server builds the env).
-        max_episodes_per_connection: episodes one connection may run at once (default a
-            quarter of ``max_concurrent``, at least 1), so no client takes every lane;
-            more answer 429 ``TooManyEpisodesError``.
-        max_batch, batch_wait_s: the batching window. A sampling step waits for
-            observations until ``max_batch`` episodes (default all lanes) have one, or
-            every running episode has one, or ``batch_wait_s`` passed since the first
-            came; all of them then go through one forward pass.
-        max_queued_steps: steps waiting for the runner at most (default 16 per lane, at
-            least 4096); a ``report`` that does not fit is answered 503 and retried.
-        episode_timeout_s: an episode without requests for this long is closed as
-            truncated and listed in ``server.env.timed_out_episodes``.
-        get_action_timeout_s: how long a ``get_action`` waits for the runner (then 504),
-            and how long a ``checkpoint`` or ``weights`` request waits for a sampling step
-            to take it (they run on the sampling thread between two steps; 503 when none
-            comes).
-        request_timeout_s: a request must arrive whole within this long of its first
-            byte, and a connection idle this long is closed, so stalled or trickling
-            clients hold nothing; ``PolicyClient`` reconnects by itself. None: no limit.
-        max_body_bytes: largest request body (413 above it); bodies being received at
-            once may hold twice that in all (503 above it, retried).
-        backlog: connections the kernel queues before they are accepted.
+        settings: the server's limits, a ``ServerSettings`` (how many episodes, per
+            connection too, the batching window, the queue bound, the timeouts, the body
+            size, the listen backlog). Each of its fields may also be given as a keyword
+            argument (``PolicyServer(policy, max_concurrent=16, batch_wait_s=0.005)``),
+            which wins over ``settings``; ``server.settings`` holds the ones in force.
     """
 
     def __init__(
@@ -119,43 +103,21 @@ class PolicyServer:
         config: Any = None,
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
-        max_concurrent: int = 100,
-        max_episodes_per_connection: int | None = None,
-        max_batch: int | None = None,
-        batch_wait_s: float = 0.002,
-        max_queued_steps: int | None = None,
-        episode_timeout_s: float | None = 60.0,
-        get_action_timeout_s: float = 60.0,
-        request_timeout_s: float | None = 120.0,
-        max_body_bytes: int = MAX_BODY_BYTES,
-        backlog: int = 1024,
+        settings: ServerSettings | None = None,
+        **limits: Any,
     ) -> None:
-        if request_timeout_s is not None and not request_timeout_s > 0:
-            raise ValueError(f"request_timeout_s must be > 0 or None, got {request_timeout_s!r}")
-        if not batch_wait_s >= 0:
-            raise ValueError(f"batch_wait_s must be >= 0, got {batch_wait_s!r}")
+        self.settings = settings = ServerSettings.of(settings, limits)
         spaces = (observation_space, action_space)
-        self.runner = _runner_of(runner_or_policy, spaces, max_concurrent, config)
+        self.runner = _runner_of(runner_or_policy, spaces, settings.max_concurrent, config)
         self.env: ExternalEnv = self.runner.env.external
         hub = self.env.hub
-        hub.set_limits(
-            HubLimits(
-                get_action_timeout_s=get_action_timeout_s,
-                episode_timeout_s=episode_timeout_s,
-                max_batch=max_batch,
-                batch_wait_s=batch_wait_s,
-                max_queued_steps=max_queued_steps,
-            )
-        )
+        hub.set_limits(settings.hub_limits())
         self.requests = 0
-        self._listener = Listener(
-            self._dispatch,
-            Limits(max_body_bytes, 2 * max_body_bytes, request_timeout_s),
-        )
-        share = max_episodes_per_connection or max(1, hub.max_concurrent // 4)
+        self._listener = Listener(self._dispatch, settings.http_limits())
+        share = settings.share(hub.max_concurrent)
         self._endpoints = Endpoints(self.env, self._listener.loop, share)
         hub.set_delivery(self._deliver)
-        self.address, self.port = self._listener.start(address, port, backlog)
+        self.address, self.port = self._listener.start(address, port, settings.backlog)
 
     @property
     def url(self) -> str:

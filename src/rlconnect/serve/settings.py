@@ -1,0 +1,104 @@
+"""The limits of a ``PolicyServer``, as one frozen object: ``ServerSettings``.
+
+Each limit is spelled once, as a field here; ``PolicyServer`` takes them as keyword
+arguments (or a whole ``settings=``), and hands each layer its share: the episode hub gets
+``hub_limits()`` (the fields named as ``HubLimits``' fields), the HTTP layer
+``http_limits()``, the endpoints the per-connection share of lanes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from rlconnect.envs.external_hub import HubLimits
+from rlconnect.serve.http import MAX_BODY_BYTES, Limits
+
+__all__ = ["ServerSettings"]
+
+
+def _count(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attr.name} must be a positive int, got {value!r}")
+
+
+def _count_or_none(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _count(inst, attr, value)
+
+
+def _timeout_or_none(inst: Any, attr: attrs.Attribute, value: Any) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+    ):
+        raise ValueError(f"{attr.name} must be > 0 or None, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ServerSettings:
+    """How much a ``PolicyServer`` takes and how long it waits (see docs/serving.md).
+
+    The hub's share (``batch_wait_s``, ``max_batch``, ``max_queued_steps``, the two
+    timeouts) is checked by ``HubLimits`` when the settings are made."""
+
+    #: episodes at once (when the server builds the env; a given runner's env keeps its own
+    #: number of lanes)
+    max_concurrent: int = attrs.field(default=100, validator=_count)
+    #: episodes one connection may run at once (None: a quarter of the lanes, at least 1),
+    #: so no client takes every lane; more answer 429 ``TooManyEpisodesError``
+    max_episodes_per_connection: int | None = attrs.field(default=None, validator=_count_or_none)
+    #: the batching window: a sampling step waits for observations until ``max_batch``
+    #: episodes (None: all lanes) have one, or every running episode has one, or
+    #: ``batch_wait_s`` passed since the first came; all of them then go through one
+    #: forward pass
+    max_batch: int | None = None
+    batch_wait_s: float = 0.002
+    #: steps waiting for the runner at most (None: 16 per lane, at least 4096); a
+    #: ``report`` that does not fit is answered 503 and retried
+    max_queued_steps: int | None = None
+    #: an episode without requests for this long is closed as truncated and listed in
+    #: ``server.env.timed_out_episodes``; None: never
+    episode_timeout_s: float | None = 60.0
+    #: how long a ``get_action`` waits for the runner (then 504), and how long a
+    #: ``checkpoint`` or ``weights`` request waits for a sampling step to take it (they
+    #: run on the sampling thread between two steps; 503 when none comes)
+    get_action_timeout_s: float = 60.0
+    #: a request must arrive whole within this long of its first byte, and a connection
+    #: idle this long is closed, so stalled or trickling clients hold nothing
+    #: (``PolicyClient`` reconnects by itself); None: no limit
+    request_timeout_s: float | None = attrs.field(default=120.0, validator=_timeout_or_none)
+    #: largest request body (413 above it); bodies being received at once may hold twice
+    #: that in all (503 above it, retried)
+    max_body_bytes: int = attrs.field(default=MAX_BODY_BYTES, validator=_count)
+    #: connections the kernel queues before they are accepted
+    backlog: int = attrs.field(default=1024, validator=_count)
+
+    def __attrs_post_init__(self) -> None:
+        self.hub_limits()  # the hub's validators check its share now, not at serving time
+
+    @classmethod
+    def of(cls, settings: ServerSettings | None, overrides: Mapping[str, Any]) -> ServerSettings:
+        """``settings`` (default: the defaults) with ``overrides`` (keyword arguments of
+        ``PolicyServer``) put in; TypeError naming the known settings for any other."""
+        known = attrs.fields_dict(cls)
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise TypeError(
+                f"PolicyServer got unknown keyword arguments {unknown}; its settings are "
+                f"{sorted(known)} (see rlconnect.serve.ServerSettings)"
+            )
+        return attrs.evolve(settings or cls(), **overrides)
+
+    def hub_limits(self) -> HubLimits:
+        """The episode hub's share: the settings named as ``HubLimits``' fields."""
+        return HubLimits(**{name: getattr(self, name) for name in attrs.fields_dict(HubLimits)})
+
+    def http_limits(self) -> Limits:
+        """The HTTP layer's share: body sizes and the request deadline."""
+        return Limits(self.max_body_bytes, 2 * self.max_body_bytes, self.request_timeout_s)
+
+    def share(self, lanes: int) -> int:
+        """Episodes one connection may run at once, on a served env of ``lanes`` lanes."""
+        return self.max_episodes_per_connection or max(1, lanes // 4)
