@@ -213,3 +213,49 @@ def test_the_servers_limits_are_spelled_once():
     params = {a.arg for a in [*init.args.args, *init.args.kwonlyargs]}
     spelled = sorted(params & set(attrs.fields_dict(ServerSettings)))
     assert not spelled, f"PolicyServer.__init__ spells settings fields again: {spelled}"
+
+
+def _bodies(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, name, body)`` of every function in ``path`` (the body without its
+    docstring, as ``ast.dump``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]
+            if len(body) >= 2:  # one statement (a hand-over, a return) may well repeat
+                out.append((node.lineno, node.name, ast.dump(ast.Module(body, []))))
+    return out
+
+
+def test_no_function_body_is_written_twice():
+    """In the folders that read on one screen, a body of two statements or more is written
+    once: what two classes share lives in an object both hold (e.g. ``SubEnvs``)."""
+    seen: dict[str, str] = {}
+    twice = []
+    for folder in SHORT_FUNCTION_FOLDERS:
+        for p in _modules(PACKAGE / folder):
+            for line, name, body in _bodies(p):
+                where = f"{p.relative_to(PACKAGE)}:{line} {name}"
+                if body in seen:
+                    twice.append(f"{where} repeats {seen[body]}")
+                seen.setdefault(body, where)
+    assert not twice, twice
+
+
+def test_a_sub_env_is_rebuilt_in_one_place():
+    """The in-process adapters hold a ``SubEnvs`` (envs/sub_envs.py), which alone builds,
+    seeds and rebuilds their sub-envs: nothing else names ``rebuild_error`` or keeps a
+    restart count per sub-env."""
+    envs = PACKAGE / "envs"
+    for adapter in ("gym_envs.py", "multi_agent.py"):
+        assert "SubEnvs(" in (envs / adapter).read_text(), f"{adapter} holds no SubEnvs"
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno}"
+        for p in _modules(envs)
+        if p.name != "sub_envs.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Name) and node.id == "rebuild_error"
+    ]
+    assert not bad, f"sub-envs rebuilt outside envs/sub_envs.py: {bad}"

@@ -37,8 +37,8 @@ from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.batches.take import take_rows
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import sub_env_seed
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only, strictly_ascending
+from rlconnect.envs.sub_envs import sub_env_seed
 from rlconnect.errors import EnvError, describe_exception
 
 __all__ = [

@@ -22,9 +22,10 @@ from rlconnect.envs.atari import atari_env_creator, is_atari_id
 from rlconnect.envs.base import BaseEnv, NotAnEnvError
 from rlconnect.envs.envpool_env import is_envpool, make_envpool
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
-from rlconnect.envs.gym_envs import EnvContext, GymEnvs, sub_env_context
+from rlconnect.envs.gym_envs import GymEnvs
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.parallel import check_parallel_spec
+from rlconnect.envs.sub_envs import EnvContext, sub_env_context
 from rlconnect.envs.vector import VectorEnvAdapter
 from rlconnect.envs.workers import WorkerEnvs
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -10,9 +9,9 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import ContextRule, EnvContext, rebuild_error, sub_env_contexts
 from rlconnect.envs.obs_stack import fits_dtype
 from rlconnect.envs.rows import EnvRowsBuilder
+from rlconnect.envs.sub_envs import ContextRule, EnvContext, SubEnvs, sub_env_contexts
 from rlconnect.errors import EnvCheckError
 
 __all__ = ["MultiAgentEnv", "MultiAgentEnvs"]
@@ -85,28 +84,20 @@ class MultiAgentEnvs(BaseEnv):
         contexts: ContextRule | None = None,
     ) -> None:
         self.num_envs = num_envs
-        self._creator = creator
-        self._contexts = contexts or sub_env_contexts(num_envs, worker_index, seed, env_config)
-        self._restarts = [0] * num_envs
-        self.envs = envs if envs is not None else [self._make(i) for i in range(num_envs)]
-        first = self.envs[0]
+        rule = contexts or sub_env_contexts(num_envs, worker_index, seed, env_config)
+        self._subs = SubEnvs(creator, num_envs, rule, envs=envs)
+        first = self._subs.envs[0]
         self.possible_agents = tuple(getattr(first, "possible_agents", ()))
         self._obs_spaces = dict(first.observation_spaces)
         self._act_spaces = dict(first.action_spaces)
-        self._needs_reset = set(range(num_envs))
-        self._seeded = [False] * num_envs
-        self._actions: dict[int, dict] = {}
-        self._idle: set[int] = set()  # stepped, no agent to act, not done: step with {}
-        self._last: dict[int, tuple[dict, dict]] = {}
-        self._failures: dict[int, BaseException] = {}  # what ``try_restart`` names
-        self._soft: set[int] = set()
+        #: stepped, no agent to act, not done: stepped with {} (a reset or soft reset asked
+        #: for meanwhile comes first, and a successful one empties this)
+        self._idle: set[int] = set()
 
-    def _context(self, index: int) -> EnvContext:
-        """The context sub-env ``index`` is built with now; its first reset takes its seed."""
-        return self._contexts(index, self._restarts[index])
-
-    def _make(self, index: int) -> Any:
-        return self._creator(self._context(index))
+    @property
+    def envs(self) -> list[Any]:
+        """The sub-envs, in order (a restart replaces one in place)."""
+        return self._subs.envs
 
     def observation_space(self, agent_id: Any) -> gym.Space:
         try:
@@ -128,52 +119,42 @@ class MultiAgentEnvs(BaseEnv):
         from rlconnect.spaces import unstack_batch
 
         rows = actions if isinstance(actions, list | np.ndarray) else unstack_batch(actions)
+        pending = self._subs.actions
         for i, a, act in zip(env_ids.tolist(), agent_ids, rows):
-            self._actions.setdefault(i, {})[a] = act
+            pending.setdefault(i, {})[a] = act
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
-        self._needs_reset.add(env_id)
-        self._actions.pop(env_id, None)
-        self._idle.discard(env_id)
+        self._subs.try_reset(env_id)
 
     def soft_reset(self, env_id: int) -> None:
-        self._soft.add(env_id)
-        self._actions.pop(env_id, None)
-        self._idle.discard(env_id)
+        self._subs.soft_reset(env_id)
 
     def try_restart(self, env_id: int) -> None:
-        with contextlib.suppress(Exception):  # closing must not mask an earlier error
-            self.envs[env_id].close()
-        self._restarts[env_id] += 1
-        failure = self._failures.pop(env_id, None)
-        try:
-            self.envs[env_id] = self._make(env_id)
-        except Exception as exc:
-            raise rebuild_error(env_id, failure, exc) from (failure or exc)
-        self._seeded[env_id] = False
-        self.try_reset(env_id)
+        self._subs.try_restart(env_id)
 
     def poll(self) -> EnvRows:
         rows = EnvRowsBuilder()
+        subs = self._subs
+        resets, soft, actions, idle = subs.needs_reset, subs.soft, subs.actions, self._idle
         for i in range(self.num_envs):
-            resetting = i in self._needs_reset or i in self._soft
-            if not resetting and i not in self._actions and i not in self._idle:
+            resetting = i in resets or i in soft
+            if not resetting and i not in actions and i not in idle:
                 continue
             try:
                 o, r, te, tr, inf = self._advance(i, resetting)
             except Exception as exc:  # reported per sub-env, never lost
                 rows.add_error(i, exc)
-                self._actions.pop(i, None)
+                actions.pop(i, None)
                 continue
-            self._needs_reset.discard(i)
-            self._soft.discard(i)
-            self._idle.discard(i)
+            resets.discard(i)
+            soft.discard(i)
+            idle.discard(i)
             bad = self._malformed(i, o)
             if bad is not None:  # reported like a raise: restarted, or named in the error
                 rows.add_error(i, bad)
                 continue
             if o:
-                self._last[i] = (o, inf)
+                subs.last[i] = (o, inf)
             if not resetting:
                 rows.mark_stepped(i)
             _add_step(rows, i, o, r, te, tr, inf, first=resetting)
@@ -181,25 +162,22 @@ class MultiAgentEnvs(BaseEnv):
             if all_te or all_tr:
                 rows.end_episode(i, all_te, all_tr)
             elif not o:
-                self._idle.add(i)
+                idle.add(i)
         out = rows.build()
-        self._failures.update(out.errors)
+        subs.failures.update(out.errors)
         return out
 
     def _advance(self, i: int, resetting: bool) -> tuple[dict, dict, dict, dict, dict]:
         """Sub-env ``i``'s soft reset, reset or step: ``(obs, rewards, terminateds,
         truncateds, infos)`` dicts (empty rewards and flags for a reset)."""
-        if i in self._soft and i not in self._needs_reset:
-            o, inf = self._last[i]
+        subs = self._subs
+        if i in subs.soft and i not in subs.needs_reset:
+            o, inf = subs.last[i]
             return o, {}, {}, {}, inf
         if resetting:
-            seed = None
-            if not self._seeded[i]:
-                seed = self._context(i).seed
-                self._seeded[i] = True
-            o, inf = self.envs[i].reset(seed=seed)
+            o, inf = subs.reset(i)
             return o, {}, {}, {}, inf
-        return self.envs[i].step(self._actions.pop(i, {}))
+        return subs.envs[i].step(subs.actions.pop(i, {}))
 
     def _malformed(self, env_id: int, obs: dict) -> EnvCheckError | None:
         """An error naming the agents whose Box observation has a wrong shape or dtype kind
@@ -219,6 +197,4 @@ class MultiAgentEnvs(BaseEnv):
         return EnvCheckError("env returned a bad observation: " + "; ".join(problems))
 
     def close(self) -> None:
-        for env in self.envs:
-            with contextlib.suppress(Exception):  # closing must not mask an earlier error
-                env.close()
+        self._subs.close()

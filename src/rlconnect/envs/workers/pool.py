@@ -29,7 +29,7 @@ import tree
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.gym_envs import EnvContext
+from rlconnect.envs.sub_envs import EnvContext
 from rlconnect.envs.workers.answers import collect_answers
 from rlconnect.envs.workers.frames import frame
 from rlconnect.envs.workers.handle import CLOSE_WAIT_S, WorkerHandle, mp_context

@@ -39,8 +39,9 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows, NotAnEnvError
 from rlconnect.envs.external import ExternalEnv
-from rlconnect.envs.gym_envs import DenseColumns, EnvContext, GymEnvs, sub_env_context
+from rlconnect.envs.gym_envs import DenseColumns, GymEnvs
 from rlconnect.envs.multi_agent import MultiAgentEnvs
+from rlconnect.envs.sub_envs import EnvContext, sub_env_context
 from rlconnect.envs.workers.frames import frame, read_frame, write_frame
 from rlconnect.envs.workers.layout import (
     CMD_NONE,
