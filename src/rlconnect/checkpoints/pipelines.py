@@ -4,7 +4,8 @@ The file at ``path`` (exactly; no suffix is added) is a safetensors file (see
 ``rlconnect.checkpoints.container``) with format name ``"rlconnect.pipeline"``, format
 version 1, and as structure the pipeline's ``to_state()``::
 
-    {"kind": "AgentConnectorPipeline" | "ActionConnectorPipeline", "version": 1,
+    {"kind": "AgentConnectorPipeline" | "ActionConnectorPipeline" | "LearnerConnectorPipeline",
+     "version": 1,
      "members": [{"name": "MeanStdFilter", "connector": "MeanStdFilter",
                   "params": {"clip": 10.0, "__state__": {"mean": {"__array__": "arr_0"}}}}]}
 
@@ -30,6 +31,7 @@ from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.container import load_nest, pack
 from rlconnect.checkpoints.nest import encode_into
 from rlconnect.connectors.base import STATE_KEY, ConnectorContext
+from rlconnect.connectors.learner import LearnerConnectorPipeline
 from rlconnect.connectors.pipeline import (
     PIPELINE_STATE_VERSION,
     ActionConnectorPipeline,
@@ -60,7 +62,8 @@ PIPELINE_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
 """The file format versions ``load_pipeline`` reads."""
 
 _KINDS: dict[str, type[ConnectorPipeline]] = {
-    cls.__name__: cls for cls in (AgentConnectorPipeline, ActionConnectorPipeline)
+    cls.__name__: cls
+    for cls in (AgentConnectorPipeline, ActionConnectorPipeline, LearnerConnectorPipeline)
 }
 
 Path = str | os.PathLike[str]

@@ -38,7 +38,15 @@ from rlconnect.connectors.base import (
     RowKey,
 )
 from rlconnect.connectors.defaults import default_action_pipeline, default_agent_pipeline
-from rlconnect.connectors.learner import LearnerConnector, LearnerConnectorPipeline
+from rlconnect.connectors.learner import (
+    GAE,
+    DiscountedReturns,
+    LearnerConnector,
+    LearnerConnectorPipeline,
+    NormalizeAdvantages,
+    NStepReturns,
+    VTrace,
+)
 from rlconnect.connectors.pipeline import (
     ActionConnectorPipeline,
     AgentConnectorPipeline,
@@ -56,6 +64,7 @@ from rlconnect.connectors.registry import (
 from rlconnect.connectors.settings import ConnectorSettings
 
 __all__ = [
+    "GAE",
     "ActionConnector",
     "ActionConnectorPipeline",
     "ActionData",
@@ -73,6 +82,7 @@ __all__ = [
     "ConnectorSettings",
     "ConvertToNumpy",
     "CropObservations",
+    "DiscountedReturns",
     "FlattenObservations",
     "FrameStack",
     "Grayscale",
@@ -80,6 +90,8 @@ __all__ = [
     "LearnerConnector",
     "LearnerConnectorPipeline",
     "MeanStdFilter",
+    "NStepReturns",
+    "NormalizeAdvantages",
     "ObservationConnector",
     "PrevActionsRewards",
     "Resize",
@@ -89,6 +101,7 @@ __all__ = [
     "StateBuffer",
     "TransposeImage",
     "UnsquashActions",
+    "VTrace",
     "default_action_pipeline",
     "default_agent_pipeline",
     "get_connector",

@@ -1,0 +1,71 @@
+"""NStepReturns: n-step reward sums and where each n-step target bootstraps."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import tree
+
+from rlconnect.connectors.base import ConnectorContext
+from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.params import check_fraction, check_steps
+from rlconnect.connectors.learner.scan import discounted_window_sum
+from rlconnect.connectors.learner.trajectories import find_trajectories
+from rlconnect.connectors.learner.values import check_finite, float_column, new_columns
+from rlconnect.connectors.registry import register_connector
+
+if TYPE_CHECKING:
+    from rlconnect.batches import SampleBatch
+    from rlconnect.policy import Policy
+
+__all__ = ["NStepReturns"]
+
+
+@register_connector("NStepReturns")
+class NStepReturns(LearnerConnector):
+    """Adds, for row ``t`` of a trajectory of ``T`` rows, with ``k = min(n, T - t)``:
+
+    - ``n_step_rewards`` (float32): ``sum_{i<k} gamma**i * rewards[t+i]``;
+    - ``n_step_new_obs``: ``new_obs[t+k-1]``, the same structure as ``new_obs``;
+    - ``n_step_discount`` (float32): 0.0 when row ``t+k-1`` ends its trajectory by
+      termination, else ``gamma**k``;
+    - for a recurrent policy, ``n_step_state_out_i``: ``state_out_i[t+k-1]``.
+
+    A learner's target is ``n_step_rewards + n_step_discount * V(n_step_new_obs)``
+    (from ``n_step_state_out_*``). No policy call.
+
+    Args:
+        n: the number of steps, an int >= 1.
+        gamma: discount per row of a trajectory, in [0, 1].
+    """
+
+    def __init__(self, ctx: ConnectorContext, n: int = 3, gamma: float = 0.99):
+        self.n = check_steps("NStepReturns", "n", n)
+        self.gamma = check_fraction("NStepReturns", "gamma", gamma)
+        super().__init__(ctx, n=self.n, gamma=self.gamma)
+
+    def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        who = self.name
+        states = [f"state_out_{i}" for i in range(policy.num_state_tensors())]
+        outputs = ("n_step_rewards", "n_step_new_obs", "n_step_discount")
+        new_columns(batch, (*outputs, *(f"n_step_{s}" for s in states)), who)
+        missing = [c for c in ("new_obs", *states) if c not in batch]
+        if missing:
+            raise ValueError(f"{who} needs columns {missing}; the batch has {sorted(batch)}")
+        traj = find_trajectories(batch, who)
+        rewards = float_column(batch, "rewards", who)
+        sums = discounted_window_sum(rewards, traj.rem, self.gamma, self.n)
+        check_finite(sums, "the n-step reward sum", who)
+        k_minus_1 = np.minimum(traj.rem, self.n - 1)
+        last = np.arange(len(batch)) + k_minus_1
+        discount = np.power(self.gamma, k_minus_1 + 1.0)
+        discount[traj.terminating_rows()[last]] = 0.0
+        out = {
+            "n_step_rewards": sums.astype(np.float32),
+            "n_step_new_obs": tree.map_structure(lambda x: x[last], batch["new_obs"]),
+            "n_step_discount": discount.astype(np.float32),
+            **{f"n_step_{s}": batch[s][last] for s in states},
+        }
+        batch.update(out)
+        return batch

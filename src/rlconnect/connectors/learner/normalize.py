@@ -1,0 +1,36 @@
+"""NormalizeAdvantages: advantages standardised over the batch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.values import float_column
+from rlconnect.connectors.registry import register_connector
+
+if TYPE_CHECKING:
+    from rlconnect.batches import SampleBatch
+    from rlconnect.policy import Policy
+
+__all__ = ["STD_FLOOR", "NormalizeAdvantages"]
+
+STD_FLOOR = 1e-8
+"""The smallest standard deviation divided by: a batch of equal advantages maps to zeros."""
+
+
+@register_connector("NormalizeAdvantages")
+class NormalizeAdvantages(LearnerConnector):
+    """Replaces ``advantages`` with ``(advantages - mean) / max(std, 1e-8)`` over the whole
+    batch (float32): the one built-in that changes a column (a new array; the old one is
+    left as it was). Put it after ``GAE``."""
+
+    def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        adv = float_column(batch, "advantages", self.name)
+        if len(adv) == 0:
+            return batch
+        adv -= adv.mean()
+        adv /= max(float(np.sqrt(np.mean(adv * adv))), STD_FLOOR)
+        batch["advantages"] = adv.astype(np.float32)
+        return batch

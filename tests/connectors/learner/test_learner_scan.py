@@ -1,0 +1,62 @@
+"""The segmented scans against sequential float64 loops, on long trajectories where a
+closed form with growing powers of the discount would lose precision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlconnect.connectors.learner.scan import (
+    discounted_suffix_sum,
+    discounted_window_sum,
+    linear_suffix_scan,
+)
+
+
+def _segments(lengths: list[int]) -> np.ndarray:
+    ends = np.cumsum(lengths) - 1
+    return np.repeat(ends, lengths) - np.arange(int(sum(lengths)))
+
+
+def _loop(x: np.ndarray, coef: np.ndarray, lengths: list[int]) -> np.ndarray:
+    y, start = np.zeros(len(x)), 0
+    for n in lengths:
+        run = 0.0
+        for t in range(start + n - 1, start - 1, -1):
+            run = x[t] + coef[t] * run
+            y[t] = run
+        start += n
+    return y
+
+
+LENGTHS = [1, 2, 3000, 7, 1, 5000, 64, 65, 4096, 1]
+
+
+@pytest.mark.parametrize("discount", [0.0, 0.3, 0.9405, 0.999, 1.0])
+def test_discounted_suffix_sum_is_exact_to_float64_rounding(discount: float) -> None:
+    x = np.random.default_rng(0).normal(size=sum(LENGTHS)) * 10.0 ** np.random.default_rng(
+        1
+    ).integers(-3, 4, sum(LENGTHS))
+    y = discounted_suffix_sum(x, _segments(LENGTHS), discount)
+    ref = _loop(x, np.full(len(x), discount), LENGTHS)
+    np.testing.assert_allclose(y, ref, rtol=1e-11, atol=1e-11 * np.abs(x).max())
+
+
+def test_linear_suffix_scan_with_per_row_coefficients() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=sum(LENGTHS))
+    coef = rng.uniform(0.0, 1.0, len(x))
+    y = linear_suffix_scan(x, coef, _segments(LENGTHS))
+    np.testing.assert_allclose(y, _loop(x, coef, LENGTHS), rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 100, 5001, 10**9])
+def test_window_sums_cover_at_most_n_rows_of_the_trajectory(n: int) -> None:
+    lengths = [1, 2, 300, 7, 130]
+    x = np.random.default_rng(3).normal(size=sum(lengths))
+    rem = _segments(lengths)
+    y = discounted_window_sum(x, rem, 0.97, n)
+    ref = np.array(
+        [sum(0.97**i * x[t + i] for i in range(min(n, rem[t] + 1))) for t in range(len(x))]
+    )
+    np.testing.assert_allclose(y, ref, rtol=1e-11, atol=1e-11)
