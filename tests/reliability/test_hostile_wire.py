@@ -156,11 +156,13 @@ def test_deep_tuples_are_refused_in_a_child_process() -> None:
         "    try:\n"
         "        wire.decode(data)\n"
         "    except wire.WireError as exc:\n"
-        "        print(depth, exc)\n"
+        "        print(depth, 'refused:', exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"the decoder crashed (exit {out.returncode}): {out.stderr}"
-    assert out.stdout.count("nested deeper than") == 3, out.stdout
+    # refused for their depth, or (5000 levels) for the bytes the nested copies would take
+    assert out.stdout.count("refused: ") == 3, out.stdout
+    assert out.stdout.count("nested deeper than") >= 2, out.stdout
     t = (1,)
     for _ in range(MAX_TUPLE_DEPTH - 1):
         t = (t,)
@@ -186,12 +188,13 @@ def test_regression_values_per_message_are_bounded_before_decoding(
     guard = fc.Guard("wire:value_budget", (WireError,), marker_dir)
     assert guard.run(lambda: decode(body), len(body), "value_budget") == "WireError"
     assert guard.last_peak < 1 << 20
-    with pytest.raises(WireError, match=f"more than {MAX_VALUES} values"):
+    # counted by the walk, or (a body too small to need it) by msgpack's length limits
+    with pytest.raises(WireError, match=f"more than {MAX_VALUES} values|max_array_len"):
         decode(body)
 
 
 def test_values_within_the_budget_cost_a_bounded_amount_each(marker_dir: Path) -> None:
-    n = 100_000
+    n = MAX_VALUES - 1
     body = b"\xdd" + n.to_bytes(4, "big") + b"\x80" * n  # the costliest value: an empty dict
     guard = fc.Guard("wire:value_budget", (WireError,), marker_dir)
     assert guard.run(lambda: decode(body), n, "within_budget") == "accepted"

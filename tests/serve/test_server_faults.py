@@ -188,22 +188,24 @@ def test_bodies_and_ids_are_bounded() -> None:
             )
         with pytest.raises(Exception, match="limited to 256 characters"):
             client.start_episode("e" * 257)
-        # bodies being received at once share a budget of twice the limit
+        # the body bytes that arrived share a budget of twice the limit
         head = (
             b"POST /v1/log_returns HTTP/1.1\r\nHost: x\r\n"
-            b"Content-Type: application/x-msgpack\r\nContent-Length: 900\r\n\r\nxx"
+            b"Content-Type: application/x-msgpack\r\nContent-Length: 900\r\n\r\n"
         )
         open_ = [socket.create_connection(("127.0.0.1", s.server.port), 5) for _ in range(3)]
         for sock in open_[:2]:
-            sock.sendall(head)
+            sock.sendall(head + b"x" * 899)
         deadline = time.monotonic() + 5
         while s.server._listener.body_bytes < 1800 and time.monotonic() < deadline:
             time.sleep(0.01)
-        open_[2].sendall(head)
+        open_[2].sendall(head + b"xx")
         assert open_[2].recv(100).startswith(b"HTTP/1.1 503")
+        health = client.health()
+        assert health["ok"] is True and "body bytes" in health["refusing"]
+        assert health["refused_for_capacity"] == 1
         for sock in open_:
             sock.close()
-        assert client.health()["ok"] is True
     finally:
         s.stop()
 

@@ -227,7 +227,9 @@ class PolicyClient:
         timeout_s: socket timeout of one request (keep it above the server's
             ``get_action_timeout_s``).
         retry_timeout_s: how long connection failures and 503s (the server asking to
-            slow down) are retried.
+            slow down) are retried; the default outlasts the server's default
+            ``request_timeout_s`` (60 s), the longest a request can hold the capacity
+            another one was refused for.
         max_body_bytes: bodies above this raise ``RequestTooLargeError`` before they are
             sent (the server's ``max_body_bytes``, see ``health()``).
 
@@ -246,7 +248,7 @@ class PolicyClient:
         *,
         report_size: int = 256,
         timeout_s: float = 120.0,
-        retry_timeout_s: float = 60.0,
+        retry_timeout_s: float = 90.0,
         max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         if inference_mode not in ("remote", "local"):

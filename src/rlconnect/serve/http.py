@@ -4,13 +4,17 @@ Every connection is an ``HttpConnection`` on the listener's event loop (its own 
 thousands of clients cost no thread each. A request is checked before its body is read: a
 ``Content-Length`` (411 without a valid one, 413 above ``max_body_bytes``), a msgpack
 ``Content-Type`` (415 otherwise: a browser page cannot send one without a CORS preflight,
-so a page a user visits cannot post experience to a server on their machine), and room in
-the budget of body bytes being received at once (503 with ``Retry-After`` otherwise: the
-client retries, nothing was taken). Refused requests close their connection.
+so a page a user visits cannot post experience to a server on their machine), and room
+for it in the budget of body bytes held at once (503 with ``Retry-After`` otherwise: the
+client retries, nothing was taken). The budget is charged with the bytes that actually
+arrived, not with the lengths requests declare, and a body stays charged until its request
+is answered (decoded bodies waiting for the decoder thread included); a request whose
+bytes would overflow it is refused then. Refused requests close their connection.
 
-Deadlines are whole: a request must arrive complete within ``request_timeout_s`` of its
-first byte, however slowly its bytes trickle in, and a connection idle that long is
-closed; a stalled or trickling client is cut and counted in ``disconnects``. Requests of one
+Deadlines: a request must arrive complete within ``request_timeout_s`` of its first
+byte, however slowly its bytes trickle in, and a request whose bytes stop coming for
+``stall_timeout_s`` is cut sooner; a connection idle for ``request_timeout_s`` is closed.
+A stalled or trickling client is cut and counted in ``disconnects``. Requests of one
 connection are answered in order: a pipelined request waits, with reading paused, until
 the one before it is answered.
 
@@ -47,14 +51,20 @@ _LENGTH = re.compile(rb"content-length[ \t]*:[ \t]*(-?)", re.IGNORECASE)
 _REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
 
 
+#: seconds a refusal for capacity is reported by ``/health`` (``refusing``)
+REFUSAL_MEMORY_S = 10.0
+
+
 @dataclass(frozen=True)
 class Limits:
-    """What one request may take: body bytes, body bytes of all requests being received,
-    and seconds to arrive whole (also the idle time after which a connection is closed)."""
+    """What one request may take: body bytes, body bytes of all requests held at once,
+    seconds to arrive whole (also the idle time after which a connection is closed), and
+    seconds its bytes may stop coming."""
 
     max_body_bytes: int = MAX_BODY_BYTES
     max_bodies_in_flight: int = 2 * MAX_BODY_BYTES
-    request_timeout_s: float | None = 120.0
+    request_timeout_s: float | None = 60.0
+    stall_timeout_s: float | None = 10.0
 
 
 Dispatch = Callable[["HttpConnection", str, str, bytes], None]
@@ -81,6 +91,9 @@ class HttpConnection(asyncio.Protocol):
         self.seq = 0  # requests answered so far: an answer for an older one is dropped
         self.episodes: set[Any] = set()  # episodes this connection started (lane share)
         self.started: float | None = None  # first byte of the request being received
+        self.last_byte = time.monotonic()
+        self.held = 0  # body bytes charged to the budget (until their request is answered)
+        self._answering = 0  # the bytes of the body of the request being answered
         self.idle_since = time.monotonic()
         self.answer_deadline: tuple[float, str] | None = None
         self._busy = False  # a request is being answered
@@ -94,7 +107,6 @@ class HttpConnection(asyncio.Protocol):
         self._length: int | None = None
         self._type: bytes | None = None
         self._chunks: list[bytes] = []
-        self._reserved = 0
         self._expect = False  # the client waits for "100 Continue" before its body
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -109,7 +121,7 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
-        self._release_body()
+        self._give_back(self.held)
         if exc is not None or self.started is not None or self._busy:
             self.listener.disconnects += 1
             log.debug("PolicyServer: a client disconnected mid-request (%r)", exc)
@@ -119,8 +131,9 @@ class HttpConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._refused is not None:
             return  # the rest of a refused request: read and dropped
+        self.last_byte = time.monotonic()
         if self.started is None:
-            self.started = time.monotonic()
+            self.started = self.last_byte
         try:
             self.parser.feed_data(data)
         except self.listener.httptools.HttpParserError as exc:
@@ -158,15 +171,19 @@ class HttpConnection(asyncio.Protocol):
         if problem is not None:
             self.refuse(*problem)
             return
-        assert self._length is not None
-        self._reserved = self._length
-        self.listener.body_bytes += self._length
         if self._expect and self.transport is not None:  # e.g. curl, for bodies above 1 KB
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
-        if self._refused is None:
-            self._chunks.append(body)
+        if self._refused is not None:
+            return
+        listener = self.listener
+        if listener.body_bytes + len(body) > listener.limits.max_bodies_in_flight:
+            self.refuse(*listener.busy("too many body bytes are arriving at once; retry"))
+            return
+        self.held += len(body)
+        listener.body_bytes += len(body)
+        self._chunks.append(body)
 
     def on_message_complete(self) -> None:
         if self._refused is not None:
@@ -174,7 +191,6 @@ class HttpConnection(asyncio.Protocol):
         method = self.parser.get_method().decode("ascii", "replace")
         path = self._url.decode("utf-8", "replace")
         body = b"".join(self._chunks)
-        self._release_body()
         self._reset_request()
         self.started = None
         self._queue.append((method, path, body))
@@ -188,6 +204,7 @@ class HttpConnection(asyncio.Protocol):
         while self._queue and not self._busy and self._refused is None:
             method, path, body = self._queue.pop(0)
             self._busy = True
+            self._answering = len(body)
             self.listener.dispatch(self, method, path, body)
         if not self._queue and self.transport is not None and self._refused is None:
             self.transport.resume_reading()
@@ -202,6 +219,8 @@ class HttpConnection(asyncio.Protocol):
             self.listener.errors += 1
         close = close or self._peer_done or not self.parser.should_keep_alive()
         self._write(status, data, close)
+        self._give_back(self._answering)
+        self._answering = 0
         self._busy = False
         self.seq += 1
         self.answer_deadline = None
@@ -231,7 +250,7 @@ class HttpConnection(asyncio.Protocol):
     def refuse(self, status: int, kind: str, message: str) -> None:
         """An error answered before the body was read: the connection cannot go on."""
         self._refused = time.monotonic()
-        self._release_body()
+        self._give_back(self.held)  # everything: the connection cannot go on
         self._busy = True
         self.started = None
         self.respond(status, {"error": kind, "message": message}, close=True)
@@ -246,12 +265,15 @@ class HttpConnection(asyncio.Protocol):
         else:
             self.refuse(400, "BadRequest", f"not an HTTP/1.1 request: {exc}")
 
-    def _release_body(self) -> None:
-        self.listener.body_bytes -= self._reserved
-        self._reserved = 0
+    def _give_back(self, size: int) -> None:
+        """Return ``size`` body bytes of this connection to the budget."""
+        size = min(size, self.held)
+        self.listener.body_bytes -= size
+        self.held -= size
 
-    def check_deadlines(self, now: float, timeout: float | None) -> None:
-        """Cut a request arriving too slowly or an idle connection; answer a late action."""
+    def check_deadlines(self, now: float, limits: Limits) -> None:
+        """Cut a request arriving too slowly or stalled, or an idle connection; answer a
+        late action."""
         if self.answer_deadline is not None and now > self.answer_deadline[0]:
             self.respond(504, {"error": "TimeoutError", "message": self.answer_deadline[1]})
         if self.transport is None:
@@ -260,11 +282,15 @@ class HttpConnection(asyncio.Protocol):
             if now - self._refused > 1.0:
                 self.transport.abort()
             return
-        if timeout is None or self._busy:
+        timeout, stall = limits.request_timeout_s, limits.stall_timeout_s
+        if self._busy:
             return
-        if self.started is not None and now - self.started > timeout:
+        if self.started is not None and (
+            (timeout is not None and now - self.started > timeout)
+            or (stall is not None and now - self.last_byte > stall)
+        ):
             self.transport.abort()  # counted in connection_lost
-        elif self.started is None and now - self.idle_since > timeout:
+        elif self.started is None and timeout is not None and now - self.idle_since > timeout:
             self.transport.close()
 
 
@@ -278,7 +304,9 @@ class Listener:
         self.connections: set[HttpConnection] = set()
         self.disconnects = 0  # clients cut or gone mid-request
         self.errors = 0  # answers with a 4xx or 5xx status
-        self.body_bytes = 0  # bytes of the bodies being received
+        self.body_bytes = 0  # body bytes received and not yet answered
+        self.refused_for_capacity = 0  # 503s for capacity (bodies, queue), all told
+        self.last_refusal: tuple[float, str] | None = None
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.AbstractServer | None = None
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -298,8 +326,21 @@ class Listener:
                 f"(got {content_type!r})",
             )
         if self.body_bytes + length > limits.max_bodies_in_flight:
-            return 503, "ServerBusy", "too many request bytes are arriving at once; retry"
+            return self.busy("too many body bytes are arriving at once; retry")
         return None
+
+    def busy(self, message: str) -> tuple[int, str, str]:
+        """A 503 refusal for capacity, counted and remembered for ``/health``."""
+        self.refused_for_capacity += 1
+        self.last_refusal = (time.monotonic(), message)
+        return 503, "ServerBusy", message
+
+    def refusing(self) -> str | None:
+        """Why requests were refused for capacity in the last ``REFUSAL_MEMORY_S``, or None."""
+        last = self.last_refusal
+        if last is None or time.monotonic() - last[0] > REFUSAL_MEMORY_S:
+            return None
+        return last[1]
 
     def start(self, address: str, port: int, backlog: int) -> tuple[str, int]:
         """Listen and run the loop in its thread; the bound address and port."""
@@ -318,14 +359,15 @@ class Listener:
         return self._server.sockets[0].getsockname()
 
     async def _sweep(self) -> None:
-        """Check every connection's deadlines a few times per ``request_timeout_s``."""
-        timeout = self.limits.request_timeout_s
-        tick = 0.25 if timeout is None else min(0.25, timeout / 4)
+        """Check every connection's deadlines a few times per deadline."""
+        limits = self.limits
+        deadlines = [t for t in (limits.request_timeout_s, limits.stall_timeout_s) if t]
+        tick = min([0.25] + [t / 4 for t in deadlines])
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
             for conn in list(self.connections):
-                conn.check_deadlines(now, timeout)
+                conn.check_deadlines(now, limits)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop thread (from any thread; dropped once the loop is

@@ -31,11 +31,12 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
+from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter, QueueFullError
 from rlconnect.envs.external_hub import Reply, notify_each
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.policy import Policy
@@ -45,7 +46,7 @@ from rlconnect.serve.handler import PENDING, BadRequest, Call, NoEndpoint, kind_
 from rlconnect.serve.http import HttpConnection, Listener
 from rlconnect.serve.settings import ServerSettings
 from rlconnect.serve.tasks import RunnerUnavailable
-from rlconnect.serve.wire import decode
+from rlconnect.serve.wire import INLINE_BYTES, decode
 from rlconnect.spaces import space_to_json
 
 __all__ = ["PolicyServer", "ServerSettings", "ServingEnv", "ServingMultiAgentEnv"]
@@ -115,6 +116,7 @@ class PolicyServer:
         self.requests = 0
         self._listener = Listener(self._dispatch, settings.http_limits())
         share = settings.share(hub.max_concurrent)
+        self._decoder = concurrent.futures.ThreadPoolExecutor(1, "PolicyServer-decode")
         self._endpoints = Endpoints(self.env, self._listener.loop, share)
         hub.set_delivery(self._deliver)
         self.address, self.port = self._listener.start(address, port, settings.backlog)
@@ -137,6 +139,7 @@ class PolicyServer:
         """Stop listening, fail waiting calls and close the env (the runner stays usable)."""
         self.env.hub.set_delivery(None)  # the loop is going: nothing to hand over
         self._listener.stop()
+        self._decoder.shutdown(wait=False, cancel_futures=True)
         self.env.hub.close()
         if isinstance(self.env, _Idle):
             self.env.stop()
@@ -155,7 +158,10 @@ class PolicyServer:
 
     # -- requests ---------------------------------------------------------------------------
     def _dispatch(self, conn: HttpConnection, method: str, path: str, body: bytes) -> None:
-        """Answer one HTTP request (on the event loop thread)."""
+        """Answer one HTTP request (on the event loop thread). A body above
+        ``wire.INLINE_BYTES`` is walked and decoded in the decoder thread, one at a time, so
+        a costly body never holds the loop (its bytes stay charged to the body budget until
+        it is answered)."""
         name = path.split("?", 1)[0].removeprefix("/v1/").strip("/")
         if method == "GET":
             if name == "health":
@@ -167,6 +173,21 @@ class PolicyServer:
             conn.respond(501, {"error": "NotImplemented", "message": f"no {method} requests"})
             return
         self.requests += 1
+        call = self._call(conn, name)
+        if len(body) <= INLINE_BYTES:
+            self._run(conn, name, call, lambda: decode(body) if body else {})
+            return
+        seq = conn.seq
+
+        def decoded(future: concurrent.futures.Future) -> None:
+            if conn.seq == seq:  # else the client is gone: nothing to do for it
+                self._run(conn, name, call, future.result)
+
+        future = self._decoder.submit(decode, body)
+        future.add_done_callback(lambda f: self._listener.call_soon(decoded, f))
+
+    def _call(self, conn: HttpConnection, name: str) -> Call:
+        """The answer channel of the request ``conn`` is receiving now."""
         seq = conn.seq
 
         def finish(answer: Any, error: BaseException | None) -> None:
@@ -179,16 +200,21 @@ class PolicyServer:
             if status is None:
                 log.error("PolicyServer: %s failed", name, exc_info=error)
                 status = 500
+            elif isinstance(error, QueueFullError):
+                self._listener.busy(str(error))  # reported by /health
             conn.respond(status, {"error": kind_of(error), "message": str(error)})
 
-        call = Call(conn.episodes, finish)
+        return Call(conn.episodes, finish)
+
+    def _run(self, conn: HttpConnection, name: str, call: Call, read: Callable[[], Any]) -> None:
+        """Answer a request whose body ``read()`` returns decoded (on the loop thread)."""
         try:
-            answer = self._handle(name, decode(body) if body else {}, call)
+            answer = self._handle(name, read(), call)
         except Exception as exc:
-            finish(None, exc)
+            call.finish(None, exc)
             return
         if answer is not PENDING:
-            finish(answer, None)
+            call.finish(answer, None)
         elif call.wait_s is not None:
             message = f"{name}: no answer within {call.wait_s:g} s (is the runner sampling?)"
             conn.answer_deadline = (time.monotonic() + call.wait_s, message)
@@ -251,6 +277,8 @@ class PolicyServer:
             "queued_steps": hub.queued,
             "seconds_since_poll": round(time.monotonic() - hub.last_poll, 3),
             "connections": len(self._listener.connections),
+            "refusing": self._listener.refusing(),
+            "refused_for_capacity": self._listener.refused_for_capacity,
             "max_body_bytes": self._listener.limits.max_body_bytes,
             "multi_agent": isinstance(self.env, ExternalMultiAgentEnv),
             "observation_space": _space_json(self.env.observation_space),

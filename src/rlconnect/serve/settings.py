@@ -67,10 +67,15 @@ class ServerSettings:
     get_action_timeout_s: float = 60.0
     #: a request must arrive whole within this long of its first byte, and a connection
     #: idle this long is closed, so stalled or trickling clients hold nothing
-    #: (``PolicyClient`` reconnects by itself); None: no limit
-    request_timeout_s: float | None = attrs.field(default=120.0, validator=_timeout_or_none)
-    #: largest request body (413 above it); bodies being received at once may hold twice
-    #: that in all (503 above it, retried)
+    #: (``PolicyClient`` reconnects by itself); None: no limit. ``PolicyClient``'s default
+    #: ``retry_timeout_s`` outlasts it, so a client retries a refusal for capacity longer
+    #: than any request can hold that capacity
+    request_timeout_s: float | None = attrs.field(default=60.0, validator=_timeout_or_none)
+    #: a request whose bytes stop coming for this long is cut (a client that declares a
+    #: body and sends nothing more); None: no limit
+    stall_timeout_s: float | None = attrs.field(default=10.0, validator=_timeout_or_none)
+    #: largest request body (413 above it); the bodies received and not yet answered may
+    #: hold twice that in all, counted in bytes that arrived (503 above it, retried)
     max_body_bytes: int = attrs.field(default=MAX_BODY_BYTES, validator=_count)
     #: connections the kernel queues before they are accepted
     backlog: int = attrs.field(default=1024, validator=_count)
@@ -96,8 +101,13 @@ class ServerSettings:
         return HubLimits(**{name: getattr(self, name) for name in attrs.fields_dict(HubLimits)})
 
     def http_limits(self) -> Limits:
-        """The HTTP layer's share: body sizes and the request deadline."""
-        return Limits(self.max_body_bytes, 2 * self.max_body_bytes, self.request_timeout_s)
+        """The HTTP layer's share: body sizes and the request deadlines."""
+        return Limits(
+            self.max_body_bytes,
+            2 * self.max_body_bytes,
+            self.request_timeout_s,
+            self.stall_timeout_s,
+        )
 
     def share(self, lanes: int) -> int:
         """Episodes one connection may run at once, on a served env of ``lanes`` lanes."""
