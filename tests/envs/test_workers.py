@@ -353,9 +353,14 @@ class _UnpicklableObs(np.ndarray):
 
 class TwoAgentsBadObsOnce(TwoAgents):
     """Agent ``a`` of sub-env 0 returns, once per worker process, an observation that fits
-    its space but cannot be pickled."""
+    its space but cannot be pickled. (The agents' spaces differ, so the adapter keeps each
+    observation as it is: stacked with the other's, its values would pickle.)"""
 
     fired = False
+    observation_spaces = {
+        "a": StepCountEnv.observation_space,
+        "b": gym.spaces.Box(-1e8, 1e8, (4,), np.float32),
+    }
 
     def __init__(self, ctx):
         super().__init__(ctx)

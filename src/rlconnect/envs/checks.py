@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from rlconnect.batches.take import take_rows
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.errors import EnvCheckError
 from rlconnect.spaces import check_batch, stack_samples
@@ -33,13 +34,7 @@ def check_rows(env: BaseEnv, rows: EnvRows) -> None:
         space = env.observation_space(agent)
         idx = np.asarray(members)
         if rows.stacked:
-            from rlconnect.spaces import unstack_batch
-
-            obs = (
-                rows.obs
-                if len(groups) == 1
-                else stack_samples(space, [unstack_batch(rows.obs)[i] for i in members])
-            )
+            obs = rows.obs if len(groups) == 1 else take_rows(rows.obs, idx)
         else:
             try:
                 obs = stack_samples(space, [rows.obs[i] for i in members])

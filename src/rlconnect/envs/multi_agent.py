@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.obs_stack import fits_dtype
+from rlconnect.envs.obs_stack import ObsStacker, fits_dtype
 from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.envs.sub_envs import ContextRule, EnvContext, SubEnvs, sub_env_contexts
 from rlconnect.errors import EnvCheckError
@@ -44,6 +44,18 @@ class MultiAgentEnv:
         """Release resources."""
 
 
+_ALL = {"__all__"}
+
+
+def _shared_stacker(spaces: dict[Any, gym.Space]) -> ObsStacker | None:
+    """When every agent observes in one space: what stacks a poll's observations into
+    one batch (the runner then takes each policy's rows out of it); else None (a list)."""
+    shared = next(iter(spaces.values()), None)
+    if shared is None or any(s != shared for s in spaces.values()):
+        return None
+    return ObsStacker(shared, agent=None)
+
+
 def _episode_flags(flags: dict, key: str = "__all__") -> bool:
     return bool(flags.get(key, False))
 
@@ -53,12 +65,9 @@ def _add_step(
 ) -> None:
     """Sub-env ``i``'s dicts as rows (agents with an observation) and extra rewards (agents
     rewarded or done without one)."""
-    for a, ob in o.items():
-        info = inf.get(a, {}) if isinstance(inf, dict) else {}
-        if first:
-            rows.add_row(i, a, ob, info=info, first=True)
-        else:
-            rows.add_row(i, a, ob, r.get(a, 0.0), te.get(a, False), tr.get(a, False), info)
+    rows.add_agent_rows(i, o, r, te, tr, inf if isinstance(inf, dict) else {}, first=first)
+    if r.keys() <= o.keys() and te.keys() <= o.keys() | _ALL and tr.keys() <= o.keys() | _ALL:
+        return  # the common step: every agent named has an observation
     for a, val in r.items():
         if a not in o:
             rows.add_extra_reward(i, a, val, te.get(a, False), tr.get(a, False))
@@ -90,6 +99,11 @@ class MultiAgentEnvs(BaseEnv):
         self.possible_agents = tuple(getattr(first, "possible_agents", ()))
         self._obs_spaces = dict(first.observation_spaces)
         self._act_spaces = dict(first.action_spaces)
+        #: Box spaces' (shape, dtype) by agent, what ``_malformed`` compares
+        self._boxes = {
+            a: (s.shape, s.dtype) for a, s in self._obs_spaces.items() if type(s) is gym.spaces.Box
+        }
+        self._stack = _shared_stacker(self._obs_spaces)
         #: stepped, no agent to act, not done: stepped with {} (a reset or soft reset asked
         #: for meanwhile comes first, and a successful one empties this)
         self._idle: set[int] = set()
@@ -163,7 +177,7 @@ class MultiAgentEnvs(BaseEnv):
                 rows.end_episode(i, all_te, all_tr)
             elif not o:
                 idle.add(i)
-        out = rows.build()
+        out = rows.build(stack=self._stack)
         subs.failures.update(out.errors)
         return out
 
@@ -183,14 +197,18 @@ class MultiAgentEnvs(BaseEnv):
         """An error naming the agents whose Box observation has a wrong shape or dtype kind
         (these could not be stacked, or would be cast silently), else None."""
         problems = []
+        boxes = self._boxes
         for a, ob in obs.items():
-            space = self._obs_spaces.get(a)
-            if type(space) is not gym.spaces.Box:
+            want = boxes.get(a)
+            if want is None:
                 continue
+            shape, dtype = want
+            if type(ob) is np.ndarray and ob.shape == shape and ob.dtype == dtype:
+                continue  # (the common case, without a call)
             arr = ob if isinstance(ob, np.ndarray) else np.asarray(ob)
-            if arr.shape != space.shape:
+            if arr.shape != shape:
                 problems.append(f"env {env_id} / agent {a!r}: wrong shape {arr.shape}")
-            elif not fits_dtype(arr, space.dtype):
+            elif not fits_dtype(arr, dtype):
                 problems.append(f"env {env_id} / agent {a!r}: wrong dtype {arr.dtype}")
         if not problems:
             return None

@@ -16,10 +16,12 @@ __all__ = ["ObsStacker", "fits_dtype"]
 
 class ObsStacker:
     """``stacker(obs, ids) -> (batch, bad)``: the ``StackFn`` of sub-envs that share
-    ``space`` (``EnvRowsBuilder.build``)."""
+    ``space`` (``EnvRowsBuilder.build``). Errors name each sub-env's ``agent`` (None: the
+    sub-env alone, for the agents of multi-agent envs that share one space)."""
 
-    def __init__(self, space: gym.Space) -> None:
+    def __init__(self, space: gym.Space, agent: Any = DEFAULT_AGENT_ID) -> None:
         self.space = space
+        self.agent = agent
         box = isinstance(space, gym.spaces.Box)
         self.shape = space.shape if box else None
         self.dtype = space.dtype if box else None
@@ -58,11 +60,12 @@ class ObsStacker:
         """Stack with a valid placeholder in place of each bad observation."""
         if not problems:  # stacking failed for a reason no single row shows
             problems = dict.fromkeys(ids, "observations that do not stack")
+        who = "" if self.agent is None else f" / agent {self.agent!r}"
         error = EnvCheckError(
             f"env returned a bad observation: obs does not fit {describe_space(self.space)}"
             + (f" (shape {self.shape}, dtype {self.dtype})" if self.shape else "")
             + " in "
-            + "; ".join(f"env {i} / agent {DEFAULT_AGENT_ID!r}: {p}" for i, p in problems.items())
+            + "; ".join(f"env {i}{who}: {p}" for i, p in problems.items())
         )
         filler = unstack_batch(zeros_batch(self.space, 1))[0]
         fixed = [filler if i in problems else o for i, o in zip(ids, obs)]

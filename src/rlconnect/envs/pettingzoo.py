@@ -154,32 +154,50 @@ class PettingZooParallelEnv(_PettingZooBase):
         return obs, rewards, terminateds, truncateds, infos
 
 
+def _state_holder(env: Any) -> Any:
+    """The object whose attributes are ``env``'s AEC state: ``env.unwrapped`` when every
+    layer above it is a PettingZoo ``BaseWrapper`` that forwards these attributes (a
+    wrapper's ``__getattr__`` costs a call per layer and read), else ``env`` itself."""
+    base = _pettingzoo().utils.BaseWrapper
+    layer = env
+    while isinstance(layer, base):
+        own = vars(layer).keys() | {n for c in type(layer).__mro__[:-1] for n in vars(c)}
+        if own & {"agents", "agent_selection", "terminations", "truncations", "infos"}:
+            return env
+        layer = layer.env
+    return layer if layer is env.unwrapped else env
+
+
 class PettingZooAECEnv(_PettingZooBase):
-    """A turn-based PettingZoo ``AECEnv`` as ``rc.MultiAgentEnv`` (see the module docs)."""
+    """A turn-based PettingZoo ``AECEnv`` as ``rc.MultiAgentEnv`` (see the module docs).
+
+    Moves go through ``env`` (its wrappers check and shape them); the state the adapter
+    reads after each move (``agent_selection``, ``terminations``, ...) is read from
+    ``env.unwrapped`` where the wrappers only forward it."""
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         self._reported: dict[Any, float] = {}
+        self._state = _state_holder(env)
 
     # -- rewards --------------------------------------------------------------------------
     def _cumulative(self) -> dict[Any, float] | None:
-        try:
-            return self.env._cumulative_rewards
-        except AttributeError:
-            return None
+        return getattr(self._state, "_cumulative_rewards", None)
 
     def _collect_rewards(self, out: dict[Any, float]) -> None:
         """Add every agent's reward since it was last reported to ``out``."""
         cum = self._cumulative()
         if cum is None:  # no AEC bookkeeping: take the last step's rewards as they are
-            for a, r in (getattr(self.env, "rewards", None) or {}).items():
+            for a, r in (getattr(self._state, "rewards", None) or {}).items():
                 if r:
                     out[a] = out.get(a, 0.0) + float(r)
             return
+        reported = self._reported
         for a, c in cum.items():
-            delta = float(c) - self._reported.get(a, 0.0)
-            self._reported[a] = float(c)
+            c = float(c)
+            delta = c - reported.get(a, 0.0)
             if delta:
+                reported[a] = c
                 out[a] = out.get(a, 0.0) + delta
 
     # -- API ------------------------------------------------------------------------------
@@ -188,18 +206,18 @@ class PettingZooAECEnv(_PettingZooBase):
         self._done = set()
         cum = self._cumulative()
         self._reported = {a: float(c) for a, c in (cum or {}).items()}
-        if not self.env.agents:
+        state = self._state
+        if not state.agents:
             return {}, {}
-        agent = self.env.agent_selection
-        return {agent: self.env.observe(agent)}, {agent: dict(self.env.infos.get(agent, {}))}
+        agent = state.agent_selection
+        return {agent: self.env.observe(agent)}, {agent: dict(state.infos.get(agent, {}))}
 
     def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
-        env = self.env
-        if not env.agents:
+        state = self._state
+        if not state.agents:
             raise RuntimeError("step() called on a finished episode: call reset() first")
-        agent = env.agent_selection
-        extra = set(actions) - {agent}
-        if agent not in actions or extra:
+        agent = state.agent_selection
+        if len(actions) != 1 or agent not in actions:
             raise ValueError(
                 f"turn-based PettingZoo env: exactly the selected agent {agent!r} acts now, "
                 f"got actions for {sorted(map(str, actions))}"
@@ -209,19 +227,39 @@ class PettingZooAECEnv(_PettingZooBase):
             # last() handed this out (and we reported it): PettingZoo restarts it at 0
             cum[agent] = 0
             self._reported[agent] = 0.0
-        env.step(actions[agent])
-        obs: dict[Any, Any] = {}
+        self.env.step(actions[agent])
         rewards: dict[Any, float] = {}
+        self._collect_rewards(rewards)
+        out = self._remove_done(rewards)
+        obs, terminateds, truncateds, infos, finished = out
+        if any(a not in self._done for a in state.agents):
+            nxt = state.agent_selection
+            obs[nxt] = self.env.observe(nxt)
+            info = state.infos.get(nxt)
+            infos[nxt] = dict(info) if info else {}
+            terminateds[nxt] = truncateds[nxt] = False
+            terminateds["__all__"] = truncateds["__all__"] = False
+        else:
+            terminateds["__all__"], truncateds["__all__"] = _end_flags(finished)
+        for a in obs:
+            rewards.setdefault(a, 0.0)
+        return obs, rewards, terminateds, truncateds, infos
+
+    def _remove_done(self, rewards: dict[Any, float]) -> tuple[dict, dict, dict, dict, dict]:
+        """Remove the done agents PettingZoo selects (``env.step(None)``: not env steps, no
+        rows of their own), reporting each one's final observation, flags and info; their
+        rewards go into ``rewards``. Returns obs, terminateds, truncateds, infos and the
+        ``(terminated, truncated)`` of every agent that finished."""
+        env, state = self.env, self._state
+        obs: dict[Any, Any] = {}
         terminateds: dict[Any, bool] = {}
         truncateds: dict[Any, bool] = {}
         infos: dict[Any, dict] = {}
         finished: dict[Any, tuple[bool, bool]] = {}
-        self._collect_rewards(rewards)
-        # remove the done agents PettingZoo selects; not env steps, no rows of their own
-        guard = 2 * len(env.agents) + 2
-        while env.agents:
-            sel = env.agent_selection
-            te, tr = bool(env.terminations.get(sel)), bool(env.truncations.get(sel))
+        guard = 2 * len(state.agents) + 2
+        while state.agents:
+            sel = state.agent_selection
+            te, tr = bool(state.terminations.get(sel)), bool(state.truncations.get(sel))
             if not (te or tr):
                 break
             if guard <= 0:
@@ -229,23 +267,11 @@ class PettingZooAECEnv(_PettingZooBase):
             guard -= 1
             if sel not in self._done:
                 obs[sel] = env.observe(sel)
-                infos[sel] = dict(env.infos.get(sel, {}))
+                infos[sel] = dict(state.infos.get(sel, {}))
                 terminateds[sel], truncateds[sel] = te, tr
                 finished[sel] = (te, tr)
                 self._done.add(sel)
             env.step(None)
             self._reported.pop(sel, None)
             self._collect_rewards(rewards)
-        alive = [a for a in env.agents if a not in self._done]
-        if alive:
-            nxt = env.agent_selection
-            obs[nxt] = env.observe(nxt)
-            infos[nxt] = dict(env.infos.get(nxt, {}))
-            terminateds[nxt] = truncateds[nxt] = False
-            rewards.setdefault(nxt, 0.0)
-            terminateds["__all__"] = truncateds["__all__"] = False
-        else:
-            terminateds["__all__"], truncateds["__all__"] = _end_flags(finished)
-        for a in obs:
-            rewards.setdefault(a, 0.0)
-        return obs, rewards, terminateds, truncateds, infos
+        return obs, terminateds, truncateds, infos, finished

@@ -235,6 +235,37 @@ class EnvRowsBuilder:
         self._infos.append(info if info else EMPTY_INFO)
         self._first.append(first)
 
+    def add_agent_rows(
+        self,
+        env_id: int,
+        obs: Mapping[Any, Any],
+        rewards: Mapping[Any, Any],
+        terminateds: Mapping[Any, Any],
+        truncateds: Mapping[Any, Any],
+        infos: Mapping[Any, Any],
+        *,
+        first: bool = False,
+    ) -> None:
+        """A row for every agent of sub-env ``env_id`` with an observation, read from a
+        multi-agent env's dicts (missing entries: reward 0, no flags, no info): what
+        ``add_row`` per agent adds, in a few list operations."""
+        agents = list(obs)
+        n = len(agents)
+        self._ids += [env_id] * n
+        self._agents += agents
+        self._obs += obs.values()
+        if first:
+            self._rew += [0.0] * n
+            self._term += [False] * n
+            self._trunc += [False] * n
+        else:
+            self._rew += [rewards.get(a, 0.0) for a in agents]
+            self._term += [bool(terminateds.get(a, False)) for a in agents]
+            self._trunc += [bool(truncateds.get(a, False)) for a in agents]
+            self._stepped.add(env_id)
+        self._infos += [infos.get(a) or EMPTY_INFO for a in agents] if infos else [EMPTY_INFO] * n
+        self._first += [first] * n
+
     def add_error(self, env_id: int, exc: BaseException) -> None:
         """Sub-env ``env_id`` failed at this poll: none of its rows will be in the result."""
         self._errors[env_id] = exc

@@ -362,7 +362,7 @@ class StepKernel:
             terminateds, truncateds, done = terminateds[idx], truncateds[idx], done[idx]
             agent_ids = tuple(agent_ids[i] for i in members)
             infos = [infos[i] for i in members]
-        if rows.stacked:
+        if type(obs) is not list:  # stacked (``observation_fn`` gives a list of rows)
             obs = obs if idx is None else take_rows(obs, idx)
         else:
             obs = stack_samples(pipe.input_space, obs if idx is None else [obs[i] for i in members])

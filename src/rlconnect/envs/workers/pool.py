@@ -327,7 +327,7 @@ class WorkerEnvs(BaseEnv):
         raw = [replies[w.index] for w in answered]
         infos, piped = decode_replies(answered, raw, errors, self._info_warned)
         if not self._obs_shared:
-            return concat_rows(piped, errors, self.is_multi_agent)
+            return concat_rows(piped, errors)
         full = len(answered) == len(self.workers)
         spans = [(w.lo, w.hi) for w in answered]
         return block_rows(self._a, spans, full, self._all_ids, infos, errors)

@@ -16,6 +16,7 @@ from rlconnect.envs.rows import EnvRowsBuilder, done_envs_of, errors_only
 from rlconnect.envs.workers.handle import WorkerHandle
 from rlconnect.envs.workers.layout import ST_ROW, SharedArrays
 from rlconnect.envs.workers.worker import decode_error
+from rlconnect.spaces import unstack_batch
 
 __all__ = ["block_rows", "concat_rows", "decode_replies"]
 
@@ -116,17 +117,20 @@ def block_rows(
     return rows.without_envs(errors) if errors else rows
 
 
-def concat_rows(parts: list[EnvRows], errors: dict[int, BaseException], multi: bool) -> EnvRows:
-    """Rows that came through the pipes (multi-agent envs, spaces that are not arrays)."""
+def concat_rows(parts: list[EnvRows], errors: dict[int, BaseException]) -> EnvRows:
+    """Rows that came through the pipes (multi-agent envs, spaces that are not arrays):
+    observations stay one batch when every part with rows has them stacked."""
     if not parts:
         return errors_only(errors)
     if len(parts) == 1 and not errors:
         return parts[0]
     obs: Any
-    if multi or not parts[0].stacked:
-        obs = [o for p in parts for o in p.obs]
+    with_rows = [p for p in parts if len(p)]
+    stacked = bool(with_rows) and all(p.stacked for p in with_rows)
+    if stacked:
+        obs = tree.map_structure(lambda *xs: np.concatenate(xs), *[p.obs for p in with_rows])
     else:
-        obs = tree.map_structure(lambda *xs: np.concatenate(xs), *[p.obs for p in parts])
+        obs = [o for p in with_rows for o in (unstack_batch(p.obs) if p.stacked else p.obs)]
     return EnvRows(
         env_ids=np.concatenate([p.env_ids for p in parts]),
         agent_ids=tuple(a for p in parts for a in p.agent_ids),
@@ -136,7 +140,7 @@ def concat_rows(parts: list[EnvRows], errors: dict[int, BaseException], multi: b
         truncateds=np.concatenate([p.truncateds for p in parts]),
         infos=[i for p in parts for i in p.infos],
         is_first=np.concatenate([p.is_first for p in parts]),
-        stacked=parts[0].stacked,
+        stacked=stacked,
         stepped=np.concatenate([p.stepped for p in parts]),
         done_envs={e: f for p in parts for e, f in p.done_envs.items()},
         extra_rewards=[x for p in parts for x in p.extra_rewards],
