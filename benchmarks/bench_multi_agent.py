@@ -18,6 +18,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 from _common import machine, median_range, print_table, ratios, sample_for, take_turns
 from multi_agent_loops import WORKLOADS
@@ -51,8 +52,8 @@ def main() -> None:
             hand(8)
             rates = take_turns(
                 {
-                    "runner": lambda r=runner: sample_for(r, seconds),
-                    "hand": lambda h=hand, n=n: timed_hand_loop(h, n, seconds),
+                    "runner": partial(sample_for, runner, seconds),
+                    "hand": partial(timed_hand_loop, hand, n, seconds),
                 },
                 rounds,
             )

@@ -221,7 +221,7 @@ def main() -> None:
         print("valgrind not found: no instructions per env step counted (install valgrind)")
         sys.exit(0 if args.quick else 1)
     sizes, steps = ([1, 8], 256) if args.quick else (args.sizes, args.steps)
-    here = str(Path(__file__).resolve().parents[1] / "src")
+    here = str(Path(__file__).resolve().parents[2] / "src")
     trees = {"this": here, **({"base": args.base_src} if args.base_src else {})}
     counts = {name: count(src, args.workloads, sizes, steps) for name, src in trees.items()}
     if "cartpole" in args.workloads:
