@@ -25,7 +25,11 @@ BENCHMARKS = {
         ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
     ),
     "dev/bench_gc.py": (240, ("garbage collector", "gen 0 / 1 / 2", "cartpole-inprocess N=64")),
-    "dev/bench_instructions.py": (300, ("instructions per env step",)),
+    "dev/bench_instructions.py": (
+        420,
+        ("instructions per env step", "rps_v2", "4 agents acting", "runner/hand"),
+    ),
+    "bench_multi_agent.py": (240, ("rps N=1", "four N=8", "runner / hand")),
     "bench_overhead.py": (120, ("own cost per env step", "CPU us per row", "256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),
     "bench_offline.py": (300, ("write rows/s", "read MB/s", "disk MB", "cartpole", "atari")),
