@@ -120,15 +120,13 @@ def test_ppo_recurrent_solves_seed_0(tmp_path: Path) -> None:
 
 
 #: a fresh process in examples/ that imports the example (registering its policy kind and
-#: connectors), exports its checkpoint to both forms and plays one episode with both
-_EXPORT_AND_PLAY = """
+#: connectors) and plays one episode with both exported forms
+_PLAY = """
 import importlib, json, sys
 import gymnasium as gym, numpy as np, onnxruntime as ort
 import rlconnect as rc
 importlib.import_module(sys.argv[1])
-ckpt, out = sys.argv[2], sys.argv[3]
-rc.export_policy(ckpt, out + ".policy")
-rc.export_onnx(ckpt, out + ".onnx")
+out = sys.argv[2]
 policy = rc.load_policy(out + ".policy")
 session = ort.InferenceSession(out + ".onnx", providers=["CPUExecutionProvider"])
 inputs = json.loads(session.get_modelmeta().custom_metadata_map["rlconnect"])["inputs"]
@@ -159,8 +157,8 @@ print(json.dumps({"pipeline": policy.agent_pipeline.names, "steps": steps,
 def test_training_example_checkpoint_exports(
     example: str, pipeline: list[str], tmp_path: Path
 ) -> None:
-    """``--checkpoint DIR`` keeps the run; a fresh process exports it to a policy file and
-    to ONNX, and both act alike over a whole episode."""
+    """``--checkpoint DIR`` keeps the run; ``rlconnect export --import EXAMPLE`` exports it
+    to a policy file and to ONNX, and both act alike over a whole episode."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     trained = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{example}.py"), "--smoke", "--checkpoint", "ckpt"],
@@ -173,15 +171,16 @@ def test_training_example_checkpoint_exports(
     )
     assert trained.returncode == 0, f"{trained.stdout}\n{trained.stderr}"
     assert (tmp_path / "ckpt" / "manifest.json").is_file()
+    out = tmp_path / "p"
+    export = [sys.executable, "-m", "rlconnect", "export", str(tmp_path / "ckpt"), "--import"]
+    export += [example, "--out", f"{out}.policy", "--onnx", f"{out}.onnx"]
+    exported = subprocess.run(
+        export, capture_output=True, text=True, timeout=120, cwd=EXAMPLES, env=env, check=False
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.count("wrote ") == 2
     played = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _EXPORT_AND_PLAY,
-            example,
-            str(tmp_path / "ckpt"),
-            str(tmp_path / "p"),
-        ],
+        [sys.executable, "-c", _PLAY, example, str(out)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -13,6 +13,7 @@ __all__ = [
     "RunnerStateError",
     "UnknownConnectorError",
     "describe_exception",
+    "import_hint",
 ]
 
 
@@ -31,6 +32,17 @@ def describe_exception(exc: BaseException) -> str:
         except Exception:
             text = "<unprintable>"
     return f"{name}: {text}" if text else name
+
+
+def import_hint(register: str) -> str:
+    """What to do about a kind or connector this process has not registered: import the
+    module that registers it with ``register`` before loading, in Python or on the
+    command line."""
+    return (
+        f"Import the module that registers it ({register}) before loading: `import your_module` "
+        "in Python, `--import your_module` on the rlconnect command line (the current "
+        "folder is importable)"
+    )
 
 
 class CheckpointError(Exception):

@@ -9,7 +9,9 @@ rlconnect export RUN_OR_CHECKPOINT --out FILE [--onnx FILE] [--policy ID]
 rlconnect --version      (also: python -m rlconnect ...; a bare ``rlconnect`` prints help)
 
 ``sample`` collects with the default pipelines, draws progress on stderr (rich) and prints a
-summary table on stdout. ``--env`` is a gymnasium id or ``module:function``, a function of
+summary table on stdout. Every command takes ``--import MODULE`` (repeatable): it imports
+the module that registers your policy kinds, connectors or env ids before anything is
+loaded. ``--env`` is a gymnasium id or ``module:function``, a function of
 no argument or of the env context (modules in the current folder are importable) returning
 a gymnasium env, an ``rc.MultiAgentEnv`` or a PettingZoo Parallel or AEC env: agents with
 the same spaces share one default policy, one policy per distinct pair of spaces. Settings

@@ -12,6 +12,7 @@ from typing import NoReturn
 from rlconnect.cli.describe import cmd_inspect
 from rlconnect.cli.errors import UsageError, missing_extra
 from rlconnect.cli.export import add_export_parser
+from rlconnect.cli.imports import add_import_option, import_user_modules
 from rlconnect.cli.sample import cmd_sample
 
 
@@ -46,6 +47,14 @@ def _version() -> str:
     from rlconnect import __version__
 
     return __version__
+
+
+def _unregistered(exc: BaseException) -> bool:
+    """True for a policy kind, connector or lambda this process has not registered."""
+    from rlconnect.errors import UnknownConnectorError
+    from rlconnect.policy.registry import UnknownPolicyError
+
+    return isinstance(exc, UnknownPolicyError | UnknownConnectorError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--plot", metavar="FILE", help="plot episode returns to a .png, .svg or .pdf (matplotlib)"
     )
+    add_import_option(s)
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
     s.set_defaults(func=cmd_sample)
@@ -103,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument("path")
     i.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_import_option(i)
     i.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
     i.set_defaults(func=cmd_inspect)
     add_export_parser(sub)
@@ -119,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"rlconnect {args.command}"
     func: Callable[[argparse.Namespace], int] = args.func
     try:
+        import_user_modules(args.imports)
         return int(func(args))
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -131,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
         return 1
     except Exception as exc:  # one line, not a traceback, unless asked for
+        if _unregistered(exc):  # fixed by an argument: --import the registering module
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 2
         if args.traceback or os.environ.get("RLCONNECT_TRACEBACK"):
             traceback.print_exc()
         else:

@@ -3,6 +3,8 @@ install command of an optional extra a failure shows to be missing."""
 
 from __future__ import annotations
 
+import importlib.util
+
 EXTRA_OF_MODULE = {
     "pettingzoo": "pettingzoo",
     "pygame": "pettingzoo",
@@ -26,14 +28,24 @@ class UsageError(Exception):
 
 def missing_extra(exc: BaseException) -> str:
     """``" (the X extra: pip install 'rlconnect[X]')"`` when ``exc`` (or its cause) is a
-    missing module that extra X installs and ``exc`` does not say so already, else ``""``."""
+    missing module whose top-level package extra X installs and is not installed, and
+    ``exc`` does not say so already, else ``""`` (a module missing inside an installed
+    package is not fixed by installing it again)."""
     if "pip install" in str(exc):
         return ""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ModuleNotFoundError) and seen.name:
-            extra = EXTRA_OF_MODULE.get(seen.name.partition(".")[0])
-            if extra:
+            top = seen.name.partition(".")[0]
+            extra = EXTRA_OF_MODULE.get(top)
+            if extra and _not_installed(top):
                 return f" (the {extra} extra: pip install 'rlconnect[{extra}]')"
         seen = seen.__cause__ or seen.__context__
     return ""
+
+
+def _not_installed(top: str) -> bool:
+    try:
+        return importlib.util.find_spec(top) is None
+    except (ImportError, ValueError):  # a broken or half-imported package
+        return True

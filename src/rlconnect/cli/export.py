@@ -1,11 +1,12 @@
 """``rlconnect export``: a run folder's or checkpoint's policy as one deployable file.
 
-    rlconnect export RUN_OR_CHECKPOINT --out FILE [--onnx FILE] [--policy ID]
+    rlconnect export RUN_OR_CHECKPOINT --out FILE [--onnx FILE] [--policy ID] [--import MODULE]
 
 writes ``rc.export_policy``'s file to ``--out`` (read it back with ``rc.load_policy``) and,
-with ``--onnx``, the ONNX model of ``rc.export_onnx``. A source that is neither a run
-folder nor a checkpoint, an unknown ``--policy`` or an output folder that does not exist
-is a usage error (exit 2, one line).
+with ``--onnx``, the ONNX model of ``rc.export_onnx``. ``--import MODULE`` (repeatable)
+first imports the module that registers a policy kind or connector of your own. A source
+that is neither a run folder nor a checkpoint, an unknown ``--policy``, an output folder
+that does not exist or an unregistered kind is a usage error (exit 2, one line).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlconnect.cli.errors import UsageError
+from rlconnect.cli.imports import add_import_option
 
 __all__ = ["add_export_parser", "cmd_export"]
 
@@ -34,6 +36,7 @@ def add_export_parser(sub: Any) -> None:
     e.add_argument("--out", metavar="FILE", required=True, help="the policy file to write")
     e.add_argument("--onnx", metavar="FILE", help="also write an ONNX model here")
     e.add_argument("--policy", metavar="ID", default="default_policy", help="(default_policy)")
+    add_import_option(e)
     e.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
     e.set_defaults(func=cmd_export)
 

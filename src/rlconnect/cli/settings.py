@@ -4,15 +4,13 @@ and the EnvRunner they describe."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import math
-import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
-from rlconnect.cli.errors import UsageError, missing_extra
+from rlconnect.cli.errors import UsageError
+from rlconnect.cli.imports import import_module
 
 DEFAULTS: dict[str, Any] = {
     "env": "CartPole-v1",
@@ -134,19 +132,6 @@ def _as_creator(fn: Callable[..., Any], spec: str) -> Callable[..., Any]:
     )
 
 
-def _import_module(module: str, spec: str) -> Any:
-    """Import ``module`` with the current folder importable (as ``python -m`` does)."""
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(module)
-    except Exception as exc:  # any error while importing the user's module
-        raise UsageError(
-            f"cannot import {module!r} for env {spec!r}: {exc}{missing_extra(exc)}"
-        ) from None
-
-
 def resolve_env(spec: str) -> Any:
     """A gymnasium id (checked now), or the env creator named by ``module:function``.
 
@@ -168,7 +153,7 @@ def resolve_env(spec: str) -> Any:
         return spec
     if ":" in spec:
         module, _, attr = spec.partition(":")
-        mod = _import_module(module, spec)
+        mod = import_module(module, f"env {spec!r}")
         creator = getattr(mod, attr, None)
         if callable(creator):
             return _as_creator(creator, spec)

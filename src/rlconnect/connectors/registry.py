@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
 from rlconnect.connectors.base import Connector, ConnectorContext
-from rlconnect.errors import UnknownConnectorError
+from rlconnect.errors import UnknownConnectorError, import_hint
 
 __all__ = [
     "get_connector",
@@ -81,7 +81,7 @@ def get_connector_class(name: object) -> type[Connector]:
     if klass is None:
         raise UnknownConnectorError(
             f"no connector registered as {name!r}; registered: {', '.join(registered_connectors())}"
-            ". Import the module that registers it (rc.register_connector) before loading."
+            ". " + import_hint("rc.register_connector")
         )
     return klass
 
@@ -119,7 +119,7 @@ def get_lambda(name: str) -> Callable[..., Any]:
         known = ", ".join(registered_lambdas()) or "(none)"
         raise UnknownConnectorError(
             f"no lambda registered as {name!r}; registered lambdas: {known}. "
-            "Call rc.register_lambda(name, fn) before building or loading the pipeline."
+            + import_hint("rc.register_lambda")
         ) from None
 
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar, overload
 
 import gymnasium as gym
 
+from rlconnect.errors import import_hint
 from rlconnect.policy.base import Policy
 
 __all__ = [
@@ -123,7 +124,8 @@ def get_policy_class(name: str) -> type[Policy]:
         return resolved
     if cls is None:
         raise UnknownPolicyError(
-            f"unknown policy kind {name!r}; registered kinds: {registered_policies()}"
+            f"unknown policy kind {name!r}; registered kinds: {registered_policies()}. "
+            + import_hint("rc.register_policy")
         )
     return cls
 

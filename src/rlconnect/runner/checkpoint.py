@@ -339,8 +339,8 @@ def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
         raise CheckpointError(
             f"checkpoint {ck.path!r}: policy {rec.policy_id!r} is {what}, which cannot be "
             f"rebuilt; registered kinds: {known}. Register its class with "
-            "rc.register_policy(name, cls), or build the runner yourself and call "
-            "runner.restore(path)"
+            "rc.register_policy(name, cls) (importing the module that does), or build the "
+            "runner yourself and call runner.restore(path)"
         )
     try:
         return policy_from_spec(rec.kind, rec.observation_space, rec.action_space, rec.kwargs)
