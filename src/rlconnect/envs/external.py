@@ -15,7 +15,8 @@ lane, so every lane is a sequence of episodes exactly like a stepped sub-env.
 
 This module holds the user-facing ``ExternalEnv`` and re-exports the rest:
 ``rlconnect.envs.external_checks`` (the episode errors and the checks of every call),
-``rlconnect.envs.external_hub`` (the episode state shared by both sides, behind one lock)
+``rlconnect.envs.external_hub`` (the episode state shared by both sides, behind one lock;
+``external_lanes``, ``external_limits`` and ``external_replies`` are its parts)
 and ``rlconnect.envs.external_adapter`` (the runner side: ``ExternalEnvAdapter``,
 ``ExternalRows``, ``apply_logged_actions``).
 """
@@ -43,8 +44,9 @@ from rlconnect.envs.external_checks import (
     UnknownEpisodeError,
 )
 from rlconnect.envs.external_checks import check_obs as check_obs
-from rlconnect.envs.external_hub import NO_ACTION, EpisodeHub, HubLimits
-from rlconnect.envs.external_hub import Reply as Reply
+from rlconnect.envs.external_hub import NO_ACTION, EpisodeHub
+from rlconnect.envs.external_limits import HubLimits
+from rlconnect.envs.external_replies import Reply as Reply
 
 __all__ = [
     "BadActionError",

@@ -9,7 +9,6 @@ runner's step kernel puts in place of the policy's with ``apply_logged_actions``
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -112,8 +111,8 @@ class ExternalEnvAdapter(BaseEnv):
         return rows.build(logged_actions=logged)
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        """Gather each lane's actions; an event whose agents all have one is answered."""
         answered = []
-        now = time.monotonic()
         for lane, agent, act in zip(env_ids.tolist(), agent_ids, _unstack(actions, len(env_ids))):
             pending = self._awaiting.get(lane)
             if pending is None:
@@ -122,11 +121,8 @@ class ExternalEnvAdapter(BaseEnv):
             got[agent] = act
             if len(got) == len(ev.obs):
                 del self._awaiting[lane]
-                ev.ep.touched = now
-                if ev.reply is not None:
-                    ev.reply.value = got
-                    answered.append(ev.reply)
-        self.hub.complete(answered)
+                answered.append((ev, got))
+        self.hub.answer(answered)
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         """Nothing to do: the lane's next episode starts when its simulator says so."""

@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlconnect.envs.rewards import scalar_reward
 from rlconnect.errors import EnvError
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "check_agent_dict",
     "check_episode_id",
     "check_obs",
+    "check_rewards",
 ]
 
 _PUBLIC_HOME = "rlconnect.envs.external"  # where users import them from, shown in tracebacks
@@ -166,3 +168,20 @@ def check_agent_dict(value: Any, what: str, episode_id: Any) -> Mapping:
             f"got {type(value).__name__}"
         )
     return value
+
+
+def check_rewards(rewards: Mapping[Any, Any], eid: Any) -> dict[Any, float]:
+    """``rewards`` by agent as floats, or EpisodeError: each must be a finite number (or
+    an array of size one)."""
+    out = {}
+    for a, value in rewards.items():
+        r = scalar_reward(value)
+        if r is None:
+            raise EpisodeError(
+                f"episode {eid!r}: reward {value!r} of agent {a!r} is not a number "
+                "or an array of size one"
+            )
+        if not np.isfinite(r):
+            raise EpisodeError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
+        out[a] = r
+    return out

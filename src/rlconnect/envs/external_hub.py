@@ -9,13 +9,13 @@ operation takes the lock itself. Three kinds of caller use it, each in one direc
   ``add_returns``), asks for runner work (``submit``, ``withdraw``) and checks for room
   (``admit``, ``forget_ended``);
 - the runner's ``ExternalEnvAdapter.poll`` takes a batch (``take_batch``: one event per
-  ready lane, and the queued runner work) and answers it (``complete``);
+  ready lane, and the queued runner work) and answers it (``answer``, ``complete``);
 - the owner sets the limits and the delivery of answers (``set_limits``,
   ``set_delivery``) and closes it.
 
-A reply (``Reply``) is how an answer comes back: a waiting thread blocks on its event,
-while a server gives it a ``notify`` callback and sets the hub's delivery, so one sampling
-step hands all its actions to the server's thread at once.
+Answers come back as replies (``external_replies``): a waiting thread blocks on one, a
+server gives each a ``notify`` callback and sets the hub's delivery, so one sampling step
+hands all its actions to the server's thread at once.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import gymnasium as gym
-import numpy as np
 
 from rlconnect.envs.external_checks import (
     EpisodeError,
@@ -41,96 +39,17 @@ from rlconnect.envs.external_checks import (
     check_action,
     check_episode_id,
     check_obs,
+    check_rewards,
 )
 from rlconnect.envs.external_lanes import Lanes
-from rlconnect.envs.rewards import scalar_reward
+from rlconnect.envs.external_limits import HubLimits
+from rlconnect.envs.external_replies import Reply, Task, notify_each
 from rlconnect.errors import EnvError
 
-__all__ = ["NO_ACTION", "EpisodeHub", "HubLimits", "Reply", "notify_each"]
+__all__ = ["NO_ACTION", "EpisodeHub"]
 
 NO_ACTION = object()
 _MAX_IDS = 100_000  # ids of finished (and of timed-out) episodes remembered, oldest dropped
-
-Task = tuple[Callable[[Any], Any], "Reply"]
-"""Runner work: ``fn(runner)`` run on the sampling thread, its result in the reply."""
-
-
-def _positive(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not (isinstance(value, int | float) and value > 0):
-        raise ValueError(f"{attr.name} must be a number > 0, got {value!r}")
-
-
-def _count_or_none(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ValueError(f"{attr.name} must be an int >= 0 or None, got {value!r}")
-
-
-def _non_negative(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not (isinstance(value, int | float) and value >= 0):
-        raise ValueError(f"{attr.name} must be >= 0, got {value!r}")
-
-
-def _non_negative_or_none(inst: Any, attr: attrs.Attribute, value: Any) -> None:
-    if value is not None:
-        _non_negative(inst, attr, value)
-
-
-@attrs.frozen(kw_only=True)
-class HubLimits:
-    """How long an ``EpisodeHub`` waits and how much it holds."""
-
-    #: how long a blocking ``get_action`` waits for the runner
-    get_action_timeout_s: float = attrs.field(default=300.0, validator=_positive)
-    #: an episode without calls for this long is closed as truncated; None: never
-    episode_timeout_s: float | None = attrs.field(default=None, validator=_non_negative_or_none)
-    #: ready lanes that make a full batch; None (or 0): every lane
-    max_batch: int | None = attrs.field(default=None, validator=_count_or_none)
-    #: how long a poll waits for a full batch once the first event came
-    batch_wait_s: float = attrs.field(default=0.0, validator=_non_negative)
-    #: events waiting for the runner at most (``admit``); None: 16 per lane, at least 4096
-    max_queued_steps: int | None = attrs.field(default=None, validator=_count_or_none)
-
-    def resolved(self, lanes: int) -> HubLimits:
-        """These limits with the defaults that depend on the number of lanes filled in."""
-        return attrs.evolve(
-            self,
-            max_batch=self.max_batch or lanes,
-            max_queued_steps=(
-                max(4096, 16 * lanes) if self.max_queued_steps is None else self.max_queued_steps
-            ),
-        )
-
-
-class Reply:
-    """Where the runner's answer to one call is delivered: ``value`` or ``error``.
-
-    A thread blocks on ``event``; a server passes ``notify`` instead (called with the reply
-    once it is done, through the hub's delivery) and no event is made.
-    """
-
-    __slots__ = ("done", "error", "event", "notify", "value")
-
-    def __init__(self, notify: Callable[[Reply], None] | None = None) -> None:
-        self.notify = notify
-        self.event = threading.Event() if notify is None else None
-        self.done = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def wait(self, timeout: float, what: str) -> Any:
-        assert self.event is not None, "a reply with a notify callback is not waited on"
-        if not self.event.wait(timeout):
-            raise TimeoutError(f"{what}: no action within {timeout:g} s (is the runner sampling?)")
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-def notify_each(replies: list[Reply]) -> None:
-    """The default delivery: call each reply's ``notify`` on the completing thread."""
-    for reply in replies:
-        assert reply.notify is not None
-        reply.notify(reply)
 
 
 class _Episode:
@@ -334,23 +253,9 @@ class EpisodeHub:
     def add_returns(self, eid: Any, rewards: dict, infos: dict | None) -> None:
         with self._lock:
             ep = self._get(eid)
-            self._add_rewards(ep, self._checked_rewards(eid, rewards))
+            self._add_rewards(ep, check_rewards(rewards, eid))
             for a, info in (infos or {}).items():
                 ep.infos.setdefault(a, {}).update(info)
-
-    def _checked_rewards(self, eid: Any, rewards: dict) -> dict[Any, float]:
-        out = {}
-        for a, value in rewards.items():
-            r = scalar_reward(value)
-            if r is None:
-                raise EpisodeError(
-                    f"episode {eid!r}: reward {value!r} of agent {a!r} is not a number "
-                    "or an array of size one"
-                )
-            if not np.isfinite(r):
-                raise EpisodeError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
-            out[a] = r
-        return out
 
     @staticmethod
     def _add_rewards(ep: _Episode, rewards: dict[Any, float]) -> None:
@@ -387,9 +292,7 @@ class EpisodeHub:
             checked = []
             for eid, obs, rewards in steps:
                 ep = self._get(eid)
-                checked.append(
-                    (ep, self._checked_obs(eid, obs), self._checked_rewards(eid, rewards))
-                )
+                checked.append((ep, self._checked_obs(eid, obs), check_rewards(rewards, eid)))
             if len({id(ep) for ep, _, _ in checked}) < len(checked):
                 raise EpisodeError("an episode can ask for one action at a time, not two at once")
             replies = []
@@ -499,6 +402,18 @@ class EpisodeHub:
                 if left <= 0:
                     return
             self._lock.wait(min(left, 0.1))
+
+    def answer(self, answered: list[tuple[_Event, Any]]) -> None:
+        """The runner's actions for taken events, as ``(event, actions by agent)``: their
+        episodes were active now, and the replies waiting for them get their values."""
+        now = time.monotonic()
+        replies = []
+        for ev, value in answered:
+            ev.ep.touched = now
+            if ev.reply is not None:
+                ev.reply.value = value
+                replies.append(ev.reply)
+        self.complete(replies)
 
     def complete(self, replies: list[Reply]) -> None:
         """Mark ``replies`` done: wake their threads, hand the others to the delivery."""

@@ -23,8 +23,9 @@ import numpy as np
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.external import EpisodeError, ExternalEnv, TooManyEpisodesError
 from rlconnect.envs.external_checks import check_agent_dict, check_episode_id
-from rlconnect.envs.external_hub import NO_ACTION, Reply
+from rlconnect.envs.external_hub import NO_ACTION
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
+from rlconnect.envs.external_replies import Reply
 from rlconnect.serve.handler import PENDING, BadRequest, Call, field
 from rlconnect.serve.tasks import run_in_sampler
 

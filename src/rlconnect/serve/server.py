@@ -37,8 +37,8 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter, QueueFullError
-from rlconnect.envs.external_hub import Reply, notify_each
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
+from rlconnect.envs.external_replies import Reply, notify_each
 from rlconnect.policy import Policy
 from rlconnect.serve.endpoints import Endpoints
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv, _Idle
