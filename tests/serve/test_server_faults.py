@@ -19,6 +19,7 @@ from rlconnect.serve import (
     PolicyClient,
     PolicyServer,
     RequestTooLargeError,
+    RunnerFailedError,
     ServerBusyError,
     ServingEnv,
 )
@@ -250,9 +251,10 @@ def test_health_says_when_the_runner_has_failed() -> None:
             time.sleep(0.02)
         health = client.health()
         assert health["ok"] is False and "a callback bug" in health["problem"]
-        eid = client.start_episode()
+        with pytest.raises(RunnerFailedError, match="a callback bug"):  # nothing runs now
+            client.start_episode()
         impatient = PolicyClient(s.server.url, retry_timeout_s=0.2)
-        with pytest.raises(ServerBusyError, match="a callback bug"):  # at once, not a 504
+        with pytest.raises(RunnerFailedError, match="a callback bug"):  # at once, not a 504
             impatient.get_action(eid, np.zeros(3, np.float32))
     finally:
         s.stop()
@@ -341,3 +343,106 @@ def test_bad_logged_actions_are_refused_and_sampling_goes_on(sampling: Sampling)
     client.end_episode(eid, np.zeros(3, np.float32))
     batch = sampling.rows(1)
     assert batch["actions"].tolist() == [1] and sampling.error is None
+
+
+class PoisonedPolicy(rc.MLPPolicy):
+    """Raises on an observation whose first value is 9: the step asking fails midway, so
+    its get_action is in flight when the runner fails."""
+
+    def compute_actions(self, input_batch, explore=True):
+        if (np.asarray(input_batch["obs"])[:, 0] == 9).any():
+            raise RuntimeError("a policy bug")
+        return super().compute_actions(input_batch, explore)
+
+
+def test_after_the_runner_fails_every_call_answers_503_at_once() -> None:
+    """Regression: after the runner failed, start_episode, log_action, log_returns,
+    end_episode and report were answered 200 and recorded nothing, and a get_action in
+    flight waited the whole get_action_timeout_s for a 504. Now each is a prompt 503
+    ``RunnerFailed`` naming the failure, which the client raises without retrying."""
+    env = ServingEnv(ACT, OBS, 4)
+    config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
+    runner = rc.EnvRunner(env, PoisonedPolicy(OBS, ACT, seed=0), config=config)
+    server = PolicyServer(
+        runner, "127.0.0.1", 0, get_action_timeout_s=30.0, max_episodes_per_connection=4
+    )
+    s = Sampling(server)
+    try:
+        client = PolicyClient(s.server.url)
+        first = client.start_episode()
+        client.get_action(first, np.zeros(3, np.float32))
+        second = client.start_episode()
+        start = time.monotonic()
+        with pytest.raises(RunnerFailedError, match="a policy bug"):
+            client.get_action(second, np.array([9, 0, 0], np.float32))  # in flight
+        assert time.monotonic() - start < 5.0  # not get_action_timeout_s
+        obs = np.zeros(3, np.float32)
+        calls = {
+            "start_episode": lambda: client.start_episode(),
+            "log_action": lambda: client.log_action(first, obs, 1),
+            "log_returns": lambda: client.log_returns(first, 1.0),
+            "end_episode": lambda: client.end_episode(first, obs),
+            "report": lambda: client._http.call("report", {"commands": []}),
+            "get_action": lambda: client.get_action(first, obs),
+            "weights": lambda: client._http.call("weights", {}),
+        }
+        for name, call in calls.items():
+            start = time.monotonic()
+            with pytest.raises(RunnerFailedError, match="a policy bug") as info:
+                call()
+            assert info.value.status == 503 and time.monotonic() - start < 1.0, name
+        assert client._http.retries == 0
+        health = client.health()
+        assert health["ok"] is False and "a policy bug" in health["problem"]
+    finally:
+        s.stop()
+
+
+def test_a_report_that_can_never_fit_is_413_at_once() -> None:
+    """Regression: a report of more commands than ``max_queued_steps`` got "503, retry"
+    forever; now a prompt 413 saying it can never fit."""
+    s = serve(max_queued_steps=6)
+    try:
+        client = PolicyClient(s.server.url, retry_timeout_s=30.0)
+        eid = client.start_episode()
+        step = ["log_action", {"episode_id": eid, "obs": np.zeros(3, np.float32), "action": 1}]
+        start = time.monotonic()
+        with pytest.raises(RequestTooLargeError, match="can never fit; send at most 6"):
+            client._http.call("report", {"commands": [step] * 7})
+        assert time.monotonic() - start < 1.0 and client._http.retries == 0
+        assert s.server.env.hub.queued == 0  # nothing of it was taken
+    finally:
+        s.stop()
+
+
+def test_a_non_finite_reward_is_422_like_a_non_finite_observation() -> None:
+    """Regression: a NaN reward got 409 (the status of a duplicate episode id)."""
+    s = serve()
+    try:
+        client = PolicyClient(s.server.url)
+        eid = client.start_episode()
+        for bad in (float("nan"), float("inf")):
+            with pytest.raises(rc.envs.BadRewardError, match="not finite"):
+                client.log_returns(eid, bad)
+            with pytest.raises(rc.envs.BadRewardError, match="not finite"):
+                client.get_action(eid, np.zeros(3, np.float32), reward=bad)
+        status, out = raw_post(s.server.port, "log_returns", {"episode_id": eid, "reward": np.nan})
+        assert status == 422 and out["error"] == "BadRewardError"
+        client.get_action(eid, np.zeros(3, np.float32), reward=1.0)  # the episode goes on
+        client.end_episode(eid, np.zeros(3, np.float32))
+        assert s.rows(1)["rewards"].tolist() == [0.0]
+    finally:
+        s.stop()
+
+
+def raw_post(port: int, name: str, body: dict) -> tuple[int, dict]:
+    import http.client
+
+    from rlconnect.serve.wire import decode
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("POST", f"/v1/{name}", encode(body), {"Content-Type": "application/x-msgpack"})
+    resp = conn.getresponse()
+    out = decode(resp.read())
+    conn.close()
+    return resp.status, out

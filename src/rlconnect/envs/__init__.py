@@ -4,6 +4,7 @@ from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.external import (
     BadActionError,
     BadObservationError,
+    BadRewardError,
     EpisodeError,
     ExternalEnv,
     ExternalEnvAdapter,
@@ -21,6 +22,7 @@ from rlconnect.envs.vector import VectorEnvAdapter
 __all__ = [
     "BadActionError",
     "BadObservationError",
+    "BadRewardError",
     "BaseEnv",
     "EnvContext",
     "EnvRows",

@@ -38,6 +38,7 @@ from rlconnect.envs.external_adapter import _unstack as _unstack
 from rlconnect.envs.external_checks import (
     BadActionError,
     BadObservationError,
+    BadRewardError,
     EpisodeError,
     QueueFullError,
     TooManyEpisodesError,
@@ -51,6 +52,7 @@ from rlconnect.envs.external_replies import Reply as Reply
 __all__ = [
     "BadActionError",
     "BadObservationError",
+    "BadRewardError",
     "EpisodeError",
     "ExternalEnv",
     "ExternalEnvAdapter",

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_ID_CHARS",
     "BadActionError",
     "BadObservationError",
+    "BadRewardError",
     "EpisodeError",
     "QueueFullError",
     "TooManyEpisodesError",
@@ -58,6 +59,12 @@ class TooManyEpisodesError(EpisodeError):
 
 class BadObservationError(EpisodeError):
     """An observation does not fit the observation space."""
+
+    __module__ = _PUBLIC_HOME
+
+
+class BadRewardError(EpisodeError):
+    """A reward that is not a finite number (or an array of size one)."""
 
     __module__ = _PUBLIC_HOME
 
@@ -171,17 +178,17 @@ def check_agent_dict(value: Any, what: str, episode_id: Any) -> Mapping:
 
 
 def check_rewards(rewards: Mapping[Any, Any], eid: Any) -> dict[Any, float]:
-    """``rewards`` by agent as floats, or EpisodeError: each must be a finite number (or
+    """``rewards`` by agent as floats, or BadRewardError: each must be a finite number (or
     an array of size one)."""
     out = {}
     for a, value in rewards.items():
         r = scalar_reward(value)
         if r is None:
-            raise EpisodeError(
+            raise BadRewardError(
                 f"episode {eid!r}: reward {value!r} of agent {a!r} is not a number "
                 "or an array of size one"
             )
         if not np.isfinite(r):
-            raise EpisodeError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
+            raise BadRewardError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
         out[a] = r
     return out

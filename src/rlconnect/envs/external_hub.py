@@ -191,14 +191,19 @@ class EpisodeHub:
         with self._lock:
             self._lock.notify_all()
 
-    def close(self) -> None:
-        """No more episodes or work: every pending reply fails with EnvError."""
+    def close(self, reason: BaseException | None = None) -> None:
+        """No more episodes or work: every pending reply fails with ``reason`` (default an
+        EnvError saying the env was closed)."""
         with self._lock:
             self._closed = True
             pending = [ev.reply for ev in self._lanes.queued_events() if ev.reply is not None]
             pending += [r for _, r in self._tasks]
+            # taken by a step that never answered them (the runner failed midway)
+            pending += [ep.reply for ep in self._episodes.values() if ep.waiting]
+            pending = list({id(r): r for r in pending if r is not None}.values())
+            self._tasks.clear()
             for reply in pending:
-                reply.error = EnvError("the external env was closed")
+                reply.error = reason or EnvError("the external env was closed")
             self._lock.notify_all()
         self.complete(pending)
 

@@ -29,6 +29,7 @@ from typing import Any
 from rlconnect.envs.external import (
     BadActionError,
     BadObservationError,
+    BadRewardError,
     EpisodeError,
     TooManyEpisodesError,
     UnknownEpisodeError,
@@ -42,6 +43,7 @@ __all__ = [
     "NotFoundError",
     "PolicyClient",
     "RequestTooLargeError",
+    "RunnerFailedError",
     "ServerBusyError",
     "ServerError",
     "ServerTimeoutError",
@@ -72,6 +74,11 @@ class ServerBusyError(ServerError, ConnectionError):
     """HTTP 503 for longer than ``retry_timeout_s``: the server kept asking to slow down."""
 
 
+class RunnerFailedError(ServerError):
+    """HTTP 503 ``RunnerFailed``: the server's runner (or served env) failed for good, so
+    nothing it is asked will be served again; raised at once, never retried."""
+
+
 class ServerTimeoutError(ServerError, TimeoutError):
     """HTTP 504: the runner gave no answer in time (is it sampling?)."""
 
@@ -94,6 +101,7 @@ _KNOWN = {
     "TooManyEpisodesError": TooManyEpisodesError,
     "BadObservationError": BadObservationError,
     "BadActionError": BadActionError,
+    "BadRewardError": BadRewardError,
     "EpisodeError": EpisodeError,
 }
 _RETRY = (
@@ -112,6 +120,8 @@ def _error(status: int, payload: Any) -> Exception:
     cls = _KNOWN.get(kind)
     if cls is not None:
         return cls(msg)
+    if kind == "RunnerFailed":
+        return RunnerFailedError(status, kind, msg)
     return _BY_STATUS.get(status, InternalServerError)(status, kind, msg)
 
 
@@ -174,7 +184,8 @@ class _Http:
         while True:
             try:
                 status, payload = self._post(name, data)
-                if status == 503:  # busy, shutting down or not sampling: may answer later
+                # busy, shutting down or not sampling: may answer later (not a failed runner)
+                if status == 503 and _kind(payload) != "RunnerFailed":
                     raise _Unavailable(payload)
                 break
             except (*_RETRY, _Unavailable) as exc:
@@ -205,6 +216,12 @@ class _Http:
 
     def close(self) -> None:
         self._drop()
+
+
+def _kind(payload: bytes) -> Any:
+    """The ``error`` an error answer names (None when it names none)."""
+    answer = _decoded(payload)
+    return answer.get("error") if isinstance(answer, dict) else None
 
 
 def _decoded(payload: bytes) -> Any:

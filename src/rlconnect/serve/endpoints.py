@@ -26,7 +26,7 @@ from rlconnect.envs.external_checks import check_agent_dict, check_episode_id
 from rlconnect.envs.external_hub import NO_ACTION
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.envs.external_replies import Reply
-from rlconnect.serve.handler import PENDING, BadRequest, Call, field
+from rlconnect.serve.handler import PENDING, BadRequest, Call, TooLarge, field
 from rlconnect.serve.tasks import run_in_sampler
 
 __all__ = ["Endpoints"]
@@ -182,6 +182,14 @@ class Endpoints:
                 raise BadRequest(f"command {i} must be [name, args] with name in {_REPORTED}")
             if not isinstance(cmd[1], dict):
                 raise BadRequest(f"command {i}: args must be a map")
+        limit = self.hub.limits.max_queued_steps
+        assert limit is not None  # resolved
+        if len(commands) > limit:
+            raise TooLarge(
+                f"this report holds {len(commands)} commands and the server queues at most "
+                f"{limit} steps (max_queued_steps): it can never fit; send at most {limit} "
+                "per report (PolicyClient(report_size=...))"
+            )
         peak = _peak_episodes(commands)
         self._check_share(call, peak)
         self.hub.admit(len(commands), peak, "this report (PolicyClient retries it)")

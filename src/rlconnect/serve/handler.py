@@ -13,6 +13,7 @@ from typing import Any
 from rlconnect.envs.external import (
     BadActionError,
     BadObservationError,
+    BadRewardError,
     EpisodeError,
     QueueFullError,
     TooManyEpisodesError,
@@ -31,6 +32,8 @@ __all__ = [
     "BadRequest",
     "Call",
     "NoEndpoint",
+    "RunnerFailed",
+    "TooLarge",
     "field",
     "kind_of",
     "status_of",
@@ -44,6 +47,15 @@ class BadRequest(ValueError):
     """A request that is missing a field or has one of the wrong type."""
 
 
+class TooLarge(ValueError):
+    """A request that can never be served as sent, however long the client waits (413)."""
+
+
+class RunnerFailed(RuntimeError):
+    """The server's runner (or its served env) failed: no request that needs it will ever
+    be served again (HTTP 503 that the client does not retry)."""
+
+
 class NoEndpoint(Exception):
     """The request names no endpoint."""
 
@@ -52,15 +64,18 @@ class NoEndpoint(Exception):
 STATUS: list[tuple[type[BaseException], int]] = [
     (WireError, 400),
     (BadRequest, 400),
+    (TooLarge, 413),
     (NoEndpoint, 404),
     (UnknownEpisodeError, 404),
     (TooManyEpisodesError, 429),
     (BadObservationError, 422),
     (BadActionError, 422),
+    (BadRewardError, 422),
     (EpisodeError, 409),
     (TimeoutError, 504),
     (QueueFullError, 503),
     (RunnerUnavailable, 503),
+    (RunnerFailed, 503),
     (EnvError, 503),
 ]
 

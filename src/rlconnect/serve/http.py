@@ -297,9 +297,12 @@ class HttpConnection(asyncio.Protocol):
 class Listener:
     """The event loop thread, its listening socket and its connections."""
 
-    def __init__(self, dispatch: Dispatch, limits: Limits) -> None:
+    def __init__(
+        self, dispatch: Dispatch, limits: Limits, watch: Callable[[], None] | None = None
+    ) -> None:
         self.httptools = _httptools()
         self.dispatch = dispatch
+        self.watch = watch  # the application's check at every sweep (on the loop)
         self.limits = limits
         self.connections: set[HttpConnection] = set()
         self.disconnects = 0  # clients cut or gone mid-request
@@ -359,12 +362,15 @@ class Listener:
         return self._server.sockets[0].getsockname()
 
     async def _sweep(self) -> None:
-        """Check every connection's deadlines a few times per deadline."""
+        """Run the application's watch and check every connection's deadlines, a few
+        times per deadline (at least four times a second)."""
         limits = self.limits
         deadlines = [t for t in (limits.request_timeout_s, limits.stall_timeout_s) if t]
         tick = min([0.25] + [t / 4 for t in deadlines])
         while True:
             await asyncio.sleep(tick)
+            if self.watch is not None:
+                self.watch()
             now = time.monotonic()
             for conn in list(self.connections):
                 conn.check_deadlines(now, limits)

@@ -42,7 +42,15 @@ from rlconnect.envs.external_replies import Reply, notify_each
 from rlconnect.policy import Policy
 from rlconnect.serve.endpoints import Endpoints
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv, _Idle
-from rlconnect.serve.handler import PENDING, BadRequest, Call, NoEndpoint, kind_of, status_of
+from rlconnect.serve.handler import (
+    PENDING,
+    BadRequest,
+    Call,
+    NoEndpoint,
+    RunnerFailed,
+    kind_of,
+    status_of,
+)
 from rlconnect.serve.http import HttpConnection, Listener
 from rlconnect.serve.settings import ServerSettings
 from rlconnect.serve.tasks import RunnerUnavailable
@@ -114,7 +122,7 @@ class PolicyServer:
         hub = self.env.hub
         hub.set_limits(settings.hub_limits())
         self.requests = 0
-        self._listener = Listener(self._dispatch, settings.http_limits())
+        self._listener = Listener(self._dispatch, settings.http_limits(), self._watch)
         share = settings.share(hub.max_concurrent)
         self._decoder = concurrent.futures.ThreadPoolExecutor(1, "PolicyServer-decode")
         self._endpoints = Endpoints(self.env, self._listener.loop, share)
@@ -228,11 +236,28 @@ class PolicyServer:
         if op is None:
             known = sorted([*self._endpoints.ops, "health"])
             raise NoEndpoint(f"no endpoint POST /v1/{name}; known: {known}")
-        if name in ("get_action", "get_actions"):
-            problem = self._problem()
-            if problem is not None:  # no action would ever come: say so now (503)
-                raise RunnerUnavailable(f"{name}: {problem}")
+        problem = self._problem()
+        if problem is not None:  # it would never reach a batch nor get an action: 503 now
+            if self._failure() is not None:
+                raise RunnerFailed(f"{name}: {problem}")
+            raise RunnerUnavailable(f"{name}: {problem}")
         return op(body, call)
+
+    def _watch(self) -> None:
+        """On the loop, a few times a second: once the runner (or the served env) has
+        failed, every call waiting for it is answered at once (503 ``RunnerFailed``)."""
+        failure = self._failure()
+        if failure is not None and not self.env.hub.closed:
+            self.env.hub.close(RunnerFailed(f"{failure}; nothing more will be served"))
+
+    def _failure(self) -> str | None:
+        """What failed for good (the runner's sample(), the served env), or None."""
+        failed = self.runner.failure
+        if failed is not None:
+            return f"the runner's sample() raised {type(failed).__name__}: {failed}"
+        if self.env.error is not None:
+            return f"the served env raised {self.env.error!r}"
+        return None
 
     def handle(self, name: str, body: Any) -> Any:
         """Answer one decoded request from this thread, as HTTP would (raises the errors
@@ -286,15 +311,11 @@ class PolicyServer:
         }
 
     def _problem(self) -> str | None:
-        """Why no action can come (the server stops, the runner or the env failed), or None."""
-        failed = self.runner.failure
-        if self.env.hub.closed:
+        """Why no action can come (the runner or the env failed, the server stops), or None."""
+        failure = self._failure()
+        if failure is None and self.env.hub.closed:
             return "the server is stopping"
-        if failed is not None:
-            return f"the runner's sample() raised {type(failed).__name__}: {failed}"
-        if self.env.error is not None:
-            return f"the served env raised {self.env.error!r}"
-        return None
+        return failure
 
 
 def _space_json(space: Any) -> Any:
