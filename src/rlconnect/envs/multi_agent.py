@@ -175,8 +175,8 @@ class MultiAgentEnvs(BaseEnv):
             all_te, all_tr = _episode_flags(te), _episode_flags(tr)
             if all_te or all_tr:
                 rows.end_episode(i, all_te, all_tr)
-            elif not o:
-                idle.add(i)
+            elif not any(not (te.get(a) or tr.get(a)) for a in o):
+                idle.add(i)  # no agent acts next (none, or only ones that ended): step with {}
         out = rows.build(stack=self._stack)
         subs.failures.update(out.errors)
         return out
