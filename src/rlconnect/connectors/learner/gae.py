@@ -64,11 +64,21 @@ class GAE(LearnerConnector):
         )
         if values is None:
             values = cast(np.ndarray, row_values)  # asked for with rows_too
-        delta = rewards + self.gamma * next_values(values, traj, after_last) - values
-        advantages = discounted_suffix_sum(delta, traj.rem, self.gamma * self.lambda_)
-        check_finite(advantages, "the advantage", who)
+        out = {"advantages": np.empty(len(batch), np.float32)}
+        out["value_targets"] = np.empty(len(batch), np.float32)
+        discount = self.gamma * self.lambda_
+        for p in traj.pieces():
+            v = np.asarray(values[p.rows], dtype=np.float64)
+            delta = next_values(v, p.last, after_last[p.trajs])
+            delta *= self.gamma
+            delta += rewards[p.rows]
+            delta -= v
+            adv = discounted_suffix_sum(delta, p.rem, discount, in_place=True)
+            out["advantages"][p.rows] = adv
+            adv += v
+            out["value_targets"][p.rows] = adv
+        check_finite(out["value_targets"], "the value target", who)
         if not has_vf:
-            batch["vf_preds"] = values.astype(np.float32)
-        batch["advantages"] = advantages.astype(np.float32)
-        batch["value_targets"] = (advantages + values).astype(np.float32)
+            out["vf_preds"] = values.astype(np.float32)
+        batch.update(out)
         return batch

@@ -49,10 +49,13 @@ class DiscountedReturns(LearnerConnector):
         who = self.name
         new_columns(batch, ("returns",), who)
         traj = find_trajectories(batch, who)
-        terms = float_column(batch, "rewards", who)  # a fresh float64 array
+        rewards = float_column(batch, "rewards", who)
         _, after_last = values_and_bootstrap(batch, policy, traj, rows_too=False, who=who)
-        terms[traj.last_rows] += self.gamma * after_last
-        returns = discounted_suffix_sum(terms, traj.rem, self.gamma)
+        returns = np.empty(len(batch), np.float32)
+        for p in traj.pieces():
+            terms = np.array(rewards[p.rows], dtype=np.float64)
+            terms[p.last] += self.gamma * after_last[p.trajs]
+            returns[p.rows] = discounted_suffix_sum(terms, p.rem, self.gamma, in_place=True)
         check_finite(returns, "the return", who)
-        batch["returns"] = returns.astype(np.float32)
+        batch["returns"] = returns
         return batch

@@ -11,7 +11,9 @@ They run as recursive doubling (a Kogge-Stone scan): after the step of span ``s`
 holds the sum of its next ``2s`` terms, made from its own ``s``-term sum and that of the row
 ``s`` ahead when that row is in the same trajectory. ``ceil(log2(longest trajectory))``
 steps, each a few whole-array numpy operations, so the work is ``O(N log T)`` and there is
-no Python loop over rows or trajectories.
+no Python loop over rows or trajectories. Connectors run them piece by piece
+(:meth:`.trajectories.Trajectories.pieces`: whole trajectories, ~32k rows a piece) so
+that every work array stays in cache between steps.
 
 Numerics: everything is float64. Every step adds terms scaled by products of discounts in
 [0, 1] (no division, no growing powers such as ``d**-t``, no cancellation between a global
@@ -28,24 +30,39 @@ import numpy as np
 __all__ = ["discounted_suffix_sum", "discounted_window_sum", "linear_suffix_scan"]
 
 
-def _longest(rem: np.ndarray) -> int:
-    return int(rem.max()) + 1 if len(rem) else 0
+class _Scratch:
+    """Work arrays for one scan, as long as its longest piece, reused by every step."""
+
+    def __init__(self, rows: int) -> None:
+        self.values = np.empty(rows)
+        self.mask = np.empty(rows, dtype=bool)
+
+    def reach(self, rem: np.ndarray, span: int) -> np.ndarray:
+        """(len(rem) - span,) bool: row ``t + span`` is in row ``t``'s trajectory."""
+        out = self.mask[: len(rem) - span]
+        np.greater_equal(rem[:-span], span, out=out)
+        return out
 
 
-def _double(y: np.ndarray, rem: np.ndarray, span: int, factor: float) -> None:
+def _double(y: np.ndarray, rem: np.ndarray, span: int, factor: float, work: _Scratch) -> None:
     """In place: ``y[t] += factor * y[t + span]`` where row ``t + span`` is in ``t``'s
     trajectory (``rem[t] >= span``); the right side is read before anything is written."""
-    ahead = y[span:] * factor
-    ahead *= rem[:-span] >= span
-    y[:-span] += ahead
+    ahead = work.values[: len(y) - span]
+    np.multiply(y[span:], factor, out=ahead)
+    np.add(y[:-span], ahead, out=y[:-span], where=work.reach(rem, span))
 
 
-def discounted_suffix_sum(x: np.ndarray, rem: np.ndarray, discount: float) -> np.ndarray:
-    """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]``: float64 (N,)."""
-    y = np.array(x, dtype=np.float64)
-    longest, span, factor = _longest(rem), 1, float(discount)
+def discounted_suffix_sum(
+    x: np.ndarray, rem: np.ndarray, discount: float, *, in_place: bool = False
+) -> np.ndarray:
+    """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]``: float64 (N,); with ``in_place``
+    a float64 ``x`` is overwritten and returned (no copy)."""
+    y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
+    work = _Scratch(len(y))
+    longest = int(rem.max()) + 1 if len(rem) else 0
+    span, factor = 1, float(discount)
     while span < longest and factor != 0.0:
-        _double(y, rem, span, factor)
+        _double(y, rem, span, factor, work)
         span, factor = 2 * span, factor * factor
     return y
 
@@ -58,34 +75,43 @@ def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: in
     offset the smaller ones already cover."""
     window = np.array(x, dtype=np.float64)
     out = np.zeros_like(window)
-    longest, span, factor, offset = _longest(rem), 1, float(discount), 0
+    work = _Scratch(len(window))
+    longest = int(rem.max()) + 1 if len(rem) else 0
+    span, factor, offset = 1, float(discount), 0
     while n and offset < longest:
         if n & 1:
             if offset == 0:
                 out += window
             else:
-                ahead = window[offset:] * discount**offset
-                ahead *= rem[:-offset] >= offset
-                out[:-offset] += ahead
+                ahead = work.values[: len(window) - offset]
+                np.multiply(window[offset:], discount**offset, out=ahead)
+                np.add(out[:-offset], ahead, out=out[:-offset], where=work.reach(rem, offset))
             offset += span
         n >>= 1
         if n and span < longest:
-            _double(window, rem, span, factor)
+            _double(window, rem, span, factor, work)
             span, factor = 2 * span, factor * factor
     return out
 
 
-def linear_suffix_scan(x: np.ndarray, coef: np.ndarray, rem: np.ndarray) -> np.ndarray:
-    """``y[t] = x[t] + coef[t] * y[t+1]`` within each trajectory: float64 (N,).
+def linear_suffix_scan(
+    x: np.ndarray, coef: np.ndarray, rem: np.ndarray, *, in_place: bool = False
+) -> np.ndarray:
+    """``y[t] = x[t] + coef[t] * y[t+1]`` within each trajectory: float64 (N,); with
+    ``in_place`` a float64 ``x`` is overwritten and returned.
 
     ``coef`` is ignored on each trajectory's last row (nothing follows it there). The
     products of coefficients over each span double along with the sums."""
-    y = np.array(x, dtype=np.float64)
+    y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
     mult = np.array(coef, dtype=np.float64)
     mult[rem == 0] = 0.0
-    longest, span = _longest(rem), 1
+    ahead = np.empty(len(y))
+    longest = int(rem.max()) + 1 if len(rem) else 0
+    span = 1
     while span < longest:
-        y[:-span] += mult[:-span] * y[span:]
+        buf = ahead[: len(y) - span]
+        np.multiply(mult[:-span], y[span:], out=buf)
+        y[:-span] += buf
         mult[:-span] *= mult[span:]
         span *= 2
     return y

@@ -35,8 +35,10 @@ __all__ = [
 def check_finite(values: np.ndarray, what: str, who: str, rows: np.ndarray | None = None) -> None:
     """Raise ValueError naming the first row (of the batch: ``rows[i]`` when given) where
     ``values`` is NaN or infinite, ``what`` it is and ``who`` read it."""
+    if np.isfinite(np.sum(values)):  # one reduction, no temporary: NaN and inf propagate
+        return
     ok = np.isfinite(values)
-    if ok.all():
+    if ok.all():  # finite values whose sum overflows
         return
     i = int(np.flatnonzero(~ok.reshape(len(values), -1).all(axis=1))[0])
     row = i if rows is None else int(rows[i])
@@ -48,12 +50,15 @@ def check_finite(values: np.ndarray, what: str, who: str, rows: np.ndarray | Non
 
 
 def float_column(batch: SampleBatch, name: str, who: str) -> np.ndarray:
-    """Column ``name`` as a new float64 (N,) array, checked finite."""
+    """Column ``name``, one real number per row, checked finite (not copied: read it only)."""
     if name not in batch:
         raise ValueError(f"{who} needs a {name!r} column; the batch has {sorted(batch.keys())}")
-    values = np.array(batch[name], dtype=np.float64)  # a copy: callers may write to it
-    if values.shape != (len(batch),):
-        raise ValueError(f"{who}: column {name!r} must be one number per row, got {values.shape}")
+    values = np.asarray(batch[name])
+    if values.shape != (len(batch),) or values.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{who}: column {name!r} must be one real number per row, got {values.dtype} "
+            f"{values.shape}"
+        )
     check_finite(values, f"column {name!r}", who)
     return values
 
@@ -134,12 +139,12 @@ def values_and_bootstrap(
     return row_values, after_last
 
 
-def next_values(values: np.ndarray, traj: Trajectories, after_last: np.ndarray) -> np.ndarray:
-    """(N,) float64: the value of the row after each row in its trajectory, and
-    ``after_last`` (the bootstrap, or 0 after a termination) after each last row."""
-    out = np.empty_like(values)
+def next_values(values: np.ndarray, last: np.ndarray, after_last: np.ndarray) -> np.ndarray:
+    """(N,) float64: for each row the value of the next row of its trajectory, and
+    ``after_last`` (the bootstrap, or 0 after a termination) after each ``last`` row."""
+    out = np.empty(len(values))
     out[:-1] = values[1:]
-    out[traj.last_rows] = after_last
+    out[last] = after_last
     return out
 
 

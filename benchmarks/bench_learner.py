@@ -1,0 +1,167 @@
+"""How much faster is the built-in GAE than the per-trajectory Python loop it replaces?
+
+The batch: trajectories of mixed lengths (log-uniformly 1 to 500 rows, as CartPole's
+episodes are from an untrained to a solved policy), ending by termination (70 %),
+truncation (10 %) or a fragment cut (20 %), one after the other until ``--rows`` rows
+(1M by default), with ``vf_preds`` recorded and an ``MLPPolicy`` with a value head for
+the bootstrap values.
+
+The contenders, alternating round by round (``_common.take_turns``), each timed for the
+whole batch in the process's CPU seconds (all its threads; what a busy machine disturbs
+least) and in wall seconds:
+
+- ``rc.GAE``: ``rc.GAE(ctx, gamma=0.99, lambda_=0.95)(batch, policy)``, everything from
+  finding the trajectories to the float32 columns (one ``compute_values`` call for all
+  bootstrap values).
+- ``per-trajectory loop``: what ``examples/ppo_cartpole.py`` did in
+  ``postprocess_trajectory`` before learner connectors (copied here): for each
+  trajectory, a one-row torch forward of the value head for its bootstrap, then a reverse
+  Python loop over its rows, and its two columns set. The trajectories are sliced out
+  before the clock starts (the runner handed them over one by one).
+
+It prints both times (median [min-max] over rounds), the ratio per round, and the largest
+difference between the two results (float32 rounding).
+
+    python benchmarks/bench_learner.py            # 1M rows, 5 rounds (~1 min)
+    python benchmarks/bench_learner.py --quick    # 20k rows, 3 rounds (a few seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from _common import machine, median_range, print_table, ratios, take_turns
+
+import rlconnect as rc
+from rlconnect.policy import MLPPolicy
+
+GAMMA, LAMBDA = 0.99, 0.95
+OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+
+def mixed_batch(rows: int, seed: int = 0) -> rc.SampleBatch:
+    """Trajectories of log-uniform lengths (1-500 rows) and mixed ends, ``rows`` rows."""
+    rng = np.random.default_rng(seed)
+    lengths = np.exp(rng.uniform(0, np.log(500), rows)).astype(np.int64)
+    lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), rows)) + 1]
+    lengths[-1] -= int(lengths.sum()) - rows
+    lengths = lengths[lengths > 0]
+    ends = np.cumsum(lengths) - 1
+    kind = rng.choice(3, size=len(lengths), p=[0.7, 0.1, 0.2])  # term, trunc, cut
+    terminateds = np.zeros(rows, bool)
+    truncateds = np.zeros(rows, bool)
+    terminateds[ends[kind == 0]] = True
+    truncateds[ends[kind == 1]] = True
+    starts = ends - lengths + 1
+    return rc.SampleBatch(
+        {
+            "eps_id": np.repeat(np.arange(len(lengths)), lengths),
+            "t": np.arange(rows) - np.repeat(starts, lengths),
+            "obs": rng.normal(size=(rows, 4)).astype(np.float32),
+            "new_obs": rng.normal(size=(rows, 4)).astype(np.float32),
+            "rewards": np.ones(rows, np.float32),
+            "terminateds": terminateds,
+            "truncateds": truncateds,
+            "vf_preds": rng.normal(size=rows).astype(np.float32),
+        }
+    )
+
+
+def trajectories(batch: rc.SampleBatch) -> list[rc.SampleBatch]:
+    """Each trajectory as its own batch, as a runner hands them to ``postprocess_trajectory``."""
+    eps = batch["eps_id"]
+    edges = [0, *(np.flatnonzero(eps[1:] != eps[:-1]) + 1).tolist(), len(eps)]
+    cols = ("rewards", "vf_preds", "terminateds", "new_obs")
+    part = rc.SampleBatch({c: batch[c] for c in cols})
+    return [part[a:b] for a, b in itertools.pairwise(edges)]
+
+
+def example_postprocess(batch: rc.SampleBatch, policy: MLPPolicy) -> rc.SampleBatch:
+    """``PPOPolicy.postprocess_trajectory`` of examples/ppo_cartpole.py before learner
+    connectors: the bootstrap from the value head in torch, then a reverse loop."""
+    rewards = batch["rewards"].astype(np.float32)
+    values = batch["vf_preds"].astype(np.float32)
+    if batch["terminateds"][-1]:
+        last_value = 0.0
+    else:
+        with torch.no_grad():
+            _, value = policy.model(torch.as_tensor(batch["new_obs"][-1:], dtype=torch.float32))
+        last_value = float(value.numpy()[0])
+    next_values = np.append(values[1:], np.float32(last_value))
+    deltas = rewards + GAMMA * next_values - values
+    advantages = np.zeros_like(deltas)
+    running = 0.0
+    for t in range(len(deltas) - 1, -1, -1):  # a recurrence over one short trajectory
+        running = deltas[t] + GAMMA * LAMBDA * running
+        advantages[t] = running
+    batch["advantages"] = advantages
+    batch["value_targets"] = advantages + values
+    return batch
+
+
+def loop_gae(trajs: list[rc.SampleBatch], policy: MLPPolicy) -> np.ndarray:
+    """The example's GAE over every trajectory, one at a time."""
+    return np.concatenate([example_postprocess(t.copy(), policy)["advantages"] for t in trajs])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="20k rows, 3 rounds")
+    args = parser.parse_args(argv)
+    rows, rounds = (20_000, 3) if args.quick else (args.rows, args.rounds)
+    policy = MLPPolicy(OBS, gym.spaces.Discrete(2), vf_head=True, seed=0)
+    ctx = rc.ConnectorContext.from_policy(policy)
+    gae = rc.GAE(ctx, gamma=GAMMA, lambda_=LAMBDA)
+    batch = mixed_batch(rows)
+    trajs = trajectories(batch)
+    results: dict[str, Any] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def run() -> tuple[float, float]:
+            w0, c0 = time.perf_counter(), time.process_time()
+            results[name] = fn()
+            return time.process_time() - c0, time.perf_counter() - w0
+
+        return run
+
+    turns = take_turns(
+        {
+            "rc.GAE": timed("rc.GAE", lambda: gae(batch.copy(), policy)["advantages"]),
+            "per-trajectory loop": timed("loop", lambda: loop_gae(trajs, policy)),
+        },
+        rounds,
+    )
+    print(f"GAE over {rows:,} rows in {len(trajs):,} trajectories, {rounds} rounds")
+    print(machine())
+    cpu = {name: [c for c, _ in t] for name, t in turns.items()}
+    wall = {name: [w for _, w in t] for name, t in turns.items()}
+    print_table(
+        ["contender", "CPU s median [min-max]", "wall s median [min-max]", "rows/CPU s"],
+        [
+            [
+                name,
+                median_range(cpu[name], ".4f"),
+                median_range(wall[name], ".4f"),
+                f"{rows / statistics.median(cpu[name]):,.0f}",
+            ]
+            for name in turns
+        ],
+    )
+    for label, times in (("CPU time", cpu), ("wall time", wall)):
+        speedup = ratios(times["per-trajectory loop"], times["rc.GAE"])
+        print(f"loop / rc.GAE per round, {label}: {median_range(speedup, '.1f')} (x faster)")
+    diff = np.abs(results["rc.GAE"].astype(np.float64) - results["loop"]).max()
+    print(f"max |difference| of the advantages: {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
