@@ -185,3 +185,19 @@ def test_empty_batches_get_empty_columns() -> None:
     out = rc.NStepReturns(ctx())(rc.VTrace(ctx())(out, policy), policy)
     for col in ("advantages", "returns", "vtrace_targets", "n_step_rewards", "n_step_state_out_0"):
         assert len(out[col]) == 0
+
+
+def test_compressed_observations_give_the_same_signal() -> None:
+    """Batches with LZ4-compressed obs / new_obs (Atari presets) are read, not refused."""
+    from rlconnect.batches.compressed import CompressedColumn
+
+    batch = batch_of([4, 3, 5], ["cut", "term", "trunc"])
+    plain = rc.GAE(ctx(), gamma=0.9)(batch.copy(), ValuePolicy())
+    packed = batch.copy()
+    del packed["obs"], packed["new_obs"]
+    packed["obs"] = CompressedColumn.compress(batch["obs"])
+    packed["new_obs"] = CompressedColumn.compress(batch["new_obs"])
+    assert packed.compressed_columns() == ["obs", "new_obs"]
+    out = rc.GAE(ctx(), gamma=0.9)(packed, ValuePolicy())
+    np.testing.assert_array_equal(out["advantages"], plain["advantages"])
+    np.testing.assert_array_equal(out["vf_preds"], plain["vf_preds"])

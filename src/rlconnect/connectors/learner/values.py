@@ -73,10 +73,6 @@ def new_columns(batch: SampleBatch, names: tuple[str, ...], who: str) -> None:
         )
 
 
-def _rows(column: Any, rows: np.ndarray | None) -> Any:
-    return column if rows is None else tree.map_structure(lambda x: x[rows], column)
-
-
 def policy_inputs(
     batch: SampleBatch, policy: Policy, rows: np.ndarray | None, *, after: bool, who: str
 ) -> dict[str, Any]:
@@ -96,7 +92,14 @@ def policy_inputs(
             f"{who} needs columns {missing} to compute values with {type(policy).__name__}; "
             f"the batch has {sorted(batch.keys())}"
         )
-    return {key: _rows(batch[col], rows) for key, col in names.items()}
+    if rows is None:
+        return {key: batch[col] for key, col in names.items()}
+    needed = batch.copy()  # shallow: only the needed columns' rows are taken below, so a
+    for col in list(needed.keys()):  # compressed or frame-stacked column is not expanded
+        if col not in names.values():
+            del needed[col]
+    picked = needed.take(rows)
+    return {key: picked[col] for key, col in names.items()}
 
 
 def _concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
