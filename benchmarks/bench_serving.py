@@ -99,7 +99,7 @@ def server_main(conn: Any, batch_wait_s: float, max_concurrent: int) -> None:
         0,
         config=config,
         max_concurrent=max_concurrent,
-        max_episodes_per_connection=4,
+        max_episodes_per_client=max_concurrent,  # every load client shares one address
         batch_wait_s=batch_wait_s,
     )
     rec = Recorder(server)

@@ -130,6 +130,7 @@ def serving_soak(args: argparse.Namespace) -> tuple[list[dict], dict]:
         config=config,
         observation_space=OBS,
         max_concurrent=128,
+        client_key="token",  # the client processes share one address
         episode_timeout_s=args.episode_timeout,
         get_action_timeout_s=20.0,
     )

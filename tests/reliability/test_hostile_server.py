@@ -258,7 +258,8 @@ class Recording:
             0,
             config=config,
             max_concurrent=64,
-            max_episodes_per_connection=4,
+            max_episodes_per_client=4,
+            client_key="token",  # the clients of this test share one address
             request_timeout_s=0.5,
         )
         self.batches: list[rc.SampleBatch] = []
@@ -314,7 +315,7 @@ def test_slow_stalled_and_greedy_clients_cannot_stop_the_others() -> None:
         greedy = PolicyClient(url)
         for _ in range(4):
             greedy.start_episode()
-        with pytest.raises(rc.envs.TooManyEpisodesError, match="max_episodes_per_connection"):
+        with pytest.raises(rc.envs.TooManyEpisodesError, match="max_episodes_per_client"):
             greedy.start_episode()
         nan_client = PolicyClient(url)
         bad_eid = nan_client.start_episode()

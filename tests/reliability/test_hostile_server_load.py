@@ -277,3 +277,51 @@ def test_client_retries_outlast_the_server_holding_a_request() -> None:
     assert client["retry_timeout_s"].default > server.request_timeout_s
     assert server.stall_timeout_s < server.request_timeout_s
     assert client["timeout_s"].default > server.get_action_timeout_s
+
+
+def start_from(port: int, source: str) -> int:
+    """``start_episode`` on a new connection from ``source`` (a loopback address); the
+    answer's status."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    headers = {"Content-Type": "application/x-msgpack", "X-Rlconnect-Client": "made-up"}
+    conn.request("POST", "/v1/start_episode", b"\x80", headers)
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_a_connection_per_episode_does_not_multiply_a_clients_share() -> None:
+    """Regression: the lane share was per connection, so a client opening a connection
+    per episode took 8 of 8 lanes and locked a new client out for as long as it liked.
+    Now the share is per client (its peer address by default): it gets its share (a
+    quarter of the lanes) and the others keep getting lanes."""
+    s = Live(max_concurrent=8, episode_timeout_s=30.0)
+    try:
+        port = s.server.port
+        statuses = [start_from(port, "127.0.0.2") for _ in range(8)]
+        taken = statuses.count(200)
+        print(f"\na connection per episode took {taken} of 8 lanes; statuses {statuses}")
+        assert taken == 2 and statuses[2:] == [429] * 6  # its share: 8 // 4
+        newcomer = PolicyClient(s.server.url, retry_timeout_s=2.0)
+        start = time.perf_counter()
+        eids = [newcomer.start_episode() for _ in range(2)]
+        for eid in eids:
+            newcomer.get_action(eid, np.zeros(3, np.float32))
+        print(f"the newcomer got 2 lanes and actions in {time.perf_counter() - start:.3f} s")
+        assert start_from(port, "127.0.0.3") == 200  # and so does a third address
+    finally:
+        s.stop()
+
+
+def test_client_tokens_share_lanes_per_token_when_asked() -> None:
+    """``client_key="token"``: simulators behind one address each get a share (their
+    ``PolicyClient``'s token), trusting them not to make tokens up."""
+    s = Live(max_concurrent=8, client_key="token")
+    try:
+        a, b = PolicyClient(s.server.url), PolicyClient(s.server.url)
+        for client in (a, b):
+            client.start_episode(), client.start_episode()
+        with pytest.raises(rc.envs.TooManyEpisodesError, match="max_episodes_per_client=2"):
+            a.start_episode()
+    finally:
+        s.stop()

@@ -68,7 +68,9 @@ def serve(**kwargs) -> Sampling:
 
 @pytest.fixture
 def sampling() -> Iterator[Sampling]:
-    s = serve(max_concurrent=8, max_episodes_per_connection=2, request_timeout_s=0.5)
+    s = serve(
+        max_concurrent=8, max_episodes_per_client=2, client_key="token", request_timeout_s=0.5
+    )
     yield s
     s.stop()
 
@@ -104,7 +106,7 @@ def test_bad_observations_are_refused_and_the_episode_goes_on(sampling: Sampling
 def test_one_connection_cannot_take_every_lane(sampling: Sampling) -> None:
     greedy, other = PolicyClient(sampling.server.url), PolicyClient(sampling.server.url)
     held = [greedy.start_episode() for _ in range(2)]
-    with pytest.raises(TooManyEpisodesError, match="max_episodes_per_connection=2"):
+    with pytest.raises(TooManyEpisodesError, match="max_episodes_per_client=2"):
         greedy.start_episode()
     eid = other.start_episode()  # the others still get lanes
     other.end_episode(eid, np.zeros(3, np.float32))
@@ -364,7 +366,7 @@ def test_after_the_runner_fails_every_call_answers_503_at_once() -> None:
     config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
     runner = rc.EnvRunner(env, PoisonedPolicy(OBS, ACT, seed=0), config=config)
     server = PolicyServer(
-        runner, "127.0.0.1", 0, get_action_timeout_s=30.0, max_episodes_per_connection=4
+        runner, "127.0.0.1", 0, get_action_timeout_s=30.0, max_episodes_per_client=4
     )
     s = Sampling(server)
     try:

@@ -62,7 +62,7 @@ def test_a_served_runner_keeps_its_lanes_and_gets_the_servers_limits():
         ({"max_queued_steps": -3}, "max_queued_steps must be an int >= 0"),
         ({"get_action_timeout_s": 0}, "get_action_timeout_s must be a number > 0"),
         ({"request_timeout_s": 0}, "request_timeout_s must be > 0 or None"),
-        ({"max_episodes_per_connection": 0}, "max_episodes_per_connection must be a positive"),
+        ({"max_episodes_per_client": 0}, "max_episodes_per_client must be a positive"),
         ({"backlog": 1.5}, "backlog must be a positive int"),
     ],
 )

@@ -27,6 +27,8 @@ class Served:
     """A PolicyServer on 127.0.0.1 whose runner samples whole episodes in a thread."""
 
     def __init__(self, port: int = 0, **kwargs) -> None:
+        # one client process runs up to 50 episodes at once here: no share to hit
+        kwargs.setdefault("max_episodes_per_client", 100)
         self.policy = rc.MLPPolicy(OBS, ACT, seed=0)
         config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
         self.server = PolicyServer(self.policy, "127.0.0.1", port, config=config, **kwargs)
@@ -157,7 +159,7 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(served):
 
 
 def test_max_concurrent_exceeded_is_a_clear_error():
-    s = Served(max_concurrent=3, max_episodes_per_connection=4)
+    s = Served(max_concurrent=3, max_episodes_per_client=4)
     try:
         res = run_client(scenario="too_many", url=s.server.url, max_concurrent=3)
     finally:

@@ -141,6 +141,10 @@ class _Http:
         self.host, self.port = parts.hostname, parts.port or 80
         self.timeout_s, self.retry_timeout_s = timeout_s, retry_timeout_s
         self.max_body_bytes = max_body_bytes
+        self.headers = {
+            "Content-Type": "application/x-msgpack",
+            "X-Rlconnect-Client": uuid.uuid4().hex,  # who we are, for client_key="token"
+        }
         self._local = threading.local()
         self.retries = 0
 
@@ -163,7 +167,7 @@ class _Http:
         conn = self._conn()
         # refused before the body was read (413): its answer may still be there to read
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            conn.request("POST", f"/v1/{name}", data, {"Content-Type": "application/x-msgpack"})
+            conn.request("POST", f"/v1/{name}", data, self.headers)
         resp = conn.getresponse()
         payload = resp.read()
         if resp.will_close:

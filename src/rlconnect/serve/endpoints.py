@@ -51,7 +51,8 @@ class Endpoints:
         self.env = env
         self.hub = env.hub
         self.loop = loop
-        self.share = share  # episodes one connection may run at once
+        self.share = share  # episodes one client may run at once
+        self.clients: dict[str, set[Any]] = {}  # the episodes each client runs
         self.multi = isinstance(env, ExternalMultiAgentEnv)
         self.ops: dict[str, Callable[[dict, Call], Any]] = {
             "start_episode": self.start_episode,
@@ -74,15 +75,26 @@ class Endpoints:
         call.episodes.add(eid)
         return {"episode_id": eid}
 
+    def episodes_of(self, client: str) -> set[Any]:
+        """The episodes ``client`` runs (a set its requests share). Clients that run none
+        are forgotten once there are more than twice as many clients as lanes, so the
+        table stays bounded whoever connects."""
+        if client not in self.clients and len(self.clients) > 2 * self.hub.max_concurrent:
+            for key, running in list(self.clients.items()):
+                self.hub.forget_ended(running)
+                if not running:
+                    del self.clients[key]
+        return self.clients.setdefault(client, set())
+
     def _check_share(self, call: Call, more: int) -> None:
-        """TooManyEpisodesError when the connection would run more than its share."""
+        """TooManyEpisodesError when the client would run more than its share."""
         if len(call.episodes) + more <= self.share:
             return
         self.hub.forget_ended(call.episodes)  # those that ended (or timed out) since
         if len(call.episodes) + more > self.share:
             raise TooManyEpisodesError(
-                f"this connection already runs {len(call.episodes)} episodes, its share "
-                f"(max_episodes_per_connection={self.share}); end some first, or ask the "
+                f"this client already runs {len(call.episodes)} episodes, its share "
+                f"(max_episodes_per_client={self.share}); end some first, or ask the "
                 "server's owner for a larger share"
             )
 

@@ -95,7 +95,7 @@ def kind_of(exc: BaseException) -> str:
 
 
 class Call:
-    """One request being answered: the episodes its connection runs (its share of the
+    """One request being answered: the episodes its client runs (its share of the
     lanes) and ``finish(answer, error)``, called once, on the event loop thread. An
     endpoint that answers ``PENDING`` sets ``wait_s`` when the server must give up
     waiting itself (504); runner work has timeouts of its own."""

@@ -51,6 +51,8 @@ _LENGTH = re.compile(rb"content-length[ \t]*:[ \t]*(-?)", re.IGNORECASE)
 _REASONS = {s.value: s.phrase.encode() for s in http.HTTPStatus}
 
 
+#: longest client token (``X-Rlconnect-Client``) kept; longer ones are cut
+MAX_TOKEN_BYTES = 64
 #: seconds a refusal for capacity is reported by ``/health`` (``refusing``)
 REFUSAL_MEMORY_S = 10.0
 
@@ -89,7 +91,8 @@ class HttpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = listener.httptools.HttpRequestParser(self)
         self.seq = 0  # requests answered so far: an answer for an older one is dropped
-        self.episodes: set[Any] = set()  # episodes this connection started (lane share)
+        self.peer = ""  # the client's IP address
+        self.token: str | None = None  # the first X-Rlconnect-Client header it sent
         self.started: float | None = None  # first byte of the request being received
         self.last_byte = time.monotonic()
         self.held = 0  # body bytes charged to the budget (until their request is answered)
@@ -113,6 +116,8 @@ class HttpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         sock = transport.get_extra_info("socket")
         if sock is not None:  # answers go out in one write: no Nagle delay to wait for
             with contextlib.suppress(OSError):
@@ -158,6 +163,8 @@ class HttpConnection(asyncio.Protocol):
             self._length = int(value)
         elif lower == b"content-type":
             self._type = value.split(b";", 1)[0].strip().lower()
+        elif lower == b"x-rlconnect-client" and self.token is None:
+            self.token = value[:MAX_TOKEN_BYTES].decode("ascii", "replace")
         elif lower == b"expect":
             self._expect = value.strip().lower() == b"100-continue"
         elif lower == b"transfer-encoding":

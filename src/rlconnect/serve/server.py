@@ -212,7 +212,13 @@ class PolicyServer:
                 self._listener.busy(str(error))  # reported by /health
             conn.respond(status, {"error": kind_of(error), "message": str(error)})
 
-        return Call(conn.episodes, finish)
+        return Call(self._endpoints.episodes_of(self._client(conn)), finish)
+
+    def _client(self, conn: HttpConnection) -> str:
+        """Who sends ``conn``'s requests, as ``settings.client_key`` says (its share)."""
+        if self.settings.client_key == "token" and conn.token is not None:
+            return "token:" + conn.token
+        return "peer:" + conn.peer
 
     def _run(self, conn: HttpConnection, name: str, call: Call, read: Callable[[], Any]) -> None:
         """Answer a request whose body ``read()`` returns decoded (on the loop thread)."""

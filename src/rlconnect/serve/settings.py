@@ -46,9 +46,15 @@ class ServerSettings:
     #: episodes at once (when the server builds the env; a given runner's env keeps its own
     #: number of lanes)
     max_concurrent: int = attrs.field(default=100, validator=_count)
-    #: episodes one connection may run at once (None: a quarter of the lanes, at least 1),
-    #: so no client takes every lane; more answer 429 ``TooManyEpisodesError``
-    max_episodes_per_connection: int | None = attrs.field(default=None, validator=_count_or_none)
+    #: episodes one client may run at once (None: a quarter of the lanes, at least 1), so
+    #: no client takes every lane, however many connections it opens; more answer 429
+    #: ``TooManyEpisodesError``
+    max_episodes_per_client: int | None = attrs.field(default=None, validator=_count_or_none)
+    #: who a client is: ``"peer"``, its IP address (a client cannot multiply its share
+    #: by opening connections), or ``"token"``, the ``X-Rlconnect-Client`` header that
+    #: each ``PolicyClient`` sends (its peer address without one), for trusted simulators
+    #: that share an address (a hostile client can make up tokens)
+    client_key: str = attrs.field(default="peer", validator=attrs.validators.in_(("peer", "token")))
     #: the batching window: a sampling step waits for observations until ``max_batch``
     #: episodes (None: all lanes) have one, or every running episode has one, or
     #: ``batch_wait_s`` passed since the first came; all of them then go through one
@@ -110,5 +116,5 @@ class ServerSettings:
         )
 
     def share(self, lanes: int) -> int:
-        """Episodes one connection may run at once, on a served env of ``lanes`` lanes."""
-        return self.max_episodes_per_connection or max(1, lanes // 4)
+        """Episodes one client may run at once, on a served env of ``lanes`` lanes."""
+        return self.max_episodes_per_client or max(1, lanes // 4)
