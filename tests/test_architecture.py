@@ -259,3 +259,46 @@ def test_a_sub_env_is_rebuilt_in_one_place():
         if isinstance(node, ast.Name) and node.id == "rebuild_error"
     ]
     assert not bad, f"sub-envs rebuilt outside envs/sub_envs.py: {bad}"
+
+
+def test_env_settings_are_declared_once():
+    """The env settings are ``EnvSettings``' fields; ``RunnerConfig`` declares each with
+    ``env_field(<its name>, ...)`` (default and check from envs/settings.py) and hands
+    them on as one object, ``env_settings()``."""
+    import attrs
+
+    from rlconnect.envs.settings import EnvSettings
+    from rlconnect.runner.config import RunnerConfig
+
+    names = list(attrs.fields_dict(EnvSettings))
+    config = ast.parse((RUNNER / "config.py").read_text())
+    declared = {
+        node.target.id: ast.unparse(node.value)
+        for cls in config.body
+        if isinstance(cls, ast.ClassDef) and cls.name == "RunnerConfig"
+        for node in cls.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value
+    }
+    wrong = [n for n in names if not declared.get(n, "").startswith(f"env_field({n!r}")]
+    assert not wrong, f"RunnerConfig fields not declared with env_field: {wrong}"
+    defaults = RunnerConfig().env_settings()
+    assert defaults == EnvSettings(), "RunnerConfig's env defaults differ from EnvSettings'"
+
+
+def test_no_function_takes_the_env_settings_one_by_one():
+    """Settings travel as one object: no function takes more than four of the env
+    settings' names as parameters (an adapter's count, seed, config and index at most)."""
+    import attrs
+
+    from rlconnect.envs.settings import EnvSettings
+
+    names = set(attrs.fields_dict(EnvSettings))
+    bad = []
+    for p in _modules(PACKAGE):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = node.args
+                taken = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs} & names
+                if len(taken) > 4:
+                    bad.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name}{sorted(taken)}")
+    assert not bad, f"env settings passed one by one: {bad}"

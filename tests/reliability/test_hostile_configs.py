@@ -13,8 +13,8 @@ import pytest
 
 import rlconnect as rc
 from rlconnect.cli.app import main
+from rlconnect.envs.settings import MAX_WORKER_PROCESSES
 from rlconnect.errors import CheckpointError
-from rlconnect.runner.config import MAX_WORKER_PROCESSES
 
 pytestmark = pytest.mark.reliability
 

@@ -62,7 +62,7 @@ def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = Non
     from rlconnect.envs.make import NotAnEnvError
 
     try:
-        env = make_base_env(resolve_env(run["env"]), **config.env_kwargs())
+        env = make_base_env(resolve_env(run["env"]), config.env_settings())
     except NotAnEnvError as exc:  # ``--env os:getcwd``: the flag names no env
         raise UsageError(f"--env {run['env']!r}: {exc}") from None
     try:

@@ -13,9 +13,10 @@ from rlconnect.envs.external import (
 )
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.envs.gym_envs import GymEnvs
-from rlconnect.envs.make import EnvSettings, make_base_env, register_env_adapter
+from rlconnect.envs.make import make_base_env, register_env_adapter
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.rows import EnvRowsBuilder, ExtraReward
+from rlconnect.envs.settings import EnvSettings
 from rlconnect.envs.sub_envs import EnvContext
 from rlconnect.envs.vector import VectorEnvAdapter
 

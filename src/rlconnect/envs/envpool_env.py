@@ -38,6 +38,7 @@ from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.batches.take import take_rows
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.rows import EnvRowsBuilder, errors_only, strictly_ascending
+from rlconnect.envs.settings import EnvSettings
 from rlconnect.envs.sub_envs import sub_env_seed
 from rlconnect.errors import EnvError, describe_exception
 
@@ -66,18 +67,10 @@ def is_envpool(env: Any) -> bool:
     return any((c.__module__ or "").startswith("envpool") for c in type(env).__mro__)
 
 
-def make_envpool(
-    env: Any,
-    *,
-    num_envs: int,
-    seed: int | None,
-    env_config: dict[str, Any],
-    poll_size: int | None,
-    horizon: int | None,
-    soft_horizon: bool,
-    preset: str | None = None,
-) -> EnvPoolEnv:
-    """The BaseEnv of an EnvPool spec or pool (see the module docstring).
+def make_envpool(env: Any, settings: EnvSettings) -> EnvPoolEnv:
+    """The BaseEnv of an EnvPool spec or pool (see the module docstring), with the
+    runner's ``num_envs``, ``seed``, ``env_config``, ``env_poll_size``, ``horizon`` and
+    ``preset`` (``soft_horizon`` is refused).
 
     With ``preset="atari"`` an Atari task is built with ``stack_num=1`` and hands out
     single ``(84, 84)`` gray frames: EnvPool does the frame skip, max-pooling, no-op and
@@ -85,21 +78,22 @@ def make_envpool(
     frames (copies of the first frame at a reset, as EnvPool's own stack), so the policy
     sees ``Box(0, 255, (4, 84, 84), uint8)`` and nothing is done twice.
     """
-    if soft_horizon:
+    seed, preset = settings.seed, settings.preset
+    if settings.soft_horizon:
         raise ValueError(
             "RunnerConfig.soft_horizon=True cannot be used with EnvPool: a pool cannot keep an "
             "env running across the horizon; use soft_horizon=False (the runner then "
             "cuts episodes at the horizon)"
         )
     if not isinstance(env, str):
-        _check_user_pool(env, num_envs, horizon)
+        _check_user_pool(env, settings.num_envs, settings.horizon)
         return EnvPoolEnv(env, frames=_single_frames(env, preset))
     task = env[len(ENVPOOL_PREFIX) :]
     if not task:
         raise ValueError(
             f"env {env!r}: name an EnvPool task after the prefix, e.g. 'envpool:Pong-v5'"
         )
-    kwargs = _task_kwargs(task, env_config, num_envs, poll_size, horizon, preset)
+    kwargs = _task_kwargs(task, settings)
 
     def build(restarts: int) -> Any:
         import envpool
@@ -149,24 +143,17 @@ def _check_user_pool(pool: Any, num_envs: int, horizon: int | None) -> None:
     )
 
 
-def _task_kwargs(
-    task: str,
-    env_config: dict[str, Any],
-    num_envs: int,
-    poll_size: int | None,
-    horizon: int | None,
-    preset: str | None,
-) -> dict[str, Any]:
+def _task_kwargs(task: str, s: EnvSettings) -> dict[str, Any]:
     """``envpool.make_gymnasium``'s arguments for ``"envpool:<task>"`` (without the seed)."""
-    kwargs = dict(env_config)
-    kwargs["num_envs"] = num_envs
+    kwargs = dict(s.env_config)
+    kwargs["num_envs"] = s.num_envs
     if "num_threads" not in kwargs and (threads := default_threads(task)) is not None:
         kwargs["num_threads"] = threads
-    if poll_size is not None and poll_size < num_envs:
-        kwargs["batch_size"] = poll_size
-    if horizon is not None:  # the runner cuts at the horizon (see the module docstring)
-        kwargs["max_episode_steps"] = horizon + 1
-    if preset == "atari":
+    if s.env_poll_size is not None and s.env_poll_size < s.num_envs:
+        kwargs["batch_size"] = s.env_poll_size
+    if s.horizon is not None:  # the runner cuts at the horizon (see the module docstring)
+        kwargs["max_episode_steps"] = s.horizon + 1
+    if s.preset == "atari":
         kwargs.setdefault("stack_num", 1)
     return kwargs
 

@@ -25,13 +25,13 @@ from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
 from rlconnect.envs.gym_envs import GymEnvs
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.parallel import check_parallel_spec
-from rlconnect.envs.sub_envs import EnvContext, sub_env_context
+from rlconnect.envs.settings import EnvSettings
+from rlconnect.envs.sub_envs import EnvContext
 from rlconnect.envs.vector import VectorEnvAdapter
 from rlconnect.envs.workers import WorkerEnvs
 
 __all__ = [
     "EnvFactory",
-    "EnvSettings",
     "NotAnEnvError",
     "make_base_env",
     "register_env_adapter",
@@ -39,32 +39,6 @@ __all__ = [
 
 
 Creator = Callable[[EnvContext], Any]
-
-
-@attrs.frozen
-class EnvSettings:
-    """What ``make_base_env`` was asked for besides the env: an env adapter's second argument."""
-
-    num_envs: int = 1
-    seed: int | None = None
-    env_config: dict[str, Any] = attrs.field(factory=dict)
-    worker_index: int = 0
-    remote_envs: bool = False
-    preset: str | None = None
-    sub_env_timeout_s: float | None = None
-    env_build_timeout_s: float | None = None
-    #: env worker processes (0: this process) and sub-envs a poll waits for (None: all)
-    num_env_workers: int = 0
-    env_poll_size: int | None = None
-    #: the runner's horizon, for env engines that truncate episodes themselves (EnvPool)
-    horizon: int | None = None
-    soft_horizon: bool = False
-
-    def context(self, index: int) -> EnvContext:
-        """The ``EnvContext`` sub-env ``index`` is built with (first build, not a restart)."""
-        return sub_env_context(
-            index, self.num_envs, self.worker_index, self.seed, 0, self.env_config
-        )
 
 
 #: ``factory(env, settings) -> BaseEnv``: adapts one kind of env.
@@ -105,16 +79,7 @@ def _in_workers(creator: Creator, s: EnvSettings) -> BaseEnv:
 
 def _from_envpool(env: Any, s: EnvSettings) -> BaseEnv:
     """``"envpool:<task id>"`` or a pool the user built (``rlconnect.envs.envpool_env``)."""
-    return make_envpool(
-        env,
-        num_envs=s.num_envs,
-        seed=s.seed,
-        env_config=s.env_config,
-        poll_size=s.env_poll_size,
-        horizon=s.horizon,
-        soft_horizon=s.soft_horizon,
-        preset=s.preset,
-    )
+    return make_envpool(env, s)
 
 
 def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
@@ -126,23 +91,9 @@ def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
         return _external(first, s)
     envs = [first, *(creator(s.context(i)) for i in range(1, s.num_envs))]
     if isinstance(first, gym.Env):
-        return GymEnvs(
-            creator,
-            s.num_envs,
-            seed=s.seed,
-            worker_index=s.worker_index,
-            env_config=s.env_config,
-            envs=envs,
-        )
+        return GymEnvs(creator, s.num_envs, envs=envs, contexts=s.contexts())
     if hasattr(first, "observation_spaces") and hasattr(first, "step"):
-        return MultiAgentEnvs(
-            creator,
-            s.num_envs,
-            seed=s.seed,
-            worker_index=s.worker_index,
-            env_config=s.env_config,
-            envs=envs,
-        )
+        return MultiAgentEnvs(creator, s.num_envs, envs=envs, contexts=s.contexts())
     raise NotAnEnvError(
         f"env creator returned {type(first).__name__}, which is not an env (a gymnasium "
         "Env, an rc.MultiAgentEnv, a PettingZoo env, an rc.BaseEnv or an rc.ExternalEnv)"
@@ -206,8 +157,8 @@ def _from_instance(env: Any, s: EnvSettings) -> BaseEnv:
         )
 
     if isinstance(instance, gym.Env):
-        return GymEnvs(creator, 1, seed=s.seed, envs=[instance], worker_index=s.worker_index)
-    return MultiAgentEnvs(creator, 1, seed=s.seed, envs=[instance], worker_index=s.worker_index)
+        return GymEnvs(creator, 1, envs=[instance], contexts=s.contexts())
+    return MultiAgentEnvs(creator, 1, envs=[instance], contexts=s.contexts())
 
 
 def _kind(cls: type) -> _Match:
@@ -257,24 +208,11 @@ def adapter_for(env: Any) -> EnvFactory:
     )
 
 
-def make_base_env(
-    env: Any,
-    *,
-    num_envs: int = 1,
-    seed: int | None = None,
-    env_config: dict | None = None,
-    worker_index: int = 0,
-    remote_envs: bool = False,
-    preset: str | None = None,
-    sub_env_timeout_s: float | None = None,
-    env_build_timeout_s: float | None = None,
-    num_env_workers: int = 0,
-    env_poll_size: int | None = None,
-    horizon: int | None = None,
-    soft_horizon: bool = False,
-) -> BaseEnv:
+def make_base_env(env: Any, settings: EnvSettings | None = None, **changes: Any) -> BaseEnv:
     """Adapt ``env`` (id, instance, creator, vector env, multi-agent env, BaseEnv, or a
-    kind registered with ``register_env_adapter``).
+    kind registered with ``register_env_adapter``) with ``settings`` (an ``EnvSettings``,
+    e.g. ``RunnerConfig.env_settings()``; default: its defaults), ``changes`` replacing
+    fields of it by name (``make_base_env("CartPole-v1", num_envs=8, seed=0)``).
 
     With ``preset="atari"`` an ale-py game id gets the env-side Atari preprocessing
     (``rlconnect.envs.atari.make_atari_env``; ``env_config`` goes to it).
@@ -285,25 +223,8 @@ def make_base_env(
     ``"envpool:<task id>"`` and EnvPool pools become an ``EnvPoolEnv``
     (``rlconnect.envs.envpool_env``).
     """
-    check_parallel_spec(
-        env,
-        num_envs=num_envs,
-        num_env_workers=num_env_workers,
-        env_poll_size=env_poll_size,
-        remote_envs=remote_envs,
-    )
-    settings = EnvSettings(
-        num_envs=num_envs,
-        seed=seed,
-        env_config=dict(env_config or {}),
-        worker_index=worker_index,
-        remote_envs=remote_envs,
-        preset=preset,
-        sub_env_timeout_s=sub_env_timeout_s,
-        env_build_timeout_s=env_build_timeout_s,
-        num_env_workers=num_env_workers,
-        env_poll_size=env_poll_size,
-        horizon=horizon,
-        soft_horizon=soft_horizon,
-    )
+    settings = attrs.evolve(settings or EnvSettings(), **changes)
+    # the env creators get a copy of env_config: what they do to it stays theirs
+    settings = attrs.evolve(settings, env_config=dict(settings.env_config))
+    check_parallel_spec(env, settings)
     return adapter_for(env)(env, settings)

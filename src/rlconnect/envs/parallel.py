@@ -10,6 +10,7 @@ from rlconnect.envs.base import BaseEnv
 from rlconnect.envs.envpool_env import is_envpool
 from rlconnect.envs.external import ExternalEnv
 from rlconnect.envs.multi_agent import MultiAgentEnv
+from rlconnect.envs.settings import EnvSettings
 
 __all__ = ["check_parallel_spec"]
 
@@ -30,10 +31,10 @@ def _instance(env: Any) -> str | None:
     return None
 
 
-def check_parallel_spec(
-    env: Any, *, num_envs: int, num_env_workers: int, env_poll_size: int | None, remote_envs: bool
-) -> None:
+def check_parallel_spec(env: Any, settings: EnvSettings) -> None:
     """Raise ``ValueError`` for env workers or asynchronous polls the env cannot have."""
+    num_envs, num_env_workers = settings.num_envs, settings.num_env_workers
+    env_poll_size, remote_envs = settings.env_poll_size, settings.remote_envs
     if isinstance(env, BaseEnv):
         return  # built already (e.g. by make_base_env with these settings): used as it is
     envpool = is_envpool(env)

@@ -9,6 +9,7 @@ from typing import Any, cast
 import attrs
 
 from rlconnect.connectors.settings import ConnectorSettings, setting_field
+from rlconnect.envs.settings import EnvSettings, check_processes, env_field
 
 __all__ = ["BatchMode", "CountStepsBy", "RunnerConfig"]
 
@@ -43,76 +44,14 @@ def _positive_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be an integer >= 1")
 
 
-MAX_NUM_ENVS = 1 << 12
-"""Most sub-envs one runner builds (a bound on what a checkpoint's config can ask for)."""
-
-
-MAX_WORKER_PROCESSES = 256
-"""Most env worker processes one runner starts (``remote_envs=True``: one per sub-env), so
-a config read from a file (a checkpoint, ``rlconnect sample --config``) cannot make it fork
-thousands of processes; more sub-envs in processes: several runners (``rc.RunnerGroup``)."""
-
-
-def _num_envs(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    _positive_int(inst, attribute, value)
-    if value > MAX_NUM_ENVS:
-        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: at most {MAX_NUM_ENVS}")
-
-
-def _optional_positive_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None:
-        _positive_int(inst, attribute, value)
-
-
 def _bool(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be True or False")
 
 
-def _seed(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ValueError(f"RunnerConfig.seed={value!r}: must be None or an integer >= 0")
-
-
 def _callable_or_none(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not callable(value):
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be callable or None")
-
-
-def _optional_timeout(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise ValueError(
-            f"RunnerConfig.{attribute.name}={value!r}: must be None or a number of seconds > 0"
-        )
-
-
-def _env_workers(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"RunnerConfig.num_env_workers={value!r}: must be an integer >= 0")
-    if not 0 <= value <= inst.num_envs:
-        raise ValueError(
-            f"RunnerConfig.num_env_workers={value!r}: must be between 0 (sub-envs in this "
-            f"process) and num_envs={inst.num_envs} (one worker per sub-env)"
-        )
-
-
-def _env_poll_size(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"RunnerConfig.env_poll_size={value!r}: must be None or an integer")
-    if not 1 <= value <= inst.num_envs:
-        raise ValueError(
-            f"RunnerConfig.env_poll_size={value!r}: must be None or between 1 and "
-            f"num_envs={inst.num_envs} (sub-envs a poll waits for)"
-        )
-
-
-def _dict(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, dict):
-        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be a dict")
 
 
 def _optional_str(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -181,12 +120,15 @@ def _count_steps_by(value: Any) -> CountStepsBy:
     return cast(CountStepsBy, _to_count_steps_by(value))
 
 
+_OWNER = "RunnerConfig."
+
+
 @attrs.define(kw_only=True)
 class RunnerConfig:
     """How an EnvRunner samples. Every field is checked when the config is built."""
 
     #: sub-environments stepped together (sub-env i is seeded ``seed + i``; <= MAX_NUM_ENVS)
-    num_envs: int = attrs.field(default=1, validator=_num_envs)
+    num_envs: int = env_field("num_envs", _OWNER)
     #: steps per sub-env in one ``sample()``: a batch holds ``rollout_fragment_length * num_envs``
     rollout_fragment_length: int = attrs.field(default=200, validator=_positive_int)
     #: "truncate_episodes" (exact size, episodes continue) or "complete_episodes"
@@ -196,11 +138,11 @@ class RunnerConfig:
         default=CountStepsBy.ENV_STEPS, converter=_count_steps_by
     )
     #: truncate episodes after this many env steps (None: never)
-    horizon: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    horizon: int | None = env_field("horizon", _OWNER)
     #: at the horizon start a new episode id without resetting the env
-    soft_horizon: bool = attrs.field(default=False, validator=_bool)
+    soft_horizon: bool = env_field("soft_horizon", _OWNER)
     #: base seed of sub-envs and of the policies' samplers (None: not seeded)
-    seed: int | None = attrs.field(default=None, validator=_seed)
+    seed: int | None = env_field("seed", _OWNER)
     #: rebuild a sub-env whose step/reset raised (or that returned a non-finite or
     #: malformed observation or reward), dropping its episode from the data
     restart_failed_sub_environments: bool = attrs.field(default=False, validator=_bool)
@@ -210,11 +152,11 @@ class RunnerConfig:
     #: seconds an env worker process (``num_env_workers`` or ``remote_envs``) may take for
     #: one poll of its sub-envs; past it the worker is killed and its sub-envs failed
     #: (restarted in a new worker with restarts on; None: wait)
-    sub_env_timeout_s: float | None = attrs.field(default=None, validator=_optional_timeout)
+    sub_env_timeout_s: float | None = env_field("sub_env_timeout_s", _OWNER)
     #: seconds an env worker process may take to build its sub-envs (the env creator's
     #: calls, at start-up and when a sub-env is rebuilt); past it the worker is killed and
     #: ``EnvTimeoutError`` raised. None: as long as they take, as in the runner's process
-    env_build_timeout_s: float | None = attrs.field(default=None, validator=_optional_timeout)
+    env_build_timeout_s: float | None = env_field("env_build_timeout_s", _OWNER)
     #: check what envs return against their spaces on the first polls
     check_env: bool = attrs.field(default=True, validator=_bool)
     #: raise ``rc.EnvCheckError`` on a NaN or inf observation or reward at any step (with
@@ -241,13 +183,13 @@ class RunnerConfig:
     keep_raw_obs: bool = attrs.field(default=False, validator=_bool)
     # -- env workers and asynchronous polls -------------------------------------------------
     #: step sub-envs in env worker processes, one per sub-env (``num_env_workers=num_envs``)
-    remote_envs: bool = attrs.field(default=False, validator=_bool)
+    remote_envs: bool = env_field("remote_envs", _OWNER)
     #: worker processes stepping the sub-envs through shared memory (0: in this process);
     #: at most ``num_envs``
-    num_env_workers: int = attrs.field(default=0, validator=_env_workers)
+    num_env_workers: int = env_field("num_env_workers", _OWNER)
     #: sub-envs a poll waits for (None or ``num_envs``: all of them); ``1 <= B < num_envs``
     #: returns as soon as B sub-envs have finished their step (env workers or EnvPool)
-    env_poll_size: int | None = attrs.field(default=None, validator=_env_poll_size)
+    env_poll_size: int | None = env_field("env_poll_size", _OWNER)
     #: sample in a background thread; ``sample()`` returns the next ready batch
     sample_async: bool = attrs.field(default=False, validator=_bool)
     #: ``fn(agent_obs, worker=, base_env=, policies=, episode=) -> agent_obs`` per env step
@@ -255,11 +197,11 @@ class RunnerConfig:
         default=None, validator=_callable_or_none
     )
     #: passed to env creators as ``EnvContext.config``
-    env_config: dict[str, Any] = attrs.field(factory=dict, validator=_dict)
+    env_config: dict[str, Any] = env_field("env_config", _OWNER)
     #: index of this runner among remote runners (0: local)
-    worker_index: int = attrs.field(default=0)
+    worker_index: int = env_field("worker_index", _OWNER)
     #: preprocessing preset (None or "atari"; a connector setting)
-    preset: str | None = setting_field("preset", "RunnerConfig.")
+    preset: str | None = env_field("preset", _OWNER)
 
     # -- offline experience (issue: offline data) --------------------------------------------
     #: write every sampled batch under this folder (Parquet; None: don't write)
@@ -289,54 +231,18 @@ class RunnerConfig:
     #: store image columns compressed in batches, decompressed on access
     compress_observations: bool = attrs.field(default=False, validator=_bool)
 
-    @worker_index.validator
-    def _check_worker_index(self, attribute: attrs.Attribute, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"RunnerConfig.worker_index={value!r}: must be an integer >= 0")
-
     def __attrs_post_init__(self) -> None:
         if self.off_policy_estimation and self.input == "sampler":
             raise ValueError(
                 "RunnerConfig.off_policy_estimation needs input= files to estimate on "
                 "(a path, a glob, or a dict of sources)"
             )
-        if self.remote_envs and self.num_envs > MAX_WORKER_PROCESSES:
-            raise ValueError(
-                f"RunnerConfig.remote_envs=True with num_envs={self.num_envs} would start "
-                f"{self.num_envs} worker processes: at most {MAX_WORKER_PROCESSES} "
-                "(MAX_WORKER_PROCESSES); use fewer sub-envs, num_env_workers instead (several "
-                "sub-envs per worker), or several runners (rc.RunnerGroup)"
-            )
-        if self.num_env_workers > MAX_WORKER_PROCESSES:
-            raise ValueError(
-                f"RunnerConfig.num_env_workers={self.num_env_workers}: at most "
-                f"{MAX_WORKER_PROCESSES} worker processes (MAX_WORKER_PROCESSES); give each "
-                "worker several sub-envs"
-            )
-        for name in ("sub_env_timeout_s", "env_build_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and not (self.remote_envs or self.num_env_workers):
-                raise ValueError(
-                    f"RunnerConfig.{name}={value!r} needs remote_envs=True or "
-                    "num_env_workers >= 1: only a sub-env in a worker process can be timed out"
-                )
+        check_processes(self, _OWNER)
 
-    def env_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments ``rlconnect.envs.make_base_env`` takes from this config."""
-        return {
-            "num_envs": self.num_envs,
-            "seed": self.seed,
-            "env_config": self.env_config,
-            "worker_index": self.worker_index,
-            "remote_envs": self.remote_envs,
-            "preset": self.preset,
-            "sub_env_timeout_s": self.sub_env_timeout_s,
-            "env_build_timeout_s": self.env_build_timeout_s,
-            "num_env_workers": self.num_env_workers,
-            "env_poll_size": self.env_poll_size,
-            "horizon": self.horizon,
-            "soft_horizon": self.soft_horizon,
-        }
+    def env_settings(self) -> EnvSettings:
+        """This config's env settings (the fields declared with ``env_field``): what
+        ``rlconnect.envs.make_base_env`` builds the env with."""
+        return EnvSettings(**{k: getattr(self, k) for k in attrs.fields_dict(EnvSettings)})
 
     def connector_settings(self) -> ConnectorSettings:
         """This config's connector settings (the fields declared with ``setting_field``)."""

@@ -148,13 +148,11 @@ def evaluate(runner: EvaluatedRunner, num_episodes: int = 10, *, env: Any = None
     workers = min(cfg.num_env_workers, num_envs) if _rebuildable(spec) else 0
     base_env = make_base_env(
         spec,
-        **{
-            **cfg.env_kwargs(),
-            "num_envs": num_envs,
-            "seed": seed,
-            "num_env_workers": workers,
-            "env_poll_size": None,  # whole episodes, every sub-env each step
-        },
+        cfg.env_settings(),
+        num_envs=num_envs,
+        seed=seed,
+        num_env_workers=workers,
+        env_poll_size=None,  # whole episodes, every sub-env each step
     )
     pids = list(runner.policies)
     records: list[dict] = []

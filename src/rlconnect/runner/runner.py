@@ -82,7 +82,7 @@ class EnvRunner:
         cfg = self.config
         self.policies, self.policy_mapping_fn = policy_set(policies, policy_mapping_fn, cfg)
         self.env_spec = env  # what evaluate() builds its separate sub-envs from
-        self.env = make_base_env(env, **cfg.env_kwargs())
+        self.env = make_base_env(env, cfg.env_settings())
         self.num_envs = self.env.num_envs
         #: sub-envs a fragment counts: an ExternalEnv has one slot per concurrent episode
         #: but sizes batches as ``fragment_envs`` envs
