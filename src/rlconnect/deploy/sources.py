@@ -95,6 +95,7 @@ def _from_checkpoint(path: str | os.PathLike[str], policy_id: str) -> PolicySour
     try:
         policy = policy_from_spec(rec.kind, rec.observation_space, rec.action_space, rec.kwargs)
         policy.set_weights(rec.weights)
+        policy.weights_seq = rec.weights_seq
     except UnknownPolicyError:
         raise
     except Exception as exc:  # the class's own validation of the saved kwargs and weights

@@ -210,15 +210,26 @@ class RunnerGroup:
         """The reference weights (the local runner's), by policy id."""
         return self.local_runner.get_weights()
 
-    def sync_weights(self, weights: Mapping[str, Any] | None = None) -> None:
+    def sync_weights(
+        self,
+        weights: Mapping[str, Any] | None = None,
+        weights_seq: int | Mapping[str, int] | None = None,
+    ) -> None:
         """Set ``weights`` (default: the local runner's) on every runner; one object-store
-        put is shared by all actors."""
+        put is shared by all actors. ``weights_seq`` (the learner's version of
+        ``weights``: an int, or an int by policy id) becomes every runner's
+        ``policy.weights_seq``, so the rows they record show how far behind they are;
+        without it the local runner counts a new version and the remote runners take the
+        local runner's versions."""
+        local = self.local_runner
         if weights is not None:
-            self.local_runner.set_weights(weights)
+            local.set_weights(weights, weights_seq)
+        elif weights_seq is not None:
+            local.set_weights(local.get_weights(), weights_seq)
         if not self._actors:
             return
-        self._remote.weights_ref = self._ray.put(self.local_runner.get_weights())
-        self._call_all("set_weights", self._remote.weights_ref)
+        self._remote.weights_ref = self._ray.put(local.get_weights())
+        self._call_all("set_weights", self._remote.weights_ref, self._remote.versions())
 
     def sync_connector_states(self) -> None:
         """Merge every runner's connector deltas into the reference statistics and send the

@@ -54,6 +54,11 @@ class RunnerPool:
     def indices(self) -> list[int]:
         return sorted(self.actors)
 
+    def versions(self) -> dict[str, int]:
+        """The local runner's ``weights_seq`` by policy id: what remote runners take with
+        its weights, so a version names the same weights on every runner."""
+        return {pid: p.weights_seq for pid, p in self.local_runner.policies.items()}
+
     def submit_sample(self, k: int) -> Any:
         """Ask runner ``k`` for its next batch; the object ref of ``(batch, deltas)``."""
         return self.actors[k].sample.remote()
@@ -157,7 +162,7 @@ class RunnerPool:
         actor = self._start_actor(k, incarnation)
         if self.weights_ref is None:
             self.weights_ref = self._ray.put(self.local_runner.get_weights())
-        actor.set_weights.remote(self.weights_ref)
+        actor.set_weights.remote(self.weights_ref, self.versions())
         actor.set_connector_states.remote(self.local_runner.get_connector_states())
         return actor
 

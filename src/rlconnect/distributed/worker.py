@@ -113,8 +113,10 @@ class RemoteRunner:
     def get_weights(self) -> dict[str, Any]:
         return self.runner.get_weights()
 
-    def set_weights(self, weights: Mapping[str, Any]) -> None:
-        self.runner.set_weights(weights)
+    def set_weights(
+        self, weights: Mapping[str, Any], weights_seq: Mapping[str, int] | None = None
+    ) -> None:
+        self.runner.set_weights(weights, weights_seq)
 
     def get_connector_states(self) -> dict[str, Any]:
         return self.runner.get_connector_states()

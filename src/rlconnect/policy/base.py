@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import abc
 import copy
+import functools
 import numbers
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -98,6 +99,21 @@ def batch_size(input_batch: Mapping[str, Any]) -> int:
     return len(leaves[0])
 
 
+def _counts_versions(set_weights: Callable[..., None]) -> Callable[..., None]:
+    """``set_weights`` that makes ``weights_seq`` one more than it was at the call, once
+    the weights are loaded. Nested calls (an override calling ``super().set_weights``)
+    set the same number, so one outer call is one version."""
+
+    @functools.wraps(set_weights)
+    def versioned(self: Policy, weights: Mapping[str, Any]) -> None:
+        seq = self.weights_seq
+        set_weights(self, weights)
+        self.weights_seq = seq + 1
+
+    versioned._counts_versions = True  # type: ignore[attr-defined]
+    return versioned
+
+
 class Policy(abc.ABC):
     """Abstract base of all policies.
 
@@ -105,6 +121,11 @@ class Policy(abc.ABC):
     :meth:`get_initial_state`, and those with parameters :meth:`get_weights` /
     :meth:`set_weights`. Subclasses that own more generators than ``self.np_random``
     extend :meth:`seed`.
+
+    ``weights_seq`` is the version of the weights: 0 at construction, one more after
+    every ``set_weights`` (a subclass's override counts too, without doing anything). The
+    runner records it with every row (column ``weights_seq``: the weights that chose the
+    row's action), so a learner sees how far behind its data is.
 
     Args:
         observation_space: the space of one row of ``obs`` (the agent pipeline's output).
@@ -133,6 +154,15 @@ class Policy(abc.ABC):
         self._seed: int | None = None
         self.np_random: np.random.Generator = np.random.default_rng()
         self.seed(seed)
+
+    #: the version of the weights (see the class docstring)
+    weights_seq: int = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("set_weights")
+        if callable(own) and not getattr(own, "_counts_versions", False):
+            cls.set_weights = _counts_versions(own)  # type: ignore[method-assign]
 
     # -- inference -----------------------------------------------------------------------
 
@@ -212,8 +242,10 @@ class Policy(abc.ABC):
         """Copies of the policy's weights by name (empty for weightless policies)."""
         return {}
 
+    @_counts_versions
     def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Load weights by name; names and shapes must match :meth:`get_weights` exactly."""
+        """Load weights by name; names and shapes must match :meth:`get_weights` exactly.
+        Each call is a new version of the weights (``weights_seq`` grows by one)."""
         validate_weights({}, weights, type(self).__name__)
 
     # -- training hooks ------------------------------------------------------------------

@@ -102,7 +102,9 @@ def save_checkpoint(runner: CheckpointedRunner, path: str | os.PathLike[str]) ->
                 with open(full, "rb") as f:
                     data = f.read()
                 files[role] = {"path": rel, "sha256": sha256_hex(data), "size": len(data)}
-            entries.append({"id": pid, **spec, "files": files})
+            entries.append(
+                {"id": pid, **spec, "weights_seq": policy.weights_seq, "files": files}
+            )
         manifest = {
             "format": CHECKPOINT_FORMAT,
             "format_version": CHECKPOINT_FORMAT_VERSION,
@@ -306,12 +308,18 @@ def restore_runner(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> 
         )
         _check_pipe_output(ck, pid, agent[pid], runner.policies[pid].observation_space)
     for pid, rec in ck.policies.items():
-        runner.policies[pid].set_weights(rec.weights)
+        _load_weights(runner.policies[pid], rec)
         for live, loaded in ((runner.pipelines.agent, agent), (runner.pipelines.action, action)):
             if _same_members(live[pid], loaded[pid]):
                 live[pid].set_statistics(loaded[pid].get_statistics())
             else:
                 live[pid] = loaded[pid]  # type: ignore[assignment]
+
+
+def _load_weights(policy: Policy, rec: PolicyRecord) -> None:
+    """The saved weights and their saved version: a restore is no new version."""
+    policy.set_weights(rec.weights)
+    policy.weights_seq = rec.weights_seq
 
 
 def _same_members(a: ConnectorPipeline, b: ConnectorPipeline) -> bool:
@@ -399,5 +407,5 @@ def runner_from_checkpoint(
         action_pipelines={pid: _pipeline_loader(ck, r, "action") for pid, r in ck.policies.items()},
     )
     for pid, rec in ck.policies.items():
-        runner.policies[pid].set_weights(rec.weights)
+        _load_weights(runner.policies[pid], rec)
     return runner

@@ -19,6 +19,7 @@ The manifest::
                    "spec": {"kind": "MLPPolicy", "kwargs": {...},
                             "observation_space": {...}, "action_space": {...}},
                    "env_observation_space": {...}, "env_action_space": {...},
+                   "weights_seq": 3,
                    "files": {"weights": {"path": "policies/default_policy/weights.safetensors",
                                          "sha256": "<64 hex>", "size": 1234},
                              "agent_pipeline": {...}, "action_pipeline": {...}}}]}
@@ -280,6 +281,9 @@ def _check_policy_entry(entry: Any, i: int, fail: Callable[[str], CheckpointErro
     for key in ("env_observation_space", "env_action_space"):
         if not isinstance(entry.get(key), dict):
             raise fail(f"{where}: {key} must be an object")
+    seq = entry.get("weights_seq", 0)
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        raise fail(f"{where}: weights_seq must be an integer >= 0, got {_short(seq)}")
     files = entry.get("files")
     if not isinstance(files, dict) or set(files) != set(FILE_ROLES):
         raise fail(f"{where}: 'files' must be an object with exactly the keys {list(FILE_ROLES)}")

@@ -46,6 +46,7 @@ class PolicyRecord:
     weights: dict[str, np.ndarray]
     agent_pipeline_file: str
     action_pipeline_file: str
+    weights_seq: int = 0  #: the version of ``weights`` (0 in checkpoints that predate it)
 
 
 @attrs.define
@@ -141,6 +142,7 @@ def _load_policy_record(root: str, entry: dict[str, Any]) -> PolicyRecord:
         weights=_parse_weights(data, weights_path),
         agent_pipeline_file=blobs["agent_pipeline"][0],
         action_pipeline_file=blobs["action_pipeline"][0],
+        weights_seq=entry.get("weights_seq", 0),
         **spaces,
     )
 

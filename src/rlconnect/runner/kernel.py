@@ -315,6 +315,8 @@ class StepKernel:
         t0 = _clock()
         step = self._agent_rows(pid, idx, facts)
         self._secs["mean_raw_obs_processing_ms"] += _clock() - t0
+        policy = self.policies[pid]
+        step.record["weights_seq"] = policy.weights_seq  # one int for the chunk's rows
         inputs: Any = step.data
         env_ids, agent_ids = step.env_ids, step.agent_ids
         if facts.some_done and np.count_nonzero(step.done):  # act for the rows that go on
@@ -327,7 +329,7 @@ class StepKernel:
         cfg = self.config
         outputs, env_actions = act(
             pid,
-            self.policies[pid],
+            policy,
             self.pipes,
             inputs,
             env_ids,

@@ -48,6 +48,7 @@ from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PipelineSpec, build_pipelines
 from rlconnect.runner.policy_set import policy_set
+from rlconnect.runner.versions import mark_weights_lag, weights_versions
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
 
 __all__ = ["EnvRunner"]
@@ -177,8 +178,11 @@ class EnvRunner:
         if self.config.sample_async:
             if self._async is None:
                 self._async = AsyncSampler(self._next_batch)
-            return self._async.next()
-        return self._next_batch()
+            out = self._async.next()
+        else:
+            out = self._next_batch()
+        mark_weights_lag(out, self.policies)  # against the versions of now
+        return out
 
     def _next_batch(self) -> SampleBatch | MultiAgentBatch:
         if self._source is not None:  # e.g. RunnerConfig(input=...): a batch source
@@ -286,15 +290,24 @@ class EnvRunner:
         """Weights of every policy, by policy id."""
         return {pid: p.get_weights() for pid, p in self.policies.items()}
 
-    def set_weights(self, weights: Mapping[str, Mapping[str, np.ndarray]]) -> None:
-        """Load weights by policy id (unknown ids are a ValueError)."""
+    def set_weights(
+        self,
+        weights: Mapping[str, Mapping[str, np.ndarray]],
+        weights_seq: int | Mapping[str, int] | None = None,
+    ) -> None:
+        """Load weights by policy id (unknown ids are a ValueError). Each policy loaded
+        counts a new version (``policy.weights_seq``); ``weights_seq`` (an int, or an int
+        by policy id) sets the version instead: the learner's, so rows show their lag."""
         unknown = sorted(set(weights) - set(self.policies))
         if unknown:
             raise ValueError(
                 f"weights for unknown policies {unknown}; known: {list(self.policies)}"
             )
+        versions = weights_versions(weights, weights_seq)
         for pid, w in weights.items():
             self.policies[pid].set_weights(w)
+            if pid in versions:
+                self.policies[pid].weights_seq = versions[pid]
 
     def get_connector_states(self) -> dict[str, dict[str, Any]]:
         """Connector statistics by policy id: ``{"agent": {...}, "action": {...}}``."""
