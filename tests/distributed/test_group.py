@@ -138,6 +138,24 @@ def test_weights_broadcast_with_one_put(filtered_group, monkeypatch):
             np.testing.assert_array_equal(remote["default_policy"][name], value)
 
 
+def test_sync_weights_sets_the_learners_version_on_every_runner(filtered_group):
+    group = filtered_group
+    versions = lambda r: r.policies["default_policy"].weights_seq  # noqa: E731
+    group.sync_weights(group.get_weights(), weights_seq=40)
+    assert [versions(group.local_runner), *group.foreach_runner(versions)] == [40, 40, 40]
+    batch = group.sample()
+    assert set(np.unique(batch["weights_seq"]).tolist()) <= {40} | set(range(40))
+    group.sync_weights()  # no version given: the local runner counts one, the rest follow
+    assert [versions(group.local_runner), *group.foreach_runner(versions)] == [41, 41, 41]
+    batch = group.sample()  # rows acted before the sync lag one version
+    assert batch["weights_seq"].dtype == np.int64
+    assert set(np.unique(batch["weights_seq"]).tolist()) <= {40, 41}
+    lag = batch.meta["weights_lag"]
+    assert lag["max"] == 41 - int(batch["weights_seq"].min())
+    streamed = next(iter(group.sample_async(num_batches=1)))
+    assert streamed.meta["weights_lag"]["max"] in (0, 1)
+
+
 def reference_statistics(group):
     logs = np.concatenate([x for per in group.foreach_runner(env_logs) for x in per])
     return len(logs), logs.mean(axis=0), logs.var(axis=0) * len(logs)

@@ -29,6 +29,7 @@ from rlconnect.distributed.sync import apply_deltas, check_frozen_filters
 from rlconnect.distributed.worker import RunnerSpec, read_folder
 from rlconnect.policy import Policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
+from rlconnect.runner.versions import mark_weights_lag
 
 __all__ = ["RunnerGroup"]
 
@@ -170,6 +171,7 @@ class RunnerGroup:
         count_by = self.config.count_steps_by.value
         out, info = sample_round(self._remote, self._inbox, count_by, self.num_runners)
         self.last_sample_info = info
+        mark_weights_lag(out, self.local_runner.policies)  # behind the learner's versions
         return out
 
     def sample_async(self, num_batches: int | None = None) -> Iterator[Batch]:
@@ -191,7 +193,13 @@ class RunnerGroup:
                 yield batch
             return
         self._require_runners()
-        yield from sample_stream(self._remote, self._inbox, num_batches, self._require_runners)
+        stream = sample_stream(self._remote, self._inbox, num_batches, self._require_runners)
+        try:
+            for batch in stream:
+                mark_weights_lag(batch, self.local_runner.policies)
+                yield batch
+        finally:
+            stream.close()  # closing this iterator closes the stream's requests too
 
     def __iter__(self) -> Iterator[Batch]:
         return self.sample_async()
