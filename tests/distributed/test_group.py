@@ -145,7 +145,9 @@ def test_sync_weights_sets_the_learners_version_on_every_runner(filtered_group):
     assert [versions(group.local_runner), *group.foreach_runner(versions)] == [40, 40, 40]
     batch = group.sample()
     assert set(np.unique(batch["weights_seq"]).tolist()) <= {40} | set(range(40))
-    group.sync_weights()  # no version given: the local runner counts one, the rest follow
+    group.local_runner.set_weights(group.get_weights())  # the local runner counts one...
+    assert versions(group.local_runner) == 41
+    group.sync_weights()  # ...and the remote runners take the local runner's versions
     assert [versions(group.local_runner), *group.foreach_runner(versions)] == [41, 41, 41]
     batch = group.sample()  # rows acted before the sync lag one version
     assert batch["weights_seq"].dtype == np.int64

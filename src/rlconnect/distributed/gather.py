@@ -8,7 +8,7 @@ group's :class:`DeltaInbox`, and leave failures to the pool (restart, drop or ra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
@@ -91,7 +91,7 @@ def sample_stream(
     inbox: DeltaInbox,
     num_batches: int | None,
     require_runners: Callable[[], None],
-) -> Iterator[Batch]:
+) -> Generator[Batch, None, None]:
     """Runners' batches as they finish, each tagged ``runner_index`` and
     ``runner_failures``; ``num_batches=None`` runs until the iterator is closed.
     ``require_runners()`` raises when no healthy runner is left."""

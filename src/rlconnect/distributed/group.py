@@ -194,12 +194,12 @@ class RunnerGroup:
             return
         self._require_runners()
         stream = sample_stream(self._remote, self._inbox, num_batches, self._require_runners)
-        try:
+        try:  # (a generator: closing this one closes it, and its requests, too)
             for batch in stream:
                 mark_weights_lag(batch, self.local_runner.policies)
                 yield batch
         finally:
-            stream.close()  # closing this iterator closes the stream's requests too
+            stream.close()
 
     def __iter__(self) -> Iterator[Batch]:
         return self.sample_async()
@@ -227,8 +227,8 @@ class RunnerGroup:
         put is shared by all actors. ``weights_seq`` (the learner's version of
         ``weights``: an int, or an int by policy id) becomes every runner's
         ``policy.weights_seq``, so the rows they record show how far behind they are;
-        without it the local runner counts a new version and the remote runners take the
-        local runner's versions."""
+        without it, loading ``weights`` counts a new version locally, and the remote
+        runners always take the local runner's versions with its weights."""
         local = self.local_runner
         if weights is not None:
             local.set_weights(weights, weights_seq)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-
 import numpy as np
 
 from rlconnect.batches import DEFAULT_POLICY_ID
@@ -43,4 +42,3 @@ def policy_set(
         for p, ss in zip(by_id.values(), seeds):
             p.seed(int(ss.generate_state(1)[0] % (2**31)))
     return by_id, mapping_fn
-

@@ -48,8 +48,8 @@ from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PipelineSpec, build_pipelines
 from rlconnect.runner.policy_set import policy_set
-from rlconnect.runner.versions import mark_weights_lag, weights_versions
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
+from rlconnect.runner.versions import mark_weights_lag, weights_versions
 
 __all__ = ["EnvRunner"]
 

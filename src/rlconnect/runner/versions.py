@@ -43,9 +43,7 @@ def weights_versions(
     return dict.fromkeys(weights, seq)
 
 
-def mark_weights_lag(
-    batch: SampleBatch | MultiAgentBatch, policies: Mapping[str, Policy]
-) -> None:
+def mark_weights_lag(batch: SampleBatch | MultiAgentBatch, policies: Mapping[str, Policy]) -> None:
     """Set ``meta["weights_lag"] = {"max": int, "mean": float}`` on each policy batch
     with a ``weights_seq`` column and rows: its policy's version now minus its rows'
     versions (0: every row was acted by the current weights)."""
