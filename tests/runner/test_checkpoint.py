@@ -135,7 +135,13 @@ def test_manifest_is_readable_json_with_a_digest_per_file(tmp_path):
     assert entry["spec"]["kind"] == "MLPPolicy"
     assert entry["spec"]["kwargs"]["hiddens"] == [16, 16]
     assert entry["spec"]["observation_space"]["type"] == "Box"
-    assert sorted(entry["files"]) == ["action_pipeline", "agent_pipeline", "weights"]
+    assert sorted(entry["files"]) == [
+        "action_pipeline",
+        "agent_pipeline",
+        "learner_pipeline",
+        "weights",
+    ]
+    assert entry["weights_seq"] == 0
     for f in entry["files"].values():
         assert (tmp_path / "ck" / f["path"]).stat().st_size == f["size"]
         assert len(f["sha256"]) == 64

@@ -29,6 +29,7 @@ from rlconnect.distributed.sync import apply_deltas, check_frozen_filters
 from rlconnect.distributed.worker import RunnerSpec, read_folder
 from rlconnect.policy import Policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
+from rlconnect.runner.pipelines import PipelineSpecs
 from rlconnect.runner.versions import mark_weights_lag
 
 __all__ = ["RunnerGroup"]
@@ -53,9 +54,11 @@ class RunnerGroup:
         num_runners: remote runners K (0: sample locally; Ray is never imported).
         runner_resources: Ray resources of each remote runner, passed to
             ``.options()`` (default ``{"num_cpus": 1}``).
-        agent_pipelines, action_pipelines: as for ``rc.EnvRunner`` (by policy id), passed
-            to every runner, local and remote. Give callables ``ctx -> pipeline`` defined
-            at module level (they must pickle), so each runner builds its own pipelines.
+        agent_pipelines, action_pipelines, learner_pipelines: as for ``rc.EnvRunner`` (by
+            policy id), passed to every runner, local and remote (each remote runner runs
+            its learner pipelines on its own batches, with its own copy of the policy).
+            Give callables ``ctx -> pipeline`` defined at module level (they must
+            pickle), so each runner builds its own pipelines.
         restart_failed_runners, max_runner_restarts, ignore_runner_failures,
             sample_timeout_s, start_timeout_s: what to do when a remote runner fails
             or does not start (see ``FaultTolerance``).
@@ -73,6 +76,7 @@ class RunnerGroup:
         *,
         agent_pipelines: Mapping[str, Any] | None = None,
         action_pipelines: Mapping[str, Any] | None = None,
+        learner_pipelines: Mapping[str, Any] | None = None,
         restart_failed_runners: bool = False,
         max_runner_restarts: int = 3,
         ignore_runner_failures: bool = False,
@@ -87,6 +91,7 @@ class RunnerGroup:
             callbacks=callbacks,
             agent_pipelines=agent_pipelines,
             action_pipelines=action_pipelines,
+            learner_pipelines=learner_pipelines,
         )
         faults = FaultTolerance(
             restart_failed_runners=restart_failed_runners,
@@ -103,7 +108,7 @@ class RunnerGroup:
             num_runners,
             runner_resources,
             faults,
-            pipelines=(agent_pipelines, action_pipelines),
+            pipelines=PipelineSpecs(agent_pipelines, action_pipelines, learner_pipelines),
         )
 
     def _setup(
@@ -116,7 +121,7 @@ class RunnerGroup:
         runner_resources: Mapping[str, Any] | None,
         faults: FaultTolerance,
         checkpoint_files: Mapping[str, bytes] | None = None,
-        pipelines: tuple[Any, Any] = (None, None),
+        pipelines: PipelineSpecs | None = None,
     ) -> None:
         if isinstance(num_runners, bool) or not isinstance(num_runners, int) or num_runners < 0:
             raise ValueError(f"num_runners={num_runners!r}: must be an integer >= 0")
@@ -132,7 +137,12 @@ class RunnerGroup:
             return
         self._ray = _import_ray()
         spec = RunnerSpec(
-            env, local.policies, policy_mapping_fn, local.config, callbacks, *pipelines
+            env,
+            local.policies,
+            policy_mapping_fn,
+            local.config,
+            callbacks,
+            pipelines or PipelineSpecs(),
         )
         resources = dict(runner_resources or {"num_cpus": 1})
         try:

@@ -21,6 +21,7 @@ import numpy as np
 
 from rlconnect.distributed.sync import ConnectorDeltas, pop_connector_deltas
 from rlconnect.runner import EnvRunner, RunnerConfig
+from rlconnect.runner.pipelines import PipelineSpecs
 
 __all__ = ["RemoteRunner", "RunnerSpec", "read_folder", "runner_seed", "write_folder"]
 
@@ -44,10 +45,10 @@ class RunnerSpec:
     policy_mapping_fn: Callable[..., str] | None
     config: RunnerConfig
     callbacks: Any
-    #: ``EnvRunner``'s ``agent_pipelines`` / ``action_pipelines`` (by policy id): callables
-    #: ``ctx -> pipeline`` that pickle, so every runner builds its own pipelines
-    agent_pipelines: Any = None
-    action_pipelines: Any = None
+    #: ``EnvRunner``'s ``agent_pipelines`` / ``action_pipelines`` / ``learner_pipelines``
+    #: (by policy id): callables ``ctx -> pipeline`` that pickle, so every runner builds
+    #: its own pipelines
+    pipelines: PipelineSpecs = attrs.field(factory=PipelineSpecs)
 
     def config_for(self, index: int, incarnation: int = 0) -> RunnerConfig:
         seed = runner_seed(self.config.seed, index, self.config.num_envs, incarnation)
@@ -60,8 +61,9 @@ class RunnerSpec:
             policy_mapping_fn=self.policy_mapping_fn,
             config=self.config_for(index, incarnation),
             callbacks=self.callbacks,
-            agent_pipelines=self.agent_pipelines,
-            action_pipelines=self.action_pipelines,
+            agent_pipelines=self.pipelines.agent,
+            action_pipelines=self.pipelines.action,
+            learner_pipelines=self.pipelines.learner,
         )
         if incarnation:
             # a restarted runner must not reuse its predecessor's episode ids

@@ -22,7 +22,12 @@ import tree
 
 from rlconnect.checkpoints import save_nest, save_pipeline
 from rlconnect.checkpoints.pipelines import load_pipeline
-from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline, ConnectorContext
+from rlconnect.connectors import (
+    ActionConnectorPipeline,
+    AgentConnectorPipeline,
+    ConnectorContext,
+    LearnerConnectorPipeline,
+)
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.errors import CheckpointError
 from rlconnect.policy import Policy, policy_from_spec, policy_kind, registered_policies
@@ -56,6 +61,8 @@ class CheckpointedRunner(Protocol):
 
     def action_pipeline(self, policy_id: str = ...) -> ActionConnectorPipeline: ...
 
+    def learner_pipeline(self, policy_id: str = ...) -> LearnerConnectorPipeline: ...
+
 
 R = TypeVar("R", bound=CheckpointedRunner)
 
@@ -73,6 +80,12 @@ _FILE_NAMES = {
     "weights": "weights.safetensors",
     "agent_pipeline": "agent_pipeline",
     "action_pipeline": "action_pipeline",
+    "learner_pipeline": "learner_pipeline",
+}
+_PIPELINE_KINDS: dict[str, type[ConnectorPipeline]] = {
+    "agent": AgentConnectorPipeline,
+    "action": ActionConnectorPipeline,
+    "learner": LearnerConnectorPipeline,
 }
 
 
@@ -102,9 +115,7 @@ def save_checkpoint(runner: CheckpointedRunner, path: str | os.PathLike[str]) ->
                 with open(full, "rb") as f:
                     data = f.read()
                 files[role] = {"path": rel, "sha256": sha256_hex(data), "size": len(data)}
-            entries.append(
-                {"id": pid, **spec, "weights_seq": policy.weights_seq, "files": files}
-            )
+            entries.append({"id": pid, **spec, "weights_seq": policy.weights_seq, "files": files})
         manifest = {
             "format": CHECKPOINT_FORMAT,
             "format_version": CHECKPOINT_FORMAT_VERSION,
@@ -132,8 +143,10 @@ def _write_role(runner: CheckpointedRunner, pid: str, policy: Policy, role: str,
         )
     elif role == "agent_pipeline":
         save_pipeline(runner.agent_pipeline(pid), full)
-    else:
+    elif role == "action_pipeline":
         save_pipeline(runner.action_pipeline(pid), full)
+    else:
+        save_pipeline(runner.learner_pipeline(pid), full)
 
 
 def _config_json(config: RunnerConfig) -> tuple[dict[str, Any], list[str]]:
@@ -244,9 +257,10 @@ def _check_fit(ck: LoadedCheckpoint, runner: CheckpointedRunner) -> None:
 def _check_kind(
     ck: LoadedCheckpoint, pid: str, role: str, file: str, pipe: ConnectorPipeline
 ) -> None:
-    """The agent pipeline's file must hold an agent pipeline (and the action one's an action
-    pipeline): files swapped in a checkpoint are refused, never installed."""
-    want = AgentConnectorPipeline if role == "agent" else ActionConnectorPipeline
+    """The agent pipeline's file must hold an agent pipeline (the action one's an action
+    pipeline, the learner one's a learner pipeline): files swapped in a checkpoint are
+    refused, never installed."""
+    want = _PIPELINE_KINDS[role]
     if not isinstance(pipe, want):
         raise _mismatch(
             ck,
@@ -256,11 +270,13 @@ def _check_kind(
 
 
 def _load_pipe(
-    ck: LoadedCheckpoint, pid: str, role: str, file: str, live: ConnectorPipeline
+    ck: LoadedCheckpoint, pid: str, role: str, file: str | None, live: ConnectorPipeline
 ) -> ConnectorPipeline:
     ctx = attrs.evolve(
         live.ctx, config=dict(live.ctx.config), initial_states=list(live.ctx.initial_states)
     )
+    if file is None:  # a checkpoint from before learner pipelines: an empty one
+        return LearnerConnectorPipeline(ctx)
     pipe = load_pipeline(file, ctx)
     _check_kind(ck, pid, role, file, pipe)
     if not live.is_training:
@@ -297,7 +313,13 @@ def restore_runner(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> 
     _check_fit(ck, runner)
     agent: dict[str, AgentConnectorPipeline] = {}
     action: dict[str, ActionConnectorPipeline] = {}
+    learner: dict[str, LearnerConnectorPipeline] = {}
     for pid, rec in ck.policies.items():
+        learner[pid] = cast(
+            LearnerConnectorPipeline,
+            _load_pipe(ck, pid, "learner", rec.learner_pipeline_file, runner.learner_pipeline(pid)),
+        )
+        _check_learner(ck, pid, learner[pid], runner.policies[pid])
         agent[pid] = cast(
             AgentConnectorPipeline,
             _load_pipe(ck, pid, "agent", rec.agent_pipeline_file, runner.agent_pipeline(pid)),
@@ -307,13 +329,25 @@ def restore_runner(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> 
             _load_pipe(ck, pid, "action", rec.action_pipeline_file, runner.action_pipeline(pid)),
         )
         _check_pipe_output(ck, pid, agent[pid], runner.policies[pid].observation_space)
+    pipes = runner.pipelines
     for pid, rec in ck.policies.items():
         _load_weights(runner.policies[pid], rec)
-        for live, loaded in ((runner.pipelines.agent, agent), (runner.pipelines.action, action)):
+        kinds = ((pipes.agent, agent), (pipes.action, action), (pipes.learner, learner))
+        for live, loaded in kinds:
             if _same_members(live[pid], loaded[pid]):
                 live[pid].set_statistics(loaded[pid].get_statistics())
             else:
                 live[pid] = loaded[pid]  # type: ignore[assignment]
+
+
+def _check_learner(
+    ck: LoadedCheckpoint, pid: str, pipe: LearnerConnectorPipeline, policy: Policy
+) -> None:
+    """A saved learner pipeline must be able to run with the policy it is restored for."""
+    try:
+        pipe.check_policy(policy)
+    except ValueError as exc:
+        raise _mismatch(ck, f"policy {pid!r}: the saved learner pipeline: {exc}") from None
 
 
 def _load_weights(policy: Policy, rec: PolicyRecord) -> None:
@@ -357,6 +391,21 @@ def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
             f"checkpoint {ck.path!r}: policy {rec.policy_id!r}: cannot rebuild {rec.kind} "
             f"from its saved spec: {type(exc).__name__}: {exc}"
         ) from None
+
+
+def _learner_loader(
+    ck: LoadedCheckpoint, rec: PolicyRecord
+) -> Callable[[ConnectorContext], ConnectorPipeline]:
+    file = rec.learner_pipeline_file
+
+    def load(ctx: ConnectorContext) -> ConnectorPipeline:
+        if file is None:  # a checkpoint from before learner pipelines
+            return LearnerConnectorPipeline(ctx)
+        pipe = load_pipeline(file, ctx)
+        _check_kind(ck, rec.policy_id, "learner", file, pipe)
+        return pipe
+
+    return load
 
 
 def _pipeline_loader(
@@ -405,6 +454,7 @@ def runner_from_checkpoint(
         callbacks=callbacks,
         agent_pipelines={pid: _pipeline_loader(ck, r, "agent") for pid, r in ck.policies.items()},
         action_pipelines={pid: _pipeline_loader(ck, r, "action") for pid, r in ck.policies.items()},
+        learner_pipelines={pid: _learner_loader(ck, r) for pid, r in ck.policies.items()},
     )
     for pid, rec in ck.policies.items():
         _load_weights(runner.policies[pid], rec)

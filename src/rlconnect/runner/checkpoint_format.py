@@ -7,6 +7,7 @@ A checkpoint is a folder::
         policies/<folder>/weights.safetensors    # rlconnect container, format "rlconnect.weights"
         policies/<folder>/agent_pipeline         # a save_pipeline file
         policies/<folder>/action_pipeline        # a save_pipeline file
+        policies/<folder>/learner_pipeline       # a save_pipeline file (absent: empty)
 
 ``<folder>`` is the policy id when it is a plain name (letters, digits, ``_ . -``), else
 ``_policy_<i>``; the manifest maps ids to files, so the folder name carries no meaning.
@@ -22,7 +23,10 @@ The manifest::
                    "weights_seq": 3,
                    "files": {"weights": {"path": "policies/default_policy/weights.safetensors",
                                          "sha256": "<64 hex>", "size": 1234},
-                             "agent_pipeline": {...}, "action_pipeline": {...}}}]}
+                             "agent_pipeline": {...}, "action_pipeline": {...},
+                             "learner_pipeline": {...}}}]}
+
+``weights_seq`` is the version of the weights (``policy.weights_seq``; absent: 0).
 
 Reading trusts nothing: the manifest is size-capped and schema-checked, every file name is
 a relative path of plain components that must resolve inside the folder, every declared
@@ -68,7 +72,10 @@ MAX_MANIFEST_BYTES = 16 << 20
 """A manifest larger than this is rejected before it is read."""
 MAX_BLOB_BYTES = 1 << 36
 """A file declared larger than this (64 GiB) is rejected before it is read."""
-FILE_ROLES = ("weights", "agent_pipeline", "action_pipeline")
+FILE_ROLES = ("weights", "agent_pipeline", "action_pipeline", "learner_pipeline")
+REQUIRED_FILE_ROLES = FILE_ROLES[:3]
+"""Every policy entry has these files; ``learner_pipeline`` is absent from checkpoints
+written before learner pipelines (an empty one is restored then)."""
 MAX_POLICY_ID_CHARS = 256
 
 _SAFE_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
@@ -250,7 +257,7 @@ def _check_manifest(obj: Any, fail: Callable[[str], CheckpointError]) -> None:
         if entry["id"] in ids:
             raise fail(f"policy id {entry['id']!r} appears twice")
         ids.add(entry["id"])
-        for role in FILE_ROLES:
+        for role in entry["files"]:
             p = entry["files"][role]["path"]
             if p in paths:
                 raise fail(f"file {p!r} is listed twice")
@@ -285,9 +292,16 @@ def _check_policy_entry(entry: Any, i: int, fail: Callable[[str], CheckpointErro
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
         raise fail(f"{where}: weights_seq must be an integer >= 0, got {_short(seq)}")
     files = entry.get("files")
-    if not isinstance(files, dict) or set(files) != set(FILE_ROLES):
-        raise fail(f"{where}: 'files' must be an object with exactly the keys {list(FILE_ROLES)}")
-    for role in FILE_ROLES:
+    if (
+        not isinstance(files, dict)
+        or not set(REQUIRED_FILE_ROLES) <= set(files)
+        or not set(files) <= set(FILE_ROLES)
+    ):
+        raise fail(
+            f"{where}: 'files' must be an object with the keys {list(REQUIRED_FILE_ROLES)} "
+            f"and optionally {FILE_ROLES[3]!r}"
+        )
+    for role in files:
         _check_file_entry(files[role], f"{where}: files.{role}", fail)
 
 

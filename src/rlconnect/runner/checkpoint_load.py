@@ -46,6 +46,7 @@ class PolicyRecord:
     weights: dict[str, np.ndarray]
     agent_pipeline_file: str
     action_pipeline_file: str
+    learner_pipeline_file: str | None = None  #: None: saved before learner pipelines
     weights_seq: int = 0  #: the version of ``weights`` (0 in checkpoints that predate it)
 
 
@@ -120,7 +121,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> LoadedCheckpoint:
 
 def _load_policy_record(root: str, entry: dict[str, Any]) -> PolicyRecord:
     pid, spec, files = entry["id"], entry["spec"], entry["files"]
-    blobs = {role: read_blob(root, files[role]) for role in FILE_ROLES}
+    blobs = {role: read_blob(root, files[role]) for role in FILE_ROLES if role in files}
     spaces = {}
     for key, obj in (
         ("observation_space", spec["observation_space"]),
@@ -142,6 +143,7 @@ def _load_policy_record(root: str, entry: dict[str, Any]) -> PolicyRecord:
         weights=_parse_weights(data, weights_path),
         agent_pipeline_file=blobs["agent_pipeline"][0],
         action_pipeline_file=blobs["action_pipeline"][0],
+        learner_pipeline_file=blobs["learner_pipeline"][0] if "learner_pipeline" in blobs else None,
         weights_seq=entry.get("weights_seq", 0),
         **spaces,
     )

@@ -1,4 +1,9 @@
-"""Each policy's agent and action pipeline: built from the config or given, then checked.
+"""Each policy's agent, action and learner pipeline: built from the config or given, then
+checked.
+
+The learner pipeline (empty by default) runs on every batch of its policy that the runner
+hands out (``PolicyPipelines.learn``); a member that needs what the policy cannot give
+(values, log-probabilities) is refused here, when the runner is built.
 
 The agent pipeline of a policy takes the raw observations of the agents mapped to it, so
 it is built for their observation space. For a multi-agent env that space is found
@@ -16,13 +21,15 @@ from typing import Any
 import attrs
 import gymnasium as gym
 
-from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.batches import DEFAULT_AGENT_ID, SampleBatch
 from rlconnect.connectors import (
     ActionConnectorPipeline,
     AgentConnectorPipeline,
     Connector,
     ConnectorContext,
     ConnectorPipeline,
+    LearnerConnector,
+    LearnerConnectorPipeline,
     default_action_pipeline,
     default_agent_pipeline,
 )
@@ -32,9 +39,25 @@ from rlconnect.policy import Policy
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.spaces import describe_space
 
-__all__ = ["PipelineSpec", "PolicyPipelines", "build_pipelines"]
+__all__ = ["PipelineSpec", "PipelineSpecs", "PolicyPipelines", "build_pipelines"]
 
-PipelineSpec = Any  # a pipeline, or a callable ctx -> pipeline
+PipelineSpec = Any  # a pipeline, or a callable ctx -> pipeline (learner: or a list of members)
+
+
+def _specs(value: Mapping[str, PipelineSpec] | None) -> dict[str, PipelineSpec]:
+    return dict(value or {})
+
+
+@attrs.frozen
+class PipelineSpecs:
+    """What a runner is given for its pipelines, by policy id, one map per kind: a
+    pipeline, a callable ``ctx -> pipeline`` (what a remote runner gets: it must pickle),
+    or for the learner pipeline also a list of learner connectors. Policies left out get
+    the default agent and action pipelines and an empty learner pipeline."""
+
+    agent: dict[str, PipelineSpec] = attrs.field(factory=dict, converter=_specs)
+    action: dict[str, PipelineSpec] = attrs.field(factory=dict, converter=_specs)
+    learner: dict[str, PipelineSpec] = attrs.field(factory=dict, converter=_specs)
 
 
 @attrs.define
@@ -43,6 +66,22 @@ class PolicyPipelines:
 
     agent: dict[str, AgentConnectorPipeline] = attrs.field(factory=dict)
     action: dict[str, ActionConnectorPipeline] = attrs.field(factory=dict)
+    learner: dict[str, LearnerConnectorPipeline] = attrs.field(factory=dict)
+    #: the learner pipeline members last checked against each policy (edits are checked
+    #: before they first run)
+    _checked: dict[str, tuple[str, ...]] = attrs.field(factory=dict, init=False)
+
+    def learn(self, batches: dict[str, SampleBatch], policies: Mapping[str, Policy]) -> None:
+        """Each policy batch through its policy's learner pipeline, with that policy, in
+        place (an empty pipeline costs a length check)."""
+        for pid, batch in batches.items():
+            pipe = self.learner.get(pid)
+            if pipe is None or not len(pipe):
+                continue
+            if self._checked.get(pid) != tuple(pipe.names):  # built, edited or restored
+                check_learner(pipe, pid, policies[pid])
+                self._checked[pid] = tuple(pipe.names)
+            batches[pid] = pipe(batch, policies[pid])
 
     def episode_resets(self) -> list[Callable[[int], None]]:
         """The ``reset(env_id)`` of every member that keeps per-episode state: what an
@@ -104,16 +143,63 @@ def _built(spec: PipelineSpec, ctx: ConnectorContext) -> Any:
     return spec
 
 
+def _learner_built(spec: PipelineSpec, ctx: ConnectorContext, pid: str) -> Any:
+    """The learner pipeline a spec gives: a pipeline, a list of members, or what a
+    callable ``ctx -> pipeline | list`` builds (None: empty)."""
+    if spec is not None and not isinstance(spec, LearnerConnectorPipeline | list | tuple):
+        if not callable(spec) or isinstance(spec, LearnerConnector):
+            raise TypeError(
+                f"learner_pipelines[{pid!r}] must be an rc.LearnerConnectorPipeline, a list "
+                f"of learner connectors or a callable ctx -> pipeline, got {spec!r}"
+            )
+        spec = spec(ctx)
+    if isinstance(spec, LearnerConnectorPipeline):
+        return spec
+    return LearnerConnectorPipeline(ctx, list(spec or []))
+
+
+def _learner_pipeline(
+    spec: PipelineSpec, ctx: ConnectorContext, pid: str, policy: Policy
+) -> LearnerConnectorPipeline:
+    """Policy ``pid``'s learner pipeline, refused now if a member needs what ``policy``
+    cannot give (rather than at the first batch)."""
+    learner_ctx = attrs.evolve(
+        ctx, config=dict(ctx.config), initial_states=list(ctx.initial_states)
+    )
+    pipe = _learner_built(spec, learner_ctx, pid)
+    if not isinstance(pipe, LearnerConnectorPipeline):
+        raise TypeError(
+            f"learner_pipelines[{pid!r}] built a {type(pipe).__name__}, not an "
+            "rc.LearnerConnectorPipeline"
+        )
+    check_learner(pipe, pid, policy)
+    return pipe
+
+
+def check_learner(pipe: LearnerConnectorPipeline, pid: str, policy: Policy) -> None:
+    """ValueError naming the policy, the member, what it lacks and the fix, if a member of
+    ``pipe`` needs what ``policy`` cannot give."""
+    try:
+        pipe.check_policy(policy)
+    except ValueError as exc:
+        raise ValueError(f"policy {pid!r} ({type(policy).__name__}): {exc}") from None
+
+
 def build_pipelines(
     env: BaseEnv,
     policies: Mapping[str, Policy],
     mapping_fn: Callable[..., str],
     config: RunnerConfig,
-    agent_specs: Mapping[str, PipelineSpec],
-    action_specs: Mapping[str, PipelineSpec],
+    specs: PipelineSpecs,
 ) -> PolicyPipelines:
     """Every policy's pipelines; a policy whose observation space does not match what
-    its agent pipeline outputs is a ValueError naming both."""
+    its agent pipeline outputs is a ValueError naming both, as is a learner pipeline
+    whose members need what the policy cannot give."""
+    unknown = sorted(set(specs.learner) - set(policies))
+    if unknown:
+        raise ValueError(
+            f"learner_pipelines for unknown policies {unknown}; known: {list(policies)}"
+        )
     pipes = PolicyPipelines()
     connector_config = config.connector_config()
     for pid, policy in policies.items():
@@ -126,8 +212,8 @@ def build_pipelines(
         action_ctx = attrs.evolve(
             ctx, config=dict(ctx.config), initial_states=list(ctx.initial_states)
         )
-        agent_pipe = _built(agent_specs.get(pid), ctx)
-        action_pipe = _built(action_specs.get(pid), action_ctx)
+        agent_pipe = _built(specs.agent.get(pid), ctx)
+        action_pipe = _built(specs.action.get(pid), action_ctx)
         if agent_pipe is None:
             agent_pipe = default_agent_pipeline(ctx)
         if action_pipe is None:
@@ -146,4 +232,5 @@ def build_pipelines(
             action_pipe.in_eval()
         pipes.agent[pid] = agent_pipe
         pipes.action[pid] = action_pipe
+        pipes.learner[pid] = _learner_pipeline(specs.learner.get(pid), ctx, pid, policy)
     return pipes

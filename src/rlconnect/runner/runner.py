@@ -33,7 +33,11 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from rlconnect.collectors import PolicyCollectorGroup
-from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline
+from rlconnect.connectors import (
+    ActionConnectorPipeline,
+    AgentConnectorPipeline,
+    LearnerConnectorPipeline,
+)
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.envs.make import make_base_env
 from rlconnect.errors import RunnerStateError, describe_exception
@@ -46,7 +50,7 @@ from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extension
 from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import PerfTimers
-from rlconnect.runner.pipelines import PipelineSpec, build_pipelines
+from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
 from rlconnect.runner.policy_set import policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
 from rlconnect.runner.versions import mark_weights_lag, weights_versions
@@ -75,6 +79,7 @@ class EnvRunner:
         callbacks: Callbacks | None = None,
         agent_pipelines: Mapping[str, PipelineSpec] | None = None,
         action_pipelines: Mapping[str, PipelineSpec] | None = None,
+        learner_pipelines: Mapping[str, PipelineSpec] | None = None,
     ) -> None:
         self.config = config or RunnerConfig()
         if not isinstance(self.config, RunnerConfig):
@@ -93,8 +98,7 @@ class EnvRunner:
             self.policies,
             self.policy_mapping_fn,
             cfg,
-            agent_pipelines or {},
-            action_pipelines or {},
+            PipelineSpecs(agent_pipelines, action_pipelines, learner_pipelines),
         )
         self.collectors = PolicyCollectorGroup(
             self.policies, self.num_envs, compress_observations=cfg.compress_observations
@@ -154,6 +158,13 @@ class EnvRunner:
         ``agent_pipeline``."""
         return self.pipelines.action[policy_id]
 
+    def learner_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> LearnerConnectorPipeline:
+        """The live learner pipeline of ``policy_id`` (empty unless given as
+        ``learner_pipelines``), to inspect or edit in place with its ``ctx``. It runs on
+        every batch of the policy that ``sample()`` returns, with this runner's policy;
+        an edit is checked against the policy before it first runs."""
+        return self.pipelines.learner[policy_id]
+
     @property
     def is_single_agent(self) -> bool:
         """True when batches come out as plain SampleBatches."""
@@ -171,8 +182,13 @@ class EnvRunner:
     def sample(self) -> SampleBatch | MultiAgentBatch:
         """One batch: exactly ``rollout_fragment_length * num_envs`` steps when truncating.
 
+        Each policy batch then goes through its learner pipeline (``learner_pipeline``),
+        with the runner's policy as it is now.
+
         If it raises midway (an env, policy, connector or callback error), the runner's
         episodes are left half-processed: every later call raises ``RunnerStateError``.
+        A learner pipeline that raises loses that batch only: the episodes are whole and
+        the runner samples on.
         """
         self._refuse_if_failed()
         if self.config.sample_async:
@@ -181,8 +197,21 @@ class EnvRunner:
             out = self._async.next()
         else:
             out = self._next_batch()
+        out = self._learn(out)
         mark_weights_lag(out, self.policies)  # against the versions of now
         return out
+
+    def _learn(self, out: SampleBatch | MultiAgentBatch) -> SampleBatch | MultiAgentBatch:
+        """Every policy batch through its learner pipeline (see ``PolicyPipelines.learn``)."""
+        if isinstance(out, MultiAgentBatch):
+            self.pipelines.learn(out.policy_batches, self.policies)
+            return out
+        pipe = self.pipelines.learner.get(DEFAULT_POLICY_ID)
+        if pipe is None or not len(pipe):
+            return out
+        one = {DEFAULT_POLICY_ID: out}
+        self.pipelines.learn(one, self.policies)
+        return one[DEFAULT_POLICY_ID]
 
     def _next_batch(self) -> SampleBatch | MultiAgentBatch:
         if self._source is not None:  # e.g. RunnerConfig(input=...): a batch source
