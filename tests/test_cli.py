@@ -308,11 +308,11 @@ def test_inspect_checkpoint_reports_tampering(tmp_path, capsys):
     weights.write_bytes(bytes(data))
     assert main(["inspect", str(ckpt)]) == 1  # one line on stderr, nothing else
     captured = capsys.readouterr()
-    assert "damaged checkpoint" in captured.err and "MISMATCH" in captured.err
+    assert "damaged checkpoint" in captured.err and "digest mismatch" in captured.err
     assert len(captured.err.splitlines()) == 1 and captured.out == ""
     assert main(["inspect", "--json", str(ckpt)]) == 1  # --json shows every file
     captured = capsys.readouterr()
-    assert "MISMATCH" in captured.out and "agent_pipeline" in captured.out
+    assert "digest mismatch" in captured.out and "agent_pipeline" in captured.out
 
 
 def test_inspect_empty_folder(tmp_path, capsys):

@@ -35,7 +35,10 @@ def test_export_writes_both_forms_and_inspect_reads_them(run_folder, tmp_path, c
     desc = json.loads(capsys.readouterr().out)["policy"]
     assert desc["policy_id"] == "default_policy" and desc["policy"]["kind"] == "MLPPolicy"
     assert [m["name"] for m in desc["agent_pipeline"]] == ["MeanStdFilter"]
-    assert len(desc["sha256"]) == 64 and desc["size"].endswith("bytes")
+    assert len(desc["sha256"]) == 64 and desc["size_bytes"] == policy.stat().st_size
+    assert desc["agent_pipeline"][0]["update"] == "frozen"  # a loaded policy never updates
+    weights = desc["policy"]["weights"]
+    assert weights["arrays"] == 6 and weights["bytes"] == 4 * weights["values"] > 4000
     assert desc["observation_space"].startswith("Box(")
     assert main(["inspect", str(model)]) == 0
     text = capsys.readouterr().out
@@ -68,4 +71,39 @@ def test_inspect_a_damaged_policy_file_fails_with_one_line(run_folder, tmp_path,
     policy.write_bytes(bytes(data))
     capsys.readouterr()
     assert main(["inspect", str(policy)]) == 1
-    assert "checksum mismatch" in capsys.readouterr().err
+    assert "digest mismatch" in capsys.readouterr().err
+
+
+def _texts(value):
+    """Every string in a JSON value."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _texts(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _texts(v)
+    elif isinstance(value, str):
+        yield value
+
+
+def test_inspect_json_gives_numbers_as_numbers(run_folder, tmp_path, capsys):
+    """Sizes and counts are JSON numbers, never text like "20,344 bytes"."""
+    import re
+
+    policy = tmp_path / "p.policy"
+    assert main(["export", str(run_folder), "--out", str(policy)]) == 0
+    for path in (run_folder, policy):
+        capsys.readouterr()
+        assert main(["inspect", str(path), "--json"]) == 0
+        desc = json.loads(capsys.readouterr().out)
+        texts = [t for t in _texts(desc) if re.search(r"\d,\d{3}|\d bytes|\d values", t)]
+        assert texts == [], texts
+    files = json.loads(_inspect_json(run_folder, capsys))["checkpoint"]["files"]
+    weights = next(v for k, v in files.items() if k.endswith("weights.safetensors"))
+    assert isinstance(weights["values"], int) and isinstance(weights["arrays"], int), files
+
+
+def _inspect_json(path, capsys) -> str:
+    capsys.readouterr()
+    assert main(["inspect", str(path), "--json"]) == 0
+    return capsys.readouterr().out

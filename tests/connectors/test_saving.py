@@ -347,7 +347,7 @@ def pipeline_state(*members: Any, kind: str = "AgentConnectorPipeline") -> dict[
 NORM_OK = {"mean": np.zeros(OBS_DIM), "count": np.zeros((), np.int64), "seen": np.zeros(3, bool)}
 DAMAGED = {
     "empty": (b"", "empty"),
-    "too short": (b"\x05\x00", "too short"),
+    "too short": (b"\x05\x00", "not a complete rlconnect file \\(truncated"),
     "random bytes": (np.random.default_rng(0).bytes(300), "header claims"),
     "length field 10**12": ((10**12).to_bytes(8, "little") + b"{}", "header claims 1000000000000"),
     "header not json": (b"\x04" + bytes(7) + b"{{{{", "not valid JSON"),
@@ -433,7 +433,7 @@ def test_truncated_files_raise_checkpoint_error(saved: Path, cut: int) -> None:
     data = saved.read_bytes()
     end = int(len(data) * cut / 20)  # 0, 5%, ..., 95% of the file
     saved.write_bytes(data[:end])
-    with pytest.raises(CheckpointError, match=r"damaged|empty|short|claims|invalid|checksum"):
+    with pytest.raises(CheckpointError, match="truncated"):  # every cut says so
         load_pipeline(saved, make_ctx())
 
 
@@ -453,7 +453,7 @@ def test_huge_declared_array_allocates_nothing(tmp_path: Path) -> None:
     path.write_bytes(header_file({"__metadata__": meta, "arr_0": big}) + bytes(64))
     tracemalloc.start()
     try:
-        with pytest.raises(CheckpointError, match="invalid array data"):
+        with pytest.raises(CheckpointError, match="truncated: 395 of its 8,000,000,000,331 bytes"):
             load_pipeline(path, make_ctx())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -470,7 +470,7 @@ def test_pickle_payload_is_rejected_and_never_run(tmp_path: Path) -> None:
 
     path = tmp_path / "evil"
     path.write_bytes(pickle.dumps(Payload()))
-    with pytest.raises(CheckpointError, match="not an rlconnect checkpoint"):
+    with pytest.raises(CheckpointError, match="not an rlconnect file"):
         load_pipeline(path, make_ctx())
     assert not marker.exists()
 

@@ -49,11 +49,12 @@ def test_the_valid_file_loads(valid, tmp_path):
 @pytest.mark.parametrize(
     ("change", "words"),
     [
-        (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "checksum mismatch"),
-        (lambda d: d[: len(d) // 2], "invalid array data|claims"),
-        (lambda d: d + b"\0", "invalid array data"),
+        (lambda d: d[:-1] + bytes([d[-1] ^ 1]), "digest mismatch"),
+        (lambda d: d[:-10], r"truncated: [\d,]+ of its [\d,]+ bytes are there"),
+        (lambda d: d[:12], r"not a complete rlconnect file \(truncated"),
+        (lambda d: d + b"\0", "bytes appended: 1 more than it should hold"),
         (lambda d: b"", "empty"),
-        (lambda d: d[:100] + b"x" + d[101:], "not valid JSON|checksum|structure"),
+        (lambda d: d[:100] + b"x" + d[101:], "not valid JSON|digest mismatch|structure"),
     ],
 )
 def test_changed_missing_or_appended_bytes(valid, tmp_path, change, words):

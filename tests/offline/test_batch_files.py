@@ -316,7 +316,7 @@ def good_file(tmp_path):
     [
         (lambda d: b"", "empty"),
         (lambda d: d[: len(d) // 2], "truncated"),
-        (lambda d: d[:-5] + bytes([d[-5] ^ 0xFF]) + d[-4:], "checksum"),
+        (lambda d: d[:-5] + bytes([d[-5] ^ 0xFF]) + d[-4:], "digest mismatch"),
         (lambda d: b"garbage garbage garbage", "header"),
     ],
     ids=["empty", "truncated", "flipped-byte", "garbage"],

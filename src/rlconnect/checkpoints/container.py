@@ -30,12 +30,14 @@ import numpy as np
 import safetensors.numpy
 
 from rlconnect.checkpoints.atomic import atomic_write_bytes
+from rlconnect.checkpoints.damage import DIGEST_MISMATCH, EMPTY, TRUNCATED_OR_NOT, size_damage
 from rlconnect.checkpoints.nest import decode_nest, encode_nest
 from rlconnect.errors import CheckpointError
 
 __all__ = ["content_digest", "load_nest", "save_nest"]
 
 _LENGTH_BYTES = 8
+_MAX_HEADER_BYTES = 100_000_000
 _METADATA = "__metadata__"
 _TENSOR_DTYPES = frozenset(
     {"BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F16", "F32", "F64", "C64"}
@@ -109,13 +111,14 @@ def unpack(
         dtype = entry.get("dtype") if isinstance(entry, dict) else None
         if not isinstance(dtype, str) or dtype not in _TENSOR_DTYPES:  # a list is unhashable
             raise fail(f"array {key[:40]!r} has a malformed entry or unsupported dtype")
+    _check_length(data, header, fail)
     try:
         arrays = safetensors.numpy.load(data)
     except Exception as exc:  # a third-party parser: any failure means a damaged file
         raise fail(f"invalid array data ({exc})") from None
     arrays = {k: (a if a.flags.writeable else a.copy()) for k, a in arrays.items()}
     if _digest(format_name, version, structure, arrays) != digest:
-        raise fail("checksum mismatch: the file is corrupted")
+        raise fail(DIGEST_MISMATCH)
     try:
         obj = json.loads(structure)
     except (ValueError, RecursionError) as exc:
@@ -137,23 +140,39 @@ def content_digest(data: bytes) -> str:
 
 def _read_header(data: bytes, fail: Any) -> dict[str, Any]:
     if not data:
-        raise fail("the file is empty")
+        raise fail(EMPTY)
     if len(data) < _LENGTH_BYTES:
-        raise fail(f"only {len(data)} bytes, too short for a header (truncated file?)")
+        raise fail(TRUNCATED_OR_NOT.format(what="rlconnect file"))
     length = int.from_bytes(data[:_LENGTH_BYTES], "little")
-    available = len(data) - _LENGTH_BYTES
-    if length > available:
-        raise fail(
-            f"the header claims {length} bytes but only {available} follow "
-            "(truncated file, or not an rlconnect checkpoint)"
-        )
+    if length > _MAX_HEADER_BYTES:
+        raise fail(f"not an rlconnect file (the header claims {length} bytes), or damaged")
+    if length > len(data) - _LENGTH_BYTES:  # the header itself is cut: its JSON is incomplete
+        raise fail(TRUNCATED_OR_NOT.format(what="rlconnect file"))
     try:
         header = json.loads(data[_LENGTH_BYTES : _LENGTH_BYTES + length].decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        raise fail("the header is not valid JSON (damaged, or not a checkpoint)") from None
+        raise fail("the header is not valid JSON (damaged, or not an rlconnect file)") from None
     if not isinstance(header, dict):
         raise fail(f"the header is a JSON {type(header).__name__}, expected an object")
     return header
+
+
+def _check_length(data: bytes, header: dict[str, Any], fail: Any) -> None:
+    """The file must end where its arrays' offsets say: shorter is a truncated file,
+    longer has bytes appended (malformed offsets are left to the safetensors parser)."""
+    ends = [
+        e["data_offsets"][1]
+        for e in header.values()
+        if isinstance(e.get("data_offsets"), list)
+        and len(e["data_offsets"]) == 2
+        and all(type(x) is int for x in e["data_offsets"])
+    ]
+    if len(ends) != len(header):
+        return
+    length = int.from_bytes(data[:_LENGTH_BYTES], "little")
+    want = _LENGTH_BYTES + length + max(ends, default=0)
+    if len(data) != want:
+        raise fail(size_damage(len(data), want))
 
 
 def _check_version(raw: Any, versions: Collection[int], fail: Any) -> int:

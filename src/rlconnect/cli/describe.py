@@ -65,7 +65,8 @@ def _describe_container(path: str, fmt: tuple[str, str]) -> dict[str, Any]:
     return {
         "file": path,
         "format": f"{fmt[0]} v{fmt[1]}",
-        "values": f"{sum(sizes):,} in {len(sizes)} arrays",
+        "values": sum(sizes),
+        "arrays": len(sizes),
         "content": content,
     }
 
@@ -86,10 +87,20 @@ def _add_std(desc: dict[str, Any]) -> dict[str, Any]:
     return desc
 
 
-def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
-    """Every ``{"path": ..., "sha256": ...}`` entry of the manifest, checked on disk."""
+def _file_status(target: Path, digest: str, size: Any) -> str:
+    """``"sha256 ok"`` or the damage, worded as a checkpoint restore words it."""
     import hashlib
 
+    from rlconnect.checkpoints.damage import DIGEST_MISMATCH, size_damage
+
+    data = target.read_bytes()
+    if isinstance(size, int) and not isinstance(size, bool) and len(data) != size:
+        return size_damage(len(data), size)
+    return "sha256 ok" if hashlib.sha256(data).hexdigest() == digest else DIGEST_MISMATCH
+
+
+def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
+    """Every ``{"path": ..., "sha256": ...}`` entry of the manifest, checked on disk."""
     out: dict[str, str] = {}
     stack = [manifest]
     while stack:
@@ -110,8 +121,7 @@ def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
                 elif not present:
                     out[path] = "MISSING"
                 else:
-                    h = hashlib.sha256(target.read_bytes()).hexdigest()
-                    out[path] = "sha256 ok" if h == digest else "SHA-256 MISMATCH"
+                    out[path] = _file_status(target, digest, node.get("size"))
             stack.extend(v for v in node.values() if isinstance(v, dict | list))
     return dict(sorted(out.items()))
 
@@ -160,6 +170,11 @@ def _describe_checkpoint(folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"folder": str(folder), "manifest": shown, "files": {}}
     out["integrity"] = _verify_manifest_files(folder, manifest) or "no checksums in the manifest"
     problems: list[str] = []
+    checked = out["integrity"] if isinstance(out["integrity"], dict) else {}
+
+    def integrity_ok(rel: str) -> bool:
+        return checked.get(rel, "sha256 ok") == "sha256 ok"
+
     real_folder = folder.resolve()
     for p in sorted(folder.rglob("*")):
         if not p.is_file() or p.name.startswith(".") or p == manifest_path:
@@ -172,7 +187,7 @@ def _describe_checkpoint(folder: Path) -> dict[str, Any]:
         fmt = peek_format(str(p))
         try:
             if fmt is None:
-                out["files"][rel] = f"{p.stat().st_size:,} bytes"
+                out["files"][rel] = {"size_bytes": p.stat().st_size}
                 continue
             desc = (
                 _add_std(_describe_pipeline(str(p)))
@@ -183,7 +198,8 @@ def _describe_checkpoint(folder: Path) -> dict[str, Any]:
             out["files"][rel] = desc
         except (CheckpointError, UnknownConnectorError) as exc:
             out["files"][rel] = f"DAMAGED: {exc}"
-            problems.append(f"{rel} ({exc})")
+            if integrity_ok(rel):  # else the manifest's check below says what is wrong
+                problems.append(f"{rel} ({exc})")
     integrity = out["integrity"]
     if isinstance(integrity, dict):
         problems.extend(f"{k}: {v}" for k, v in integrity.items() if v != "sha256 ok")

@@ -8,7 +8,8 @@ before anything is written. The batch axis is dynamic.
 
 Inputs: ``obs`` (the raw observation, the env's dtype), ``state_in_0 ...``; outputs:
 ``actions`` (the env action) and ``state_out_0 ...``, the states to feed back at the next
-step of the same episode. ``metadata_props["rlconnect"]`` describes them as JSON::
+step of the same episode. ``metadata_props["rlconnect"]`` describes them as JSON (and
+``metadata_props["rlconnect_sha256"]`` is the model's digest, see ``onnx_file``)::
 
     {"inputs": [{"name": "obs", "shape": ["batch", 4], "dtype": "float32",
                  "meaning": "...", "initial": null}, ...],
@@ -33,7 +34,7 @@ import torch
 from torch import nn
 
 from rlconnect.checkpoints.atomic import atomic_write_bytes
-from rlconnect.deploy.onnx_file import METADATA_KEY
+from rlconnect.deploy.onnx_file import DIGEST_KEY, METADATA_KEY, model_digest, read_onnx_model
 from rlconnect.deploy.onnx_forms import ConnectorForm, StateSpec, form_of
 from rlconnect.deploy.sources import PolicySource
 from rlconnect.errors import ExportError
@@ -289,8 +290,11 @@ def write_onnx(
     _restore_unused_inputs(model, interface["inputs"])
     entry = model.metadata_props.add()
     entry.key, entry.value = METADATA_KEY, json.dumps(interface)
+    digest = model.metadata_props.add()
+    digest.key, digest.value = DIGEST_KEY, model_digest(model)
     onnx.checker.check_model(model)
     data = model.SerializeToString()
+    read_onnx_model(data, os.fspath(path))  # the digest holds for the bytes to be written
     _check(data, module, feeds)
     atomic_write_bytes(path, data)
     return interface

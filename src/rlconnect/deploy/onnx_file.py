@@ -1,4 +1,12 @@
-"""Reading what ``export_onnx`` wrote, without torch: the interface in the metadata."""
+"""Reading what ``export_onnx`` wrote, without torch: the interface in the metadata, and
+the digest that proves the model is the one exported.
+
+``metadata_props`` holds two entries: ``"rlconnect"``, the interface as JSON, and
+``"rlconnect_sha256"``, a SHA-256 over the graph (nodes and weights, serialized
+deterministically), the opsets and the interface. rlconnect checks it wherever it reads an
+ONNX file (``rlconnect inspect``); a runtime that only runs the model (onnxruntime) reads
+the interface with ``session.get_modelmeta().custom_metadata_map`` and needs no check.
+"""
 
 from __future__ import annotations
 
@@ -9,39 +17,76 @@ from typing import Any
 
 from rlconnect.errors import CheckpointError
 
-__all__ = ["describe_onnx_file", "read_interface"]
+__all__ = ["DIGEST_KEY", "METADATA_KEY", "describe_onnx_file", "model_digest", "read_onnx_model"]
 
 METADATA_KEY = "rlconnect"
 """The ``metadata_props`` key holding the model's interface as JSON."""
 
+DIGEST_KEY = "rlconnect_sha256"
+"""The ``metadata_props`` key holding :func:`model_digest` as 64 hex digits."""
+
+
+def model_digest(model: Any) -> str:
+    """SHA-256 over ``model``'s graph (nodes and weights), opsets and interface JSON."""
+    h = hashlib.sha256()
+    h.update(model.graph.SerializeToString(deterministic=True))
+    for o in model.opset_import:
+        h.update(f"\0{o.domain}\0{o.version}".encode())
+    meta = {p.key: p.value for p in model.metadata_props}
+    h.update(b"\0" + meta.get(METADATA_KEY, "").encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def _fail(source: str, msg: str) -> CheckpointError:
+    return CheckpointError(f"cannot load ONNX model {source!r}: {msg}")
+
 
 def read_interface(model: Any, source: str) -> dict[str, Any]:
-    """The interface JSON of a loaded ONNX ``model``; CheckpointError when it has none."""
+    """The interface of a loaded ONNX ``model`` after checking its digest; CheckpointError
+    when it has no rlconnect metadata or was changed after export."""
+    from rlconnect.checkpoints.damage import DIGEST_MISMATCH
+
     meta = {p.key: p.value for p in model.metadata_props}
-    if METADATA_KEY not in meta:
-        raise CheckpointError(f"{source!r} is an ONNX model without rlconnect metadata")
+    if METADATA_KEY not in meta or DIGEST_KEY not in meta:
+        missing = METADATA_KEY if METADATA_KEY not in meta else DIGEST_KEY
+        raise _fail(
+            source,
+            f"no {missing!r} metadata (not written by rc.export_onnx, or truncated); "
+            "export it again",
+        )
+    if model_digest(model) != meta[DIGEST_KEY]:
+        raise _fail(source, DIGEST_MISMATCH)
     try:
         interface = json.loads(meta[METADATA_KEY])
-    except ValueError:
-        raise CheckpointError(f"{source!r}: its rlconnect metadata is not JSON") from None
+    except (ValueError, RecursionError):
+        raise _fail(source, "its rlconnect metadata is not JSON") from None
     if not isinstance(interface, dict):
-        raise CheckpointError(f"{source!r}: its rlconnect metadata is not an object")
+        raise _fail(source, "its rlconnect metadata is not an object")
     return interface
 
 
-def describe_onnx_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """An exported ONNX model for people: size, digest, opset, inputs and outputs (initial
-    state values summarised), spaces and pipelines, from its metadata."""
+def read_onnx_model(data: bytes, source: str) -> tuple[Any, dict[str, Any]]:
+    """``(model, interface)`` of an exported ONNX file's bytes, digest checked."""
     import onnx
 
-    source = os.fspath(path)
-    with open(source, "rb") as f:
-        data = f.read()
+    from rlconnect.checkpoints.damage import TRUNCATED_OR_NOT
+
+    if not data:
+        raise _fail(source, "the file is empty")
     try:
         model = onnx.load_from_string(data)
     except Exception as exc:  # a protobuf parser: any failure means a damaged file
-        raise CheckpointError(f"cannot load ONNX model {source!r}: {exc}") from None
-    interface = read_interface(model, source)
+        raise _fail(source, f"{TRUNCATED_OR_NOT.format(what='ONNX model')} ({exc})") from None
+    return model, read_interface(model, source)
+
+
+def describe_onnx_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An exported ONNX model for people: size, digests, opset, inputs and outputs (initial
+    state values summarised), spaces and pipelines, from its metadata (checked)."""
+    source = os.fspath(path)
+    with open(source, "rb") as f:
+        data = f.read()
+    model, interface = read_onnx_model(data, source)
 
     def entry(e: Any) -> Any:
         text = json.dumps(e.get("initial")) if isinstance(e, dict) else ""
@@ -52,8 +97,9 @@ def describe_onnx_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {
         "file": source,
         "format": "ONNX (rlconnect.export_onnx)",
-        "size": f"{len(data):,} bytes",
+        "size_bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "model_digest": "ok (graph, weights and interface as exported)",
         "opset": [f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import],
         **{k: v for k, v in interface.items() if k not in ("inputs", "outputs")},
         "inputs": [entry(e) for e in interface.get("inputs", [])],

@@ -187,6 +187,14 @@ def _show_arrays(value: Any) -> Any:
     return tree.map_structure(show, value)
 
 
+def _frozen(params: dict[str, Any]) -> dict[str, Any]:
+    """A member's params as a loaded policy uses them: statistics a training setting would
+    update (``update``) are frozen in a deployed policy, and shown so."""
+    if "update" not in params:
+        return params
+    return {k: ("frozen" if k == "update" else v) for k, v in params.items()}
+
+
 def describe_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A verified policy file as JSON values for people: spaces, pipelines (statistics
     shown by their first values), policy kind, config and weight sizes, file size and
@@ -201,14 +209,14 @@ def describe_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     def members(state: dict[str, Any]) -> list[dict[str, Any]]:
         return [
-            {"name": m["name"], "connector": m["connector"], **_show_arrays(m["params"])}
+            {"name": m["name"], "connector": m["connector"], **_frozen(_show_arrays(m["params"]))}
             for m in state["members"]
         ]
 
     return {
         "file": f.path,
         "format": f"{POLICY_FORMAT} v{POLICY_FORMAT_VERSION}",
-        "size": f"{f.size:,} bytes",
+        "size_bytes": f.size,
         "sha256": digest,
         "rlconnect_version": f.rlconnect_version,
         "policy_id": f.policy_id,
@@ -220,7 +228,7 @@ def describe_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             "config": f.config,
             "observation_space": describe_space(f.policy_observation_space),
             "action_space": describe_space(f.policy_action_space),
-            "weights": f"{values:,} values ({nbytes:,} bytes) in {len(f.weights)} arrays",
+            "weights": {"values": values, "bytes": nbytes, "arrays": len(f.weights)},
         },
         "action_pipeline": members(f.action_pipeline),
     }

@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from rlconnect.checkpoints.damage import DIGEST_MISMATCH, size_damage
 from rlconnect.errors import CheckpointError
 
 __all__ = [
@@ -347,16 +348,13 @@ def read_blob(root: str, entry: dict[str, Any]) -> tuple[str, bytes]:
     if not stat.S_ISREG(st.st_mode):
         raise _fail(root, rel, "is not a regular file")
     if st.st_size != entry["size"]:
-        what = "truncated" if st.st_size < entry["size"] else "longer than recorded"
-        raise _fail(
-            root, rel, f"has {st.st_size} bytes but the manifest records {entry['size']} ({what})"
-        )
+        raise _fail(root, rel, size_damage(st.st_size, entry["size"]))
     with open(real, "rb") as f:
         data = f.read(entry["size"] + 1)
     if len(data) != entry["size"]:
         raise _fail(root, rel, "changed size while being read")
     if sha256_hex(data) != entry["sha256"]:
-        raise _fail(root, rel, "SHA-256 mismatch: the file is corrupted or was modified")
+        raise _fail(root, rel, DIGEST_MISMATCH)
     return real, data
 
 
