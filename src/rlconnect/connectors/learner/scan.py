@@ -18,9 +18,10 @@ that every work array stays in cache between steps.
 Numerics: everything is float64. Every step adds terms scaled by products of discounts in
 [0, 1] (no division, no growing powers such as ``d**-t``, no cancellation between a global
 cumulative sum and its shifted copy), so each output is a sum of its exact terms with
-at most ``log2(T)`` roundings of float64 per term: relative errors stay near 1e-15,
-far below the float32 the connectors return. tests/connectors/learner checks the results
-against plain per-trajectory loops.
+about ``log2(T)`` float64 roundings per term, far below the float32 the connectors
+return. tests/connectors/learner/test_learner_scan.py holds them to 1e-11 (relative to
+the largest term) of sequential float64 loops, on trajectories of up to 5000 rows with
+terms spanning six orders of magnitude.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ __all__ = ["discounted_suffix_sum", "discounted_window_sum", "linear_suffix_scan
 
 
 class _Scratch:
-    """Work arrays for one scan, as long as its longest piece, reused by every step."""
+    """Work arrays of one scan (as long as its input), reused by every doubling step."""
 
     def __init__(self, rows: int) -> None:
         self.values = np.empty(rows)
