@@ -122,7 +122,7 @@ def _from_creator(user_creator: Creator, s: EnvSettings) -> BaseEnv:
 
 def _hosted(creator: Creator, s: EnvSettings) -> BaseEnv:
     """The sub-envs of a creator: in env worker processes if asked for, else here."""
-    if s.num_env_workers or s.remote_envs:
+    if s.in_workers:
         return _in_workers(creator, s)
     return _in_process(creator, s)
 

@@ -33,13 +33,12 @@ def _instance(env: Any) -> str | None:
 
 def check_parallel_spec(env: Any, settings: EnvSettings) -> None:
     """Raise ``ValueError`` for env workers or asynchronous polls the env cannot have."""
-    num_envs, num_env_workers = settings.num_envs, settings.num_env_workers
-    env_poll_size, remote_envs = settings.env_poll_size, settings.remote_envs
     if isinstance(env, BaseEnv):
         return  # built already (e.g. by make_base_env with these settings): used as it is
     envpool = is_envpool(env)
-    if num_env_workers or remote_envs:
-        asked = f"num_env_workers={num_env_workers}" if num_env_workers else "remote_envs=True"
+    workers, poll_size = settings.num_env_workers, settings.env_poll_size
+    if settings.in_workers:
+        asked = f"num_env_workers={workers}" if workers else "remote_envs=True"
         if envpool:
             raise ValueError(
                 f"{asked}: an EnvPool env steps its sub-envs in its own C++ threads; use "
@@ -51,10 +50,10 @@ def check_parallel_spec(env: Any, settings: EnvSettings) -> None:
                 f"{asked} builds the sub-envs in worker processes, but the env is {kind}: "
                 "pass a gymnasium id or an env creator (a function EnvContext -> env) instead"
             )
-    asynchronous = env_poll_size is not None and env_poll_size < num_envs
-    if asynchronous and not (num_env_workers or remote_envs or envpool):
+    asynchronous = poll_size is not None and poll_size < settings.num_envs
+    if asynchronous and not (settings.in_workers or envpool):
         raise ValueError(
-            f"RunnerConfig.env_poll_size={env_poll_size} polls sub-envs asynchronously, "
+            f"RunnerConfig.env_poll_size={poll_size} polls sub-envs asynchronously, "
             "which needs them in worker processes (num_env_workers >= 1 or "
             "remote_envs=True) or an EnvPool env ('envpool:<task id>'); use "
             "env_poll_size=None to step every sub-env together"

@@ -135,8 +135,7 @@ def env_field(name: str, owner: str) -> Any:
 
 
 def check_processes(s: Any, owner: str) -> None:
-    """What no single field says: worker processes stay under ``MAX_WORKER_PROCESSES``, and
-    only sub-envs in worker processes can be timed out."""
+    """What no single field says: worker processes stay under ``MAX_WORKER_PROCESSES``."""
     if s.remote_envs and s.num_envs > MAX_WORKER_PROCESSES:
         raise ValueError(
             f"{owner}remote_envs=True with num_envs={s.num_envs} would start "
@@ -149,6 +148,12 @@ def check_processes(s: Any, owner: str) -> None:
             f"{owner}num_env_workers={s.num_env_workers}: at most {MAX_WORKER_PROCESSES} "
             "worker processes (MAX_WORKER_PROCESSES); give each worker several sub-envs"
         )
+
+
+def check_timeouts(s: Any, owner: str) -> None:
+    """Only a sub-env in a worker process can be timed out: a timeout without workers is
+    a mistake in a config (``make_base_env`` itself ignores it, as an evaluation env built
+    from an instance in this process does)."""
     for name in ("sub_env_timeout_s", "env_build_timeout_s"):
         value = getattr(s, name)
         if value is not None and not (s.remote_envs or s.num_env_workers):
@@ -180,6 +185,12 @@ class EnvSettings:
 
     def __attrs_post_init__(self) -> None:
         check_processes(self, _OWNER)
+
+    @property
+    def in_workers(self) -> bool:
+        """Whether the sub-envs step in env worker processes (``num_env_workers`` of them,
+        or one per sub-env with ``remote_envs``)."""
+        return bool(self.num_env_workers or self.remote_envs)
 
     def contexts(self) -> ContextRule:
         """How sub-env ``i`` is built (and first seeded) after ``r`` rebuilds, in this

@@ -9,7 +9,7 @@ from typing import Any, cast
 import attrs
 
 from rlconnect.connectors.settings import ConnectorSettings, setting_field
-from rlconnect.envs.settings import EnvSettings, check_processes, env_field
+from rlconnect.envs.settings import EnvSettings, check_processes, check_timeouts, env_field
 
 __all__ = ["BatchMode", "CountStepsBy", "RunnerConfig"]
 
@@ -238,6 +238,7 @@ class RunnerConfig:
                 "(a path, a glob, or a dict of sources)"
             )
         check_processes(self, _OWNER)
+        check_timeouts(self, _OWNER)
 
     def env_settings(self) -> EnvSettings:
         """This config's env settings (the fields declared with ``env_field``): what
