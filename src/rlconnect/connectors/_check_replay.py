@@ -25,6 +25,7 @@ from rlconnect.connectors.base import (
     AgentConnector,
     AgentData,
 )
+from rlconnect.connectors.learner import LearnerConnector, LearnerConnectorPipeline
 from rlconnect.connectors.pipeline import (
     ActionConnectorPipeline,
     AgentConnectorPipeline,
@@ -58,6 +59,12 @@ class _Setup:
 
 
 def _as_pipeline(obj: Any) -> ConnectorPipeline:
+    if isinstance(obj, LearnerConnector | LearnerConnectorPipeline):
+        raise TypeError(
+            "check_pipeline replays agent and action pipelines step by step; a learner "
+            f"{'pipeline' if isinstance(obj, ConnectorPipeline) else 'connector'} works on "
+            "whole batches: call it on a batch, and check_policy(policy) for what it needs"
+        )
     if isinstance(obj, ConnectorPipeline):
         return obj
     if isinstance(obj, AgentConnector):

@@ -100,3 +100,10 @@ def test_check_policy_names_the_member_and_the_fix() -> None:
 def test_the_base_call_is_abstract() -> None:
     with pytest.raises(NotImplementedError, match="LearnerConnector must implement"):
         rc.LearnerConnector(ctx())(batch_of([1], ["cut"]), ValuePolicy())
+
+
+def test_check_pipeline_says_learner_pipelines_are_not_replayed() -> None:
+    c = ctx()
+    for obj in (rc.LearnerConnectorPipeline(c, [AddColumn(c)]), AddColumn(c)):
+        with pytest.raises(TypeError, match=r"learner .* works on whole batches.*check_policy"):
+            rc.check_pipeline(obj)
