@@ -6,7 +6,8 @@
 - ``TrajectoryIds``: the id of every agent trajectory (the key its rows carry in the
   collectors), who it belongs to, and when it may be forgotten;
 - ``AgentTracker``: multi-agent episodes only: agents that come, go, take turns, and get
-  rewards in between, one ``rc.collectors.AgentCollector`` handle per agent per episode;
+  rewards in between, kept in arrays of ``(sub-env, agent)`` slots so a poll's rows are
+  looked up in bulk;
 - ``EpisodeHooks``: the episode callbacks with the arguments every call passes.
 """
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.batches.columns import EMPTY_INFO
-from rlconnect.collectors import AgentCollector, PolicyCollectorGroup
+from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.envs.rows import EnvRows
 from rlconnect.episodes import Episode
 from rlconnect.errors import EnvError
@@ -395,9 +396,16 @@ def episode_flags(
 
 
 class AgentTracker:
-    """The agents of every sub-env's running multi-agent episode: one handle each
-    (``AgentCollector``: trajectory id, agent index, reward pending since its last
-    action); the rows themselves stay in the per-policy collectors."""
+    """The agents of every sub-env's running multi-agent episode, in arrays.
+
+    Each agent id gets a code (a column) the first time it is seen; every ``(sub-env,
+    code)`` slot holds the agent's trajectory id (-1: none open), its policy (an index into
+    ``policy_ids``; -1: not mapped yet in this episode), its agent index, the reward it got
+    while not acting (added to its next transition) and its return so far. A poll's rows
+    are looked up and updated with a few numpy operations; Python runs per agent only where
+    one joins (the mapping function, a new trajectory), ends or gets a reward without an
+    observation. The rows themselves stay in the per-policy collectors.
+    """
 
     def __init__(
         self,
@@ -405,103 +413,179 @@ class AgentTracker:
         episodes: EpisodeTracker,
         trajectories: TrajectoryIds,
         collectors: PolicyCollectorGroup,
+        policy_ids: Sequence[str],
     ) -> None:
-        self.agents: list[dict[Any, AgentCollector]] = [{} for _ in range(num_envs)]
         self._episodes = episodes
         self._traj = trajectories
         self._collectors = collectors
+        self.policy_ids = list(policy_ids)
+        self._pid_index = {p: k for k, p in enumerate(self.policy_ids)}
+        self._codes: dict[Any, int] = {}
+        self._agents: list[Any] = []  # code -> agent id
+        self.traj = np.full((num_envs, 0), -1, dtype=np.int64)
+        self.policy = np.full((num_envs, 0), -1, dtype=np.int64)
+        self.index = np.zeros((num_envs, 0), dtype=np.int64)
+        self.pending = np.zeros((num_envs, 0))
+        self.returns = np.zeros((num_envs, 0))
+        self.total = np.zeros(num_envs)  # each episode's return, summed in row order
+
+    def codes(self, agent_ids: tuple) -> np.ndarray:
+        """The code of each agent id (agents never seen before get one)."""
+        try:
+            return np.fromiter(map(self._codes.__getitem__, agent_ids), np.int64, len(agent_ids))
+        except KeyError:
+            for a in agent_ids:
+                self._code(a)
+            return np.fromiter(map(self._codes.__getitem__, agent_ids), np.int64, len(agent_ids))
+
+    def _code(self, agent_id: Any) -> int:
+        code = self._codes.get(agent_id)
+        if code is None:
+            code = self._codes[agent_id] = len(self._agents)
+            self._agents.append(agent_id)
+            if code >= self.traj.shape[1]:  # room for more agents: double the columns
+                grow = max(4, self.traj.shape[1])
+                for name, fill in (("traj", -1), ("policy", -1), ("index", 0)):
+                    old = getattr(self, name)
+                    setattr(self, name, np.pad(old, ((0, 0), (0, grow)), constant_values=fill))
+                self.pending = np.pad(self.pending, ((0, 0), (0, grow)))
+                self.returns = np.pad(self.returns, ((0, 0), (0, grow)))
+        return code
+
+    def policies(self, env_ids: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The policy (index into ``policy_ids``) of every row's agent; agents new to their
+        episode are mapped (``Episode.policy_for``, once per agent per episode)."""
+        pol = self.policy[env_ids, codes]
+        if np.count_nonzero(pol < 0):
+            for k in np.flatnonzero(pol < 0).tolist():
+                pol[k] = self._map(int(env_ids[k]), int(codes[k]))
+        return pol
+
+    def _map(self, e: int, code: int) -> int:
+        """Map agent ``code`` of sub-env ``e``'s episode to its policy (once per episode)."""
+        ep, agent = self._episodes[e], self._agents[code]
+        pid = ep.policy_for(agent)
+        k = self._pid_index.get(pid)
+        if k is None:
+            raise ValueError(
+                f"policy_mapping_fn mapped agent {agent!r} to policy {pid!r}, which the "
+                f"runner does not have (its policies: {self.policy_ids})"
+            )
+        self.policy[e, code] = k
+        self.index[e, code] = ep.agent_index(agent)
+        return k
 
     def trajectories(
-        self, pid: str, env_ids: np.ndarray, agent_ids: tuple
+        self, env_ids: np.ndarray, codes: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Trajectory id, whether it is new, and agent index of every row."""
-        n = len(env_ids)
-        traj = np.empty(n, dtype=np.int64)
-        new = np.zeros(n, dtype=bool)
-        index = np.empty(n, dtype=np.int64)
-        for k, (e, a) in enumerate(zip(env_ids.tolist(), agent_ids)):
-            col = self.agents[e].get(a)
-            if col is None or col.closed:
-                ep = self._episodes[e]
-                tid = self._traj.new(a, ep)
-                col = AgentCollector(tid, e, a, pid, ep.episode_id, ep.agent_index(a))
-                self.agents[e][a] = col
-                new[k] = True
-            traj[k] = col.traj_id
-            index[k] = col.agent_index
-        return traj, new, index
+        """Trajectory id, whether it is new, and agent index of every row (mapped rows)."""
+        traj = self.traj[env_ids, codes]
+        new = traj < 0
+        if np.count_nonzero(new):
+            for k in np.flatnonzero(new).tolist():
+                e, code = int(env_ids[k]), int(codes[k])
+                traj[k] = self.traj[e, code] = self._traj.new(self._agents[code], self._episodes[e])
+        return traj, new, self.index[env_ids, codes]
 
-    def mark_closed(self, env_ids: np.ndarray, agent_ids: tuple, done: np.ndarray) -> None:
+    def mark_closed(self, env_ids: np.ndarray, codes: np.ndarray, done: np.ndarray) -> None:
         """The agents of rows ``done`` ended their trajectories with these rows."""
-        for k in np.flatnonzero(done).tolist():
-            col = self.agents[int(env_ids[k])].get(agent_ids[k])
-            if col is not None:
-                col.closed = True
-                self._traj.close(col.traj_id)
+        if not np.count_nonzero(done):
+            return
+        e, c = env_ids[done], codes[done]
+        for t in self.traj[e, c].tolist():
+            if t >= 0:
+                self._traj.close(t)
+        self.traj[e, c] = -1
 
-    def add_rewards(self, rows: EnvRows, poll: int, agent_steps: np.ndarray) -> None:
+    def add_rewards(
+        self, rows: EnvRows, codes: np.ndarray, poll: int, agent_steps: np.ndarray
+    ) -> None:
         """Episode totals of every reward, and rewards given without an observation held
         for the agent's next transition (closing agents that ended with one)."""
-        for e, a, rew in zip(rows.env_ids.tolist(), rows.agent_ids, rows.rewards.tolist()):
-            self._episodes[e].add_rewards([a], [rew])
+        env_ids = rows.env_ids
+        self.policies(env_ids, codes)  # (an agent with a reward has a key in the totals)
+        self.returns[env_ids, codes] += rows.rewards  # (one row per agent and sub-env)
+        np.add.at(self.total, env_ids, rows.rewards)
         for e, a, rew, te, tr in rows.extra_rewards:
-            ep = self._episodes.episodes[e]
-            if ep is None:
+            if self._episodes.episodes[e] is None:
                 continue
-            ep.add_rewards([a], [rew])
-            col = self.agents[e].get(a)
-            if col is not None and not col.closed:
-                col.pending_reward += rew
+            code = self._code(a)
+            if self.policy[e, code] < 0:
+                self._map(e, code)
+            self.returns[e, code] += rew
+            self.total[e] += rew
+            if self.traj[e, code] >= 0:
+                self.pending[e, code] += rew
                 if te or tr:
-                    self._close_agent(col, (te, tr), poll, agent_steps)
+                    self._close_agent(e, code, (te, tr), poll, agent_steps)
 
-    def take_pending(self, env_ids: np.ndarray, agent_ids: tuple) -> np.ndarray:
+    def take_pending(self, env_ids: np.ndarray, codes: np.ndarray) -> np.ndarray:
         """Rewards each row's agent earned while not acting (and clear them)."""
-        out = np.zeros(len(env_ids))
-        for k, (e, a) in enumerate(zip(env_ids.tolist(), agent_ids)):
-            col = self.agents[e].get(a)
-            if col is not None and not col.closed and col.pending_reward:
-                out[k] = col.pending_reward
-                col.pending_reward = 0.0
+        out = self.pending[env_ids, codes]
+        if np.count_nonzero(out):
+            self.pending[env_ids, codes] = 0.0
         return out
 
     def _close_agent(
-        self, col: AgentCollector, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray
+        self, e: int, code: int, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray
     ) -> None:
         """End a trajectory whose agent got no final observation.
 
         Its last transition repeats the agent's last observation as ``new_obs`` and holds
         the reward accumulated since its last action (no observation is made up).
         """
-        collector = self._collectors[col.policy_id]
-        rows = np.flatnonzero(collector.trajectory_ids() == col.traj_id)
-        col.closed = True
-        self._traj.close(col.traj_id)
+        traj_id = int(self.traj[e, code])
+        collector = self._collectors[self.policy_ids[self.policy[e, code]]]
+        rows = np.flatnonzero(collector.trajectory_ids() == traj_id)
+        self.traj[e, code] = -1
+        self._traj.close(traj_id)
+        pending, self.pending[e, code] = float(self.pending[e, code]), 0.0
         if not len(rows):
             return
         cols = collector.copy_rows(rows[-1:])
-        cols["rewards"] = np.asarray([col.pending_reward], dtype=cols["rewards"].dtype)
+        cols["rewards"] = np.asarray([pending], dtype=cols["rewards"].dtype)
         cols["terminateds"] = np.asarray([flags[0]])
         cols["truncateds"] = np.asarray([flags[1]])
         cols["infos"] = [EMPTY_INFO]
-        cols["t"] = np.asarray([self._episodes.length[col.env_id]], dtype=np.int64)
-        col.pending_reward = 0.0
-        collector.add_rows(np.asarray([col.traj_id]), poll, cols, last=True)
-        agent_steps[col.env_id] += 1
+        cols["t"] = np.asarray([self._episodes.length[e]], dtype=np.int64)
+        collector.add_rows(np.asarray([traj_id]), poll, cols, last=True)
+        agent_steps[e] += 1
 
     def close_open_agents(
         self, env_id: int, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray
     ) -> None:
         """The episode in ``env_id`` ended: close every agent still waiting to act."""
-        for col in list(self.agents[env_id].values()):
-            if not col.closed:
-                self._close_agent(col, flags, poll, agent_steps)
+        for code in np.flatnonzero(self.traj[env_id] >= 0).tolist():
+            self._close_agent(env_id, code, flags, poll, agent_steps)
+
+    def write_returns(self, env_id: int, episode: Episode) -> None:
+        """``episode``'s ``agent_rewards`` and ``total_reward`` made current."""
+        pids, agents = self.policy_ids, self._agents
+        policy, returns = self.policy[env_id], self.returns[env_id]
+        episode.agent_rewards = {
+            (agents[c], pids[policy[c]]): float(returns[c])
+            for c in np.flatnonzero(policy >= 0).tolist()
+        }
+        episode.total_reward = float(self.total[env_id])
+
+    def write_open_returns(self) -> None:
+        """Every running episode's returns made current (before a batch is handed out:
+        postprocessing and its callbacks see the episodes)."""
+        for e, ep in enumerate(self._episodes.episodes):
+            if ep is not None:
+                self.write_returns(e, ep)
 
     def close_episode(self, env_id: int) -> None:
-        """Forget the agents of ``env_id``'s ended episode (their trajectories close)."""
-        for col in self.agents[env_id].values():
-            self._traj.close(col.traj_id)
-        self.agents[env_id] = {}
+        """``env_id``'s episode ended: its totals written, its agents forgotten (their
+        trajectories close)."""
+        self.write_returns(env_id, self._episodes[env_id])
+        for t in self.traj[env_id][self.traj[env_id] >= 0].tolist():
+            self._traj.close(t)
+        self.traj[env_id] = -1
+        self.policy[env_id] = -1
+        self.pending[env_id] = 0.0
+        self.returns[env_id] = 0.0
+        self.total[env_id] = 0.0
 
     def observation_fn(self, rows: EnvRows, fn: Callable[..., Any], **context: Any) -> list:
         """``RunnerConfig.observation_fn`` applied per sub-env; returns the new obs list."""

@@ -64,6 +64,7 @@ class PollFacts:
 
     __slots__ = (
         "agent_steps",
+        "codes",
         "done",
         "done_envs",
         "firsts",
@@ -89,6 +90,7 @@ class PollFacts:
         some_done: bool,
         done_envs: Mapping[int, tuple[bool, bool]],
         agent_steps: np.ndarray | None,
+        codes: np.ndarray | None,
     ) -> None:
         self.poll = poll  #: the poll's number
         self.rows = rows  #: the rows, screened
@@ -102,6 +104,7 @@ class PollFacts:
         self.some_done = some_done  #: whether any row is done
         self.done_envs = done_envs  #: sub-envs whose episode ends, with its flags
         self.agent_steps = agent_steps  #: multi-agent: transitions each sub-env completed
+        self.codes = codes  #: multi-agent: each row's agent code (``AgentTracker.codes``)
 
 
 class PolicyStep:
@@ -183,7 +186,7 @@ class StepKernel:
             on_close=self._close_episodes,
             connector_resets=pipes.episode_resets,
         )
-        self.agents = AgentTracker(n, self.episodes, self.trajectories, collectors)
+        self.agents = AgentTracker(n, self.episodes, self.trajectories, collectors, self._pids)
         self.faults = SubEnvFaults(
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
@@ -213,6 +216,8 @@ class StepKernel:
             self._secs["mean_env_wait_ms"] += clock() - t0
             timers.steps += 1
             self.step(rows)
+        if self.multi:
+            self.agents.write_open_returns()
 
     def step(self, rows: EnvRows) -> None:
         """Everything one poll's rows cause, phase by phase (see the module docstring)."""
@@ -275,12 +280,13 @@ class StepKernel:
         else:
             limited = self.episodes.horizon_flags(rows, rows.stepped, horizon)
             terminateds, truncateds, done_envs = limited
-        obs, agent_steps = rows.obs, None
+        obs, agent_steps, codes = rows.obs, None, None
         if self.multi:
             agent_steps = np.zeros(len(self.episodes.length), dtype=np.int64)
             if done_envs:
                 terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
-            self.agents.add_rewards(rows, poll, agent_steps)
+            codes = self.agents.codes(rows.agent_ids)
+            self.agents.add_rewards(rows, codes, poll, agent_steps)
             fn = self.config.observation_fn
             if fn is not None:
                 obs = self.agents.observation_fn(
@@ -295,18 +301,27 @@ class StepKernel:
             some_done = bool(done_envs) or bool(np.count_nonzero(done))
         return PollFacts(
             poll, rows, full, firsts, obs, terminateds, truncateds, done, some_done, done_envs,
-            agent_steps,
+            agent_steps, codes,
         )  # fmt: skip
 
     def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
         """Each policy's rows of the poll (None: every row; one policy maps no rows)."""
         if self._one_pid:
             return self._every_row if len(facts.rows.env_ids) else []
-        groups: dict[str, list[int]] = {}
         rows = facts.rows
-        for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
-            groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
-        return [(pid, np.asarray(ix, dtype=np.int64)) for pid, ix in groups.items()]
+        if not len(rows.env_ids):
+            return []
+        if facts.codes is None:  # single-agent rows: each sub-env's episode maps its agent
+            groups: dict[str, list[int]] = {}
+            for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
+                groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
+            return [(pid, np.asarray(ix, dtype=np.int64)) for pid, ix in groups.items()]
+        pol = self.agents.policies(rows.env_ids, facts.codes)
+        pids = self.agents.policy_ids
+        if not np.count_nonzero(pol != pol[0]):
+            return [(pids[pol[0]], None)]
+        found, first = np.unique(pol, return_index=True)  # in order of first row
+        return [(pids[k], np.flatnonzero(pol == k)) for k in found[np.argsort(first)].tolist()]
 
     def _act(self, pid: str, idx: np.ndarray | None, facts: PollFacts) -> PolicyStep:
         """The rows ``idx`` of policy ``pid`` (None: all) through its agent pipeline; then,
@@ -370,10 +385,11 @@ class StepKernel:
             obs = stack_samples(pipe.input_space, obs if idx is None else [obs[i] for i in members])
         traj: np.ndarray | None = None  # single-agent: read when recorded
         agent_index: np.ndarray | int = 0
-        agent_steps = facts.agent_steps
-        if agent_steps is not None:
-            traj, new, agent_index = self.agents.trajectories(pid, env_ids, agent_ids)
-            rewards = rewards + self.agents.take_pending(env_ids, agent_ids)
+        agent_steps, codes = facts.agent_steps, facts.codes
+        if agent_steps is not None and codes is not None:
+            codes = codes if idx is None else codes[idx]
+            traj, new, agent_index = self.agents.trajectories(env_ids, codes)
+            rewards = rewards + self.agents.take_pending(env_ids, codes)
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
         lengths = self.episodes.length
         cols = {
@@ -387,8 +403,8 @@ class StepKernel:
         data = AgentData.trusted(env_ids, agent_ids, cols)
         if connectors:
             data = pipe(data)
-        if agent_steps is not None:
-            self.agents.mark_closed(env_ids, agent_ids, done)
+        if codes is not None:
+            self.agents.mark_closed(env_ids, codes, done)
         return PolicyStep(
             pid, data, dict(data.columns), env_ids, agent_ids, traj, agent_index, done, obs
         )
@@ -430,6 +446,9 @@ class StepKernel:
         if facts.firsts:
             episodes.fire_start(facts.firsts)
         if self._on_step:
+            if agent_steps is not None:  # the episodes' returns, as the callbacks see them
+                for e in stepped.tolist():
+                    self.agents.write_returns(e, episodes[e])
             episodes.fire_step(stepped)
         if not done_envs:
             return
