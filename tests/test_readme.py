@@ -56,3 +56,18 @@ def test_make_test_runs_everything_and_test_fast_leaves_out_slow_and_ray() -> No
     assert "make test\n" in (ROOT / ".ci" / "run").read_text()  # CI runs the whole suite
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "make test-fast" in readme and "minutes" in readme
+
+
+_DURATION = re.compile(r"<!-- test-duration:.*?-->\n(.*?)<!-- /test-duration -->", re.DOTALL)
+
+
+def test_one_test_duration_everywhere() -> None:
+    """The README and the docs' front page say how long the tests take in the same words
+    (one marked paragraph), and no other figure for it."""
+    paragraphs = [_DURATION.findall(p.read_text(encoding="utf-8")) for p in PAGES]
+    assert all(len(found) == 1 for found in paragraphs), paragraphs
+    assert paragraphs[0] == paragraphs[1]
+    assert "minutes on" in paragraphs[0][0] and "November 2026" in paragraphs[0][0]
+    for page in PAGES:
+        rest = _DURATION.sub("", page.read_text(encoding="utf-8"))
+        assert not re.search(r"\d+(-\d+)? ?min(utes)?\b", rest), page.name
