@@ -14,6 +14,7 @@ import asyncio
 import functools
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,14 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
-from rlconnect.envs.external import EpisodeError, ExternalEnv, TooManyEpisodesError
+from rlconnect.envs.external import EpisodeError, ExternalEnv
 from rlconnect.envs.external_checks import check_agent_dict, check_episode_id
 from rlconnect.envs.external_hub import NO_ACTION
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.envs.external_replies import Reply
-from rlconnect.serve.handler import PENDING, BadRequest, Call, TooLarge, field
+from rlconnect.serve.envs import _Idle
+from rlconnect.serve.handler import PENDING, BadRequest, Call, RunnerFailed, TooLarge, field
+from rlconnect.serve.shares import Shares
 from rlconnect.serve.tasks import run_in_sampler
 
 __all__ = ["Endpoints"]
@@ -47,13 +50,13 @@ def _eid(body: dict, name: str = "episode_id") -> Any:
 class Endpoints:
     """The request handlers of one served env (``ops`` by endpoint name)."""
 
-    def __init__(self, env: ExternalEnv, loop: asyncio.AbstractEventLoop, share: int) -> None:
-        self.env = env
-        self.hub = env.hub
+    def __init__(self, runner: Any, loop: asyncio.AbstractEventLoop, share: int) -> None:
+        self.runner = runner
+        self.env: ExternalEnv = runner.env.external
+        self.hub = self.env.hub
         self.loop = loop
-        self.share = share  # episodes one client may run at once
-        self.clients: dict[str, set[Any]] = {}  # the episodes each client runs
-        self.multi = isinstance(env, ExternalMultiAgentEnv)
+        self.shares = Shares(share, self.hub.max_concurrent, self.hub.forget_ended)
+        self.multi = isinstance(self.env, ExternalMultiAgentEnv)
         self.ops: dict[str, Callable[[dict, Call], Any]] = {
             "start_episode": self.start_episode,
             "get_action": self.get_action,
@@ -66,37 +69,54 @@ class Endpoints:
             "weights": self.weights,
         }
 
+    # -- what the server asks of the service it answers for --------------------------------
+    def failure(self) -> str | None:
+        """What failed for good (the runner's sample(), the served env), or None."""
+        failed = self.runner.failure
+        if failed is not None:
+            return f"the runner's sample() raised {type(failed).__name__}: {failed}"
+        if self.env.error is not None:
+            return f"the served env raised {self.env.error!r}"
+        return None
+
+    @property
+    def stopping(self) -> bool:
+        return self.hub.closed
+
+    def watch(self) -> None:
+        """On the loop, a few times a second: once the runner (or the served env) has
+        failed, every call waiting for it is answered at once (503 ``RunnerFailed``)."""
+        failure = self.failure()
+        if failure is not None and not self.hub.closed:
+            self.hub.close(RunnerFailed(f"{failure}; nothing more will be served"))
+
+    def status(self) -> dict[str, Any]:
+        """What ``/v1/health`` reports of the served env and its runner."""
+        return {
+            "running_episodes": self.env.num_running_episodes,
+            "max_concurrent": self.env.max_concurrent,
+            "queued_steps": self.hub.queued,
+            "seconds_since_poll": round(time.monotonic() - self.hub.last_poll, 3),
+            "multi_agent": self.multi,
+            "observation_space": self.env.observation_space,
+            "action_space": self.env.action_space,
+        }
+
+    def close(self) -> None:
+        """Fail the waiting calls and close the env (the runner stays usable)."""
+        self.hub.set_delivery(None)  # the loop is going: nothing to hand over
+        self.hub.close()
+        if isinstance(self.env, _Idle):
+            self.env.stop()
+
     # -- episode calls --------------------------------------------------------------------
     def start_episode(self, body: dict, call: Call) -> dict:
         eid = _eid(body) if body.get("episode_id") is not None else None
         training = field(body, "training_enabled", (bool,), True)
-        self._check_share(call, 1)
+        self.shares.check(call.episodes, 1)
         eid = self.env.start_episode(eid, training)
         call.episodes.add(eid)
         return {"episode_id": eid}
-
-    def episodes_of(self, client: str) -> set[Any]:
-        """The episodes ``client`` runs (a set its requests share). Clients that run none
-        are forgotten once there are more than twice as many clients as lanes, so the
-        table stays bounded whoever connects."""
-        if client not in self.clients and len(self.clients) > 2 * self.hub.max_concurrent:
-            for key, running in list(self.clients.items()):
-                self.hub.forget_ended(running)
-                if not running:
-                    del self.clients[key]
-        return self.clients.setdefault(client, set())
-
-    def _check_share(self, call: Call, more: int) -> None:
-        """TooManyEpisodesError when the client would run more than its share."""
-        if len(call.episodes) + more <= self.share:
-            return
-        self.hub.forget_ended(call.episodes)  # those that ended (or timed out) since
-        if len(call.episodes) + more > self.share:
-            raise TooManyEpisodesError(
-                f"this client already runs {len(call.episodes)} episodes, its share "
-                f"(max_episodes_per_client={self.share}); end some first, or ask the "
-                "server's owner for a larger share"
-            )
 
     def _obs(self, obs: Any, eid: Any) -> dict:
         if self.multi:
@@ -203,7 +223,7 @@ class Endpoints:
                 "per report (PolicyClient(report_size=...))"
             )
         peak = _peak_episodes(commands)
-        self._check_share(call, peak)
+        self.shares.check(call.episodes, peak)
         self.hub.admit(len(commands), peak, "this report (PolicyClient retries it)")
         for i, (name, args) in enumerate(commands):
             try:

@@ -30,18 +30,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter, QueueFullError
-from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
+from rlconnect.envs.external import ExternalEnvAdapter, QueueFullError
 from rlconnect.envs.external_replies import Reply, notify_each
 from rlconnect.policy import Policy
+from rlconnect.serve.deployed import DeployedEndpoints
 from rlconnect.serve.endpoints import Endpoints
-from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv, _Idle
+from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv
 from rlconnect.serve.handler import (
     PENDING,
     BadRequest,
@@ -62,6 +63,12 @@ __all__ = ["PolicyServer", "ServerSettings", "ServingEnv", "ServingMultiAgentEnv
 log = logging.getLogger("rlconnect.serve.server")
 
 
+def _is_deployed(source: Any) -> bool:
+    from rlconnect.deploy import DeployedPolicy
+
+    return isinstance(source, DeployedPolicy)
+
+
 def _runner_of(runner_or_policy: Any, spaces: tuple, max_concurrent: int, config: Any) -> Any:
     """The runner to serve: the one given, or one built on a ServingEnv for a policy."""
     from rlconnect.runner import EnvRunner
@@ -76,7 +83,8 @@ def _runner_of(runner_or_policy: Any, spaces: tuple, max_concurrent: int, config
         return EnvRunner(env, runner_or_policy, config=config)
     if not isinstance(runner_or_policy, EnvRunner):
         raise TypeError(
-            f"PolicyServer takes an rc.EnvRunner or an rc.Policy, got "
+            f"PolicyServer takes an rc.EnvRunner, an rc.Policy or an rc.DeployedPolicy "
+            "(rc.load_policy), got "
             f"{type(runner_or_policy).__name__}"
         )
     if not isinstance(runner_or_policy.env, ExternalEnvAdapter):
@@ -94,7 +102,13 @@ class PolicyServer:
         runner_or_policy: an ``rc.EnvRunner`` built on an ExternalEnv (e.g. a
             ``ServingEnv``), or an ``rc.Policy``: the server then builds a ``ServingEnv``
             (spaces from ``observation_space`` / ``action_space``, default the policy's) and
-            ``rc.EnvRunner(env, policy, config=config)``. Sample from ``server.runner``.
+            ``rc.EnvRunner(env, policy, config=config)``. Sample from ``server.runner``;
+            its policy explores and its filters learn unless its config says otherwise.
+            Or an ``rc.DeployedPolicy`` (``rc.load_policy(path)``), served exactly as
+            exported: each episode a session of ``compute_action`` (no exploration,
+            statistics frozen, nothing recorded), answered by the server itself with no
+            runner (``server.runner`` is None) and no sampling loop to drive. To go on
+            training from a run, use ``PolicyServer.from_checkpoint``.
         address, port: where to listen (port 0 picks a free one; see ``server.port``).
         settings: the server's limits, a ``ServerSettings`` (how many episodes, per
             connection too, the batching window, the queue bound, the timeouts, the body
@@ -116,18 +130,63 @@ class PolicyServer:
         **limits: Any,
     ) -> None:
         self.settings = settings = ServerSettings.of(settings, limits)
-        spaces = (observation_space, action_space)
-        self.runner = _runner_of(runner_or_policy, spaces, settings.max_concurrent, config)
-        self.env: ExternalEnv = self.runner.env.external
-        hub = self.env.hub
-        hub.set_limits(settings.hub_limits())
         self.requests = 0
         self._listener = Listener(self._dispatch, settings.http_limits(), self._watch)
-        share = settings.share(hub.max_concurrent)
         self._decoder = concurrent.futures.ThreadPoolExecutor(1, "PolicyServer-decode")
-        self._endpoints = Endpoints(self.env, self._listener.loop, share)
-        hub.set_delivery(self._deliver)
+        self._endpoints: Endpoints | DeployedEndpoints
+        #: the runner whose batches the served episodes fill (None for a DeployedPolicy)
+        self.runner: Any = None
+        #: the ExternalEnv the requests feed (None for a DeployedPolicy)
+        self.env: Any = None
+        if _is_deployed(runner_or_policy):
+            loop = self._listener.loop
+            self._endpoints = DeployedEndpoints(runner_or_policy, settings, loop)
+        else:
+            spaces = (observation_space, action_space)
+            self.runner = _runner_of(runner_or_policy, spaces, settings.max_concurrent, config)
+            self.env = self.runner.env.external
+            hub = self.env.hub
+            hub.set_limits(settings.hub_limits())
+            share = settings.share(hub.max_concurrent)
+            self._endpoints = Endpoints(self.runner, self._listener.loop, share)
+            hub.set_delivery(self._deliver)
         self.address, self.port = self._listener.start(address, port, settings.backlog)
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | os.PathLike[str],
+        address: str = "127.0.0.1",
+        port: int = 9900,
+        *,
+        policy_id: str = "default_policy",
+        config_overrides: Mapping[str, Any] | None = None,
+        settings: ServerSettings | None = None,
+        **limits: Any,
+    ) -> PolicyServer:
+        """Serve the runner of a checkpoint (or a ``rlconnect sample --out`` run folder),
+        rebuilt on a ``ServingEnv`` of ``policy_id``'s env spaces, and go on training it:
+        its policy explores (``explore`` of its config) and its filters keep learning, as
+        in sampling. Sample from ``server.runner``."""
+        from rlconnect.deploy.sources import find_checkpoint
+        from rlconnect.runner import EnvRunner
+        from rlconnect.runner.checkpoint_load import load_checkpoint
+
+        settings = ServerSettings.of(settings, limits)
+        folder = find_checkpoint(path)
+        records = load_checkpoint(folder).policies
+        if policy_id not in records:
+            raise KeyError(f"no policy {policy_id!r} in {str(path)!r}; it has {sorted(records)}")
+        record = records[policy_id]
+        env = ServingEnv(
+            record.env_action_space, record.env_observation_space, settings.max_concurrent
+        )
+        overrides = {"num_envs": 1, **(config_overrides or {})}  # the served env's lanes
+        runner = EnvRunner.from_checkpoint(folder, env=env, config_overrides=overrides)
+        return cls(runner, address, port, settings=settings)
+
+    def _watch(self) -> None:
+        self._endpoints.watch()
 
     @property
     def url(self) -> str:
@@ -145,12 +204,9 @@ class PolicyServer:
 
     def stop(self) -> None:
         """Stop listening, fail waiting calls and close the env (the runner stays usable)."""
-        self.env.hub.set_delivery(None)  # the loop is going: nothing to hand over
         self._listener.stop()
         self._decoder.shutdown(wait=False, cancel_futures=True)
-        self.env.hub.close()
-        if isinstance(self.env, _Idle):
-            self.env.stop()
+        self._endpoints.close()
 
     close = stop
 
@@ -212,7 +268,7 @@ class PolicyServer:
                 self._listener.busy(str(error))  # reported by /health
             conn.respond(status, {"error": kind_of(error), "message": str(error)})
 
-        return Call(self._endpoints.episodes_of(self._client(conn)), finish)
+        return Call(self._endpoints.shares.of(self._client(conn)), finish)
 
     def _client(self, conn: HttpConnection) -> str:
         """Who sends ``conn``'s requests, as ``settings.client_key`` says (its share)."""
@@ -244,26 +300,10 @@ class PolicyServer:
             raise NoEndpoint(f"no endpoint POST /v1/{name}; known: {known}")
         problem = self._problem()
         if problem is not None:  # it would never reach a batch nor get an action: 503 now
-            if self._failure() is not None:
+            if self._endpoints.failure() is not None:
                 raise RunnerFailed(f"{name}: {problem}")
             raise RunnerUnavailable(f"{name}: {problem}")
         return op(body, call)
-
-    def _watch(self) -> None:
-        """On the loop, a few times a second: once the runner (or the served env) has
-        failed, every call waiting for it is answered at once (503 ``RunnerFailed``)."""
-        failure = self._failure()
-        if failure is not None and not self.env.hub.closed:
-            self.env.hub.close(RunnerFailed(f"{failure}; nothing more will be served"))
-
-    def _failure(self) -> str | None:
-        """What failed for good (the runner's sample(), the served env), or None."""
-        failed = self.runner.failure
-        if failed is not None:
-            return f"the runner's sample() raised {type(failed).__name__}: {failed}"
-        if self.env.error is not None:
-            return f"the served env raised {self.env.error!r}"
-        return None
 
     def handle(self, name: str, body: Any) -> Any:
         """Answer one decoded request from this thread, as HTTP would (raises the errors
@@ -298,28 +338,24 @@ class PolicyServer:
 
     def health(self) -> dict[str, Any]:
         """Whether the server can serve (``ok``), and why not (``problem``)."""
-        hub = self.env.hub
         problem = self._problem()
+        status = self._endpoints.status()
         return {
             "ok": problem is None,
             "problem": problem,
-            "running_episodes": self.env.num_running_episodes,
-            "max_concurrent": self.env.max_concurrent,
-            "queued_steps": hub.queued,
-            "seconds_since_poll": round(time.monotonic() - hub.last_poll, 3),
+            **status,
             "connections": len(self._listener.connections),
             "refusing": self._listener.refusing(),
             "refused_for_capacity": self._listener.refused_for_capacity,
             "max_body_bytes": self._listener.limits.max_body_bytes,
-            "multi_agent": isinstance(self.env, ExternalMultiAgentEnv),
-            "observation_space": _space_json(self.env.observation_space),
-            "action_space": _space_json(self.env.action_space),
+            "observation_space": _space_json(status["observation_space"]),
+            "action_space": _space_json(status["action_space"]),
         }
 
     def _problem(self) -> str | None:
         """Why no action can come (the runner or the env failed, the server stops), or None."""
-        failure = self._failure()
-        if failure is None and self.env.hub.closed:
+        failure = self._endpoints.failure()
+        if failure is None and self._endpoints.stopping:
             return "the server is stopping"
         return failure
 
