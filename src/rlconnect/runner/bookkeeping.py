@@ -244,7 +244,7 @@ class EpisodeTracker:
                 self._unmade = (new, firsts)
             elif not self.multi_agent:
                 self._open_trajectories(firsts)
-        if self.multi_agent:
+        if self.multi_agent and None in self.episodes:  # rows of a sub-env with none open
             for e in np.unique(env_ids).tolist():
                 if self.episodes[e] is None:
                     self.open([e])
@@ -499,11 +499,12 @@ class AgentTracker:
 
     def add_rewards(
         self, rows: EnvRows, codes: np.ndarray, poll: int, agent_steps: np.ndarray
-    ) -> None:
+    ) -> np.ndarray:
         """Episode totals of every reward, and rewards given without an observation held
-        for the agent's next transition (closing agents that ended with one)."""
+        for the agent's next transition (closing agents that ended with one); returns the
+        policy of every row (``policies``: every agent with a row is mapped first)."""
         env_ids = rows.env_ids
-        self.policies(env_ids, codes)  # (an agent with a reward has a key in the totals)
+        pol = self.policies(env_ids, codes)
         self.returns[env_ids, codes] += rows.rewards  # (one row per agent and sub-env)
         np.add.at(self.total, env_ids, rows.rewards)
         for e, a, rew, te, tr in rows.extra_rewards:
@@ -518,6 +519,7 @@ class AgentTracker:
                 self.pending[e, code] += rew
                 if te or tr:
                     self._close_agent(e, code, (te, tr), poll, agent_steps)
+        return pol
 
     def take_pending(self, env_ids: np.ndarray, codes: np.ndarray) -> np.ndarray:
         """Rewards each row's agent earned while not acting (and clear them)."""

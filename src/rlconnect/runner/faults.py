@@ -276,9 +276,8 @@ class ActionCheck:
     def __init__(self, env: BaseEnv, policy: Any, policy_id: str) -> None:
         self.env, self.policy, self.policy_id = env, policy, policy_id
         self.space = None
-        if not env.is_multi_agent:
-            with contextlib.suppress(Exception):  # then every call takes the general path
-                self.space = env.action_space(DEFAULT_AGENT_ID)
+        with contextlib.suppress(Exception):  # then every call takes the general path
+            self.space = self._one_space(env, policy)
         #: ``n`` of a ``Discrete(n)`` space starting at 0: integer actions take one reduction
         space = self.space
         self._discrete_n = (
@@ -286,6 +285,20 @@ class ActionCheck:
             if isinstance(space, gym.spaces.Discrete) and int(space.start) == 0
             else None
         )
+
+    @staticmethod
+    def _one_space(env: BaseEnv, policy: Any) -> gym.Space | None:
+        """The one action space every row's action is checked against, if there is one:
+        a single-agent env's; a multi-agent env's when every agent it names has the
+        policy's action space (an agent it declares none for is checked against the
+        policy's too)."""
+        if not env.is_multi_agent:
+            return env.action_space(DEFAULT_AGENT_ID)
+        agents = getattr(env, "possible_agents", ())
+        shared = policy.action_space
+        if agents and all(env.action_space(a) == shared for a in agents):
+            return shared
+        return None
 
     def __call__(self, actions: Any, env_ids: np.ndarray, agent_ids: Sequence[Any]) -> None:
         if (

@@ -70,6 +70,7 @@ class PollFacts:
         "firsts",
         "full",
         "obs",
+        "policies",
         "poll",
         "rows",
         "some_done",
@@ -91,6 +92,7 @@ class PollFacts:
         done_envs: Mapping[int, tuple[bool, bool]],
         agent_steps: np.ndarray | None,
         codes: np.ndarray | None,
+        policies: np.ndarray | None,
     ) -> None:
         self.poll = poll  #: the poll's number
         self.rows = rows  #: the rows, screened
@@ -105,6 +107,7 @@ class PollFacts:
         self.done_envs = done_envs  #: sub-envs whose episode ends, with its flags
         self.agent_steps = agent_steps  #: multi-agent: transitions each sub-env completed
         self.codes = codes  #: multi-agent: each row's agent code (``AgentTracker.codes``)
+        self.policies = policies  #: multi-agent: each row's policy (``AgentTracker.policies``)
 
 
 class PolicyStep:
@@ -280,13 +283,13 @@ class StepKernel:
         else:
             limited = self.episodes.horizon_flags(rows, rows.stepped, horizon)
             terminateds, truncateds, done_envs = limited
-        obs, agent_steps, codes = rows.obs, None, None
+        obs, agent_steps, codes, policies = rows.obs, None, None, None
         if self.multi:
             agent_steps = np.zeros(len(self.episodes.length), dtype=np.int64)
             if done_envs:
                 terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
             codes = self.agents.codes(rows.agent_ids)
-            self.agents.add_rewards(rows, codes, poll, agent_steps)
+            policies = self.agents.add_rewards(rows, codes, poll, agent_steps)
             fn = self.config.observation_fn
             if fn is not None:
                 obs = self.agents.observation_fn(
@@ -301,7 +304,7 @@ class StepKernel:
             some_done = bool(done_envs) or bool(np.count_nonzero(done))
         return PollFacts(
             poll, rows, full, firsts, obs, terminateds, truncateds, done, some_done, done_envs,
-            agent_steps, codes,
+            agent_steps, codes, policies,
         )  # fmt: skip
 
     def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
@@ -311,12 +314,12 @@ class StepKernel:
         rows = facts.rows
         if not len(rows.env_ids):
             return []
-        if facts.codes is None:  # single-agent rows: each sub-env's episode maps its agent
+        pol = facts.policies
+        if pol is None:  # single-agent rows: each sub-env's episode maps its agent
             groups: dict[str, list[int]] = {}
             for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
                 groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
             return [(pid, np.asarray(ix, dtype=np.int64)) for pid, ix in groups.items()]
-        pol = self.agents.policies(rows.env_ids, facts.codes)
         pids = self.agents.policy_ids
         if not np.count_nonzero(pol != pol[0]):
             return [(pids[pol[0]], None)]

@@ -289,6 +289,8 @@ def stack_samples(space: gs.Space, samples: Sequence[Any]) -> Any:
     if len(samples) == 0:
         return zeros_batch(space, 0)
     skel = _skeleton(space)
+    if skel is space:  # a leaf space: no nest to walk
+        return _stack_leaf(space, samples)
     return tree.map_structure_up_to(skel, lambda sp, *xs: _stack_leaf(sp, xs), skel, *samples)
 
 
