@@ -302,3 +302,19 @@ def test_no_function_takes_the_env_settings_one_by_one():
                 if len(taken) > 4:
                     bad.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {node.name}{sorted(taken)}")
     assert not bad, f"env settings passed one by one: {bad}"
+
+
+def test_the_step_kernel_holds_few_attributes():
+    """``StepKernel`` holds at most 16 attributes: what one poll needs, not copies of what
+    its parts already hold (a timer dict, a collector's log, a config flag)."""
+    tree = ast.parse((RUNNER / "kernel.py").read_text())
+    kernel = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "StepKernel")
+    names = {
+        node.attr
+        for node in ast.walk(kernel)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and isinstance(node.ctx, ast.Store)
+    }
+    assert len(names) <= 16, f"StepKernel holds {len(names)} attributes: {sorted(names)}"

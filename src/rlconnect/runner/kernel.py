@@ -171,12 +171,10 @@ class StepKernel:
         n = env.num_envs
         self.env, self.policies, self.pipes, self.config = env, policies, pipes, config
         self.collectors, self.timers = collectors, timers
-        self._collector_of, self._env_step_log = collectors.collectors, collectors.env_step_log
         self.multi = env.is_multi_agent
         self.poll_index = 0
-        self._pids = list(policies)
-        self._one_pid = self._pids[0] if len(self._pids) == 1 else ""  # "": several
-        self._every_row: list[tuple[str, np.ndarray | None]] = [(self._one_pid, None)]
+        pids = list(policies)
+        self._one_pid = pids[0] if len(pids) == 1 else ""  # "": several
         self.trajectories = TrajectoryIds(n)
         self.episodes = EpisodeTracker(
             n,
@@ -189,16 +187,13 @@ class StepKernel:
             on_close=self._close_episodes,
             connector_resets=pipes.episode_resets,
         )
-        self.agents = AgentTracker(n, self.episodes, self.trajectories, collectors, self._pids)
+        self.agents = AgentTracker(n, self.episodes, self.trajectories, collectors, pids)
         self.faults = SubEnvFaults(
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
         self._checks_left = CHECKED_POLLS if config.check_env else 0
         self._action_checks = {pid: ActionCheck(env, p, pid) for pid, p in policies.items()}
-        self._runner = hooks.runner  # what user functions are shown as ``worker=``
-        self._on_step = hooks.on_step
-        self._check_finite = config.check_finite
-        self._secs = timers.seconds  # stage -> seconds, added to without a call per stage
+        self.hooks = hooks
 
     # -- the loop -------------------------------------------------------------------------
     def run_until(self, mode: str, target: int, count_by: str) -> None:
@@ -216,7 +211,7 @@ class StepKernel:
                 self.episodes.refuse_endless(max(ENDLESS_EPISODE_STEPS, 100 * target))
             t0 = clock()
             rows = env.poll()
-            self._secs["mean_env_wait_ms"] += clock() - t0
+            timers.seconds["mean_env_wait_ms"] += clock() - t0
             timers.steps += 1
             self.step(rows)
         if self.multi:
@@ -235,7 +230,7 @@ class StepKernel:
             steps.append(self._act(pid, idx, facts))
         t0 = _clock()
         self.env.all_actions_sent()  # an env that steps as one batch starts here
-        self._secs["mean_env_wait_ms"] += _clock() - t0
+        self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
         if facts.firsts:  # episodes begun at this poll are made once the actions are out
             self.episodes.actions_sent()
         for policy_step in steps:
@@ -246,7 +241,7 @@ class StepKernel:
     def _screen(self, rows: EnvRows, poll: int) -> EnvRows:
         """Restart or name failed sub-envs; check values (and, early on, spaces)."""
         if not (self.faults.restart or rows.errors or self._checks_left):
-            if self._check_finite and len(rows.env_ids):  # the common case
+            if self.config.check_finite and len(rows.env_ids):  # the common case
                 check_finite(rows, poll, self.episodes.length)
             return rows
         restart = self.faults.restart
@@ -259,7 +254,7 @@ class StepKernel:
         if self._checks_left and (len(rows) or rows.extra_rewards):
             self._checks_left -= 1
             check_rows(self.env, rows)
-        if not restart and self._check_finite and len(rows):
+        if not restart and self.config.check_finite and len(rows):
             check_finite(rows, poll, self.episodes.length)
         return rows
 
@@ -293,7 +288,7 @@ class StepKernel:
             fn = self.config.observation_fn
             if fn is not None:
                 obs = self.agents.observation_fn(
-                    rows, fn, worker=self._runner, base_env=self.env, policies=self.policies
+                    rows, fn, worker=self.hooks.runner, base_env=self.env, policies=self.policies
                 )
         if rows.dense and not done_envs:  # no episode ends: every flag is False
             done, some_done = terminateds, False
@@ -310,7 +305,7 @@ class StepKernel:
     def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
         """Each policy's rows of the poll (None: every row; one policy maps no rows)."""
         if self._one_pid:
-            return self._every_row if len(facts.rows.env_ids) else []
+            return [(self._one_pid, None)] if len(facts.rows.env_ids) else []
         rows = facts.rows
         if not len(rows.env_ids):
             return []
@@ -332,7 +327,7 @@ class StepKernel:
         actions sent."""
         t0 = _clock()
         step = self._agent_rows(pid, idx, facts)
-        self._secs["mean_raw_obs_processing_ms"] += _clock() - t0
+        self.timers.seconds["mean_raw_obs_processing_ms"] += _clock() - t0
         policy = self.policies[pid]
         step.record["weights_seq"] = policy.weights_seq  # one int for the chunk's rows
         inputs: Any = step.data
@@ -362,7 +357,7 @@ class StepKernel:
         step.outputs = outputs
         t0 = _clock()
         self.env.send_actions(env_ids, agent_ids, env_actions)
-        self._secs["mean_env_wait_ms"] += _clock() - t0
+        self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
         return step
 
     def _agent_rows(self, pid: str, idx: np.ndarray | None, facts: PollFacts) -> PolicyStep:
@@ -427,7 +422,7 @@ class StepKernel:
         record["agent_index"] = step.agent_index
         if self.config.keep_raw_obs:
             record["raw_obs"] = step.obs
-        self._collector_of[step.pid].add_rows(
+        self.collectors.collectors[step.pid].add_rows(
             traj, facts.poll, record, step.done, outputs=step.outputs, acted=step.acted
         )
 
@@ -443,12 +438,12 @@ class StepKernel:
             for e in sorted(done_envs):
                 self.agents.close_open_agents(e, done_envs[e], poll, agent_steps)
             episodes.agent_steps += agent_steps
-            self._env_step_log.add(poll, stepped, step_eps, agent_steps[stepped])
+            self.collectors.env_step_log.add(poll, stepped, step_eps, agent_steps[stepped])
         else:
-            self._env_step_log.add(poll, stepped, step_eps, 1)
+            self.collectors.env_step_log.add(poll, stepped, step_eps, 1)
         if facts.firsts:
             episodes.fire_start(facts.firsts)
-        if self._on_step:
+        if self.hooks.on_step:
             if agent_steps is not None:  # the episodes' returns, as the callbacks see them
                 for e in stepped.tolist():
                     self.agents.write_returns(e, episodes[e])
