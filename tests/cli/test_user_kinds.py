@@ -94,6 +94,8 @@ def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A user's folder: their module and a checkpoint saved with its kind and connector."""
     folder = tmp_path_factory.mktemp("user")
     (folder / "my_kinds.py").write_text(USER_MODULE)
+    kind_only = USER_MODULE.split('@rc.register_connector("ScaleObs")')[0]  # no connector
+    (folder / "kind_only.py").write_text(kind_only)
     done = _python(TRAIN, folder, "ckpt")
     assert done.returncode == 0, done.stderr
     return folder
@@ -120,6 +122,13 @@ def test_export_without_import_names_the_option_and_the_python_import(user_folde
     assert "--import your_module" in err and "`import your_module` in Python" in err
     assert "registers it (rc.register_policy)" in err
     assert not (user_folder / "p.policy").exists()
+
+
+def test_an_unregistered_connector_names_the_option_too(user_folder) -> None:
+    done = run_cli("export", "ckpt", "--import", "kind_only", "--out", "p", cwd=user_folder)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "no connector registered as 'ScaleObs'" in done.stderr
+    assert "--import your_module" in done.stderr and "rc.register_connector" in done.stderr
 
 
 def test_export_inspect_and_load_with_the_import(user_folder, tmp_path) -> None:
