@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = f"rlconnect {args.command}"
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        import_user_modules(args.imports)
+        import_user_modules(getattr(args, "imports", []))
         return int(func(args))
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
