@@ -8,13 +8,14 @@ before anything is written. The batch axis is dynamic.
 
 Inputs: ``obs`` (the raw observation, the env's dtype), ``state_in_0 ...``; outputs:
 ``actions`` (the env action) and ``state_out_0 ...``, the states to feed back at the next
-step of the same episode. ``metadata_props["rlconnect"]`` describes them as JSON (and
-``metadata_props["rlconnect_sha256"]`` is the model's digest, see ``onnx_file``)::
+step of the same episode. ``metadata_props["rlconnect"]`` describes them as JSON, with the
+model's digest (``model_sha256``, see ``onnx_file``)::
 
     {"inputs": [{"name": "obs", "shape": ["batch", 4], "dtype": "float32",
                  "meaning": "...", "initial": null}, ...],
      "outputs": [...], "observation_space": {...}, "action_space": {...},
-     "policy_id": "default_policy", "pipelines": {"agent": [...], "action": [...]}}
+     "policy_id": "default_policy", "pipelines": {"agent": [...], "action": [...]},
+     "model_sha256": "<64 hex digits>"}
 
 where ``initial`` is each state's value at an episode's start (one row, nested lists).
 """
@@ -288,10 +289,9 @@ def write_onnx(
     interface = _interface(src, specs, feeds["obs"])
     model = onnx.load_from_string(data)
     _restore_unused_inputs(model, interface["inputs"])
+    interface[DIGEST_KEY] = model_digest(model, interface)
     entry = model.metadata_props.add()
     entry.key, entry.value = METADATA_KEY, json.dumps(interface)
-    digest = model.metadata_props.add()
-    digest.key, digest.value = DIGEST_KEY, model_digest(model)
     onnx.checker.check_model(model)
     data = model.SerializeToString()
     read_onnx_model(data, os.fspath(path))  # the digest holds for the bytes to be written

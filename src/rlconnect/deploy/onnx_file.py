@@ -1,11 +1,11 @@
 """Reading what ``export_onnx`` wrote, without torch: the interface in the metadata, and
 the digest that proves the model is the one exported.
 
-``metadata_props`` holds two entries: ``"rlconnect"``, the interface as JSON, and
-``"rlconnect_sha256"``, a SHA-256 over the graph (nodes and weights, serialized
-deterministically), the opsets and the interface. rlconnect checks it wherever it reads an
-ONNX file (``rlconnect inspect``); a runtime that only runs the model (onnxruntime) reads
-the interface with ``session.get_modelmeta().custom_metadata_map`` and needs no check.
+``metadata_props["rlconnect"]`` holds the interface as JSON, and in it ``"model_sha256"``,
+a SHA-256 over the graph (nodes and weights, serialized deterministically), the opsets and
+the rest of the interface. rlconnect checks it wherever it reads an ONNX file (``rlconnect
+inspect``); a runtime that only runs the model (onnxruntime) reads the interface with
+``session.get_modelmeta().custom_metadata_map`` and needs no check.
 """
 
 from __future__ import annotations
@@ -22,18 +22,19 @@ __all__ = ["DIGEST_KEY", "METADATA_KEY", "describe_onnx_file", "model_digest", "
 METADATA_KEY = "rlconnect"
 """The ``metadata_props`` key holding the model's interface as JSON."""
 
-DIGEST_KEY = "rlconnect_sha256"
-"""The ``metadata_props`` key holding :func:`model_digest` as 64 hex digits."""
+DIGEST_KEY = "model_sha256"
+"""The interface's key holding :func:`model_digest` as 64 hex digits."""
 
 
-def model_digest(model: Any) -> str:
-    """SHA-256 over ``model``'s graph (nodes and weights), opsets and interface JSON."""
+def model_digest(model: Any, interface: dict[str, Any]) -> str:
+    """SHA-256 over ``model``'s graph (nodes and weights), opsets and ``interface`` (its
+    JSON with sorted keys, without the digest itself)."""
     h = hashlib.sha256()
     h.update(model.graph.SerializeToString(deterministic=True))
     for o in model.opset_import:
         h.update(f"\0{o.domain}\0{o.version}".encode())
-    meta = {p.key: p.value for p in model.metadata_props}
-    h.update(b"\0" + meta.get(METADATA_KEY, "").encode("utf-8", "surrogatepass"))
+    rest = {k: v for k, v in interface.items() if k != DIGEST_KEY}
+    h.update(b"\0" + json.dumps(rest, sort_keys=True).encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
@@ -47,21 +48,16 @@ def read_interface(model: Any, source: str) -> dict[str, Any]:
     from rlconnect.checkpoints.damage import DIGEST_MISMATCH
 
     meta = {p.key: p.value for p in model.metadata_props}
-    if METADATA_KEY not in meta or DIGEST_KEY not in meta:
-        missing = METADATA_KEY if METADATA_KEY not in meta else DIGEST_KEY
-        raise _fail(
-            source,
-            f"no {missing!r} metadata (not written by rc.export_onnx, or truncated); "
-            "export it again",
-        )
-    if model_digest(model) != meta[DIGEST_KEY]:
-        raise _fail(source, DIGEST_MISMATCH)
+    if METADATA_KEY not in meta:
+        raise _fail(source, "no rlconnect metadata (not written by rc.export_onnx, or truncated)")
     try:
         interface = json.loads(meta[METADATA_KEY])
     except (ValueError, RecursionError):
         raise _fail(source, "its rlconnect metadata is not JSON") from None
-    if not isinstance(interface, dict):
-        raise _fail(source, "its rlconnect metadata is not an object")
+    if not isinstance(interface, dict) or not isinstance(interface.get(DIGEST_KEY), str):
+        raise _fail(source, f"its rlconnect metadata is not an object with a {DIGEST_KEY!r}")
+    if model_digest(model, interface) != interface[DIGEST_KEY]:
+        raise _fail(source, DIGEST_MISMATCH)
     return interface
 
 
