@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -246,6 +247,121 @@ def test_ctrl_c_does_not_end_the_workers():
         check_count_truth(r.sample())  # the same processes step on
         assert all(alive(pid) for pid in workers)
         assert children() - before == workers
+    finally:
+        r.stop()
+    assert all_gone(workers)
+
+
+_HANG_SCRIPT = """
+import ctypes, multiprocessing, os, sys, threading, time
+import gymnasium as gym
+import numpy as np
+import rlconnect as rc
+
+method, where, hang = sys.argv[1:4]
+if method != "default":
+    multiprocessing.set_start_method(method)
+
+
+class HangEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        print(os.getpid(), flush=True)  # the worker shares the runner's stdout
+        if hang == "gil":  # a C call that keeps the GIL: no thread of the worker runs
+            ctypes.PyDLL(None).sleep(3600)
+        time.sleep(3600)
+
+
+def sample():
+    policy = rc.RandomPolicy(HangEnv.observation_space, HangEnv.action_space)
+    config = rc.RunnerConfig(num_envs=1, num_env_workers=1, rollout_fragment_length=4)
+    rc.EnvRunner(lambda ctx: HangEnv(), policy, config=config).sample()
+
+
+if __name__ == "__main__":
+    if where == "thread":
+        threading.Thread(target=sample).start()
+    else:
+        sample()
+"""
+
+
+def _read_line(proc: subprocess.Popen, within_s: float) -> str:
+    """The first line ``proc`` prints, within ``within_s`` (a select with a deadline)."""
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], within_s)
+    assert ready, f"no line within {within_s} s"
+    return proc.stdout.readline()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the watchdog follows a POSIX parent")
+@pytest.mark.parametrize(
+    ("method", "where", "hang"),
+    [
+        ("default", "main", "sleep"),  # the parent-death signal (Linux) and the watchdog
+        ("default", "thread", "sleep"),  # started from a thread: the watchdog alone
+        pytest.param(
+            "default",
+            "main",
+            "gil",  # the step holds the GIL: the parent-death signal alone
+            marks=pytest.mark.skipif(
+                not sys.platform.startswith("linux"), reason="the death signal is Linux's"
+            ),
+        ),
+        ("forkserver", "thread", "sleep"),  # the fork server goes with the runner
+    ],
+)
+def test_a_worker_hung_in_a_step_dies_with_its_killed_runner(tmp_path, method, where, hang):
+    """SIGKILL the runner's process while its worker's step sleeps for an hour: the
+    worker ends within seconds, whether or not the step ever returns."""
+    script = tmp_path / "hang.py"
+    script.write_text(_HANG_SCRIPT)
+    path = os.pathsep.join([str(SRC_DIR), os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.Popen(
+        [sys.executable, str(script), method, where, hang],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    try:
+        worker = int(_read_line(proc, within_s=60))
+        assert alive(worker) and worker != proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+    assert all_gone({worker}, within_s=10.0), "the worker outlived its runner"
+
+
+def test_a_worker_started_from_a_thread_outlives_that_thread():
+    """The parent-death signal follows the thread that started a worker: a worker
+    started from a thread that ends (a server's sampling thread) must not die with it."""
+    config = rc.RunnerConfig(num_envs=2, rollout_fragment_length=5, seed=1, num_env_workers=1)
+    policy = rc.RandomPolicy(StepCountEnv.observation_space, StepCountEnv.action_space)
+    before = children()
+    made: list[rc.EnvRunner] = []
+
+    def build() -> None:
+        made.append(rc.EnvRunner(lambda ctx: StepCountEnv(), policy, config=config))
+        made[0].sample()
+
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join()
+    r = made[0]
+    try:
+        workers = children() - before
+        assert len(workers) == 1
+        time.sleep(0.5)  # a signal sent when the thread ended would have arrived by now
+        check_count_truth(r.sample())
+        assert children() - before == workers and all(alive(p) for p in workers)
     finally:
         r.stop()
     assert all_gone(workers)

@@ -162,6 +162,54 @@ def test_compute_actions_maps_agents_to_their_policies():
         r.compute_actions(obs, policy_id="nope")
 
 
+PENDULUM = gym.make("Pendulum-v1")
+BAD_OBS = [
+    np.array([np.nan, 0.0, 0.0], np.float32),
+    np.array([0.0, np.inf, 0.0]),
+    np.zeros(4, np.float32),
+    np.zeros((1, 3), np.float32),
+    np.zeros(3, np.complex64),
+    "abc",
+]
+
+
+@pytest.mark.parametrize("bad", BAD_OBS, ids=lambda b: str(getattr(b, "dtype", b)))
+def test_a_refused_observation_leaves_the_sessions_state_unchanged(bad):
+    """An LSTM policy, no filter: a NaN or wrongly shaped observation given with an
+    ``env_id`` raises ``EnvCheckError`` naming ``obs``, as a deployed policy does, and the
+    session's RNN state is as it was: its next actions equal a twin session's, exactly."""
+    policy = rc.LSTMPolicy(PENDULUM.observation_space, PENDULUM.action_space, seed=0)
+    r = rc.EnvRunner("Pendulum-v1", policy, config=rc.RunnerConfig(num_envs=1, seed=0))
+    good = np.array([0.3, -0.5, 0.2], np.float32)
+    for eid in (100, 101):
+        r.compute_single_action(good, env_id=eid)
+    with pytest.raises(rc.EnvCheckError, match=r"^obs: "):
+        r.compute_single_action(bad, env_id=100)
+    for step in range(3):
+        a = r.compute_single_action(good * step, env_id=100)
+        b = r.compute_single_action(good * step, env_id=101)
+        assert np.isfinite(a).all()
+        np.testing.assert_array_equal(a, b)
+
+
+def test_compute_actions_checks_every_agent_before_any_state_changes():
+    env = TurnTakingEnv()
+    space = env.observation_spaces["a"]
+    policies = {
+        "p0": RecordingPolicy(space, env.action_spaces["a"], seed=0),
+        "p1": RecordingPolicy(space, env.action_spaces["a"], seed=1),
+    }
+    r = rc.EnvRunner(
+        lambda ctx: TurnTakingEnv(),
+        policies,
+        policy_mapping_fn=lambda agent, episode, **kw: "p0" if agent == "a" else "p1",
+    )
+    obs = {"a": np.array([1, 0], np.float32), "b": np.array([np.nan, 0], np.float32)}
+    with pytest.raises(rc.EnvCheckError, match=r"obs\['b'\]: non-finite"):
+        r.compute_actions(obs, env_id=100)
+    assert not policies["p0"].calls and not policies["p1"].calls  # no policy ran
+
+
 # -- evaluate ------------------------------------------------------------------------------------
 
 

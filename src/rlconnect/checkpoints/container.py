@@ -16,6 +16,7 @@ Reading never unpickles and never imports anything named in the file. Every chec
 before any array is built, and all arrays are slices of the bytes already read, so a
 header claiming a huge size allocates nothing. Any defect raises ``CheckpointError`` naming
 the file; a missing file raises ``FileNotFoundError`` (other ``OSError`` s propagate too).
+A folder, a FIFO or a device is never read: ``CheckpointError`` (``checkpoints.files``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import safetensors.numpy
 
 from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.damage import DIGEST_MISMATCH, EMPTY, TRUNCATED_OR_NOT, size_damage
+from rlconnect.checkpoints.files import read_regular_file
 from rlconnect.checkpoints.nest import decode_nest, encode_nest
 from rlconnect.errors import CheckpointError
 
@@ -82,11 +84,15 @@ def load_nest(
     """Read a file written by ``save_nest``: ``(format_version, nest)``.
 
     ``versions`` are the format versions the caller can read; any other raises
-    ``CheckpointError`` listing them.
+    ``CheckpointError`` listing them. Only a regular file of at most ``MAX_FILE_BYTES`` is
+    read (``rlconnect.checkpoints.files``): a folder, FIFO or device is a ``CheckpointError``.
     """
-    with open(path, "rb") as f:
-        data = f.read()
-    return unpack(data, format_name=format_name, versions=versions, source=os.fspath(path))
+    source = os.fspath(path)
+    data = read_regular_file(
+        source,
+        fail=lambda msg: CheckpointError(f"cannot load {format_name} file {source!r}: {msg}"),
+    )
+    return unpack(data, format_name=format_name, versions=versions, source=source)
 
 
 def unpack(

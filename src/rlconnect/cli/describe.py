@@ -6,21 +6,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlconnect.checkpoints.files import open_regular_file, read_regular_file
 from rlconnect.cli.errors import UsageError
+from rlconnect.errors import CheckpointError
 
 _MAX_MANIFEST_BYTES = 16 << 20
 
 
 def peek_format(path: str) -> tuple[str, str] | None:
     """``(format, version)`` from an rlconnect container file's header, or None if the
-    file is not one (nothing but the header is read or parsed)."""
-    with open(path, "rb") as f:
+    file is not one (nothing but the header is read or parsed); ``CheckpointError`` for a
+    folder, FIFO or device (``checkpoints.files``)."""
+    with open_regular_file(path) as (fd, _), os.fdopen(fd, "rb", closefd=False) as f:
         head = f.read(8)
         if len(head) < 8:
             return None
@@ -48,7 +52,6 @@ def _describe_container(path: str, fmt: tuple[str, str]) -> dict[str, Any]:
     import tree
 
     from rlconnect.checkpoints import load_nest
-    from rlconnect.errors import CheckpointError
 
     if not fmt[1].isdecimal() or len(fmt[1]) > 9:
         raise CheckpointError(f"cannot load {path!r}: malformed format version {fmt[1][:20]!r}")
@@ -93,7 +96,7 @@ def _file_status(target: Path, digest: str, size: Any) -> str:
 
     from rlconnect.checkpoints.damage import DIGEST_MISMATCH, size_damage
 
-    data = target.read_bytes()
+    data = read_regular_file(target)
     if isinstance(size, int) and not isinstance(size, bool) and len(data) != size:
         return size_damage(len(data), size)
     return "sha256 ok" if hashlib.sha256(data).hexdigest() == digest else DIGEST_MISMATCH
@@ -129,7 +132,6 @@ def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
 def _describe_file(path: str) -> dict[str, Any]:
     from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT
     from rlconnect.deploy.policy_file import POLICY_FORMAT, describe_policy_file
-    from rlconnect.errors import CheckpointError
     from rlconnect.offline import BATCH_FORMAT, summarize_batches
 
     fmt = peek_format(path)
@@ -153,13 +155,12 @@ def _describe_file(path: str) -> dict[str, Any]:
 def _describe_checkpoint(folder: Path) -> dict[str, Any]:
     """A checkpoint folder: its manifest and every file in it, pipelines in full."""
     from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT
-    from rlconnect.errors import CheckpointError, UnknownConnectorError
+    from rlconnect.errors import UnknownConnectorError
 
     manifest_path = folder / "manifest.json"
-    if manifest_path.stat().st_size > _MAX_MANIFEST_BYTES:
-        raise CheckpointError(f"cannot load {str(manifest_path)!r}: implausibly large")
+    raw = read_regular_file(manifest_path, max_bytes=_MAX_MANIFEST_BYTES)
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise CheckpointError(
             f"cannot load {str(manifest_path)!r}: not valid JSON ({exc})"
@@ -219,6 +220,9 @@ def describe_path(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.exists():
         raise UsageError(f"no such file or folder: {path!r}")
+    if not p.is_dir():
+        with open_regular_file(p):  # a FIFO or a device is refused unread
+            pass
     if p.is_file():
         if p.name == "manifest.json":
             return {"checkpoint": _describe_checkpoint(p.parent)}
@@ -233,7 +237,7 @@ def describe_path(path: str) -> dict[str, Any]:
     if list_batch_files(p):
         out["batches"] = summarize_batches(p)
     for candidate in (p, p / "checkpoint"):
-        if (candidate / "manifest.json").is_file():
+        if (candidate / "manifest.json").exists():  # (a FIFO there is refused)
             out["checkpoint"] = _describe_checkpoint(candidate)
             break
     if not out:
@@ -262,11 +266,11 @@ def _non_default_config(config: dict[str, Any]) -> dict[str, Any]:
 def _describe_run(path: Path) -> Any:
     """run.json of ``sample --out``: settings, non-default runner config, summary."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_regular_file(path, max_bytes=_MAX_MANIFEST_BYTES).decode("utf-8"))
         settings = dict(doc["settings"])
         config = settings.pop("runner_config")
         return {"settings": {**settings, **_non_default_config(config)}, "summary": doc["summary"]}
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError, AttributeError, CheckpointError):
         return f"{path.name} is damaged"
 
 
@@ -319,7 +323,7 @@ def _inline(v: Any) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print a saved pipeline, batch files, a checkpoint or a run folder."""
-    from rlconnect.errors import CheckpointError, UnknownConnectorError
+    from rlconnect.errors import UnknownConnectorError
 
     try:
         desc = describe_path(args.path)

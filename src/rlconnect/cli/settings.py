@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from rlconnect.checkpoints.files import read_regular_file
 from rlconnect.cli.errors import UsageError
 from rlconnect.cli.imports import import_module
 
@@ -21,6 +22,8 @@ DEFAULTS: dict[str, Any] = {
 }
 """Defaults of ``rlconnect sample`` where they differ from ``RunnerConfig``'s."""
 
+MAX_CONFIG_FILE_BYTES = 1 << 20
+"""A ``--config`` file larger than this is refused unread (as is a folder, FIFO or device)."""
 _RUN_KEYS = ("env", "steps", "policy")
 _NOT_FROM_FILES = ("observation_fn",)
 
@@ -33,6 +36,10 @@ def _runner_fields() -> list[str]:
     return [f.name for f in attrs.fields(RunnerConfig) if f.name not in _NOT_FROM_FILES]
 
 
+def _config_error(path: str) -> Callable[[str], UsageError]:
+    return lambda msg: UsageError(f"config file {path!r}: {msg}")
+
+
 def _read_config_file(path: str) -> dict[str, Any]:
     """The settings of a TOML file: keys of RunnerConfig plus env, steps, policy."""
     try:
@@ -43,12 +50,10 @@ def _read_config_file(path: str) -> dict[str, Any]:
         except ImportError:
             raise UsageError("--config needs Python >= 3.11 or `pip install tomli`") from None
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        raw = read_regular_file(path, max_bytes=MAX_CONFIG_FILE_BYTES, fail=_config_error(path))
+        data = tomllib.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise UsageError(f"config file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise UsageError(f"config file {path!r} is a folder") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config file {path!r} is not valid TOML: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:

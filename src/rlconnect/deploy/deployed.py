@@ -35,11 +35,11 @@ from rlconnect.connectors import (
     AgentConnectorPipeline,
     ConnectorContext,
 )
+from rlconnect.connectors.observations import check_observations, check_rewards
 from rlconnect.connectors.policy_step import first_rows, respond
-from rlconnect.deploy.observations import check_observations, check_rewards
 from rlconnect.deploy.policy_file import PolicyFile, read_policy_file
 from rlconnect.errors import CheckpointError
-from rlconnect.policy import Policy, get_policy_class
+from rlconnect.policy import Policy, get_policy_class, policy_from_spec
 from rlconnect.spaces import describe_space
 
 __all__ = ["DeployedPolicy", "load_policy"]
@@ -175,9 +175,15 @@ class DeployedPolicy:
 
 def _rebuild_policy(f: PolicyFile, seed: int | None) -> Policy:
     cls = get_policy_class(f.kind)  # UnknownPolicyError names the registered kinds
-    try:
-        policy = cls(f.policy_observation_space, f.policy_action_space, **f.config)
-        policy.set_weights(f.weights)
+    try:  # the declared weights are checked against the stored ones before it is built
+        policy = policy_from_spec(
+            f.kind,
+            f.policy_observation_space,
+            f.policy_action_space,
+            f.config,
+            factory=cls,
+            weights=f.weights,
+        )
     except Exception as exc:  # the class's own validation of saved kwargs and weights
         raise CheckpointError(
             f"cannot load policy file {f.path!r}: cannot rebuild {f.kind} from its saved "

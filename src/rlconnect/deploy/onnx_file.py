@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from rlconnect.checkpoints.files import read_regular_file
 from rlconnect.errors import CheckpointError
 
 __all__ = ["DIGEST_KEY", "METADATA_KEY", "describe_onnx_file", "model_digest", "read_onnx_model"]
@@ -80,8 +81,7 @@ def describe_onnx_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """An exported ONNX model for people: size, digests, opset, inputs and outputs (initial
     state values summarised), spaces and pipelines, from its metadata (checked)."""
     source = os.fspath(path)
-    with open(source, "rb") as f:
-        data = f.read()
+    data = read_regular_file(source, fail=lambda msg: _fail(source, msg))
     model, interface = read_onnx_model(data, source)
 
     def entry(e: Any) -> Any:

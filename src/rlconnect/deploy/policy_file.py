@@ -29,7 +29,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.checkpoints.atomic import atomic_write_bytes
-from rlconnect.checkpoints.container import pack, unpack
+from rlconnect.checkpoints.container import content_digest, pack, unpack
+from rlconnect.checkpoints.files import read_regular_file
 from rlconnect.checkpoints.nest import encode_nest
 from rlconnect.checkpoints.pipelines import check_pipeline_state
 from rlconnect.deploy.sources import PolicySource
@@ -70,6 +71,7 @@ class PolicyFile:
     action_pipeline: dict[str, Any]
     rlconnect_version: str
     size: int
+    sha256: str
 
 
 def _structure(src: PolicySource) -> dict[str, Any]:
@@ -134,14 +136,16 @@ def _get(obj: dict[str, Any], key: str, kind: type, fail: Any) -> Any:
 def read_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
     """Read and verify an exported policy file (digest, structure, spaces); build nothing.
 
-    Raises ``CheckpointError`` for any defect, ``FileNotFoundError`` for a missing file."""
+    Only a regular file of at most ``checkpoints.files.MAX_FILE_BYTES`` is read. Raises
+    ``CheckpointError`` for any defect (a folder, a FIFO or a device included),
+    ``FileNotFoundError`` for a missing file."""
     source = os.fspath(path)
-    with open(source, "rb") as f:
-        data = f.read()
-    _, obj = unpack(data, format_name=POLICY_FORMAT, versions=POLICY_FORMAT_VERSIONS, source=source)
 
     def fail(msg: str) -> CheckpointError:
         return CheckpointError(f"cannot load policy file {source!r}: {msg}")
+
+    data = read_regular_file(source, fail=fail)
+    _, obj = unpack(data, format_name=POLICY_FORMAT, versions=POLICY_FORMAT_VERSIONS, source=source)
 
     if not isinstance(obj, dict):
         raise fail("the structure is not an object")
@@ -168,6 +172,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
         ),
         rlconnect_version=str(obj.get("rlconnect_version", "")),
         size=len(data),
+        sha256=content_digest(data),
     )
 
 
@@ -199,11 +204,7 @@ def describe_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A verified policy file as JSON values for people: spaces, pipelines (statistics
     shown by their first values), policy kind, config and weight sizes, file size and
     digest. Nothing is rebuilt, so unregistered kinds and connectors can be inspected too."""
-    from rlconnect.checkpoints.container import content_digest
-
     f = read_policy_file(path)
-    with open(f.path, "rb") as fh:
-        digest = content_digest(fh.read())
     values = sum(int(w.size) for w in f.weights.values())
     nbytes = sum(int(w.nbytes) for w in f.weights.values())
 
@@ -217,7 +218,7 @@ def describe_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         "file": f.path,
         "format": f"{POLICY_FORMAT} v{POLICY_FORMAT_VERSION}",
         "size_bytes": f.size,
-        "sha256": digest,
+        "sha256": f.sha256,
         "rlconnect_version": f.rlconnect_version,
         "policy_id": f.policy_id,
         "observation_space": describe_space(f.observation_space),

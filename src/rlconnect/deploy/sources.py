@@ -93,8 +93,9 @@ def _from_checkpoint(path: str | os.PathLike[str], policy_id: str) -> PolicySour
             "cls) before saving, or export the live runner with rc.export_onnx"
         )
     try:
-        policy = policy_from_spec(rec.kind, rec.observation_space, rec.action_space, rec.kwargs)
-        policy.set_weights(rec.weights)
+        policy = policy_from_spec(
+            rec.kind, rec.observation_space, rec.action_space, rec.kwargs, weights=rec.weights
+        )
         policy.weights_seq = rec.weights_seq
     except UnknownPolicyError:
         raise

@@ -18,6 +18,7 @@ a ``BadFileWarning`` and records ``(path, reason)`` in ``reader.skipped``.
 
 from __future__ import annotations
 
+import functools
 import glob
 import math
 import os
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
+from rlconnect.checkpoints.files import open_regular_file
 from rlconnect.errors import CheckpointError
 from rlconnect.offline._common import (
     PARQUET_FILE_RE,
@@ -97,8 +99,10 @@ def list_batch_files(path: PathLike | Iterable[PathLike]) -> list[str]:
 
 
 def is_parquet(path: str) -> bool:
-    """True if the file starts with Parquet's magic bytes."""
-    with open(path, "rb") as f:
+    """True if the file starts with Parquet's magic bytes; ``OfflineDataError`` for a
+    folder, a FIFO or a device, which are never read (``checkpoints.files``)."""
+    fail = functools.partial(OfflineDataError, path)
+    with open_regular_file(path, fail=fail) as (fd, _), os.fdopen(fd, "rb", closefd=False) as f:
         return f.read(4) == b"PAR1"
 
 

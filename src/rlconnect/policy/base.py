@@ -22,17 +22,26 @@ import copy
 import functools
 import numbers
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import tree
 
-__all__ = ["Policy", "PolicyOutput", "check_seed", "validate_weights"]
+__all__ = [
+    "Policy",
+    "PolicyOutput",
+    "WeightShapes",
+    "check_declared_weights",
+    "check_seed",
+    "validate_weights",
+]
 
 #: ``(actions, state_outs, extra_fetches)`` as returned by :meth:`Policy.compute_actions`.
 PolicyOutput = tuple[Any, list[np.ndarray], dict[str, np.ndarray]]
+#: ``(name, shape)`` of each weight, in ``get_weights()`` order (see ``Policy.weight_shapes``).
+WeightShapes = Iterator[tuple[str, tuple[int, ...]]]
 
 
 def check_seed(seed: int | None) -> int | None:
@@ -74,6 +83,34 @@ def validate_weights(
         desc = ", ".join(f"{n!r}: got {g}, expected {e}" for n, (g, e) in misshaped.items())
         parts.append(f"mis-shaped entries {{{desc}}}")
     raise ValueError(f"{owner}.set_weights: " + "; ".join(parts))
+
+
+def check_declared_weights(
+    declared: Iterable[tuple[str, tuple[int, ...]]], weights: Mapping[str, Any], owner: str
+) -> None:
+    """Check the weights a saved config declares (``Policy.weight_shapes``) against the
+    stored ones, before anything is built: the same names, each of the same shape.
+
+    ``declared`` is consumed lazily and no further than the stored weights go, so a config
+    declaring a million layers costs no more than the file's own weights.
+
+    Raises:
+        ValueError: naming the first difference.
+    """
+    fail = f"{owner}: the saved config declares weights that differ from the stored ones"
+    seen: set[str] = set()
+    for name, shape in declared:
+        if len(seen) == len(weights):
+            raise ValueError(f"{fail}: it declares more than the {len(weights)} stored weights")
+        if name not in weights or name in seen:
+            raise ValueError(f"{fail}: it declares {name!r}, which the file does not hold")
+        stored = tuple(np.shape(weights[name]))
+        if tuple(shape) != stored:
+            raise ValueError(f"{fail}: {name!r} is declared {tuple(shape)} but stored {stored}")
+        seen.add(name)
+    missing = [n for n in weights if n not in seen]
+    if missing:
+        raise ValueError(f"{fail}: the file holds {missing[:3]!r}, which it does not declare")
 
 
 def batch_size(input_batch: Mapping[str, Any]) -> int:
@@ -237,6 +274,25 @@ class Policy(abc.ABC):
         return len(self.get_initial_state())
 
     # -- weights -------------------------------------------------------------------------
+
+    @classmethod
+    def weight_shapes(
+        cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any
+    ) -> WeightShapes | None:
+        """The ``(name, shape)`` of each weight a policy built with these arguments would
+        have, computed without building it; None when the class cannot tell.
+
+        Loaders of saved policies (``load_policy``, ``EnvRunner.from_checkpoint``,
+        ``export_policy`` from a checkpoint) compare them with the stored weights before
+        anything is built (``check_declared_weights``), so a file whose config declares a
+        network far larger than its weights is refused at once, with little memory. A
+        registered kind that keeps the default None is built first and checked by its
+        ``set_weights``. Pairs may be produced lazily; invalid arguments raise what the
+        constructor would. A class that keeps this base class's ``get_weights`` has none.
+        """
+        if cls.get_weights is Policy.get_weights:
+            return iter(())
+        return None
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """Copies of the policy's weights by name (empty for weightless policies)."""

@@ -22,12 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlconnect.policy.base import PolicyOutput, check_seed
+from rlconnect.policy.base import PolicyOutput, WeightShapes, check_seed
 from rlconnect.policy.distributions import ActionDistSpec
 from rlconnect.policy.mlp import (
     _numpy_forward,
     _numpy_layers,
     _NumpyLayers,
+    linear_shapes,
     numpy_threshold_of,
     param_key,
 )
@@ -234,6 +235,28 @@ class LSTMPolicy(TorchPolicy):
         self._param_key: tuple = ()
         self.sync_numpy_weights()
 
+    @classmethod
+    def weight_shapes(  # type: ignore[override]  # the constructor's own arguments
+        cls,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: dict | None = None,
+        *,
+        hiddens: Sequence[int] = (64,),
+        cell_size: int = 64,
+        vf_head: bool = False,
+        numpy_threshold: int | None = None,
+        seed: int | None = None,
+    ) -> WeightShapes:
+        """The ``(name, shape)`` of each weight of ``LSTMPolicy(observation_space,
+        action_space, config, hiddens=..., ...)``, without building it (see
+        ``Policy.weight_shapes``)."""
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise TypeError(f"LSTMPolicy needs a Box observation space, got {observation_space!r}")
+        cell = _positive("cell_size", cell_size)
+        out_dim = ActionDistSpec(action_space).width
+        return _lstm_shapes(int(np.prod(observation_space.shape)), hiddens, cell, out_dim, vf_head)
+
     # -- numpy mirror ----------------------------------------------------------------------
 
     def sync_numpy_weights(self) -> None:
@@ -325,6 +348,23 @@ class LSTMPolicy(TorchPolicy):
 
 def _identity(x: np.ndarray) -> np.ndarray:
     return x
+
+
+def _lstm_shapes(
+    in_dim: int, hiddens: Sequence[int], cell: int, out_dim: int, vf_head: bool
+) -> WeightShapes:
+    """``LSTMModel``'s weights in ``state_dict`` order (see ``LSTMPolicy.weight_shapes``)."""
+    width = in_dim
+    for name, shape in linear_shapes("encoder", in_dim, hiddens, 2):
+        width = shape[0]
+        yield name, shape
+    yield "lstm.weight_ih_l0", (4 * cell, width)
+    yield "lstm.weight_hh_l0", (4 * cell, cell)
+    yield "lstm.bias_ih_l0", (4 * cell,)
+    yield "lstm.bias_hh_l0", (4 * cell,)
+    for head, out in [("pi", out_dim)] + ([("vf", 1)] if vf_head else []):
+        yield f"{head}.weight", (out, cell)
+        yield f"{head}.bias", (out,)
 
 
 def _positive(name: str, value: Any) -> int:

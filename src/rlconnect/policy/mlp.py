@@ -11,8 +11,9 @@ catches in-place optimizer steps on ``policy.model.parameters()``). Writes throu
 
 from __future__ import annotations
 
+import itertools
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import gymnasium as gym
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlconnect.policy.base import PolicyOutput, check_seed
+from rlconnect.policy.base import PolicyOutput, WeightShapes, check_seed
 from rlconnect.policy.distributions import ActionDistSpec
 from rlconnect.policy.torch_policy import TorchPolicy
 
@@ -62,6 +63,19 @@ ACTIVATIONS: dict[str, tuple[Callable[[], nn.Module], Callable[[np.ndarray], np.
 }
 
 _NumpyLayers = list[tuple[np.ndarray, np.ndarray]]
+
+
+def linear_shapes(prefix: str, in_dim: int, widths: Iterable[Any], step: int) -> WeightShapes:
+    """``(name, shape)`` of the weight and bias of each Linear of an ``nn.Sequential`` whose
+    Linears stand every ``step`` modules and have these output ``widths`` (lazily, each
+    width checked to be a positive int as it comes)."""
+    for i, width in enumerate(widths):
+        out = int(width)
+        if out <= 0:
+            raise ValueError(f"layer sizes must be positive, got {width!r}")
+        yield f"{prefix}.{i * step}.weight", (out, in_dim)
+        yield f"{prefix}.{i * step}.bias", (out,)
+        in_dim = out
 
 
 def _mlp(in_dim: int, hiddens: Sequence[int], out_dim: int, activation: str) -> nn.Sequential:
@@ -213,6 +227,33 @@ class MLPPolicy(TorchPolicy):
         self._np_pi: _NumpyLayers = []
         self._np_vf: _NumpyLayers | None = None
         self.sync_numpy_weights()
+
+    @classmethod
+    def weight_shapes(  # type: ignore[override]  # the constructor's own arguments
+        cls,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: dict | None = None,
+        *,
+        hiddens: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        vf_head: bool = False,
+        numpy_threshold: int | None = None,
+        seed: int | None = None,
+    ) -> WeightShapes:
+        """The ``(name, shape)`` of each weight of ``MLPPolicy(observation_space,
+        action_space, config, hiddens=..., ...)``, without building it (see
+        ``Policy.weight_shapes``)."""
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise TypeError(f"MLPPolicy needs a Box observation space, got {observation_space!r}")
+        in_dim = int(np.prod(observation_space.shape))
+        out_dim = ActionDistSpec(action_space).width
+        heads = [("pi", out_dim)] + ([("vf", 1)] if vf_head else [])
+        return (
+            pair
+            for name, width in heads
+            for pair in linear_shapes(name, in_dim, itertools.chain(hiddens, [width]), 2)
+        )
 
     # -- numpy mirror ----------------------------------------------------------------------
 

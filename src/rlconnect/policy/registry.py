@@ -19,7 +19,7 @@ from typing import Any, TypeVar, overload
 import gymnasium as gym
 
 from rlconnect.errors import import_hint
-from rlconnect.policy.base import Policy
+from rlconnect.policy.base import Policy, check_declared_weights
 
 __all__ = [
     "UnknownPolicyError",
@@ -151,7 +151,20 @@ def policy_from_spec(
     kwargs: Mapping[str, Any] | None = None,
     *,
     factory: Callable[..., Policy] | None = None,
+    weights: Mapping[str, Any] | None = None,
 ) -> Policy:
-    """Rebuild a policy: ``get_policy_class(kind)(obs_space, act_space, **kwargs)``."""
+    """Rebuild a policy: ``get_policy_class(kind)(obs_space, act_space, **kwargs)``.
+
+    With saved ``weights``, the weights the class declares for ``kwargs``
+    (``Policy.weight_shapes``) are checked against them before anything is built
+    (ValueError naming the first difference), and they are set once it is built."""
     cls = factory or get_policy_class(kind)
-    return cls(observation_space, action_space, **dict(kwargs or {}))
+    kwargs = dict(kwargs or {})
+    if weights is not None and isinstance(cls, type) and issubclass(cls, Policy):
+        declared = cls.weight_shapes(observation_space, action_space, **kwargs)
+        if declared is not None:
+            check_declared_weights(declared, weights, kind)
+    policy = cls(observation_space, action_space, **kwargs)
+    if weights is not None:
+        policy.set_weights(weights)
+    return policy

@@ -375,6 +375,9 @@ def _same_members(a: ConnectorPipeline, b: ConnectorPipeline) -> bool:
 
 
 def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
+    """The policy of ``rec``, its saved weights set; the weights its config declares are
+    checked against them first, so a config edited to declare a huge network is refused
+    before anything is built."""
     known = registered_policies()
     if rec.kind is None or rec.kind not in known:
         what = "of an unregistered class" if rec.kind is None else f"of kind {rec.kind!r}"
@@ -385,11 +388,13 @@ def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
             "runner yourself and call runner.restore(path)"
         )
     try:
-        return policy_from_spec(rec.kind, rec.observation_space, rec.action_space, rec.kwargs)
-    except Exception as exc:  # the class's own validation of the saved kwargs
+        return policy_from_spec(  # the declared weights are checked before it is built
+            rec.kind, rec.observation_space, rec.action_space, rec.kwargs, weights=rec.weights
+        )
+    except Exception as exc:  # the class's own validation of the saved kwargs and weights
         raise CheckpointError(
             f"checkpoint {ck.path!r}: policy {rec.policy_id!r}: cannot rebuild {rec.kind} "
-            f"from its saved spec: {type(exc).__name__}: {exc}"
+            f"from its saved spec and weights: {type(exc).__name__}: {exc}"
         ) from None
 
 
@@ -444,8 +449,6 @@ def runner_from_checkpoint(
     ck = load_checkpoint(path)
     config = ck.runner_config(config_overrides)
     policies = {pid: _build_policy(ck, rec) for pid, rec in ck.policies.items()}
-    for pid, policy in policies.items():
-        _check_architecture(ck, pid, policy)
     runner = cls(
         env,
         policies,

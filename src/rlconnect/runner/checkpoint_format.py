@@ -42,12 +42,12 @@ import json
 import os
 import re
 import shutil
-import stat
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from rlconnect.checkpoints.damage import DIGEST_MISMATCH, size_damage
+from rlconnect.checkpoints.files import open_regular_file, read_regular_file
 from rlconnect.errors import CheckpointError
 
 __all__ = [
@@ -213,17 +213,13 @@ def read_manifest(root: str) -> dict[str, Any]:
         )
     path = os.path.join(root, MANIFEST)
     try:
-        st = os.stat(path)
+        data = read_regular_file(
+            path, max_bytes=MAX_MANIFEST_BYTES, fail=lambda msg: _fail(root, MANIFEST, msg)
+        )
     except FileNotFoundError:
         raise CheckpointNotFoundError(
             f"checkpoint {root!r}: {MANIFEST} is missing (not a checkpoint, or damaged)"
         ) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _fail(root, MANIFEST, "is not a regular file")
-    if st.st_size > MAX_MANIFEST_BYTES:
-        raise _fail(root, MANIFEST, f"{st.st_size} bytes, more than {MAX_MANIFEST_BYTES}")
-    with open(path, "rb") as f:
-        data = f.read(MAX_MANIFEST_BYTES + 1)
     try:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -342,15 +338,15 @@ def read_blob(root: str, entry: dict[str, Any]) -> tuple[str, bytes]:
     if os.path.commonpath([real, real_root]) != real_root:
         raise _fail(root, rel, "resolves outside the checkpoint folder (a symlink?)")
     try:
-        st = os.stat(real)
+        with open_regular_file(
+            real, max_bytes=MAX_BLOB_BYTES, fail=lambda msg: _fail(root, rel, msg)
+        ) as (fd, size):
+            if size != entry["size"]:
+                raise _fail(root, rel, size_damage(size, entry["size"]))
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(size + 1)
     except FileNotFoundError:
         raise _fail(root, rel, "is missing") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _fail(root, rel, "is not a regular file")
-    if st.st_size != entry["size"]:
-        raise _fail(root, rel, size_damage(st.st_size, entry["size"]))
-    with open(real, "rb") as f:
-        data = f.read(entry["size"] + 1)
     if len(data) != entry["size"]:
         raise _fail(root, rel, "changed size while being read")
     if sha256_hex(data) != entry["sha256"]:

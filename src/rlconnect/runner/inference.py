@@ -14,6 +14,11 @@ across calls (serving an episode step by step), pass your own ``env_id`` (negati
 ``num_envs``): the state is then kept until you call ``runner.agent_pipeline(pid).reset(
 env_id)`` and ``runner.action_pipeline(pid).reset(env_id)``.
 
+Every observation is checked first, as a deployed policy checks it
+(``rlconnect.connectors.observations``): a wrong shape or structure, NaN or inf, or a
+dtype not castable to the space's raises ``EnvCheckError`` naming the field, and nothing
+of the call reaches any state (an ``env_id``'s RNN state or frame stack stays as it was).
+
 With ``explore=True`` the policy samples from its own generators, which advances the
 streams the runner samples with (as any policy call does); ``explore=False`` takes the
 distribution's mode.
@@ -27,6 +32,7 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.connectors.observations import check_observation
 from rlconnect.connectors.policy_step import eval_mode, first_rows
 from rlconnect.episodes import Episode
 from rlconnect.policy import Policy
@@ -101,8 +107,14 @@ class Inference:
                 f"obs_by_agent must be a dict agent_id -> obs, got {type(obs_by_agent)}"
             )
         eid = self._env_id(env_id)
+        groups = self._by_policy(list(obs_by_agent), policy_id)
+        for pid, agents in groups.items():  # all checked before any state changes
+            space = self.pipes.agent[pid].input_space
+            for a in agents:
+                path = "obs" if len(obs_by_agent) == 1 else f"obs[{a!r}]"
+                check_observation(space, obs_by_agent[a], path)
         out: dict[Any, Any] = {}
-        for pid, agents in self._by_policy(list(obs_by_agent), policy_id).items():
+        for pid, agents in groups.items():
             obs = [obs_by_agent[a] for a in agents]
             out.update(zip(agents, self._run(pid, agents, obs, explore, eid)))
         return {a: out[a] for a in obs_by_agent}

@@ -19,6 +19,7 @@ from typing import Any
 
 from rlconnect.envs.workers.frames import read_frame, write_frame
 from rlconnect.envs.workers.layout import SharedLayout
+from rlconnect.envs.workers.lifeline import Lifeline
 from rlconnect.envs.workers.worker import GroupSpec, Hello, decode_error, worker_main
 from rlconnect.errors import EnvError, EnvTimeoutError
 
@@ -59,9 +60,10 @@ class WorkerHandle:
         # a pipe each way, not one socket pair: reading a socket wakes its peer (``frames``)
         commands, to_worker = ctx.Pipe(duplex=False)
         from_worker, answers = ctx.Pipe(duplex=False)
+        lifeline = Lifeline.here(ctx.get_start_method())
         proc = ctx.Process(
             target=worker_main,
-            args=(blob, self.spec, commands, answers, (to_worker, from_worker)),
+            args=(blob, self.spec, commands, answers, (to_worker, from_worker), lifeline),
             name=f"rlconnect-env-worker-{self.index}",
             daemon=False,  # its envs may start processes; WorkerEnvs ends it
         )

@@ -53,6 +53,7 @@ from rlconnect.envs.workers.layout import (
     SharedArrays,
     SharedBlock,
 )
+from rlconnect.envs.workers.lifeline import Lifeline
 from rlconnect.envs.workers.tuning import tune_worker_process
 from rlconnect.errors import EnvCheckError, EnvError, describe_exception
 
@@ -344,15 +345,18 @@ def worker_main(
     commands: Connection,
     answers: Connection,
     runner_ends: tuple[Connection, Connection],
+    lifeline: Lifeline,
 ) -> None:
     """Build the group, say hello, attach to the block, then serve polls until closed.
     Commands come in on ``commands``, answers go out on ``answers``: a pipe each way
     (``frames``).
 
-    ``runner_ends`` (the runner's ends of both pipes, inherited when forked) are closed
-    first, so the worker sees its command pipe close when the runner's process goes away.
-    SIGINT is ignored: the runner ends its workers. The process is tuned (one thread per
+    First the worker ties its life to its parent's (``lifeline``: it dies with the runner
+    even inside a hung step), and closes ``runner_ends`` (the runner's ends of both pipes,
+    inherited when forked), so it sees its command pipe close when the runner's process
+    goes away. SIGINT is ignored: the runner ends its workers. The process is tuned (one thread per
     numeric library: ``tuning``) before the env creator is unpickled or run."""
+    lifeline.follow()
     for end in runner_ends:
         end.close()
     # Ctrl-C in a terminal reaches every process of the group: the runner decides what it

@@ -1,10 +1,12 @@
-"""Checks of raw observations (and rewards) handed to a deployed policy, before any state.
+"""Checks of raw observations (and rewards) served one step at a time, before any state.
 
-Observations come from outside (a game server, a robot), not from an env the runner
-checked, so every one is checked against the observation space before it reaches a
-pipeline: structure (dict keys, tuple lengths), shape, dtype (castable to the space's
-dtype under numpy's ``same_kind`` rule: no strings, objects, or floats for an integer
-space), finiteness, and Discrete / MultiDiscrete ranges. A failure raises
+A deployed policy (``rc.load_policy``) and the runner's own inference
+(``runner.compute_single_action``) take observations from outside (a game server, a robot),
+not from an env the runner checked, so every one is checked against the agent pipeline's
+input space before it reaches a pipeline, where a NaN would stay in a session's state (an
+RNN state, a frame stack) for good: structure (dict keys, tuple lengths), shape, dtype
+(castable to the space's dtype under numpy's ``same_kind`` rule: no strings, objects, or
+floats for an integer space), finiteness, and Discrete / MultiDiscrete ranges. A failure raises
 ``EnvCheckError`` naming the field, e.g. ``obs`` or ``obs['pos']``. Box bounds are not
 enforced (envs often return values outside their declared bounds; the runner accepts them
 too).
@@ -21,7 +23,7 @@ import numpy as np
 from rlconnect.errors import EnvCheckError
 from rlconnect.spaces import describe_space, stack_samples
 
-__all__ = ["check_observations", "check_rewards"]
+__all__ = ["check_observation", "check_observations", "check_rewards"]
 
 
 def _leaf(space: gym.Space, value: Any, rows: int | None, path: str) -> None:
@@ -69,6 +71,12 @@ def _check(space: gym.Space, value: Any, rows: int | None, path: str) -> None:
             _check(sub, value[i], rows, f"{path}[{i}]")
     else:
         _leaf(space, value, rows, path)
+
+
+def check_observation(space: gym.Space, obs: Any, path: str = "obs") -> None:
+    """Check one observation of ``space``; ``EnvCheckError`` naming ``path`` (or a field
+    below it, such as ``obs['pos']``)."""
+    _check(space, obs, None, path)
 
 
 def check_observations(space: gym.Space, obs: Any, rows: int | None) -> Any:
