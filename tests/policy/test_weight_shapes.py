@@ -48,6 +48,18 @@ def test_a_policy_class_with_weights_of_its_own_declares_none_by_default():
     assert Custom.weight_shapes(OBS, ACTIONS[0]) is None
 
 
+def test_a_subclass_with_arguments_of_its_own_declares_none():
+    """A subclass may build another network (and takes other arguments): the parent's
+    shapes are not assumed for it."""
+
+    class Tempered(rc.MLPPolicy):
+        def __init__(self, *args, temperature=1.0, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.temperature = temperature
+
+    assert Tempered.weight_shapes(OBS, ACTIONS[0], temperature=2.0, hiddens=[4096]) is None
+
+
 def test_a_config_declaring_a_huge_network_is_refused_before_building():
     saved = rc.MLPPolicy(OBS, ACTIONS[0], hiddens=(8,), seed=0)
     start = time.perf_counter()

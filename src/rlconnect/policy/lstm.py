@@ -163,6 +163,27 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _weight_shapes(
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: dict | None = None,
+    *,
+    hiddens: Sequence[int] = (64,),
+    cell_size: int = 64,
+    vf_head: bool = False,
+    numpy_threshold: int | None = None,
+    seed: int | None = None,
+) -> WeightShapes:
+    """The ``(name, shape)`` of each weight of ``LSTMPolicy(observation_space,
+    action_space, config, hiddens=..., ...)``, without building it; unknown arguments
+    raise TypeError, as the constructor would."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise TypeError(f"LSTMPolicy needs a Box observation space, got {observation_space!r}")
+    cell = _positive("cell_size", cell_size)
+    out_dim = ActionDistSpec(action_space).width
+    return _lstm_shapes(int(np.prod(observation_space.shape)), hiddens, cell, out_dim, vf_head)
+
+
 class LSTMPolicy(TorchPolicy):
     """A recurrent :class:`TorchPolicy` over :class:`LSTMModel`, rebuildable by name.
 
@@ -236,26 +257,16 @@ class LSTMPolicy(TorchPolicy):
         self.sync_numpy_weights()
 
     @classmethod
-    def weight_shapes(  # type: ignore[override]  # the constructor's own arguments
-        cls,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: dict | None = None,
-        *,
-        hiddens: Sequence[int] = (64,),
-        cell_size: int = 64,
-        vf_head: bool = False,
-        numpy_threshold: int | None = None,
-        seed: int | None = None,
-    ) -> WeightShapes:
+    def weight_shapes(
+        cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any
+    ) -> WeightShapes | None:
         """The ``(name, shape)`` of each weight of ``LSTMPolicy(observation_space,
-        action_space, config, hiddens=..., ...)``, without building it (see
-        ``Policy.weight_shapes``)."""
-        if not isinstance(observation_space, gym.spaces.Box):
-            raise TypeError(f"LSTMPolicy needs a Box observation space, got {observation_space!r}")
-        cell = _positive("cell_size", cell_size)
-        out_dim = ActionDistSpec(action_space).width
-        return _lstm_shapes(int(np.prod(observation_space.shape)), hiddens, cell, out_dim, vf_head)
+        action_space, **kwargs)``, without building it (see ``Policy.weight_shapes``). A
+        subclass may build another network from other arguments: it declares None unless
+        it overrides this too."""
+        if cls is not LSTMPolicy:
+            return None
+        return _weight_shapes(observation_space, action_space, **kwargs)
 
     # -- numpy mirror ----------------------------------------------------------------------
 

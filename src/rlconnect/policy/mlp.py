@@ -150,6 +150,32 @@ def _numpy_forward(
     return x
 
 
+def _weight_shapes(
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: dict | None = None,
+    *,
+    hiddens: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    vf_head: bool = False,
+    numpy_threshold: int | None = None,
+    seed: int | None = None,
+) -> WeightShapes:
+    """The ``(name, shape)`` of each weight of ``MLPPolicy(observation_space,
+    action_space, config, hiddens=..., ...)``, without building it; unknown arguments
+    raise TypeError, as the constructor would."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise TypeError(f"MLPPolicy needs a Box observation space, got {observation_space!r}")
+    in_dim = int(np.prod(observation_space.shape))
+    out_dim = ActionDistSpec(action_space).width
+    heads = [("pi", out_dim)] + ([("vf", 1)] if vf_head else [])
+    return (
+        pair
+        for name, width in heads
+        for pair in linear_shapes(name, in_dim, itertools.chain(hiddens, [width]), 2)
+    )
+
+
 class MLPPolicy(TorchPolicy):
     """A :class:`TorchPolicy` over :class:`MLPModel`; the default policy of rlconnect.
 
@@ -229,31 +255,16 @@ class MLPPolicy(TorchPolicy):
         self.sync_numpy_weights()
 
     @classmethod
-    def weight_shapes(  # type: ignore[override]  # the constructor's own arguments
-        cls,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        config: dict | None = None,
-        *,
-        hiddens: Sequence[int] = (64, 64),
-        activation: str = "tanh",
-        vf_head: bool = False,
-        numpy_threshold: int | None = None,
-        seed: int | None = None,
-    ) -> WeightShapes:
+    def weight_shapes(
+        cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any
+    ) -> WeightShapes | None:
         """The ``(name, shape)`` of each weight of ``MLPPolicy(observation_space,
-        action_space, config, hiddens=..., ...)``, without building it (see
-        ``Policy.weight_shapes``)."""
-        if not isinstance(observation_space, gym.spaces.Box):
-            raise TypeError(f"MLPPolicy needs a Box observation space, got {observation_space!r}")
-        in_dim = int(np.prod(observation_space.shape))
-        out_dim = ActionDistSpec(action_space).width
-        heads = [("pi", out_dim)] + ([("vf", 1)] if vf_head else [])
-        return (
-            pair
-            for name, width in heads
-            for pair in linear_shapes(name, in_dim, itertools.chain(hiddens, [width]), 2)
-        )
+        action_space, **kwargs)``, without building it (see ``Policy.weight_shapes``). A
+        subclass may build another network from other arguments: it declares None unless
+        it overrides this too."""
+        if cls is not MLPPolicy:
+            return None
+        return _weight_shapes(observation_space, action_space, **kwargs)
 
     # -- numpy mirror ----------------------------------------------------------------------
 
