@@ -325,3 +325,93 @@ def test_client_tokens_share_lanes_per_token_when_asked() -> None:
             a.start_episode()
     finally:
         s.stop()
+
+
+class Recorded(Live):
+    """A Live server that keeps its batches (to check the good clients' episodes)."""
+
+    def __init__(self, **kwargs) -> None:
+        self.batches: list[rc.SampleBatch] = []
+        super().__init__(**kwargs)
+
+    def _sample(self) -> None:
+        while True:
+            try:
+                self.batches.append(self.server.runner.sample())
+            except EnvError:  # stopped
+                return
+
+    def episodes(self) -> dict[tuple[int, int], rc.SampleBatch]:
+        out = {}
+        for b in list(self.batches):
+            for ep in b.split_by_episode():
+                out[(int(ep["obs"][0, 0]), int(ep["obs"][0, 1]))] = ep
+        return out
+
+
+def good_client(url: str, cid: int, episodes: int, steps: int, errors: list) -> None:
+    """Episodes whose observations say (client, episode, step); reward = step + 1."""
+    try:
+        client = PolicyClient(url, retry_timeout_s=30.0)
+        for k in range(episodes):
+            eid = client.start_episode()
+            for t in range(steps):
+                obs = np.array([cid, k, t], np.float32)
+                client.get_action(eid, obs, reward=None if t == 0 else float(t))
+            client.log_returns(eid, float(steps))
+            client.end_episode(eid, np.zeros(3, np.float32))
+        client.close()
+    except Exception as exc:  # reported by the test
+        errors.append(exc)
+
+
+def test_issue_42_attacks_beside_good_clients_leave_them_exact() -> None:
+    """The campaign: costly bodies, stalled 45 MB declarations, a client opening a
+    connection per episode from another address and NaN rewards, all beside four good
+    clients; every good episode is recorded exactly, in order, with its rewards."""
+    s = Recorded(max_concurrent=32, stall_timeout_s=1.0, request_timeout_s=30.0)
+    port = s.server.port
+    try:
+        head = (
+            b"POST /v1/get_action HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/x-msgpack\r\nContent-Length: 44739242\r\n\r\n"
+        )
+        stalled = [socket.create_connection(("127.0.0.1", port), 5) for _ in range(3)]
+        for sock in stalled:
+            sock.sendall(head + b"\x81" * 70)
+        errors: list[Exception] = []
+        good = [
+            threading.Thread(target=good_client, args=(s.server.url, c, 3, 10, errors))
+            for c in range(4)
+        ]
+        for th in good:
+            th.start()
+        grabbed = [start_from(port, "127.0.0.2") for _ in range(16)]
+        refused = 0
+        for make in HOSTILE.values():
+            refused += post(port, make()) == 400
+        nan = PolicyClient(s.server.url)
+        eid = nan.start_episode()
+        with pytest.raises(rc.envs.BadRewardError):
+            nan.log_returns(eid, float("nan"))
+        for th in good:
+            th.join(60)
+        assert not errors, errors
+        assert grabbed.count(200) == 8 and refused == 4  # its share of 32 lanes; all 400
+        deadline = time.monotonic() + 20
+        while len(s.episodes()) < 12 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        episodes = s.episodes()
+        for c in range(4):
+            for k in range(3):
+                ep = episodes[(c, k)]
+                assert ep["obs"][:, 2].tolist() == list(range(10))
+                assert ep["rewards"].tolist() == [float(t + 1) for t in range(10)]
+        deadline = time.monotonic() + 10
+        while s.server.disconnects < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert s.server.disconnects >= 3  # the stalled declarations were cut
+        for sock in stalled:
+            sock.close()
+    finally:
+        s.stop()
