@@ -56,10 +56,6 @@ def _shared_stacker(spaces: dict[Any, gym.Space]) -> ObsStacker | None:
     return ObsStacker(shared, agent=None)
 
 
-def _episode_flags(flags: dict, key: str = "__all__") -> bool:
-    return bool(flags.get(key, False))
-
-
 def _add_step(
     rows: EnvRowsBuilder, i: int, o: dict, r: dict, te: dict, tr: dict, inf: Any, *, first: bool
 ) -> None:
@@ -160,8 +156,9 @@ class MultiAgentEnvs(BaseEnv):
                 rows.add_error(i, exc)
                 actions.pop(i, None)
                 continue
-            resets.discard(i)
-            soft.discard(i)
+            if resetting:
+                resets.discard(i)
+                soft.discard(i)
             idle.discard(i)
             bad = self._malformed(i, o)
             if bad is not None:  # reported like a raise: restarted, or named in the error
@@ -169,10 +166,8 @@ class MultiAgentEnvs(BaseEnv):
                 continue
             if o:
                 subs.last[i] = (o, inf)
-            if not resetting:
-                rows.mark_stepped(i)
-            _add_step(rows, i, o, r, te, tr, inf, first=resetting)
-            all_te, all_tr = _episode_flags(te), _episode_flags(tr)
+            _add_step(rows, i, o, r, te, tr, inf, first=resetting)  # (a step marks i stepped)
+            all_te, all_tr = bool(te.get("__all__")), bool(tr.get("__all__"))
             if all_te or all_tr:
                 rows.end_episode(i, all_te, all_tr)
             elif not any(not (te.get(a) or tr.get(a)) for a in o):

@@ -248,7 +248,8 @@ class EnvRowsBuilder:
     ) -> None:
         """A row for every agent of sub-env ``env_id`` with an observation, read from a
         multi-agent env's dicts (missing entries: reward 0, no flags, no info): what
-        ``add_row`` per agent adds, in a few list operations."""
+        ``add_row`` per agent adds, in a few list operations. Not ``first``: the sub-env
+        stepped (also when no agent observes)."""
         agents = list(obs)
         n = len(agents)
         self._ids += [env_id] * n

@@ -274,9 +274,10 @@ def flatten_batch(space: gs.Space, batch: Any) -> np.ndarray:
 
 
 def _stack_leaf(space: gs.Space, xs: Sequence[Any]) -> np.ndarray:
+    if isinstance(space, gs.Discrete):  # scalars: one conversion (arrays of one shape stack)
+        arr = np.array(xs)
+        return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr
     arr = np.stack([np.asarray(x) for x in xs])
-    if isinstance(space, gs.Discrete) and arr.dtype.kind in "iu":
-        return arr.astype(np.int64)
     if isinstance(space, gs.MultiDiscrete) and arr.dtype.kind in "iu":
         return arr.astype(space.dtype)
     if isinstance(space, gs.MultiBinary) and arr.dtype.kind in "biu":
