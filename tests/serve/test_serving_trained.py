@@ -152,3 +152,22 @@ def test_from_checkpoint_goes_on_training_the_run(trained: Path) -> None:
     finally:
         server.stop()
         thread.join(10)
+
+
+def test_an_idle_deployed_session_is_ended_after_the_episode_timeout(trained: Path) -> None:
+    policy = rc.load_policy(trained / "cartpole.policy")
+    server = PolicyServer(policy, "127.0.0.1", 0, episode_timeout_s=0.3)
+    try:
+        client = PolicyClient(server.url)
+        eid = client.start_episode()
+        client.get_action(eid, np.zeros(4, np.float32))
+        deadline = time.monotonic() + 10
+        while client.health()["running_episodes"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(rc.envs.UnknownEpisodeError, match="has ended"):
+            client.get_action(eid, np.zeros(4, np.float32))
+        while policy.sessions and time.monotonic() < deadline:  # its state is dropped
+            time.sleep(0.05)
+        assert policy.sessions == []
+    finally:
+        server.stop()

@@ -60,7 +60,6 @@ class DeployedEndpoints:
         self.loop = loop
         self.sessions: dict[Any, _Session] = {}
         self.ended: collections.OrderedDict[Any, None] = collections.OrderedDict()
-        self.timed_out: collections.deque[Any] = collections.deque(maxlen=_MAX_IDS)
         lanes = settings.max_concurrent
         self.shares = Shares(settings.share(lanes), lanes, self._forget_ended)
         self.worker = concurrent.futures.ThreadPoolExecutor(1, "PolicyServer-inference")
@@ -91,7 +90,6 @@ class DeployedEndpoints:
         for eid, session in list(self.sessions.items()):
             if not session.busy and now - session.touched > limit:
                 self._end(eid)
-                self.timed_out.append(eid)
 
     def status(self) -> dict[str, Any]:
         return {
