@@ -151,12 +151,14 @@ def report(ns: list[int], steps: int, rounds: int) -> None:
                 median_range(ratios(wall["runner-mlp"], wall["hand-numpy"]), ".2f"),
                 f"{statistics.median(ratios(cpu['runner-torch'], cpu['hand-torch'])):.2f}",
                 f"{statistics.median(ratios(cpu['runner-mlp'], cpu['hand-numpy'])):.2f}",
+                median_range(ratios(wall["runner-mlp"], wall["hand-torch"]), ".2f"),
             )
         )
     header = ("N", "hand-torch", "runner-torch", "ratio", "hand-numpy", "runner-mlp", "ratio")
-    print_table((*header, "cpu torch", "cpu numpy"), rows)
+    print_table((*header, "cpu torch", "cpu numpy", "mlp / hand-torch"), rows)
     print(
         "ratios: the median [range] of the runner's rate over the hand loop's, round by round.\n"
+        "mlp / hand-torch: runner-mlp over the torch hand loop (the README's comparison).\n"
         "targets: runner-torch/hand-torch >= 0.8 (N=1), >= 0.95 (N=64); "
         "runner-mlp/hand-numpy >= 0.6 (N=1), >= 0.9 (N=64).\n"
         "cpu: the same ratios in this thread's CPU time, which other processes on a shared "

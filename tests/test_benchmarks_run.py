@@ -23,7 +23,14 @@ BENCHMARKS = {
     ),
     "bench_sampling.py": (
         300,
-        ("hand-torch", "runner-torch", "runner-mlp", "targets", "check_finite cost"),
+        (
+            "hand-torch",
+            "runner-torch",
+            "runner-mlp",
+            "mlp / hand-torch",
+            "targets",
+            "check_finite cost",
+        ),
     ),
     "dev/bench_gc.py": (240, ("garbage collector", "gen 0 / 1 / 2", "cartpole-inprocess N=64")),
     "dev/bench_instructions.py": (
@@ -62,3 +69,51 @@ def test_benchmark_quick_mode_prints_its_table(script: str) -> None:
     assert proc.returncode == 0, proc.stderr
     for word in words:
         assert word in proc.stdout, f"{script} printed no {word!r}"
+
+
+def _scripts(folder: Path) -> list[str]:
+    """The runnable scripts of ``folder`` (helpers such as ``_common.py`` left out)."""
+    return sorted(
+        p.name for p in folder.glob("*.py") if p.name.startswith("bench_") or p.name == "soak.py"
+    )
+
+
+def test_every_script_is_in_the_guide_in_its_place():
+    """docs/performance.md names each user benchmark as ``benchmarks/<script>`` and each
+    developer tool as ``benchmarks/dev/<script>``: one place for each, none left out."""
+    guide = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    users, dev = _scripts(ROOT / "benchmarks"), _scripts(ROOT / "benchmarks" / "dev")
+    assert users and dev
+    missing = [f"benchmarks/{s}" for s in users if f"python benchmarks/{s}" not in guide]
+    missing += [f"benchmarks/dev/{s}" for s in dev if f"python benchmarks/dev/{s}" not in guide]
+    assert not missing, f"scripts docs/performance.md does not say how to run: {missing}"
+    assert not set(users) & set(dev), "a script is both a user benchmark and a dev tool"
+
+
+def _medians(line: str) -> list[str]:
+    """The leading figure of each cell after the first of a Markdown table row."""
+    return [cell.strip().split(" ")[0] for cell in line.strip().strip("|").split("|")[1:]]
+
+
+def test_the_readme_quotes_the_guides_run_against_a_hand_loop():
+    """One figure for one workload: the README's rlconnect rows are the medians of
+    docs/performance.md's table of the runner against a hand-written loop."""
+    guide = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = guide.split("### The runner against a hand-written loop", 1)[1].split("###")[0]
+    rows = {
+        line.split("|")[1].strip(): _medians(line)
+        for line in section.splitlines()
+        if line.startswith(("| 1 |", "| 8 |", "| 64 |"))
+    }
+    assert set(rows) == {"1", "8", "64"}, section
+    torch, mlp = {}, {}
+    for line in readme.splitlines():
+        if line.startswith("| rlconnect `EnvRunner` + `TorchPolicy` |"):
+            torch = dict(zip(("1", "8", "64"), _medians(line)))
+        if line.startswith("| rlconnect `EnvRunner` + `MLPPolicy` |"):
+            mlp = dict(zip(("1", "8", "64"), _medians(line)))
+    assert torch and mlp, "the README has no rlconnect rows"
+    for n, cells in rows.items():
+        assert torch[n] == cells[0], f"TorchPolicy at N={n}: README {torch[n]}, guide {cells[0]}"
+        assert mlp[n] == cells[-1], f"MLPPolicy at N={n}: README {mlp[n]}, guide {cells[-1]}"

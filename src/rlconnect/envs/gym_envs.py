@@ -53,7 +53,9 @@ class GymEnvs(BaseEnv):
 
     ``creator(EnvContext) -> gym.Env`` builds sub-env ``i``; its first reset is seeded
     ``seed + i``. Exceptions in ``step``/``reset`` are caught per sub-env and reported in
-    ``EnvRows.errors``; the runner decides whether to restart or raise.
+    ``EnvRows.errors``; the runner decides whether to restart or raise. Building, seeding,
+    resets and restarts are its ``SubEnvs``' (``rlconnect.envs.sub_envs``); this class
+    turns what the sub-envs return into rows.
     """
 
     def __init__(

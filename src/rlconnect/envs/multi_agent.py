@@ -73,7 +73,11 @@ def _add_step(
 
 
 class MultiAgentEnvs(BaseEnv):
-    """N copies of an ``rc.MultiAgentEnv`` (or anything with its dict API) as one BaseEnv."""
+    """N copies of an ``rc.MultiAgentEnv`` (or anything with its dict API) as one BaseEnv.
+
+    Building, seeding, resets and restarts are its ``SubEnvs``' (``rlconnect.envs.sub_envs``);
+    this class turns the sub-envs' dicts into rows.
+    """
 
     is_multi_agent = True
 
