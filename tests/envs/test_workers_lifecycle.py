@@ -337,7 +337,9 @@ def test_a_worker_hung_in_a_step_dies_with_its_killed_runner(tmp_path, method, w
     finally:
         proc.kill()
         proc.wait()
+        killed = time.monotonic()
     assert all_gone({worker}, within_s=10.0), "the worker outlived its runner"
+    print(f"{method}/{where}/{hang}: worker gone {time.monotonic() - killed:.2f} s after the kill")
 
 
 def test_a_worker_started_from_a_thread_outlives_that_thread():
