@@ -119,6 +119,12 @@ class ExternalEnv(threading.Thread):
         requests from)."""
         return self._hub
 
+    def launch(self) -> None:
+        """Start ``run()`` in this thread, once (the runner's first poll does)."""
+        if not self._launched:
+            self._launched = True
+            self.start()
+
     @property
     def error(self) -> BaseException | None:
         """What ``run()`` raised, or None while it runs (or returned)."""

@@ -60,11 +60,9 @@ class ExternalEnvAdapter(BaseEnv):
 
     def _check_thread(self) -> None:
         ext = self.external
-        if not ext._launched:
-            ext._launched = True
-            ext.start()
-        if ext._error is not None:
-            raise EnvError(f"the ExternalEnv thread raised {ext._error!r}") from ext._error
+        ext.launch()
+        if ext.error is not None:
+            raise EnvError(f"the ExternalEnv thread raised {ext.error!r}") from ext.error
         if self.hub.closed and not self.hub.has_events:
             raise EnvError("the ExternalEnv was closed: no more episodes will come")
         if not ext.is_alive() and not self.hub.running and not self.hub.has_events:
