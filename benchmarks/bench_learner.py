@@ -17,16 +17,28 @@ least) and in wall seconds:
   ``postprocess_trajectory`` before learner connectors (copied here): for each
   trajectory, a one-row torch forward of the value head for its bootstrap, then a reverse
   Python loop over its rows, and its two columns set. The trajectories are sliced out
-  before the clock starts (the runner handed them over one by one).
+  before the clock starts (the runner handed them over one by one), and each is given to
+  the loop as it is (no copy inside the clock: the loop pays only for its own work).
 
-It prints both times (median [min-max] over rounds), the ratio per round, and the largest
-difference between the two results (float32 rounding).
+Both run with one thread per numeric library (``OPENBLAS_NUM_THREADS=1`` and one torch
+thread unless the variable is already set), as in a sampling process and as the PPO
+example runs: otherwise OpenBLAS's worker threads, woken by the one batched bootstrap
+call, spin-wait and bill several milliseconds of CPU time to ``rc.GAE`` on a small machine.
+Set ``OPENBLAS_NUM_THREADS`` yourself to measure with more.
+
+It prints both times (median [min-max] over rounds), the ratio loop / ``rc.GAE`` per round
+(how many times faster ``rc.GAE`` is), and the largest difference between the two results
+(float32 rounding).
 
     python benchmarks/bench_learner.py            # 1M rows, 5 rounds (~1 min)
     python benchmarks/bench_learner.py --quick    # 20k rows, 3 rounds (a few seconds)
 """
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # read when numpy loads: see above
 
 import argparse
 import itertools
@@ -41,6 +53,8 @@ from _common import machine, median_range, print_table, ratios, take_turns
 
 import rlconnect as rc
 from rlconnect.policy import MLPPolicy
+
+torch.set_num_threads(1)
 
 GAMMA, LAMBDA = 0.99, 0.95
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -108,7 +122,7 @@ def example_postprocess(batch: rc.SampleBatch, policy: MLPPolicy) -> rc.SampleBa
 
 def loop_gae(trajs: list[rc.SampleBatch], policy: MLPPolicy) -> np.ndarray:
     """The example's GAE over every trajectory, one at a time."""
-    return np.concatenate([example_postprocess(t.copy(), policy)["advantages"] for t in trajs])
+    return np.concatenate([example_postprocess(t, policy)["advantages"] for t in trajs])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         rounds,
     )
     print(f"GAE over {rows:,} rows in {len(trajs):,} trajectories, {rounds} rounds")
+    blas = os.environ["OPENBLAS_NUM_THREADS"]
+    print(f"threads: OPENBLAS_NUM_THREADS={blas}, torch {torch.get_num_threads()}")
     print(machine())
     cpu = {name: [c for c, _ in t] for name, t in turns.items()}
     wall = {name: [w for _, w in t] for name, t in turns.items()}
@@ -158,7 +174,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     for label, times in (("CPU time", cpu), ("wall time", wall)):
         speedup = ratios(times["per-trajectory loop"], times["rc.GAE"])
-        print(f"loop / rc.GAE per round, {label}: {median_range(speedup, '.1f')} (x faster)")
+        print(
+            f"rc.GAE is {median_range(speedup, '.1f')} times faster than the loop "
+            f"({label}, loop / rc.GAE per round: median [min-max])"
+        )
     diff = np.abs(results["rc.GAE"].astype(np.float64) - results["loop"]).max()
     print(f"max |difference| of the advantages: {diff:.2e}")
 

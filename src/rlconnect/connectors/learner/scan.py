@@ -7,21 +7,29 @@ row in its trajectory (``rem[t]`` of them, see :mod:`.trajectories`):
 - :func:`discounted_window_sum`: the same over at most ``n`` terms (n-step returns);
 - :func:`linear_suffix_scan`: ``y[t] = x[t] + a[t] * y[t+1]`` with per-row ``a`` (V-trace).
 
-They run as recursive doubling (a Kogge-Stone scan): after the step of span ``s`` each row
-holds the sum of its next ``2s`` terms, made from its own ``s``-term sum and that of the row
-``s`` ahead when that row is in the same trajectory. ``ceil(log2(longest trajectory))``
-steps, each a few whole-array numpy operations, so the work is ``O(N log T)`` and there is
-no Python loop over rows or trajectories. Connectors run them piece by piece
+:func:`discounted_suffix_sum` and :func:`linear_suffix_scan` are one recurrence, ``y[t] =
+x[t] + c[t] * y[t+1]`` with ``c = 0`` on each trajectory's last row, run blockwise
+(:func:`_blocked_scan`): the rows are cut into blocks of ``BLOCK`` consecutive rows and laid
+out as ``BLOCK`` lanes (lane ``j`` holds row ``j`` of every block, contiguous), so that
+stepping back through a block is ``BLOCK`` whole-array operations over all blocks at once;
+then the sum at each block's first row is carried across blocks by recursive doubling over
+``N / BLOCK`` blocks (``log2`` of the longest trajectory in blocks), and added back into
+every row of a block with the product of the coefficients that reach it. That is ``O(N)``
+work in a fixed number of whole-array passes plus ``O(N / BLOCK * log T)``, with no Python
+loop over rows or trajectories. :func:`discounted_window_sum` runs recursive doubling (a
+Kogge-Stone scan): after the step of span ``s`` each row holds the sum of its next ``2s``
+terms, ``ceil(log2(longest trajectory))`` steps. Connectors run the scans piece by piece
 (:meth:`.trajectories.Trajectories.pieces`: whole trajectories, ~32k rows a piece) so
 that every work array stays in cache between steps.
 
 Numerics: everything is float64. Every step adds terms scaled by products of discounts in
 [0, 1] (no division, no growing powers such as ``d**-t``, no cancellation between a global
 cumulative sum and its shifted copy), so each output is a sum of its exact terms with
-about ``log2(T)`` float64 roundings per term, far below the float32 the connectors
-return. tests/connectors/learner/test_learner_scan.py holds them to 1e-11 (relative to
-the largest term) of sequential float64 loops, on trajectories of up to 5000 rows with
-terms spanning six orders of magnitude.
+a few float64 roundings per term (``BLOCK`` sequential steps inside a block, ``log2``
+doubling steps across blocks), far below the float32 the connectors return.
+tests/connectors/learner/test_learner_scan.py holds them to 1e-11 (relative to the largest
+term) of sequential float64 loops, on trajectories of up to 5000 rows with terms spanning
+six orders of magnitude.
 """
 
 from __future__ import annotations
@@ -59,13 +67,9 @@ def discounted_suffix_sum(
     """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]``: float64 (N,); with ``in_place``
     a float64 ``x`` is overwritten and returned (no copy)."""
     y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
-    work = _Scratch(len(y))
-    longest = int(rem.max()) + 1 if len(rem) else 0
-    span, factor = 1, float(discount)
-    while span < longest and factor != 0.0:
-        _double(y, rem, span, factor, work)
-        span, factor = 2 * span, factor * factor
-    return y
+    lanes = _Lanes(len(y))
+    lanes.coef.fill(discount)
+    return _blocked_scan(y, rem, lanes)
 
 
 def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: int) -> np.ndarray:
@@ -101,18 +105,76 @@ def linear_suffix_scan(
     """``y[t] = x[t] + coef[t] * y[t+1]`` within each trajectory: float64 (N,); with
     ``in_place`` a float64 ``x`` is overwritten and returned.
 
-    ``coef`` is ignored on each trajectory's last row (nothing follows it there). The
-    products of coefficients over each span double along with the sums."""
+    ``coef`` is ignored on each trajectory's last row (nothing follows it there)."""
     y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
-    mult = np.array(coef, dtype=np.float64)
-    mult[rem == 0] = 0.0
-    ahead = np.empty(len(y))
-    longest = int(rem.max()) + 1 if len(rem) else 0
+    lanes = _Lanes(len(y))
+    lanes.load(lanes.coef, coef)
+    return _blocked_scan(y, rem, lanes)
+
+
+#: rows per block of :func:`_blocked_scan`: steps inside a block are whole-array
+#: operations over N / BLOCK rows; the doubling across blocks works on N / BLOCK heads
+BLOCK = 16
+
+
+class _Lanes:
+    """Work arrays of one blocked scan over ``rows`` rows: ``values`` and ``coef`` as
+    ``(BLOCK, blocks)`` lanes (``lanes[j, b]`` is row ``b * BLOCK + j``, zero past the end)."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+        self.blocks = -(-rows // BLOCK)
+        self.values = np.empty((BLOCK, self.blocks))
+        self.coef = np.empty((BLOCK, self.blocks))
+        self.flat = np.zeros(self.blocks * BLOCK)  # rows in block order, zero-padded
+
+    def load(self, lanes: np.ndarray, x: np.ndarray) -> None:
+        """``lanes`` (values or coef) from the per-row ``x``."""
+        self.flat[: self.rows] = x
+        np.copyto(lanes, self.flat.reshape(self.blocks, BLOCK).T)
+
+    def store(self, lanes: np.ndarray, y: np.ndarray) -> None:
+        """Per-row ``y`` from ``lanes``."""
+        np.copyto(self.flat.reshape(self.blocks, BLOCK), lanes.T)
+        y[:] = self.flat[: self.rows]
+
+
+def _blocked_scan(y: np.ndarray, rem: np.ndarray, lanes: _Lanes) -> np.ndarray:
+    """In place on float64 ``y``: ``y[t] += coef[t] * y[t+1]`` from the last row back, with
+    ``lanes.coef`` holding ``coef`` and set to 0 here on every trajectory's last row."""
+    if not len(y):
+        return y
+    last = np.flatnonzero(rem == 0)
+    lanes.coef[last % BLOCK, last // BLOCK] = 0.0  # padding rows follow a last row
+    lanes.load(lanes.values, y)
+    values, coef = lanes.values, lanes.coef
+    step = np.empty(lanes.blocks)
+    for j in range(BLOCK - 2, -1, -1):  # inside every block at once, back to front
+        np.multiply(coef[j], values[j + 1], out=step)
+        values[j] += step
+    carry = _carry_across_blocks(values[0], np.prod(coef, axis=0))
+    for j in range(BLOCK - 1, -1, -1):  # what follows the block, reaching row j
+        carry *= coef[j]
+        values[j] += carry
+    lanes.store(values, y)
+    return y
+
+
+def _carry_across_blocks(heads: np.ndarray, through: np.ndarray) -> np.ndarray:
+    """For each block, the full sum at the next block's first row (0 after the last):
+    ``z[b] = heads[b] + through[b] * z[b+1]`` by recursive doubling, ``through[b]`` being
+    the product of a block's coefficients (0 unless its first row's trajectory goes past
+    it). The doubling stops when no product is left: after ``log2`` of the longest
+    trajectory in blocks."""
+    z, mult = heads.copy(), through.copy()
+    step = np.empty(len(z))
     span = 1
-    while span < longest:
-        buf = ahead[: len(y) - span]
-        np.multiply(mult[:-span], y[span:], out=buf)
-        y[:-span] += buf
+    while span < len(z) and mult[: len(z) - span].any():
+        buf = step[: len(z) - span]
+        np.multiply(mult[:-span], z[span:], out=buf)
+        z[:-span] += buf
         mult[:-span] *= mult[span:]
         span *= 2
-    return y
+    carry = np.zeros(len(z))
+    carry[:-1] = z[1:]
+    return carry
