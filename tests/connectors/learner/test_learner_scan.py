@@ -18,6 +18,10 @@ def _segments(lengths: list[int]) -> np.ndarray:
     return np.repeat(ends, lengths) - np.arange(int(sum(lengths)))
 
 
+def _last_rows(lengths: list[int]) -> np.ndarray:
+    return np.cumsum(lengths) - 1
+
+
 def _loop(x: np.ndarray, coef: np.ndarray, lengths: list[int]) -> np.ndarray:
     y, start = np.zeros(len(x)), 0
     for n in lengths:
@@ -37,7 +41,7 @@ def test_discounted_suffix_sum_is_exact_to_float64_rounding(discount: float) -> 
     x = np.random.default_rng(0).normal(size=sum(LENGTHS)) * 10.0 ** np.random.default_rng(
         1
     ).integers(-3, 4, sum(LENGTHS))
-    y = discounted_suffix_sum(x, _segments(LENGTHS), discount)
+    y = discounted_suffix_sum(x, _last_rows(LENGTHS), discount)
     ref = _loop(x, np.full(len(x), discount), LENGTHS)
     np.testing.assert_allclose(y, ref, rtol=1e-11, atol=1e-11 * np.abs(x).max())
 
@@ -46,7 +50,7 @@ def test_linear_suffix_scan_with_per_row_coefficients() -> None:
     rng = np.random.default_rng(2)
     x = rng.normal(size=sum(LENGTHS))
     coef = rng.uniform(0.0, 1.0, len(x))
-    y = linear_suffix_scan(x, coef, _segments(LENGTHS))
+    y = linear_suffix_scan(x, coef, _last_rows(LENGTHS))
     np.testing.assert_allclose(y, _loop(x, coef, LENGTHS), rtol=1e-11, atol=1e-12)
 
 

@@ -68,12 +68,12 @@ class GAE(LearnerConnector):
         out["value_targets"] = np.empty(len(batch), np.float32)
         discount = self.gamma * self.lambda_
         for p in traj.pieces():
-            v = np.asarray(values[p.rows], dtype=np.float64)
+            v = values[p.rows]  # cast to float64 by each operation below
             delta = next_values(v, p.last, after_last[p.trajs])
             delta *= self.gamma
             delta += rewards[p.rows]
             delta -= v
-            adv = discounted_suffix_sum(delta, p.rem, discount, in_place=True)
+            adv = discounted_suffix_sum(delta, p.last, discount, in_place=True)
             out["advantages"][p.rows] = adv
             adv += v
             out["value_targets"][p.rows] = adv

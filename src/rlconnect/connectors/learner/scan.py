@@ -1,7 +1,8 @@
 """Segmented reverse scans over a whole batch: discounted sums within each trajectory.
 
 Every built-in learner connector reduces to one of three sums over the rows that follow a
-row in its trajectory (``rem[t]`` of them, see :mod:`.trajectories`):
+row in its trajectory (up to the trajectory's ``last`` row; ``rem[t]`` rows, see
+:mod:`.trajectories`):
 
 - :func:`discounted_suffix_sum`: ``y[t] = sum_{i=0..rem[t]} d**i * x[t+i]`` (GAE, returns);
 - :func:`discounted_window_sum`: the same over at most ``n`` terms (n-step returns);
@@ -62,14 +63,15 @@ def _double(y: np.ndarray, rem: np.ndarray, span: int, factor: float, work: _Scr
 
 
 def discounted_suffix_sum(
-    x: np.ndarray, rem: np.ndarray, discount: float, *, in_place: bool = False
+    x: np.ndarray, last: np.ndarray, discount: float, *, in_place: bool = False
 ) -> np.ndarray:
-    """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]``: float64 (N,); with ``in_place``
-    a float64 ``x`` is overwritten and returned (no copy)."""
+    """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]``, ``last`` being the rows that end
+    the trajectories (all of them, in order): float64 (N,); with ``in_place`` a float64
+    ``x`` is overwritten and returned (no copy)."""
     y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
     lanes = _Lanes(len(y))
     lanes.coef.fill(discount)
-    return _blocked_scan(y, rem, lanes)
+    return _blocked_scan(y, last, lanes)
 
 
 def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: int) -> np.ndarray:
@@ -100,16 +102,16 @@ def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: in
 
 
 def linear_suffix_scan(
-    x: np.ndarray, coef: np.ndarray, rem: np.ndarray, *, in_place: bool = False
+    x: np.ndarray, coef: np.ndarray, last: np.ndarray, *, in_place: bool = False
 ) -> np.ndarray:
-    """``y[t] = x[t] + coef[t] * y[t+1]`` within each trajectory: float64 (N,); with
-    ``in_place`` a float64 ``x`` is overwritten and returned.
+    """``y[t] = x[t] + coef[t] * y[t+1]`` within each trajectory (``last``: the rows that
+    end them): float64 (N,); with ``in_place`` a float64 ``x`` is overwritten and returned.
 
     ``coef`` is ignored on each trajectory's last row (nothing follows it there)."""
     y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
     lanes = _Lanes(len(y))
     lanes.load(lanes.coef, coef)
-    return _blocked_scan(y, rem, lanes)
+    return _blocked_scan(y, last, lanes)
 
 
 #: rows per block of :func:`_blocked_scan`: steps inside a block are whole-array
@@ -139,12 +141,11 @@ class _Lanes:
         y[:] = self.flat[: self.rows]
 
 
-def _blocked_scan(y: np.ndarray, rem: np.ndarray, lanes: _Lanes) -> np.ndarray:
+def _blocked_scan(y: np.ndarray, last: np.ndarray, lanes: _Lanes) -> np.ndarray:
     """In place on float64 ``y``: ``y[t] += coef[t] * y[t+1]`` from the last row back, with
-    ``lanes.coef`` holding ``coef`` and set to 0 here on every trajectory's last row."""
+    ``lanes.coef`` holding ``coef`` and set to 0 here on every ``last`` row."""
     if not len(y):
         return y
-    last = np.flatnonzero(rem == 0)
     lanes.coef[last % BLOCK, last // BLOCK] = 0.0  # padding rows follow a last row
     lanes.load(lanes.values, y)
     values, coef = lanes.values, lanes.coef

@@ -6,9 +6,10 @@ from files or concatenated from several runners keep that). Its last row ends it
 termination (``terminateds``: the value after it is 0), or by truncation or a fragment cut
 (the value after it is that of the row's ``new_obs``: a bootstrap value).
 
-:func:`find_trajectories` checks all of that over whole arrays and returns, per row, how
-many rows of its trajectory follow it (``rem``): the scans of
-:mod:`rlconnect.connectors.learner.scan` need nothing else.
+:func:`find_trajectories` checks all of that over whole arrays and returns each
+trajectory's last row and how it ended, and per row how many rows of its trajectory follow
+it (``rem``): the scans of :mod:`rlconnect.connectors.learner.scan` need only the last
+rows, n-step windows ``rem`` too.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ PIECE_ROWS = 1 << 15
 @attrs.frozen
 class Piece:
     """Whole consecutive trajectories of a batch: ``rows`` of the batch, the ``trajs``-th
-    trajectories (slices of ``Trajectories.last_rows`` / ``terminated``), ``rem`` of those
-    rows and ``last``, their last rows counted from the piece's first row."""
+    trajectories (slices of ``Trajectories.last_rows`` / ``terminated``) and ``last``,
+    their last rows counted from the piece's first row."""
 
     rows: slice
     trajs: slice
-    rem: np.ndarray
     last: np.ndarray
 
 
@@ -82,7 +82,7 @@ class Trajectories:
         for ta, tb in itertools.pairwise(bounds):
             a = int(self.last_rows[ta - 1]) + 1 if ta else 0
             b = int(self.last_rows[tb - 1]) + 1
-            out.append(Piece(slice(a, b), slice(ta, tb), self.rem[a:b], self.last_rows[ta:tb] - a))
+            out.append(Piece(slice(a, b), slice(ta, tb), self.last_rows[ta:tb] - a))
         return out
 
     def terminating_rows(self) -> np.ndarray:
