@@ -96,7 +96,10 @@ def _file_status(target: Path, digest: str, size: Any) -> str:
 
     from rlconnect.checkpoints.damage import DIGEST_MISMATCH, size_damage
 
-    data = read_regular_file(target)
+    try:
+        data = read_regular_file(target, fail=CheckpointError)
+    except CheckpointError as exc:  # a FIFO, a device, a folder: named, never read
+        return str(exc)
     if isinstance(size, int) and not isinstance(size, bool) and len(data) != size:
         return size_damage(len(data), size)
     return "sha256 ok" if hashlib.sha256(data).hexdigest() == digest else DIGEST_MISMATCH
@@ -116,7 +119,7 @@ def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
                 try:
                     target = (folder / path).resolve()
                     inside = folder.resolve() in target.parents
-                    present = inside and target.is_file()
+                    present = inside and target.exists()
                 except (ValueError, OSError):  # a NUL byte, a name too long ...
                     inside = present = False
                 if not inside:

@@ -50,10 +50,10 @@ def find_checkpoint(path: str | os.PathLike[str]) -> str:
     Raises ``FileNotFoundError`` (a ``CheckpointError`` too when it is not a folder)
     saying what is there."""
     root = os.fspath(path)
-    if os.path.isfile(os.path.join(root, "manifest.json")):
+    if os.path.exists(os.path.join(root, "manifest.json")):  # (a FIFO there is refused later)
         return root
     inner = os.path.join(root, RUN_CHECKPOINT)
-    if os.path.isfile(os.path.join(inner, "manifest.json")):
+    if os.path.exists(os.path.join(inner, "manifest.json")):
         return inner
     from rlconnect.runner.checkpoint_format import CheckpointNotFoundError
 

@@ -421,7 +421,9 @@ class EnvRunner:
         env_id: int | None = None,
     ) -> Any:
         """The env action for one raw observation, through the agent pipeline, the policy
-        and the action pipeline in eval mode (see ``rlconnect.runner.inference``)."""
+        and the action pipeline in eval mode (see ``rlconnect.runner.inference``). A wrong
+        observation (shape, structure, NaN or inf, dtype) raises ``EnvCheckError`` before
+        any state changes, as a deployed policy's does."""
         out = self._inference.compute_actions(
             {agent_id: obs}, policy_id=policy_id, explore=explore, env_id=env_id
         )
