@@ -154,16 +154,27 @@ class PettingZooParallelEnv(_PettingZooBase):
         return obs, rewards, terminateds, truncateds, infos
 
 
+#: PettingZoo's own AEC wrappers that keep no env state of their own (they forward
+#: ``agents``, ``agent_selection``, ``terminations``, ``rewards``, ... to the env inside)
+_FORWARDING = (
+    "AssertOutOfBoundsWrapper",
+    "BaseWrapper",
+    "CaptureStdoutWrapper",
+    "ClipOutOfBoundsWrapper",
+    "OrderEnforcingWrapper",
+    "TerminateIllegalWrapper",
+)
+
+
 def _state_holder(env: Any) -> Any:
     """The object whose attributes are ``env``'s AEC state: ``env.unwrapped`` when every
-    layer above it is a PettingZoo ``BaseWrapper`` that forwards these attributes (a
-    wrapper's ``__getattr__`` costs a call per layer and read), else ``env`` itself."""
-    base = _pettingzoo().utils.BaseWrapper
+    layer above it is one of PettingZoo's forwarding wrappers (a wrapper's ``__getattr__``
+    costs a call per layer and read), else ``env`` itself (another wrapper may keep state
+    of its own, e.g. rewards it reshapes)."""
+    wrappers = _pettingzoo().utils.wrappers
+    forwarding = tuple(getattr(wrappers, name) for name in _FORWARDING)
     layer = env
-    while isinstance(layer, base):
-        own = vars(layer).keys() | {n for c in type(layer).__mro__[:-1] for n in vars(c)}
-        if own & {"agents", "agent_selection", "terminations", "truncations", "infos"}:
-            return env
+    while type(layer) in forwarding:
         layer = layer.env
     return layer if layer is env.unwrapped else env
 
