@@ -7,14 +7,15 @@ What it shows:
   cut at the batch boundary and continued by the next ``sample()``.
 - Observations go through a ``MeanStdFilter`` (``observation_filter="MeanStdFilter"``); the
   batch holds what the policy saw, so the PPO update trains on exactly those inputs.
-- Advantages (GAE) are computed per agent trajectory in the policy's
-  ``postprocess_trajectory``, which the runner calls once per trajectory piece (its rows are
-  contiguous and in time order). A trajectory that ended because the pole fell
-  (``terminateds``) is not bootstrapped; one that was cut (batch boundary) or truncated by
-  the 500-step time limit (``truncateds``) is bootstrapped with the value of its last
-  ``new_obs``.
-- The policy is an ``rc.MLPPolicy`` subclass with a value head, registered with
-  ``rc.register_policy`` so that a checkpoint can rebuild it by name (no pickle). Training
+- Advantages come from the runner's *learner pipeline* ``GAE -> NormalizeAdvantages``
+  (``learner_pipelines=``): every batch ``sample()`` returns already holds ``advantages``
+  (standardised over the batch) and ``value_targets``. ``GAE`` does not bootstrap a
+  trajectory that ended because the pole fell (``terminateds``), and bootstraps one that
+  was cut (batch boundary) or truncated by the 500-step time limit (``truncateds``) with
+  the value of its last ``new_obs``, over the whole batch at once.
+- The policy is the built-in ``rc.MLPPolicy`` with a value head (``vf_head=True``), so the
+  checkpoint rebuilds it by name and exports from the command line
+  (``rlconnect export ckpt --out cartpole.policy --onnx cartpole.onnx``). Training
   updates ``policy.model`` in place; the policy's numpy fast path notices by itself.
 - After training, ``runner.save_checkpoint`` writes the weights *and* the filter's
   statistics; ``rc.EnvRunner.from_checkpoint`` rebuilds the runner in one call, and
@@ -22,7 +23,7 @@ What it shows:
   restored runner scores exactly what the trained one scores.
 
 Hyper-parameters (standard PPO choices, not tuned to one seed): 8 x 128 env steps per batch,
-up to 10 epochs over minibatches of 256 with advantages normalized per minibatch, an epoch
+up to 10 epochs over minibatches of 256 with advantages normalized per batch, an epoch
 loop that stops early once the approximate KL to the sampling policy exceeds 0.02, Adam with
 lr 3e-4 decaying linearly to 0 over ``--max-steps`` (300k), clip 0.2, gamma 0.99, GAE lambda
 0.95, value-loss coefficient 0.5, gradient norm clipped at 0.5. Training stops when the mean
@@ -55,9 +56,7 @@ import argparse
 import collections
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -69,69 +68,15 @@ ENV_ID = "CartPole-v1"
 TARGET_RETURN = 475.0
 
 
-@rc.register_policy("PPOCartPolePolicy")
-class PPOPolicy(rc.MLPPolicy):
-    """An MLPPolicy with a value head that adds GAE advantages to each trajectory.
-
-    Args:
-        gamma: discount factor.
-        lambda_: GAE parameter.
-        **kwargs: passed to :class:`rc.MLPPolicy` (``vf_head`` is always True).
-    """
-
-    def __init__(
-        self,
-        observation_space: gym.Space,
-        action_space: gym.Space,
-        *,
-        gamma: float = 0.99,
-        lambda_: float = 0.95,
-        **kwargs: Any,
-    ) -> None:
-        kwargs["vf_head"] = True
-        super().__init__(observation_space, action_space, **kwargs)
-        self.gamma = gamma
-        self.lambda_ = lambda_
-
-    def get_config(self) -> dict[str, Any]:
-        """Kwargs that rebuild this policy from a checkpoint (see ``rc.register_policy``)."""
-        return {**super().get_config(), "gamma": self.gamma, "lambda_": self.lambda_}
-
-    def value(self, obs: np.ndarray) -> np.ndarray:
-        """State values (B,) of a batch of (filtered) observations, without gradient."""
-        with torch.no_grad():
-            _, value = self.model(torch.as_tensor(obs, dtype=torch.float32))
-        return value.numpy()
-
-    def postprocess_trajectory(
-        self,
-        batch: rc.SampleBatch,
-        other_agent_batches: Mapping[Any, Any] | None = None,
-        episode: Any = None,
-    ) -> rc.SampleBatch:
-        """Add ``advantages`` and ``value_targets`` (GAE) to one agent trajectory."""
-        rewards = batch["rewards"].astype(np.float32)
-        values = batch["vf_preds"].astype(np.float32)
-        # Bootstrap unless the env itself ended the episode: a trajectory cut by the batch
-        # boundary or truncated by the time limit would have gone on.
-        if batch["terminateds"][-1]:
-            last_value = 0.0
-        else:
-            last_value = float(self.value(batch["new_obs"][-1:])[0])
-        next_values = np.append(values[1:], np.float32(last_value))
-        deltas = rewards + self.gamma * next_values - values
-        advantages = np.zeros_like(deltas)
-        running = 0.0
-        for t in range(len(deltas) - 1, -1, -1):  # a recurrence over one short trajectory
-            running = deltas[t] + self.gamma * self.lambda_ * running
-            advantages[t] = running
-        batch["advantages"] = advantages
-        batch["value_targets"] = advantages + values
-        return batch
+def learner_pipeline(ctx: rc.ConnectorContext) -> rc.LearnerConnectorPipeline:
+    """GAE advantages and value targets, then advantages standardised over the batch."""
+    return rc.LearnerConnectorPipeline(
+        ctx, [rc.GAE(ctx, gamma=0.99, lambda_=0.95), rc.NormalizeAdvantages(ctx)]
+    )
 
 
 def ppo_update(
-    policy: PPOPolicy,
+    policy: rc.MLPPolicy,
     optimizer: torch.optim.Optimizer,
     batch: rc.SampleBatch,
     *,
@@ -163,7 +108,6 @@ def ppo_update(
             logits, values = policy.model(obs[i])
             logp = policy.dist.logp_torch(logits, actions[i])
             adv = advantages[i]
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             log_ratio = logp - old_logp[i]
             ratio = log_ratio.exp()
             surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
@@ -188,7 +132,7 @@ def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
     """Train until the last 100 episodes average ``TARGET_RETURN`` (or the budget ends)."""
     num_envs, fragment = (8, 128)
     env = gym.make(ENV_ID)
-    policy = PPOPolicy(env.observation_space, env.action_space, seed=args.seed)
+    policy = rc.MLPPolicy(env.observation_space, env.action_space, vf_head=True, seed=args.seed)
     env.close()
     config = rc.RunnerConfig(
         num_envs=num_envs,
@@ -197,7 +141,9 @@ def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
         observation_filter="MeanStdFilter",
         seed=args.seed,
     )
-    runner = rc.EnvRunner(ENV_ID, policy, config=config)
+    runner = rc.EnvRunner(
+        ENV_ID, policy, config=config, learner_pipelines={"default_policy": learner_pipeline}
+    )
     optimizer = torch.optim.Adam(policy.model.parameters(), lr=args.lr, eps=1e-5)
     rng = np.random.default_rng(args.seed)
     returns: collections.deque[float] = collections.deque(maxlen=100)
@@ -254,6 +200,7 @@ def evaluate_restored(runner: rc.EnvRunner, checkpoint: Path, num_episodes: int)
         f"restored {restored.agent_pipeline()} from {checkpoint.name}: filter mean "
         f"{np.round(stats['mean'], 2)} over {int(stats['count']):,} observations"
     )
+    print(f"restored {restored.learner_pipeline()}")
     assert all(np.array_equal(saved[k], stats[k]) for k in saved)
     again = [r["episode_reward"] for r in restored.evaluate(num_episodes)]
     restored.stop()

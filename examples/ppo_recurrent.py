@@ -6,14 +6,18 @@ What it shows:
   exports to ONNX too), drops the cart and pole velocities: the policy sees the cart
   position and the pole angle only (through a ``MeanStdFilter``), so it must infer the
   velocities from what it saw before. The runner takes the pipeline
-  ``HideVelocities -> MeanStdFilter -> StateBuffer``; ``StateBuffer`` keeps each sub-env's
-  LSTM state ``[h, c]`` between steps and the batch records it as ``state_in_0/1`` (what
-  the policy was called with) and ``state_out_0/1``.
+  ``HideVelocities -> MeanStdFilter -> ClipReward -> StateBuffer``; ``StateBuffer`` keeps
+  each sub-env's LSTM state ``[h, c]`` between steps and the batch records it as
+  ``state_in_0/1`` (what the policy was called with) and ``state_out_0/1``. CartPole's
+  rewards are all 1, so ``ClipReward(limit=0.05)`` scales them by 0.05 in the batch (the
+  episode returns reported stay the env's own).
 - ``EnvRunner`` collects 8 x 64 env steps per batch; episodes go on across batches, and
   their LSTM state with them.
-- Advantages (GAE) are computed per trajectory piece in ``postprocess_trajectory``; a piece
-  that did not end with the pole falling is bootstrapped with the value of its last
-  ``new_obs`` *from its last state_out*.
+- Advantages come from the runner's learner pipeline ``GAE -> NormalizeAdvantages``
+  (``learner_pipelines=``): a trajectory piece that did not end with the pole falling is
+  bootstrapped with the value of its last ``new_obs`` *from its last state_out*, all pieces
+  of the batch in one ``compute_values`` call. The policies are the built-in
+  ``rc.LSTMPolicy`` / ``rc.MLPPolicy`` with ``vf_head=True``: nothing custom to rebuild.
 - The update cuts the batch with ``rc.chop_into_sequences`` into padded pieces of up to 32
   steps of one episode, each with the LSTM state recorded at its first row, and recomputes
   the log-probabilities and values with ``policy.model.forward_sequences`` (masked steps
@@ -25,10 +29,10 @@ What it shows:
   trained one's.
 
 Hyper-parameters: 8 x 64 env steps per batch, pieces of up to 32 steps, up to 10 epochs
-over minibatches of 16 pieces with advantages normalized per minibatch, stopped early once
+over minibatches of 16 pieces with advantages normalized per batch, stopped early once
 the approximate KL exceeds 0.02; Adam, lr 1e-3 decaying linearly to 0 over ``--max-steps``
-(150k), clip 0.2, gamma 0.99, GAE lambda 0.95, rewards scaled by 0.05 for the value targets
-(so that in the shared LSTM the value loss, weighted 0.5, does not drown the policy loss),
+(150k), clip 0.2, gamma 0.99, GAE lambda 0.95, rewards scaled by 0.05 (so that in the
+shared LSTM the value loss, weighted 0.5, does not drown the policy loss),
 gradient norm 0.5; ``LSTMPolicy(hiddens=(64,), cell_size=64, vf_head=True)``. Training
 stops once the mean return of the last 20 training episodes (the exploring policy) reaches
 475.
@@ -66,7 +70,6 @@ import argparse
 import collections
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,53 +110,17 @@ class HideVelocitiesForm(ConnectorForm):
 
 
 def masked_cartpole_pipeline(ctx: rc.ConnectorContext) -> rc.AgentConnectorPipeline:
-    """The agent pipeline: hide the velocities, normalize, keep the RNN state."""
-    return rc.AgentConnectorPipeline(
-        ctx, [HideVelocities(ctx), rc.MeanStdFilter(ctx), rc.StateBuffer(ctx)]
+    """The agent pipeline: hide the velocities, normalize, scale the rewards (all 1) by
+    0.05, keep the RNN state."""
+    members = [HideVelocities(ctx), rc.MeanStdFilter(ctx), rc.ClipReward(ctx, limit=0.05)]
+    return rc.AgentConnectorPipeline(ctx, [*members, rc.StateBuffer(ctx)])
+
+
+def learner_pipeline(ctx: rc.ConnectorContext) -> rc.LearnerConnectorPipeline:
+    """GAE advantages and value targets, then advantages standardised over the batch."""
+    return rc.LearnerConnectorPipeline(
+        ctx, [rc.GAE(ctx, gamma=0.99, lambda_=0.95), rc.NormalizeAdvantages(ctx)]
     )
-
-
-class GAEMixin:
-    """``postprocess_trajectory`` adding GAE ``advantages`` and ``value_targets``."""
-
-    gamma = 0.99
-    lambda_ = 0.95
-    reward_scale = 0.05  # values of at most 5: the value loss does not drown the policy's
-
-    def postprocess_trajectory(
-        self,
-        batch: rc.SampleBatch,
-        other_agent_batches: Mapping[Any, Any] | None = None,
-        episode: Any = None,
-    ) -> rc.SampleBatch:
-        rewards, values = batch["rewards"] * np.float32(self.reward_scale), batch["vf_preds"]
-        last_value = np.float32(0.0)
-        if not batch["terminateds"][-1]:  # cut or truncated: it would have gone on
-            last_row = {"obs": batch["new_obs"][-1:]}
-            for name in batch:  # the state after the last row (recurrent only)
-                if name.startswith("state_out_"):
-                    last_row[name.replace("out", "in")] = batch[name][-1:]
-            _, _, extra = self.compute_actions(last_row, explore=False)  # type: ignore[attr-defined]
-            last_value = extra["vf_preds"][0]
-        deltas = rewards + self.gamma * np.append(values[1:], last_value) - values
-        advantages = np.zeros_like(deltas)
-        running = 0.0
-        for t in range(len(deltas) - 1, -1, -1):  # a recurrence over one short trajectory
-            running = deltas[t] + self.gamma * self.lambda_ * running
-            advantages[t] = running
-        batch["advantages"] = advantages
-        batch["value_targets"] = advantages + values
-        return batch
-
-
-@rc.register_policy("RecurrentPPOPolicy")
-class RecurrentPPOPolicy(GAEMixin, rc.LSTMPolicy):
-    """LSTMPolicy with GAE; rebuilt by name from the checkpoint."""
-
-
-@rc.register_policy("MemorylessPPOPolicy")
-class MemorylessPPOPolicy(GAEMixin, rc.MLPPolicy):
-    """MLPPolicy with GAE, for ``--no-memory``."""
 
 
 def replay(policy: rc.TorchPolicy, seq: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -198,7 +165,6 @@ def ppo_update(
             m = mb["mask"]  # only the real steps, never the padding
             logp = policy.dist.logp_torch(dist_inputs[m], mb["actions"][m])
             adv = mb["advantages"][m]
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             log_ratio = logp - mb["action_logp"][m]
             ratio = log_ratio.exp()
             surrogate = torch.min(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
@@ -223,11 +189,15 @@ def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
     env_obs_space, action_space = _spaces()
     ctx = rc.ConnectorContext(env_obs_space, action_space)
     masked = HideVelocities(ctx).output_space(env_obs_space)  # what the policy sees
-    cls = MemorylessPPOPolicy if args.no_memory else RecurrentPPOPolicy
+    cls = rc.MLPPolicy if args.no_memory else rc.LSTMPolicy
     policy = cls(masked, action_space, vf_head=True, seed=args.seed)
     config = rc.RunnerConfig(num_envs=num_envs, rollout_fragment_length=fragment, seed=args.seed)
     runner = rc.EnvRunner(
-        ENV_ID, policy, config=config, agent_pipelines={"default_policy": masked_cartpole_pipeline}
+        ENV_ID,
+        policy,
+        config=config,
+        agent_pipelines={"default_policy": masked_cartpole_pipeline},
+        learner_pipelines={"default_policy": learner_pipeline},
     )
     optimizer = torch.optim.Adam(policy.model.parameters(), lr=args.lr, eps=1e-5)
     rng = np.random.default_rng(args.seed)

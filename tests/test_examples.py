@@ -19,13 +19,14 @@ EXPECTED = {
         "iter    2  env_steps    2048",
         "smoke run done: 2048 env steps",
         "restored AgentConnectorPipeline(MeanStdFilter) from checkpoint: filter mean",
+        "restored LearnerConnectorPipeline(GAE -> NormalizeAdvantages)",
         "OK: the checkpoint (weights and filter statistics) reproduces the evaluation",
     ],
     "ppo_recurrent.py": [
-        "PPO with RecurrentPPOPolicy on CartPole-v1 without velocities, seed 0",
+        "PPO with LSTMPolicy on CartPole-v1 without velocities, seed 0",
         "iter    2  env_steps    1024",
-        "restored AgentConnectorPipeline(HideVelocities -> MeanStdFilter -> StateBuffer) "
-        "and a RecurrentPPOPolicy from checkpoint",
+        "restored AgentConnectorPipeline(HideVelocities -> MeanStdFilter -> ClipReward -> "
+        "StateBuffer) and a LSTMPolicy from checkpoint",
         "OK: the checkpoint (policy, connectors, filter statistics) reproduces the evaluation",
     ],
     "pendulum_unsquash.py": [
@@ -119,13 +120,14 @@ def test_ppo_recurrent_solves_seed_0(tmp_path: Path) -> None:
     assert "OK: the checkpoint (policy, connectors, filter statistics) reproduces" in done.stdout
 
 
-#: a fresh process in examples/ that imports the example (registering its policy kind and
-#: connectors) and plays one episode with both exported forms
+#: a fresh process in examples/ that imports the example (registering its connectors; "-":
+#: nothing to import) and plays one episode with both exported forms
 _PLAY = """
 import importlib, json, sys
 import gymnasium as gym, numpy as np, onnxruntime as ort
 import rlconnect as rc
-importlib.import_module(sys.argv[1])
+if sys.argv[1] != "-":
+    importlib.import_module(sys.argv[1])
 out = sys.argv[2]
 policy = rc.load_policy(out + ".policy")
 session = ort.InferenceSession(out + ".onnx", providers=["CPUExecutionProvider"])
@@ -151,14 +153,16 @@ print(json.dumps({"pipeline": policy.agent_pipeline.names, "steps": steps,
     ("example", "pipeline"),
     [
         ("ppo_cartpole", ["MeanStdFilter"]),
-        ("ppo_recurrent", ["HideVelocities", "MeanStdFilter", "StateBuffer"]),
+        ("ppo_recurrent", ["HideVelocities", "MeanStdFilter", "ClipReward", "StateBuffer"]),
     ],
 )
 def test_training_example_checkpoint_exports(
     example: str, pipeline: list[str], tmp_path: Path
 ) -> None:
-    """``--checkpoint DIR`` keeps the run; ``rlconnect export --import EXAMPLE`` exports it
-    to a policy file and to ONNX, and both act alike over a whole episode."""
+    """``--checkpoint DIR`` keeps the run; ``rlconnect export`` exports it to a policy file
+    and to ONNX, and both act alike over a whole episode. ``ppo_cartpole`` holds nothing
+    custom (a built-in policy, built-in connectors): it exports and plays without importing
+    the example; ``ppo_recurrent`` needs ``--import`` for its ``HideVelocities``."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
     trained = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{example}.py"), "--smoke", "--checkpoint", "ckpt"],
@@ -172,19 +176,22 @@ def test_training_example_checkpoint_exports(
     assert trained.returncode == 0, f"{trained.stdout}\n{trained.stderr}"
     assert (tmp_path / "ckpt" / "manifest.json").is_file()
     out = tmp_path / "p"
-    export = [sys.executable, "-m", "rlconnect", "export", str(tmp_path / "ckpt"), "--import"]
-    export += [example, "--out", f"{out}.policy", "--onnx", f"{out}.onnx"]
+    custom = example != "ppo_cartpole"
+    export = [sys.executable, "-m", "rlconnect", "export", str(tmp_path / "ckpt")]
+    export += ["--import", example] if custom else []
+    export += ["--out", f"{out}.policy", "--onnx", f"{out}.onnx"]
+    where = EXAMPLES if custom else tmp_path  # (the example itself is importable or not)
     exported = subprocess.run(
-        export, capture_output=True, text=True, timeout=120, cwd=EXAMPLES, env=env, check=False
+        export, capture_output=True, text=True, timeout=120, cwd=where, env=env, check=False
     )
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.count("wrote ") == 2
     played = subprocess.run(
-        [sys.executable, "-c", _PLAY, example, str(out)],
+        [sys.executable, "-c", _PLAY, example if custom else "-", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=EXAMPLES,
+        cwd=where,
         env=env,
         check=False,
     )
