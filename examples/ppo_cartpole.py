@@ -30,18 +30,18 @@ lr 3e-4 decaying linearly to 0 over ``--max-steps`` (300k), clip 0.2, gamma 0.99
 return of the last 100 training episodes (``runner.get_metrics()``, the env's own rewards,
 exploring policy) reaches 475, CartPole-v1's "solved" threshold.
 
-Measured (``python examples/ppo_cartpole.py --seed S`` on a shared 2-core machine, one torch
-thread; steps are deterministic for a seed, seconds depend on the machine's load):
+Measured (``python examples/ppo_cartpole.py --seed S``, one torch thread, the three seeds
+one after the other on a shared 2-core machine at a load average of 9-13; env steps are
+deterministic for a seed, seconds depend on the machine's load: "CPU s" is the process's
+user CPU time, imports and evaluation included):
 
-====  ==========  ========  =========
-seed  env steps   episodes  seconds
-====  ==========  ========  =========
-0        144,384       655       53.7
-1         61,440       264       20.2
-2        118,784       415       94.6
-====  ==========  ========  =========
-
-Seeds 3 and 4, run the same way as a check of robustness: 105,472 and 118,784 env steps.
+====  ==========  ========  ===========  =====
+seed  env steps   episodes  loop wall s  CPU s
+====  ==========  ========  ===========  =====
+0        184,320       970        354.2   41.3
+1        109,568       561        316.7   33.2
+2        105,472       533        157.3   29.0
+====  ==========  ========  ===========  =====
 
 Run::
 

@@ -37,19 +37,19 @@ gradient norm 0.5; ``LSTMPolicy(hiddens=(64,), cell_size=64, vf_head=True)``. Tr
 stops once the mean return of the last 20 training episodes (the exploring policy) reaches
 475.
 
-Measured (``python examples/ppo_recurrent.py --seed S``, one torch thread, on a shared
-2-core machine; env steps are deterministic for a seed). "alone": one seed after the other
-at a load average of 4-7, the training loop's wall seconds and the whole process's CPU
-seconds (imports and evaluation included); "together": the three seeds at once at a load
-average of about 15, which says more about the machine than about the code:
+Measured (``python examples/ppo_recurrent.py --seed S``, one torch thread, the three seeds
+one after the other on a shared 2-core machine at a load average of 9-13; env steps are
+deterministic for a seed): the training loop's wall seconds, which say more about the
+machine's load than about the code, and the process's user CPU seconds (imports and
+evaluation included):
 
-====  =========  ========  ================  ============  ===========  ===============
-seed  env steps  episodes  return (last 20)  alone wall s  alone CPU s  together wall s
-====  =========  ========  ================  ============  ===========  ===============
-0        65,536       404             482.1          24.5         21.2            250.3
-1        68,096       459             478.6          29.4         23.1            280.9
-2        53,760       403             480.6          27.7         18.6            211.5
-====  =========  ========  ================  ============  ===========  ===============
+====  =========  ========  ================  ======  =====
+seed  env steps  episodes  return (last 20)  wall s  CPU s
+====  =========  ========  ================  ======  =====
+0        65,536       394             496.1   379.5   35.8
+1        68,608       447             475.0   322.9   41.5
+2        62,976       396             479.4   189.2   34.9
+====  =========  ========  ================  ======  =====
 
 Each solved run's greedy evaluation (10 episodes) scores 500.0, before and after the
 checkpoint round trip. With ``--no-memory`` the same seeds use the whole 150,016-step
