@@ -180,3 +180,8 @@ def half_reward_pipeline(ctx: Any) -> Any:
 def constant_action_pipeline(ctx: Any) -> Any:
     """Action pipeline ``ctx -> pipeline``: the env always gets action 2."""
     return rc.ActionConnectorPipeline(ctx, [ConstantAction(ctx)])
+
+
+def gae_pipeline(ctx: Any) -> Any:
+    """A learner pipeline each runner builds for itself (module level: it pickles)."""
+    return [rc.GAE(ctx, gamma=0.9, lambda_=0.8)]

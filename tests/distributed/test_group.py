@@ -12,6 +12,7 @@ from dist_envs import (
     constant_action_pipeline,
     env_logs,
     first_of_each_sub_env,
+    gae_pipeline,
     half_reward_pipeline,
     make_env,
     make_two_agent_env,
@@ -424,3 +425,29 @@ def test_a_recurrent_policy_is_rebuilt_in_remote_runners_and_records_its_state()
             torch.from_numpy(seq.mask),
         )
     np.testing.assert_allclose(seq.unpad(dist.numpy()), batch["action_dist_inputs"], atol=1e-5)
+
+
+def test_learner_pipelines_run_on_each_remote_runner_with_its_policy():
+    policy = rc.MLPPolicy(
+        SPACE.observation_space, SPACE.action_space, hiddens=(8,), vf_head=True, seed=0
+    )
+    with RunnerGroup(
+        make_env,
+        policy,
+        config=config(horizon=4),
+        num_runners=2,
+        runner_resources=SMALL,
+        learner_pipelines={"default_policy": gae_pipeline},
+    ) as group:
+        assert group.foreach_runner(lambda r: r.learner_pipeline().names) == [["GAE"], ["GAE"]]
+        batch = group.sample()
+        assert batch.meta["runner_rows"] == {1: 10, 2: 10}
+        # the same pipeline here, with the same weights, gives what the runners computed
+        raw = rc.SampleBatch(
+            {k: batch[k] for k in batch if k not in ("advantages", "value_targets")}
+        )
+        again = group.local_runner.learner_pipeline()(
+            raw, group.local_runner.policies["default_policy"]
+        )
+        np.testing.assert_allclose(again["advantages"], batch["advantages"], rtol=1e-5, atol=1e-5)
+        assert batch["truncateds"].any()  # the horizon cut some: bootstrapped remotely
