@@ -53,8 +53,8 @@ seed  env steps  episodes  return (last 20)  wall s  CPU s
 
 Each solved run's greedy evaluation (10 episodes) scores 500.0, before and after the
 checkpoint round trip. With ``--no-memory`` the same seeds use the whole 150,016-step
-budget and end at a mean return (last 20) of 52.4, 44.1 and 44.5 (the best logged: 58.5,
-61.1, 55.1; greedy evaluation 43.9, 46.2, 44.8): without memory the task stays unsolved.
+budget and end at a mean return (last 20) of 43.4, 47.1 and 48.5 (the best logged: 58.5,
+54.8, 56.6; greedy evaluation 42.5, 41.7, 43.4): without memory the task stays unsolved.
 
 Run::
 
