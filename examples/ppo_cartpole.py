@@ -31,9 +31,12 @@ return of the last 100 training episodes (``runner.get_metrics()``, the env's ow
 exploring policy) reaches 475, CartPole-v1's "solved" threshold.
 
 Measured (``python examples/ppo_cartpole.py --seed S``, one torch thread, the three seeds
-one after the other on a shared 2-core machine at a load average of 9-13; env steps are
-deterministic for a seed, seconds depend on the machine's load: "CPU s" is the process's
-user CPU time, imports and evaluation included):
+one after the other on a shared 2-core machine at a load average of 9-13). The env steps
+a seed takes are the same on every run on one machine, but not across machines (another
+CPU, BLAS or torch build rounds training's float sums differently and the runs drift
+apart), so read them as samples of a range: 105,472-184,320 over these seeds. Seconds
+depend on the machine's load; "CPU s" is the process's user CPU time, imports and
+evaluation included:
 
 ====  ==========  ========  ===========  =====
 seed  env steps   episodes  loop wall s  CPU s

@@ -38,10 +38,12 @@ stops once the mean return of the last 20 training episodes (the exploring polic
 475.
 
 Measured (``python examples/ppo_recurrent.py --seed S``, one torch thread, the three seeds
-one after the other on a shared 2-core machine at a load average of 9-13; env steps are
-deterministic for a seed): the training loop's wall seconds, which say more about the
-machine's load than about the code, and the process's user CPU seconds (imports and
-evaluation included):
+one after the other on a shared 2-core machine at a load average of 9-13). The env steps
+a seed takes are the same on every run on one machine, but not across machines (another
+CPU, BLAS or torch build rounds training's float sums differently and the runs drift
+apart), so read them as samples of a range: 62,976-68,608 over these seeds. The training
+loop's wall seconds say more about the machine's load than about the code; "CPU s" is
+the process's user CPU time (imports and evaluation included):
 
 ====  =========  ========  ================  ======  =====
 seed  env steps  episodes  return (last 20)  wall s  CPU s
