@@ -13,7 +13,7 @@ from rlconnect.connectors.learner import find_trajectories
 def test_rows_left_last_rows_and_how_each_trajectory_ends() -> None:
     batch = batch_of([3, 1, 2, 2], ["term", "trunc", "both", "cut"])
     tr = find_trajectories(batch, "GAE")
-    assert tr.rem.tolist() == [2, 1, 0, 0, 1, 0, 1, 0]
+    assert tr.rem().tolist() == [2, 1, 0, 0, 1, 0, 1, 0]
     assert tr.last_rows.tolist() == [2, 3, 5, 7]
     assert tr.terminated.tolist() == [True, False, True, False]  # termination wins
     assert tr.bootstrap_rows.tolist() == [3, 7]
@@ -71,4 +71,4 @@ def test_missing_columns_are_named(column: str) -> None:
 def test_an_empty_batch_has_no_trajectories() -> None:
     batch = batch_of([2], ["cut"])[0:0]
     tr = find_trajectories(batch, "GAE")
-    assert len(tr.rem) == 0 and len(tr.last_rows) == 0 and tr.longest == 0
+    assert len(tr.rem()) == 0 and len(tr.last_rows) == 0 and tr.longest == 0

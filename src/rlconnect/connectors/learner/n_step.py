@@ -55,9 +55,10 @@ class NStepReturns(LearnerConnector):
             raise ValueError(f"{who} needs columns {missing}; the batch has {sorted(batch)}")
         traj = find_trajectories(batch, who)
         rewards = float_column(batch, "rewards", who)
-        sums = discounted_window_sum(rewards, traj.rem, self.gamma, self.n)
+        rem = traj.rem()
+        sums = discounted_window_sum(rewards, rem, self.gamma, self.n)
         check_finite(sums, "the n-step reward sum", who)
-        k_minus_1 = np.minimum(traj.rem, self.n - 1)
+        k_minus_1 = np.minimum(rem, self.n - 1)
         last = np.arange(len(batch)) + k_minus_1
         discount = np.power(self.gamma, k_minus_1 + 1.0)
         discount[traj.terminating_rows()[last]] = 0.0

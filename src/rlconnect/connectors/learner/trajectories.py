@@ -7,9 +7,9 @@ termination (``terminateds``: the value after it is 0), or by truncation or a fr
 (the value after it is that of the row's ``new_obs``: a bootstrap value).
 
 :func:`find_trajectories` checks all of that over whole arrays and returns each
-trajectory's last row and how it ended, and per row how many rows of its trajectory follow
-it (``rem``): the scans of :mod:`rlconnect.connectors.learner.scan` need only the last
-rows, n-step windows ``rem`` too.
+trajectory's last row and how it ended: the scans of
+:mod:`rlconnect.connectors.learner.scan` need nothing else (n-step windows also ask for
+``rem()``, the rows left in each row's trajectory).
 """
 
 from __future__ import annotations
@@ -46,15 +46,23 @@ class Trajectories:
     """Where the trajectories of a batch end and how.
 
     Attributes:
-        rem: (N,) int32, for each row the number of rows after it in its trajectory
-            (0 on each trajectory's last row).
+        rows: N, the rows of the batch.
         last_rows: (S,) each trajectory's last row, in row order.
         terminated: (S,) bool, True for trajectories ended by termination.
     """
 
-    rem: np.ndarray
+    rows: int
     last_rows: np.ndarray
     terminated: np.ndarray
+
+    def rem(self) -> np.ndarray:
+        """(N,) int32, for each row the number of rows after it in its trajectory (0 on
+        each trajectory's last row); computed on each call, for the connectors that need
+        it (n-step windows)."""
+        lengths = np.diff(self.last_rows, prepend=-1)
+        out = np.repeat(self.last_rows.astype(np.int32), lengths)
+        out -= np.arange(self.rows, dtype=np.int32)
+        return out
 
     @property
     def bootstrap_rows(self) -> np.ndarray:
@@ -64,13 +72,13 @@ class Trajectories:
     @property
     def longest(self) -> int:
         """Rows of the longest trajectory (0 for an empty batch)."""
-        return int(self.rem.max()) + 1 if len(self.rem) else 0
+        return int(np.diff(self.last_rows, prepend=-1).max()) if self.rows else 0
 
     def pieces(self) -> list[Piece]:
         """The batch cut into pieces of whole trajectories, each at least PIECE_ROWS rows
         (but the last): connectors compute piece by piece so that their work arrays stay
         in cache (a batch of a million rows takes ~30 pieces, not a loop per row)."""
-        n = len(self.rem)
+        n = self.rows
         if n == 0:
             return []
         ends = np.arange(PIECE_ROWS - 1, n - 1, PIECE_ROWS)
@@ -87,7 +95,7 @@ class Trajectories:
 
     def terminating_rows(self) -> np.ndarray:
         """(N,) bool: True on the last row of every terminated trajectory."""
-        out = np.zeros(len(self.rem), dtype=bool)
+        out = np.zeros(self.rows, dtype=bool)
         out[self.last_rows[self.terminated]] = True
         return out
 
@@ -185,9 +193,7 @@ def find_trajectories(batch: SampleBatch, who: str) -> Trajectories:
     if n == 0:
         _flags(batch, "terminateds", who, True)
         empty = np.zeros(0, dtype=np.int64)
-        return Trajectories(
-            rem=empty.astype(np.int32), last_rows=empty, terminated=np.zeros(0, dtype=bool)
-        )
+        return Trajectories(rows=0, last_rows=empty, terminated=np.zeros(0, dtype=bool))
     starts_mask = np.ones(n, dtype=bool)
     starts_mask[1:] = eps[1:] != eps[:-1]
     if agent is not None:
@@ -196,7 +202,5 @@ def find_trajectories(batch: SampleBatch, who: str) -> Trajectories:
     ends = np.append(starts[1:], n) - 1
     _check_unique_keys(eps, agent, starts, ends, who)
     _check_order(batch, starts_mask, eps, who)
-    rem = np.repeat(ends.astype(np.int32), np.diff(starts, append=n))
-    rem -= np.arange(n, dtype=np.int32)
     terminated = _flags(batch, "terminateds", who, True)[ends]
-    return Trajectories(rem=rem, last_rows=ends, terminated=np.asarray(terminated, dtype=bool))
+    return Trajectories(rows=n, last_rows=ends, terminated=np.asarray(terminated, dtype=bool))
