@@ -73,7 +73,7 @@ class GAE(LearnerConnector):
             delta *= self.gamma
             delta += rewards[p.rows]
             delta -= v
-            adv = discounted_suffix_sum(delta, p.last, discount, in_place=True)
+            adv = discounted_suffix_sum(delta, p.last, discount)
             out["advantages"][p.rows] = adv
             adv += v
             out["value_targets"][p.rows] = adv

@@ -55,7 +55,7 @@ class DiscountedReturns(LearnerConnector):
         for p in traj.pieces():
             terms = np.array(rewards[p.rows], dtype=np.float64)
             terms[p.last] += self.gamma * after_last[p.trajs]
-            returns[p.rows] = discounted_suffix_sum(terms, p.last, self.gamma, in_place=True)
+            returns[p.rows] = discounted_suffix_sum(terms, p.last, self.gamma)
         check_finite(returns, "the return", who)
         batch["returns"] = returns
         return batch

@@ -62,16 +62,13 @@ def _double(y: np.ndarray, rem: np.ndarray, span: int, factor: float, work: _Scr
     np.add(y[:-span], ahead, out=y[:-span], where=work.reach(rem, span))
 
 
-def discounted_suffix_sum(
-    x: np.ndarray, last: np.ndarray, discount: float, *, in_place: bool = False
-) -> np.ndarray:
+def discounted_suffix_sum(x: np.ndarray, last: np.ndarray, discount: float) -> np.ndarray:
     """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]``, ``last`` being the rows that end
-    the trajectories (all of them, in order): float64 (N,); with ``in_place`` a float64
-    ``x`` is overwritten and returned (no copy)."""
-    y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
-    lanes = _Lanes(len(y))
+    the trajectories (all of them, in order): a new float64 (N,) array (``x`` is read,
+    in any real dtype, and left alone)."""
+    lanes = _Lanes(len(x))
     lanes.coef.fill(discount)
-    return _blocked_scan(y, last, lanes)
+    return _blocked_scan(x, last, lanes)
 
 
 def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: int) -> np.ndarray:
@@ -101,17 +98,14 @@ def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: in
     return out
 
 
-def linear_suffix_scan(
-    x: np.ndarray, coef: np.ndarray, last: np.ndarray, *, in_place: bool = False
-) -> np.ndarray:
+def linear_suffix_scan(x: np.ndarray, coef: np.ndarray, last: np.ndarray) -> np.ndarray:
     """``y[t] = x[t] + coef[t] * y[t+1]`` within each trajectory (``last``: the rows that
-    end them): float64 (N,); with ``in_place`` a float64 ``x`` is overwritten and returned.
+    end them): a new float64 (N,) array.
 
     ``coef`` is ignored on each trajectory's last row (nothing follows it there)."""
-    y = x if in_place and x.dtype == np.float64 else np.array(x, dtype=np.float64)
-    lanes = _Lanes(len(y))
+    lanes = _Lanes(len(x))
     lanes.load(lanes.coef, coef)
-    return _blocked_scan(y, last, lanes)
+    return _blocked_scan(x, last, lanes)
 
 
 #: rows per block of :func:`_blocked_scan`: steps inside a block are whole-array
@@ -135,19 +129,19 @@ class _Lanes:
         self.flat[: self.rows] = x
         np.copyto(lanes, self.flat.reshape(self.blocks, BLOCK).T)
 
-    def store(self, lanes: np.ndarray, y: np.ndarray) -> None:
-        """Per-row ``y`` from ``lanes``."""
+    def store(self, lanes: np.ndarray) -> np.ndarray:
+        """Per-row float64 ``(rows,)`` from ``lanes`` (a view of ``flat``)."""
         np.copyto(self.flat.reshape(self.blocks, BLOCK), lanes.T)
-        y[:] = self.flat[: self.rows]
+        return self.flat[: self.rows]
 
 
-def _blocked_scan(y: np.ndarray, last: np.ndarray, lanes: _Lanes) -> np.ndarray:
-    """In place on float64 ``y``: ``y[t] += coef[t] * y[t+1]`` from the last row back, with
+def _blocked_scan(x: np.ndarray, last: np.ndarray, lanes: _Lanes) -> np.ndarray:
+    """``y[t] = x[t] + coef[t] * y[t+1]`` from the last row back (float64), with
     ``lanes.coef`` holding ``coef`` and set to 0 here on every ``last`` row."""
-    if not len(y):
-        return y
+    if not len(x):
+        return np.zeros(0)
     lanes.coef[last % BLOCK, last // BLOCK] = 0.0  # padding rows follow a last row
-    lanes.load(lanes.values, y)
+    lanes.load(lanes.values, x)
     values, coef = lanes.values, lanes.coef
     step = np.empty(lanes.blocks)
     for j in range(BLOCK - 2, -1, -1):  # inside every block at once, back to front
@@ -157,8 +151,7 @@ def _blocked_scan(y: np.ndarray, last: np.ndarray, lanes: _Lanes) -> np.ndarray:
     for j in range(BLOCK - 1, -1, -1):  # what follows the block, reaching row j
         carry *= coef[j]
         values[j] += carry
-    lanes.store(values, y)
-    return y
+    return lanes.store(values)
 
 
 def _carry_across_blocks(heads: np.ndarray, through: np.ndarray) -> np.ndarray:

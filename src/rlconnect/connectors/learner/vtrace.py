@@ -108,7 +108,7 @@ class VTrace(LearnerConnector):
         delta *= np.minimum(self.clip_rho, rho)
         coef = np.minimum(self.clip_c, rho)
         coef *= self.gamma
-        targets = linear_suffix_scan(delta, coef, p.last, in_place=True)
+        targets = linear_suffix_scan(delta, coef, p.last)
         targets += values
         advantages = next_values(targets, p.last, boot)
         advantages *= self.gamma
