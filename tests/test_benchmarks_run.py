@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: script -> (timeout in seconds, words its output must contain)
 BENCHMARKS = {
-    "bench_learner.py": (120, ("rc.GAE", "per-trajectory loop", "times faster", "max |difference|")),
+    "bench_learner.py": (
+        120,
+        ("rc.GAE", "per-trajectory loop", "times faster", "max |difference|"),
+    ),
     "bench_learner_sampling.py": (
         120,
         ("GAE + NormalizeAdvantages", "ratio to plain", "of a sample()'s CPU time"),
