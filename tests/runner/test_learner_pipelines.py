@@ -115,6 +115,15 @@ def test_gae_and_returns_equal_per_trajectory_references(cfg):
         runner.stop()
 
 
+def test_sample_async_batches_get_the_learning_signal_too():
+    runner = cartpole_runner(sample_async=True)
+    try:
+        batches = [runner.sample() for _ in range(4)]  # the policy is not changed meanwhile
+        check(batches, runner.policies["default_policy"])
+    finally:
+        runner.stop()
+
+
 def test_recurrent_policy_bootstraps_from_state_out():
     policy = rc.LSTMPolicy(OBS, ACT, hiddens=(8,), cell_size=8, vf_head=True, seed=1)
     runner = cartpole_runner(policy, num_envs=2)
