@@ -43,12 +43,22 @@ def test_rows_out_of_t_order_are_refused() -> None:
         find_trajectories(batch, "GAE")
 
 
-def test_a_trajectory_going_on_after_its_end_is_refused() -> None:
-    batch = batch_of([4], ["cut"])
-    term = batch["terminateds"].copy()
-    term[1] = True
-    batch["terminateds"] = term
-    with pytest.raises(ValueError, match=r"row 1 ends its episode.*goes on at row 2"):
+@pytest.mark.parametrize("flag", ["terminateds", "truncateds"])
+def test_a_trajectory_going_on_after_its_end_is_refused(flag: str) -> None:
+    batch = batch_of([2, 4], ["term", "cut"])
+    ends = batch[flag].copy()
+    ends[3] = True
+    batch[flag] = ends
+    with pytest.raises(ValueError, match=r"row 3 ends its episode.*goes on at row 4"):
+        find_trajectories(batch, "GAE")
+
+
+def test_t_falls_only_where_a_trajectory_starts() -> None:
+    batch = batch_of([3, 2], ["cut", "cut"])
+    batch["t"] = np.array([5, 6, 7, 0, 1])  # the second trajectory starts lower: fine
+    assert find_trajectories(batch, "GAE").last_rows.tolist() == [2, 4]
+    batch["t"] = np.array([5, 6, 7, 0, 0])
+    with pytest.raises(ValueError, match=r"rows 3 and 4 .*not in t order"):
         find_trajectories(batch, "GAE")
 
 

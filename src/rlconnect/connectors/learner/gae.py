@@ -9,13 +9,12 @@ import numpy as np
 from rlconnect.connectors.base import ConnectorContext
 from rlconnect.connectors.learner.base import LearnerConnector
 from rlconnect.connectors.learner.params import check_fraction
-from rlconnect.connectors.learner.scan import discounted_suffix_sum
+from rlconnect.connectors.learner.scan import DiscountedSuffixSums
 from rlconnect.connectors.learner.trajectories import find_trajectories
 from rlconnect.connectors.learner.values import (
     check_finite,
     float_column,
     new_columns,
-    next_values,
     require_values,
     values_and_bootstrap,
 )
@@ -64,19 +63,21 @@ class GAE(LearnerConnector):
         )
         if values is None:
             values = cast(np.ndarray, row_values)  # asked for with rows_too
-        out = {"advantages": np.empty(len(batch), np.float32)}
-        out["value_targets"] = np.empty(len(batch), np.float32)
-        discount = self.gamma * self.lambda_
-        for p in traj.pieces():
-            v = values[p.rows]  # cast to float64 by each operation below
-            delta = next_values(v, p.last, after_last[p.trajs])
-            delta *= self.gamma
-            delta += rewards[p.rows]
-            delta -= v
-            adv = discounted_suffix_sum(delta, p.last, discount)
-            out["advantages"][p.rows] = adv
-            adv += v
-            out["value_targets"][p.rows] = adv
+        adv, targets = np.empty(len(batch), np.float32), np.empty(len(batch), np.float32)
+        pieces = traj.pieces()
+        rows = max((p.size for p in pieces), default=0)
+        sums = DiscountedSuffixSums(rows, self.gamma * self.lambda_)
+        for p in pieces:  # delta = rewards + gamma * next value - value, in float64
+            v = values[p.rows]
+            delta = sums.terms(p.size)
+            np.multiply(v[1:], self.gamma, out=delta[:-1])
+            delta[p.last] = self.gamma * after_last[p.trajs]
+            np.add(delta, rewards[p.rows], out=delta)
+            np.subtract(delta, v, out=delta)
+            advantages = sums.run(p.last)
+            np.copyto(adv[p.rows], advantages, casting="same_kind")
+            np.add(advantages, v, out=targets[p.rows])
+        out = {"advantages": adv, "value_targets": targets}
         check_finite(out["value_targets"], "the value target", who)
         if not has_vf:
             out["vf_preds"] = values.astype(np.float32)

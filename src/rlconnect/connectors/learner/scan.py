@@ -21,7 +21,9 @@ loop over rows or trajectories. :func:`discounted_window_sum` runs recursive dou
 Kogge-Stone scan): after the step of span ``s`` each row holds the sum of its next ``2s``
 terms, ``ceil(log2(longest trajectory))`` steps. Connectors run the scans piece by piece
 (:meth:`.trajectories.Trajectories.pieces`: whole trajectories, ~32k rows a piece) so
-that every work array stays in cache between steps.
+that every work array stays in cache between steps; :class:`DiscountedSuffixSums` keeps one
+set of work arrays for all the pieces of a batch and takes each piece's terms where the
+scan reads them, so a connector that computes its terms (GAE's ``delta``) copies nothing.
 
 Numerics: everything is float64. Every step adds terms scaled by products of discounts in
 [0, 1] (no division, no growing powers such as ``d**-t``, no cancellation between a global
@@ -37,7 +39,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["discounted_suffix_sum", "discounted_window_sum", "linear_suffix_scan"]
+__all__ = [
+    "DiscountedSuffixSums",
+    "discounted_suffix_sum",
+    "discounted_window_sum",
+    "linear_suffix_scan",
+]
 
 
 class _Scratch:
@@ -66,9 +73,30 @@ def discounted_suffix_sum(x: np.ndarray, last: np.ndarray, discount: float) -> n
     """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]``, ``last`` being the rows that end
     the trajectories (all of them, in order): a new float64 (N,) array (``x`` is read,
     in any real dtype, and left alone)."""
-    lanes = _Lanes(len(x))
-    lanes.coef.fill(discount)
-    return _blocked_scan(x, last, lanes)
+    sums = DiscountedSuffixSums(len(x), discount)
+    sums.terms(len(x))[:] = x
+    return sums.run(last)
+
+
+class DiscountedSuffixSums:
+    """:func:`discounted_suffix_sum` piece after piece (of at most ``rows`` rows) in one set
+    of work arrays, for a connector that computes each piece's terms itself: it writes them
+    into ``terms(rows)`` and calls ``run(last)``, with no copy of the terms on the way."""
+
+    def __init__(self, rows: int, discount: float) -> None:
+        self._lanes = _Lanes(rows)
+        self._lanes.coef.fill(discount)
+        self._rows = 0
+
+    def terms(self, rows: int) -> np.ndarray:
+        """(rows,) float64, to be filled with the next piece's terms."""
+        self._rows = rows
+        return self._lanes.flat[:rows]
+
+    def run(self, last: np.ndarray) -> np.ndarray:
+        """The piece's sums (float64, ``last``: its trajectories' last rows), in place of its
+        terms: valid until the next piece's terms are written."""
+        return _blocked_scan(self._lanes, self._rows, last)
 
 
 def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: int) -> np.ndarray:
@@ -103,9 +131,14 @@ def linear_suffix_scan(x: np.ndarray, coef: np.ndarray, last: np.ndarray) -> np.
     end them): a new float64 (N,) array.
 
     ``coef`` is ignored on each trajectory's last row (nothing follows it there)."""
-    lanes = _Lanes(len(x))
-    lanes.load(lanes.coef, coef)
-    return _blocked_scan(x, last, lanes)
+    n = len(x)
+    lanes = _Lanes(n)
+    _, lane_coef, flat = lanes.part(n)
+    flat[:n] = coef
+    flat[n:] = 0.0
+    np.copyto(lane_coef, flat.reshape(-1, BLOCK).T)
+    flat[:n] = x
+    return _blocked_scan(lanes, n, last)
 
 
 #: rows per block of :func:`_blocked_scan`: steps inside a block are whole-array
@@ -114,36 +147,35 @@ BLOCK = 16
 
 
 class _Lanes:
-    """Work arrays of one blocked scan over ``rows`` rows: ``values`` and ``coef`` as
-    ``(BLOCK, blocks)`` lanes (``lanes[j, b]`` is row ``b * BLOCK + j``, zero past the end)."""
+    """Work arrays of blocked scans of up to ``capacity`` rows: ``values`` and ``coef`` as
+    ``(BLOCK, blocks)`` lanes (``lanes[j, b]`` is row ``b * BLOCK + j``), ``flat`` the rows
+    in order; a scan of fewer rows uses the first blocks (:meth:`part`)."""
 
-    def __init__(self, rows: int) -> None:
-        self.rows = rows
-        self.blocks = -(-rows // BLOCK)
-        self.values = np.empty((BLOCK, self.blocks))
-        self.coef = np.empty((BLOCK, self.blocks))
-        self.flat = np.zeros(self.blocks * BLOCK)  # rows in block order, zero-padded
+    def __init__(self, capacity: int) -> None:
+        blocks = -(-capacity // BLOCK)
+        self.values = np.empty((BLOCK, blocks))
+        self.coef = np.empty((BLOCK, blocks))
+        self.flat = np.empty(blocks * BLOCK)
 
-    def load(self, lanes: np.ndarray, x: np.ndarray) -> None:
-        """``lanes`` (values or coef) from the per-row ``x``."""
-        self.flat[: self.rows] = x
-        np.copyto(lanes, self.flat.reshape(self.blocks, BLOCK).T)
-
-    def store(self, lanes: np.ndarray) -> np.ndarray:
-        """Per-row float64 ``(rows,)`` from ``lanes`` (a view of ``flat``)."""
-        np.copyto(self.flat.reshape(self.blocks, BLOCK), lanes.T)
-        return self.flat[: self.rows]
+    def part(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(values, coef, flat)`` of the blocks that hold ``rows`` rows."""
+        blocks = -(-rows // BLOCK)
+        return self.values[:, :blocks], self.coef[:, :blocks], self.flat[: blocks * BLOCK]
 
 
-def _blocked_scan(x: np.ndarray, last: np.ndarray, lanes: _Lanes) -> np.ndarray:
-    """``y[t] = x[t] + coef[t] * y[t+1]`` from the last row back (float64), with
-    ``lanes.coef`` holding ``coef`` and set to 0 here on every ``last`` row."""
-    if not len(x):
+def _blocked_scan(lanes: _Lanes, rows: int, last: np.ndarray) -> np.ndarray:
+    """``y[t] = x[t] + coef[t] * y[t+1]`` from the last row back (float64), for ``x`` in
+    ``lanes.flat[:rows]`` and ``coef`` in ``lanes.coef`` (taken as 0 on every ``last`` row,
+    and left as it was): the result replaces ``x`` in ``lanes.flat``."""
+    if not rows:
         return np.zeros(0)
-    lanes.coef[last % BLOCK, last // BLOCK] = 0.0  # padding rows follow a last row
-    lanes.load(lanes.values, x)
-    values, coef = lanes.values, lanes.coef
-    step = np.empty(lanes.blocks)
+    values, coef, flat = lanes.part(rows)
+    flat[rows:] = 0.0  # padding rows: nothing, after a last row
+    np.copyto(values, flat.reshape(-1, BLOCK).T)
+    at = (last % BLOCK, last // BLOCK)
+    kept = coef[at]
+    coef[at] = 0.0
+    step = np.empty(values.shape[1])
     for j in range(BLOCK - 2, -1, -1):  # inside every block at once, back to front
         np.multiply(coef[j], values[j + 1], out=step)
         values[j] += step
@@ -151,7 +183,9 @@ def _blocked_scan(x: np.ndarray, last: np.ndarray, lanes: _Lanes) -> np.ndarray:
     for j in range(BLOCK - 1, -1, -1):  # what follows the block, reaching row j
         carry *= coef[j]
         values[j] += carry
-    return lanes.store(values)
+    coef[at] = kept
+    np.copyto(flat.reshape(-1, BLOCK), values.T)
+    return flat[:rows]
 
 
 def _carry_across_blocks(heads: np.ndarray, through: np.ndarray) -> np.ndarray:

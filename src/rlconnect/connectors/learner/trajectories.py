@@ -40,6 +40,11 @@ class Piece:
     trajs: slice
     last: np.ndarray
 
+    @property
+    def size(self) -> int:
+        """Rows in the piece."""
+        return int(self.rows.stop - self.rows.start)
+
 
 @attrs.frozen
 class Trajectories:
@@ -150,23 +155,34 @@ def _check_unique_keys(
     )
 
 
-def _check_order(batch: SampleBatch, starts_mask: np.ndarray, eps: np.ndarray, who: str) -> None:
-    """Inside a trajectory ``t`` grows, and no row but the last ends the episode."""
+def _only_at(flags: np.ndarray, allowed: np.ndarray) -> bool:
+    """Whether every True of ``flags`` is at one of the rows ``allowed`` (two counts, no
+    pass that builds a mask)."""
+    return bool(np.count_nonzero(flags) == np.count_nonzero(flags[allowed]))
+
+
+def _check_order(
+    batch: SampleBatch, starts_mask: np.ndarray, ends: np.ndarray, flags: list[np.ndarray], who: str
+) -> None:
+    """Inside a trajectory ``t`` grows, and no row but the last (``ends``) ends the
+    episode (``flags``: terminateds, truncateds). Each is checked by counting, and only a
+    batch that fails is searched for its first bad row."""
+    eps = batch["eps_id"]
     agent = _key_column(batch, "agent_index", who)
     t = _key_column(batch, "t", who)
     if t is not None and t.dtype.kind in "iuf" and len(t) > 1:
-        bad = np.flatnonzero(~starts_mask[1:] & (t[1:] <= t[:-1]))
-        if len(bad):
-            i = int(bad[0])
+        falls = t[1:] <= t[:-1]  # allowed only where the next row starts a trajectory
+        if not _only_at(falls, ends[:-1]):
+            i = int(np.flatnonzero(falls & ~starts_mask[1:])[0])
             raise ValueError(
                 f"{who}: rows {i} and {i + 1} of trajectory ({_describe(eps, agent, i)}) are "
                 f"not in t order (t={t[i].item()!r}, then {t[i + 1].item()!r}); a trajectory's "
                 "rows must follow each other in t order, as the runner builds them"
             )
-    ends = _flags(batch, "terminateds", who, True) | _flags(batch, "truncateds", who, False)
-    inner = np.flatnonzero(ends[:-1] & ~starts_mask[1:])  # the next row goes on
-    if len(inner):
-        i = int(inner[0])
+    for ending in flags:
+        if _only_at(ending, ends):
+            continue
+        i = int(np.flatnonzero(ending[:-1] & ~starts_mask[1:])[0])  # the next row goes on
         raise ValueError(
             f"{who}: row {i} ends its episode (terminateds or truncateds) but trajectory "
             f"({_describe(eps, agent, i)}) goes on at row {i + 1}: two episodes share one "
@@ -201,6 +217,7 @@ def find_trajectories(batch: SampleBatch, who: str) -> Trajectories:
     starts = np.flatnonzero(starts_mask)
     ends = np.append(starts[1:], n) - 1
     _check_unique_keys(eps, agent, starts, ends, who)
-    _check_order(batch, starts_mask, eps, who)
-    terminated = _flags(batch, "terminateds", who, True)[ends]
-    return Trajectories(rows=n, last_rows=ends, terminated=np.asarray(terminated, dtype=bool))
+    terminateds = _flags(batch, "terminateds", who, True)
+    truncateds = _flags(batch, "truncateds", who, False)
+    _check_order(batch, starts_mask, ends, [terminateds, truncateds], who)
+    return Trajectories(rows=n, last_rows=ends, terminated=terminateds[ends])
