@@ -322,6 +322,28 @@ def test_perf_stats_name_every_connector():
         assert stats[key] > 0
 
 
+def test_perf_stats_time_the_learner_pipeline():
+    obs, act = _spaces("CartPole-v1")
+    cfg = rc.RunnerConfig(rollout_fragment_length=32)
+    plain = rc.EnvRunner("CartPole-v1", rc.MLPPolicy(obs, act, vf_head=True, seed=0), config=cfg)
+    plain.sample()
+    assert plain.perf_stats()["mean_learner_processing_ms"] == 0.0
+    runner = rc.EnvRunner(
+        "CartPole-v1",
+        rc.MLPPolicy(obs, act, vf_head=True, seed=0),
+        config=cfg,
+        learner_pipelines={
+            "default_policy": lambda ctx: [rc.GAE(ctx), rc.NormalizeAdvantages(ctx)]
+        },
+    )
+    runner.sample()
+    stats = runner.perf_stats()
+    assert {"GAE", "NormalizeAdvantages"} <= set(stats["connectors"])
+    members = stats["connectors"]["GAE"] + stats["connectors"]["NormalizeAdvantages"]
+    assert stats["mean_learner_processing_ms"] == pytest.approx(members)
+    assert stats["mean_learner_processing_ms"] > 0
+
+
 def test_bookkeeping_does_not_grow_and_postprocessing_knows_every_agent():
     seen_agents, started = [], []
 

@@ -22,8 +22,11 @@ names its source. Read batches go, in this order, through:
    afresh;
 2. the current policy's ``postprocess_trajectory`` (``postprocess_inputs=True``), per
    trajectory, without other agents' batches or an episode object;
-3. the shuffle buffer (``shuffle_buffer_size=N > 0``, single-agent only): rows are drawn
-   at random from a buffer of at least ``N`` rows.
+3. the runner's learner pipelines, on each batch as it was written (its trajectories
+   whole, their cuts where the writer cut them); live batches of the ``"sampler"`` source
+   go through them too;
+4. the shuffle buffer (``shuffle_buffer_size=N > 0``, single-agent only): rows are drawn
+   at random from a buffer of at least ``N`` rows, learning signal included.
 """
 
 from __future__ import annotations
@@ -140,7 +143,10 @@ class RunnerInput:
         k = 0 if len(self.names) == 1 else int(self.rng.choice(len(self.names), p=self.probs))
         name = self.names[k]
         source = self.sources[name]
-        batch = self.runner.sample_envs() if source is None else source.next()
+        if source is None:
+            batch = self.runner.apply_learner_pipelines(self.runner.sample_envs())
+        else:
+            batch = source.next()
         self.counts[name] += 1
         if source is not None and self.runner.config.off_policy_estimation:
             self._estimate(name, batch)
@@ -200,6 +206,11 @@ class _OfflineSource:
             if count == 0:
                 raise ValueError(f"RunnerConfig.input: {self.pattern!r} holds no batches")
 
+    def _read(self) -> Batch:
+        """The next batch read, through the learner pipelines (outside ``_prepared``: a
+        learner connector that raises loses this batch, not the stream)."""
+        return self.runner.apply_learner_pipelines(next(self._stream))
+
     def _as_runner_kind(self, b: Batch) -> Batch:
         if self.runner.is_single_agent:
             if isinstance(b, MultiAgentBatch):
@@ -221,7 +232,7 @@ class _OfflineSource:
         buffer: list[SampleBatch] = self._buffer  # type: ignore[assignment]
         rows = sum(len(b) for b in buffer)
         while rows < want:
-            buffer.append(next(self._stream))  # type: ignore[arg-type]
+            buffer.append(self._read())  # type: ignore[arg-type]
             rows += len(buffer[-1])
         pool = concat_samples(buffer) if len(buffer) > 1 else buffer[0]
         if self.shuffle:
@@ -237,7 +248,7 @@ class _OfflineSource:
         parts: list[MultiAgentBatch] = []
         steps = 0
         while steps < self.size:
-            parts.append(next(self._stream))  # type: ignore[arg-type]
+            parts.append(self._read())  # type: ignore[arg-type]
             steps += parts[-1].env_steps()
         return concat_samples(parts) if len(parts) > 1 else parts[0]
 

@@ -10,7 +10,9 @@ through three public hooks:
   ``sample()`` is about to return from live sampling, with the agent id of every row per
   policy (multi-agent; ``{}`` for single-agent runners);
 - ``runner.set_batch_source(source)``: ``sample()`` returns ``source.next()`` instead of
-  sampling (the source may call ``runner.sample_envs()`` for live batches).
+  sampling (the source may call ``runner.sample_envs()`` for live batches); the source
+  runs ``runner.apply_learner_pipelines(batch)`` itself, before anything that breaks
+  trajectories apart (offline input's shuffle buffer).
 """
 
 from __future__ import annotations

@@ -176,14 +176,17 @@ class EnvRunner:
         self._sinks.append(sink)
 
     def set_batch_source(self, source: BatchSource | None) -> None:
-        """Make ``sample()`` return ``source.next()`` (None: sample the envs again)."""
+        """Make ``sample()`` return ``source.next()`` (None: sample the envs again). The
+        source's batches are returned as they come: it runs the learner pipelines on them
+        (``apply_learner_pipelines``) where its trajectories are still whole."""
         self._source = source
 
     def sample(self) -> SampleBatch | MultiAgentBatch:
         """One batch: exactly ``rollout_fragment_length * num_envs`` steps when truncating.
 
         Each policy batch then goes through its learner pipeline (``learner_pipeline``),
-        with the runner's policy as it is now.
+        with the runner's policy as it is now (a batch source, e.g. offline input, runs
+        them itself: see ``set_batch_source``).
 
         If it raises midway (an env, policy, connector or callback error), the runner's
         episodes are left half-processed: every later call raises ``RunnerStateError``.
@@ -197,12 +200,17 @@ class EnvRunner:
             out = self._async.next()
         else:
             out = self._next_batch()
-        out = self._learn(out)
+        if self._source is None:
+            out = self.apply_learner_pipelines(out)
         mark_weights_lag(out, self.policies)  # against the versions of now
         return out
 
-    def _learn(self, out: SampleBatch | MultiAgentBatch) -> SampleBatch | MultiAgentBatch:
-        """Every policy batch through its learner pipeline (see ``PolicyPipelines.learn``)."""
+    def apply_learner_pipelines(
+        self, out: SampleBatch | MultiAgentBatch
+    ) -> SampleBatch | MultiAgentBatch:
+        """Every policy batch of ``out`` through its learner pipeline, with the runner's
+        policy as it is now (see ``PolicyPipelines.learn``); what ``sample()`` does to the
+        batches it samples, for a batch source to do to the batches it hands out."""
         if isinstance(out, MultiAgentBatch):
             self.pipelines.learn(out.policy_batches, self.policies)
             return out
@@ -300,18 +308,25 @@ class EnvRunner:
         return self._kernel.episodes.take_metrics()
 
     def perf_stats(self) -> dict[str, Any]:
-        """Mean milliseconds per step in each stage, plus ``connectors``: ms per step by name."""
+        """Mean milliseconds per step in each stage (``mean_learner_processing_ms``: the
+        learner pipelines, which run once per batch, spread over the steps), plus
+        ``connectors``: ms per step by name, for the members of all three kinds of pipeline."""
         stats: dict[str, Any] = dict(self.timers.means())
         conn: dict[str, float] = {}
         steps = max(self.timers.steps, 1)
         pipes: list[tuple[str, ConnectorPipeline]] = [
             *self.pipelines.agent.items(),
             *self.pipelines.action.items(),
+            *self.pipelines.learner.items(),
         ]
         for pid, pipe in pipes:
             prefix = "" if len(self.policies) == 1 else f"{pid}/"
             for name, ms in pipe.timings().items():
                 conn[prefix + name] = conn.get(prefix + name, 0.0) + ms * pipe.calls / steps
+        stats["mean_learner_processing_ms"] = sum(
+            sum(pipe.timings().values()) * pipe.calls / steps
+            for pipe in self.pipelines.learner.values()
+        )
         stats["connectors"] = conn
         return stats
 
