@@ -56,8 +56,8 @@ class GAE(LearnerConnector):
         has_vf = "vf_preds" in batch
         new_columns(batch, ("advantages", "value_targets", *(() if has_vf else ("vf_preds",))), who)
         traj = find_trajectories(batch, who)
-        rewards = float_column(batch, "rewards", who)
-        values = float_column(batch, "vf_preds", who) if has_vf else None
+        rewards = float_column(batch, "rewards", who, finite=False)  # checked below
+        values = float_column(batch, "vf_preds", who, finite=False) if has_vf else None
         row_values, after_last = values_and_bootstrap(
             batch, policy, traj, rows_too=values is None, who=who
         )
@@ -67,18 +67,22 @@ class GAE(LearnerConnector):
         pieces = traj.pieces()
         rows = max((p.size for p in pieces), default=0)
         sums = DiscountedSuffixSums(rows, self.gamma * self.lambda_)
-        for p in pieces:  # delta = rewards + gamma * next value - value, in float64
-            v = values[p.rows]
-            delta = sums.terms(p.size)
-            np.multiply(v[1:], self.gamma, out=delta[:-1])
-            delta[p.last] = self.gamma * after_last[p.trajs]
-            np.add(delta, rewards[p.rows], out=delta)
-            np.subtract(delta, v, out=delta)
-            advantages = sums.run(p.last)
-            np.copyto(adv[p.rows], advantages, casting="same_kind")
-            np.add(advantages, v, out=targets[p.rows])
+        with np.errstate(all="ignore"):  # a non-finite input is reported below
+            for p in pieces:  # delta = rewards + gamma * next value - value, in float64
+                v = values[p.rows]
+                delta = sums.terms(p.size)
+                np.multiply(v[1:], self.gamma, out=delta[:-1])
+                delta[p.last] = self.gamma * after_last[p.trajs]
+                np.add(delta, rewards[p.rows], out=delta)
+                np.subtract(delta, v, out=delta)
+                advantages = sums.run(p.last)
+                np.copyto(adv[p.rows], advantages, casting="same_kind")
+                np.add(advantages, v, out=targets[p.rows])
         out = {"advantages": adv, "value_targets": targets}
-        check_finite(out["value_targets"], "the value target", who)
+        if not np.isfinite(np.sum(targets)):  # every reward and value reaches a target:
+            check_finite(rewards, "column 'rewards'", who)  # name a bad one first
+            check_finite(values, "column 'vf_preds'", who)
+            check_finite(targets, "the value target", who)
         if not has_vf:
             out["vf_preds"] = values.astype(np.float32)
         batch.update(out)

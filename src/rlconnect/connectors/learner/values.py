@@ -49,8 +49,10 @@ def check_finite(values: np.ndarray, what: str, who: str, rows: np.ndarray | Non
     )
 
 
-def float_column(batch: SampleBatch, name: str, who: str) -> np.ndarray:
-    """Column ``name``, one real number per row, checked finite (not copied: read it only)."""
+def float_column(batch: SampleBatch, name: str, who: str, finite: bool = True) -> np.ndarray:
+    """Column ``name``, one real number per row (not copied: read it only), checked finite
+    unless ``finite`` is False (for a caller whose result shows any non-finite input and
+    that checks its inputs when it does)."""
     if name not in batch:
         raise ValueError(f"{who} needs a {name!r} column; the batch has {sorted(batch.keys())}")
     values = np.asarray(batch[name])
@@ -59,7 +61,8 @@ def float_column(batch: SampleBatch, name: str, who: str) -> np.ndarray:
             f"{who}: column {name!r} must be one real number per row, got {values.dtype} "
             f"{values.shape}"
         )
-    check_finite(values, f"column {name!r}", who)
+    if finite:
+        check_finite(values, f"column {name!r}", who)
     return values
 
 
