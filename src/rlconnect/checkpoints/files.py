@@ -7,6 +7,10 @@ the open descriptor (so the name cannot be swapped between the check and the rea
 is a regular file of at most ``max_bytes``, and reads at most that many bytes. Anything
 else is the caller's ``CheckpointError`` (or its own error type), raised before a byte is
 read; a missing file stays ``FileNotFoundError`` and an unreadable one ``PermissionError``.
+
+``read_folder`` / ``write_folder`` carry a whole checkpoint folder as ``{relative path:
+bytes}`` (to a Ray actor, or over the policy server's ``checkpoint`` endpoint), reading each
+file the same bounded way and writing nothing outside the target folder.
 """
 
 from __future__ import annotations
@@ -14,11 +18,17 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from rlconnect.errors import CheckpointError
 
-__all__ = ["MAX_FILE_BYTES", "open_regular_file", "read_regular_file"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "open_regular_file",
+    "read_folder",
+    "read_regular_file",
+    "write_folder",
+]
 
 MAX_FILE_BYTES = 1 << 32
 """The default size limit of a file a loader reads whole (4 GiB): larger is refused unread."""
@@ -92,3 +102,41 @@ def read_regular_file(
     if len(data) > size:
         raise fail("it grew while being read (is something still writing it?)")
     return data
+
+
+def read_folder(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES
+) -> dict[str, bytes]:
+    """The regular files under ``path`` by '/'-separated relative path (symlinks and other
+    kinds skipped), each read by ``read_regular_file``: a file over ``max_bytes`` raises
+    ``CheckpointError`` naming it, its size and the limit, before it is read."""
+    root = os.fspath(path)
+    out: dict[str, bytes] = {}
+    for base, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(base, d)))
+        for name in sorted(files):
+            full = os.path.join(base, name)
+            if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            out[rel] = read_regular_file(full, max_bytes=max_bytes)
+    return out
+
+
+def write_folder(files: Mapping[str, bytes], root: str | os.PathLike[str]) -> None:
+    """Write what ``read_folder`` returned under ``root``; a path that would land outside
+    it, or an entry that is not ``str -> bytes``, raises ``ValueError`` (the files may come
+    from another machine)."""
+    real_root = os.path.realpath(root)
+    for rel, data in files.items():
+        if not isinstance(rel, str) or not isinstance(data, bytes):
+            raise ValueError(
+                f"checkpoint file {rel!r}: expected a str path and bytes, "
+                f"got {type(rel).__name__} -> {type(data).__name__}"
+            )
+        full = os.path.realpath(os.path.join(real_root, *rel.split("/")))
+        if os.path.commonpath([full, real_root]) != real_root or full == real_root:
+            raise ValueError(f"checkpoint file {rel!r} lies outside the checkpoint folder")
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(data)

@@ -22,11 +22,12 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from rlconnect.checkpoints.files import read_folder
 from rlconnect.distributed.faults import FaultTolerance, RunnerFailedError, RunnerFailure
 from rlconnect.distributed.gather import Batch, DeltaInbox, sample_round, sample_stream, tag_batch
 from rlconnect.distributed.pool import RunnerPool
 from rlconnect.distributed.sync import apply_deltas, check_frozen_filters
-from rlconnect.distributed.worker import RunnerSpec, read_folder
+from rlconnect.distributed.worker import RunnerSpec
 from rlconnect.policy import Policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 from rlconnect.runner.pipelines import PipelineSpecs

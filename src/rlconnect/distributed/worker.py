@@ -19,11 +19,12 @@ from typing import Any
 import attrs
 import numpy as np
 
+from rlconnect.checkpoints.files import write_folder
 from rlconnect.distributed.sync import ConnectorDeltas, pop_connector_deltas
 from rlconnect.runner import EnvRunner, RunnerConfig
 from rlconnect.runner.pipelines import PipelineSpecs
 
-__all__ = ["RemoteRunner", "RunnerSpec", "read_folder", "runner_seed", "write_folder"]
+__all__ = ["RemoteRunner", "RunnerSpec", "runner_seed"]
 
 
 def runner_seed(seed: int | None, index: int, num_envs: int, incarnation: int = 0) -> int | None:
@@ -69,34 +70,6 @@ class RunnerSpec:
             # a restarted runner must not reuse its predecessor's episode ids
             runner.start_episode_ids_at((index << 40) + (incarnation << 32))
         return runner
-
-
-def read_folder(path: str | os.PathLike[str]) -> dict[str, bytes]:
-    """The regular files under ``path`` by '/'-separated relative path (to ship a checkpoint)."""
-    root = os.fspath(path)
-    out: dict[str, bytes] = {}
-    for base, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(base, d))]
-        for name in files:
-            full = os.path.join(base, name)
-            if os.path.islink(full) or not os.path.isfile(full):
-                continue
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            with open(full, "rb") as f:
-                out[rel] = f.read()
-    return out
-
-
-def write_folder(files: Mapping[str, bytes], root: str) -> None:
-    """Write what ``read_folder`` returned under ``root`` (paths must stay inside it)."""
-    real_root = os.path.realpath(root)
-    for rel, data in files.items():
-        full = os.path.realpath(os.path.join(root, *rel.split("/")))
-        if os.path.commonpath([full, real_root]) != real_root:
-            raise ValueError(f"checkpoint file {rel!r} lies outside the checkpoint folder")
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "wb") as f:
-            f.write(data)
 
 
 class RemoteRunner:

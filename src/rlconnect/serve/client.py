@@ -17,15 +17,16 @@ from __future__ import annotations
 import contextlib
 import http.client
 import itertools
+import os
 import socket
 import tempfile
 import threading
 import time
 import urllib.parse
 import uuid
-from pathlib import Path
 from typing import Any
 
+from rlconnect.checkpoints.files import write_folder
 from rlconnect.envs.external import (
     BadActionError,
     BadObservationError,
@@ -435,14 +436,13 @@ class PolicyClient:
             space_from_json(info["action_space"]), space_from_json(info["observation_space"])
         )
         files = self._http.call("checkpoint", {})["files"]
+        if not isinstance(files, dict):
+            raise ValueError(
+                f"the server sent a checkpoint that is not a map of files: {files!r:.80}"
+            )
         with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp) / "ckpt"
-            for rel, data in files.items():
-                target = (root / rel).resolve()
-                if root.resolve() not in target.parents:
-                    raise ValueError(f"the server sent a checkpoint path outside its folder: {rel}")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
+            root = os.path.join(tmp, "ckpt")
+            write_folder(files, root)  # refuses a path outside the folder
             self._local = EnvRunner.from_checkpoint(root, env=env)
         self._last_update = time.monotonic()
 

@@ -16,12 +16,12 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.checkpoints.files import read_folder
 from rlconnect.envs.external import EpisodeError, ExternalEnv
 from rlconnect.envs.external_checks import check_agent_dict, check_episode_id
 from rlconnect.envs.external_hub import NO_ACTION
@@ -315,11 +315,9 @@ def _peak_episodes(commands: list) -> int:
 
 
 def _checkpoint_files(runner: Any) -> dict[str, bytes]:
+    """The runner's checkpoint as ``{relative path: bytes}``, each file read bounded by
+    ``checkpoints.files.MAX_FILE_BYTES`` (so it also fits one msgpack ``bin``)."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ckpt"
+        path = os.path.join(tmp, "ckpt")
         runner.save_checkpoint(path)
-        return {
-            str(p.relative_to(path)).replace(os.sep, "/"): p.read_bytes()
-            for p in sorted(path.rglob("*"))
-            if p.is_file()
-        }
+        return read_folder(path)
