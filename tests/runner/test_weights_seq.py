@@ -206,3 +206,30 @@ def test_group_sync_weights_sets_the_learners_version_locally():
         assert group.sample().meta["weights_lag"]["max"] == 0
     finally:
         group.stop()
+
+
+@rc.register_policy("test_weights_seq.SetCounting")
+class SetCounting(rc.MLPPolicy):
+    """Counts the ``set_weights`` calls of this instance."""
+
+    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
+        self.sets = getattr(self, "sets", 0) + 1
+        super().set_weights(weights)
+
+
+def test_from_checkpoint_sets_the_saved_weights_once_with_their_version(tmp_path):
+    r = rc.EnvRunner("CartPole-v1", SetCounting(OBS, ACT, hiddens=(8,), seed=0))
+    try:
+        r.set_weights({"default_policy": mlp(seed=3).get_weights()}, weights_seq=7)
+        r.save_checkpoint(tmp_path / "ck")
+    finally:
+        r.stop()
+    rebuilt = rc.EnvRunner.from_checkpoint(tmp_path / "ck", env="CartPole-v1")
+    try:
+        policy = rebuilt.policies["default_policy"]
+        assert type(policy) is SetCounting and policy.sets == 1
+        assert policy.weights_seq == 7
+        for key, value in mlp(seed=3).get_weights().items():
+            np.testing.assert_array_equal(policy.get_weights()[key], value)
+    finally:
+        rebuilt.stop()

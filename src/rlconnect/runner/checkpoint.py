@@ -375,9 +375,10 @@ def _same_members(a: ConnectorPipeline, b: ConnectorPipeline) -> bool:
 
 
 def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
-    """The policy of ``rec``, its saved weights set; the weights its config declares are
-    checked against them first, so a config edited to declare a huge network is refused
-    before anything is built."""
+    """The policy of ``rec``, its saved weights set once (with their saved version: a
+    restore is no new version); the weights its config declares are checked against them
+    first, so a config edited to declare a huge network is refused before anything is
+    built."""
     known = registered_policies()
     if rec.kind is None or rec.kind not in known:
         what = "of an unregistered class" if rec.kind is None else f"of kind {rec.kind!r}"
@@ -388,7 +389,7 @@ def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
             "runner yourself and call runner.restore(path)"
         )
     try:
-        return policy_from_spec(  # the declared weights are checked before it is built
+        policy = policy_from_spec(  # the declared weights are checked before it is built
             rec.kind, rec.observation_space, rec.action_space, rec.kwargs, weights=rec.weights
         )
     except Exception as exc:  # the class's own validation of the saved kwargs and weights
@@ -396,6 +397,8 @@ def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
             f"checkpoint {ck.path!r}: policy {rec.policy_id!r}: cannot rebuild {rec.kind} "
             f"from its saved spec and weights: {type(exc).__name__}: {exc}"
         ) from None
+    policy.weights_seq = rec.weights_seq
+    return policy
 
 
 def _learner_loader(
@@ -449,7 +452,7 @@ def runner_from_checkpoint(
     ck = load_checkpoint(path)
     config = ck.runner_config(config_overrides)
     policies = {pid: _build_policy(ck, rec) for pid, rec in ck.policies.items()}
-    runner = cls(
+    return cls(
         env,
         policies,
         policy_mapping_fn=policy_mapping_fn,
@@ -459,6 +462,3 @@ def runner_from_checkpoint(
         action_pipelines={pid: _pipeline_loader(ck, r, "action") for pid, r in ck.policies.items()},
         learner_pipelines={pid: _learner_loader(ck, r) for pid, r in ck.policies.items()},
     )
-    for pid, rec in ck.policies.items():
-        _load_weights(runner.policies[pid], rec)
-    return runner
