@@ -1,5 +1,7 @@
 """Column-mapping agent connectors: FlattenObservations and ClipReward."""
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -44,6 +46,23 @@ def test_flatten_multidiscrete_one_hot_and_image_box():
     assert got.shape == (2, 4)
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got[1], [4, 5, 6, 7])
+
+
+@pytest.mark.parametrize("start", [0, -2, 3])
+def test_flatten_discrete_is_one_hot_and_refuses_what_flatten_batch_refuses(start):
+    from rlconnect.spaces.flatten import flatten_batch, make_flattener
+
+    space = gym.spaces.Discrete(4, start=start)
+    conn = FlattenObservations(_ctx(space))
+    got = conn(AgentData([0, 1, 2], ["a"] * 3, {"obs": np.array([start + 3, start, start + 1])}))
+    np.testing.assert_array_equal(got["obs"], np.eye(4, dtype=np.float32)[[3, 0, 1]])
+    assert got["obs"].dtype == np.float32
+    flatten = make_flattener(space)
+    for bad in ([start - 1], [start + 4], [0.5], [[start, start]]):
+        with pytest.raises(Exception) as want:
+            flatten_batch(space, np.array(bad))
+        with pytest.raises(type(want.value), match=re.escape(str(want.value))):
+            flatten(np.array(bad))
 
 
 def test_flatten_rejects_unsupported_space():

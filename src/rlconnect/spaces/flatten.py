@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -146,8 +146,8 @@ class Flattener:
     the same array or raises the usual error. The space is taken as immutable.
     """
 
-    __slots__ = ("_boxes", "_cols", "_first", "_ints", "_reference_only", "_sizes", "_start",
-                 "dim", "space")  # fmt: skip
+    __slots__ = ("_boxes", "_cols", "_eye", "_first", "_ints", "_reference_only", "_sizes",
+                 "_start", "dim", "space")  # fmt: skip
 
     def __init__(self, space: gs.Space) -> None:
         skel = _skeleton(space)  # TypeError for unsupported spaces
@@ -179,14 +179,29 @@ class Flattener:
         self._reference_only = all(f.path != self._first for f in leaves) or any(
             f.hi == f.lo for f in leaves
         )
+        #: a plain Discrete space (observations of many turn-based and grid envs): each
+        #: sample's one-hot row is a row of this identity, taken in one call
+        self._eye = np.eye(self.dim, dtype=np.float32) if type(space) is gs.Discrete else None
 
     def __call__(self, batch: Any) -> np.ndarray:
         if not self._reference_only:
             try:
-                return self._fast(batch)
+                return self._fast(batch) if self._eye is None else self._one_hot(batch)
             except Exception:  # the reference path returns the same array or raises the error
                 pass
         return _flatten_reference(self.space, batch)
+
+    def _one_hot(self, batch: Any) -> np.ndarray:
+        eye = cast(np.ndarray, self._eye)
+        idx = batch if type(batch) is np.ndarray else np.asarray(batch)
+        if idx.ndim != 1 or idx.dtype.kind not in "iu" or not len(idx):
+            raise _Mismatch
+        start = int(self.space.start)  # type: ignore[attr-defined]
+        pos = idx - start if start else idx
+        if pos.dtype.kind == "i" and pos.min() < 0:  # (take would wrap it)
+            raise _Mismatch
+        out: np.ndarray = eye.take(pos, axis=0, mode="raise")  # IndexError past the end
+        return out
 
     def _fast(self, batch: Any) -> np.ndarray:
         first = np.asarray(_get(batch, self._first))
