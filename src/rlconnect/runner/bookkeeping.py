@@ -452,14 +452,51 @@ class AgentTracker:
                 self.returns = np.pad(self.returns, ((0, 0), (0, grow)))
         return code
 
-    def policies(self, env_ids: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        """The policy (index into ``policy_ids``) of every row's agent; agents new to their
-        episode are mapped (``Episode.policy_for``, once per agent per episode)."""
+    def look_up(
+        self,
+        rows: EnvRows,
+        codes: np.ndarray,
+        done: np.ndarray | None,
+        poll: int,
+        agent_steps: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Everything a poll's rows change in their agents' slots, for all rows at once:
+        agents new to their episode are mapped (``Episode.policy_for``, once per agent per
+        episode), rewards added to the returns (those without an observation held for the
+        agent's next transition, closing agents that ended with one), new trajectories
+        opened, the rows' agents of ``done`` rows closed, and ``agent_steps`` counts the
+        transitions each sub-env completed.
+
+        Returns each row's policy (an index into ``policy_ids``), trajectory id, agent
+        index and reward (the held ones added)."""
+        env_ids, rewards = rows.env_ids, rows.rewards
         pol = self.policy[env_ids, codes]
         if np.count_nonzero(pol < 0):
             for k in np.flatnonzero(pol < 0).tolist():
                 pol[k] = self._map(int(env_ids[k]), int(codes[k]))
-        return pol
+        self.returns[env_ids, codes] += rewards  # (one row per agent and sub-env)
+        np.add.at(self.total, env_ids, rewards)
+        if rows.extra_rewards:
+            self._add_extra_rewards(rows, poll, agent_steps)
+        traj = self.traj[env_ids, codes]
+        new = traj < 0
+        if np.count_nonzero(new):
+            for k in np.flatnonzero(new).tolist():
+                e, code = int(env_ids[k]), int(codes[k])
+                traj[k] = self.traj[e, code] = self._traj.new(self._agents[code], self._episodes[e])
+            agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
+        else:
+            agent_steps += np.bincount(env_ids, minlength=len(agent_steps))
+        pending = self.pending[env_ids, codes]
+        if np.count_nonzero(pending):
+            rewards = rewards + pending
+            self.pending[env_ids, codes] = 0.0
+        if done is not None:  # these rows end their agents' trajectories
+            closing = traj[done]
+            for t in closing[closing >= 0].tolist():
+                self._traj.close(t)
+            self.traj[env_ids[done], codes[done]] = -1
+        return pol, traj, self.index[env_ids, codes], rewards
 
     def _map(self, e: int, code: int) -> int:
         """Map agent ``code`` of sub-env ``e``'s episode to its policy (once per episode)."""
@@ -475,38 +512,9 @@ class AgentTracker:
         self.index[e, code] = ep.agent_index(agent)
         return k
 
-    def trajectories(
-        self, env_ids: np.ndarray, codes: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Trajectory id, whether it is new, and agent index of every row (mapped rows)."""
-        traj = self.traj[env_ids, codes]
-        new = traj < 0
-        if np.count_nonzero(new):
-            for k in np.flatnonzero(new).tolist():
-                e, code = int(env_ids[k]), int(codes[k])
-                traj[k] = self.traj[e, code] = self._traj.new(self._agents[code], self._episodes[e])
-        return traj, new, self.index[env_ids, codes]
-
-    def mark_closed(self, env_ids: np.ndarray, codes: np.ndarray, done: np.ndarray) -> None:
-        """The agents of rows ``done`` ended their trajectories with these rows."""
-        if not np.count_nonzero(done):
-            return
-        e, c = env_ids[done], codes[done]
-        for t in self.traj[e, c].tolist():
-            if t >= 0:
-                self._traj.close(t)
-        self.traj[e, c] = -1
-
-    def add_rewards(
-        self, rows: EnvRows, codes: np.ndarray, poll: int, agent_steps: np.ndarray
-    ) -> np.ndarray:
-        """Episode totals of every reward, and rewards given without an observation held
-        for the agent's next transition (closing agents that ended with one); returns the
-        policy of every row (``policies``: every agent with a row is mapped first)."""
-        env_ids = rows.env_ids
-        pol = self.policies(env_ids, codes)
-        self.returns[env_ids, codes] += rows.rewards  # (one row per agent and sub-env)
-        np.add.at(self.total, env_ids, rows.rewards)
+    def _add_extra_rewards(self, rows: EnvRows, poll: int, agent_steps: np.ndarray) -> None:
+        """Rewards given without an observation: into the episode's totals, and held for
+        the agent's next transition (closing an agent that ended with one)."""
         for e, a, rew, te, tr in rows.extra_rewards:
             if self._episodes.episodes[e] is None:
                 continue
@@ -519,14 +527,6 @@ class AgentTracker:
                 self.pending[e, code] += rew
                 if te or tr:
                     self._close_agent(e, code, (te, tr), poll, agent_steps)
-        return pol
-
-    def take_pending(self, env_ids: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        """Rewards each row's agent earned while not acting (and clear them)."""
-        out = self.pending[env_ids, codes]
-        if np.count_nonzero(out):
-            self.pending[env_ids, codes] = 0.0
-        return out
 
     def _close_agent(
         self, e: int, code: int, flags: tuple[bool, bool], poll: int, agent_steps: np.ndarray

@@ -52,6 +52,7 @@ from rlconnect.spaces import stack_samples
 __all__ = ["CHECKED_POLLS", "StepKernel"]
 
 _clock = time.perf_counter  # (one global read per timing, not two lookups)
+_NONE4 = (None, None, None, None)
 CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones after a restart)
 #: ``complete_episodes`` without a horizon: an episode longer than this (or 100 batches)
 #: is taken for one that never ends; checked every ``ENDLESS_CHECK_EVERY`` polls
@@ -63,8 +64,8 @@ class PollFacts:
     """What one poll's rows say, derived once and read by every phase of its step."""
 
     __slots__ = (
+        "agent_index",
         "agent_steps",
-        "codes",
         "done",
         "done_envs",
         "firsts",
@@ -72,9 +73,11 @@ class PollFacts:
         "obs",
         "policies",
         "poll",
+        "rewards",
         "rows",
         "some_done",
         "terminateds",
+        "traj",
         "truncateds",
     )
 
@@ -85,13 +88,15 @@ class PollFacts:
         full: bool,
         firsts: list[int],
         obs: Any,
+        rewards: np.ndarray,
         terminateds: np.ndarray,
         truncateds: np.ndarray,
         done: np.ndarray,
         some_done: bool,
         done_envs: Mapping[int, tuple[bool, bool]],
         agent_steps: np.ndarray | None,
-        codes: np.ndarray | None,
+        traj: np.ndarray | None,
+        agent_index: np.ndarray | None,
         policies: np.ndarray | None,
     ) -> None:
         self.poll = poll  #: the poll's number
@@ -99,15 +104,20 @@ class PollFacts:
         self.full = full  #: row i is sub-env i (single-agent rows of every sub-env)
         self.firsts = firsts  #: sub-envs whose episode begins at this poll
         self.obs = obs  #: what the agent pipelines get (``observation_fn`` applied)
-        #: per row: terminated, truncated (by the horizon too), done (it does not act)
+        #: per row: the reward (multi-agent: with those held for it), terminated,
+        #: truncated (by the horizon too), done (it does not act)
+        self.rewards = rewards
         self.terminateds = terminateds
         self.truncateds = truncateds
         self.done = done
         self.some_done = some_done  #: whether any row is done
         self.done_envs = done_envs  #: sub-envs whose episode ends, with its flags
-        self.agent_steps = agent_steps  #: multi-agent: transitions each sub-env completed
-        self.codes = codes  #: multi-agent: each row's agent code (``AgentTracker.codes``)
-        self.policies = policies  #: multi-agent: each row's policy (``AgentTracker.policies``)
+        #: multi-agent (else None): transitions each sub-env completed; per row: its
+        #: trajectory id, agent index and policy (``AgentTracker.look_up``)
+        self.agent_steps = agent_steps
+        self.traj = traj
+        self.agent_index = agent_index
+        self.policies = policies
 
 
 class PolicyStep:
@@ -278,18 +288,8 @@ class StepKernel:
         else:
             limited = self.episodes.horizon_flags(rows, rows.stepped, horizon)
             terminateds, truncateds, done_envs = limited
-        obs, agent_steps, codes, policies = rows.obs, None, None, None
-        if self.multi:
-            agent_steps = np.zeros(len(self.episodes.length), dtype=np.int64)
-            if done_envs:
-                terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
-            codes = self.agents.codes(rows.agent_ids)
-            policies = self.agents.add_rewards(rows, codes, poll, agent_steps)
-            fn = self.config.observation_fn
-            if fn is not None:
-                obs = self.agents.observation_fn(
-                    rows, fn, worker=self.hooks.runner, base_env=self.env, policies=self.policies
-                )
+        if self.multi and done_envs:  # final rows of an episode ended by ``__all__``
+            terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
         if rows.dense and not done_envs:  # no episode ends: every flag is False
             done, some_done = terminateds, False
         else:
@@ -297,9 +297,21 @@ class StepKernel:
             if done_envs and (not rows.dense or np.count_nonzero(done) != len(done_envs)):
                 done |= np.isin(rows.env_ids, list(done_envs))  # (dense: one row per sub-env)
             some_done = bool(done_envs) or bool(np.count_nonzero(done))
+        obs, rewards, agent_steps, traj, agent_index, policies = rows.obs, rows.rewards, *_NONE4
+        if self.multi:
+            agent_steps = np.zeros(len(self.episodes.length), dtype=np.int64)
+            codes = self.agents.codes(rows.agent_ids)
+            policies, traj, agent_index, rewards = self.agents.look_up(
+                rows, codes, done if some_done else None, poll, agent_steps
+            )
+            fn = self.config.observation_fn
+            if fn is not None:
+                obs = self.agents.observation_fn(
+                    rows, fn, worker=self.hooks.runner, base_env=self.env, policies=self.policies
+                )
         return PollFacts(
-            poll, rows, full, firsts, obs, terminateds, truncateds, done, some_done, done_envs,
-            agent_steps, codes, policies,
+            poll, rows, full, firsts, obs, rewards, terminateds, truncateds, done, some_done,
+            done_envs, agent_steps, traj, agent_index, policies,
         )  # fmt: skip
 
     def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
@@ -364,31 +376,27 @@ class StepKernel:
         """Policy ``pid``'s rows ``idx`` (None: all) through its agent pipeline."""
         rows, pipe = facts.rows, self.pipes.agent[pid]
         connectors = len(pipe)
-        env_ids, agent_ids, rewards, infos = rows.env_ids, rows.agent_ids, rows.rewards, rows.infos
-        terminateds, truncateds, done, obs = (
+        env_ids, agent_ids, infos = rows.env_ids, rows.agent_ids, rows.infos
+        rewards, terminateds, truncateds, done, obs = (
+            facts.rewards,
             facts.terminateds,
             facts.truncateds,
             facts.done,
             facts.obs,
         )
+        traj, agent_index = facts.traj, facts.agent_index
         if idx is not None:  # this policy's rows of the poll
             members = idx.tolist()
             env_ids, rewards = env_ids[idx], rewards[idx]
             terminateds, truncateds, done = terminateds[idx], truncateds[idx], done[idx]
             agent_ids = tuple(agent_ids[i] for i in members)
             infos = [infos[i] for i in members]
+            if traj is not None and agent_index is not None:
+                traj, agent_index = traj[idx], agent_index[idx]
         if type(obs) is not list:  # stacked (``observation_fn`` gives a list of rows)
             obs = obs if idx is None else take_rows(obs, idx)
         else:
             obs = stack_samples(pipe.input_space, obs if idx is None else [obs[i] for i in members])
-        traj: np.ndarray | None = None  # single-agent: read when recorded
-        agent_index: np.ndarray | int = 0
-        agent_steps, codes = facts.agent_steps, facts.codes
-        if agent_steps is not None and codes is not None:
-            codes = codes if idx is None else codes[idx]
-            traj, new, agent_index = self.agents.trajectories(env_ids, codes)
-            rewards = rewards + self.agents.take_pending(env_ids, codes)
-            agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
         lengths = self.episodes.length
         cols = {
             "obs": obs,
@@ -401,11 +409,10 @@ class StepKernel:
         data = AgentData.trusted(env_ids, agent_ids, cols)
         if connectors:
             data = pipe(data)
-        if codes is not None:
-            self.agents.mark_closed(env_ids, codes, done)
         return PolicyStep(
-            pid, data, dict(data.columns), env_ids, agent_ids, traj, agent_index, done, obs
-        )
+            pid, data, dict(data.columns), env_ids, agent_ids, traj,
+            0 if agent_index is None else agent_index, done, obs,
+        )  # fmt: skip
 
     def _record(self, step: PolicyStep, facts: PollFacts) -> None:
         """Record one policy's rows and outputs, once every action is out (an env that
