@@ -428,6 +428,17 @@ class AgentTracker:
         self.pending = np.zeros((num_envs, 0))
         self.returns = np.zeros((num_envs, 0))
         self.total = np.zeros(num_envs)  # each episode's return, summed in row order
+        self._views()
+
+    def _views(self) -> None:
+        """Flat views of the slot arrays: a row's slot is ``env_id * width + code``, and
+        one-dimensional lookups cost a fraction of two-dimensional ones."""
+        self.width = self.traj.shape[1]
+        self._traj_at = self.traj.reshape(-1)
+        self._policy_at = self.policy.reshape(-1)
+        self._index_at = self.index.reshape(-1)
+        self._pending_at = self.pending.reshape(-1)
+        self._returns_at = self.returns.reshape(-1)
 
     def codes(self, agent_ids: tuple) -> np.ndarray:
         """The code of each agent id (agents never seen before get one)."""
@@ -450,6 +461,7 @@ class AgentTracker:
                     setattr(self, name, np.pad(old, ((0, 0), (0, grow)), constant_values=fill))
                 self.pending = np.pad(self.pending, ((0, 0), (0, grow)))
                 self.returns = np.pad(self.returns, ((0, 0), (0, grow)))
+                self._views()
         return code
 
     def look_up(
@@ -470,33 +482,36 @@ class AgentTracker:
         Returns each row's policy (an index into ``policy_ids``), trajectory id, agent
         index and reward (the held ones added)."""
         env_ids, rewards = rows.env_ids, rows.rewards
-        pol = self.policy[env_ids, codes]
+        at = env_ids * self.width + codes  # each row's slot
+        pol = self._policy_at[at]
         if np.count_nonzero(pol < 0):
             for k in np.flatnonzero(pol < 0).tolist():
                 pol[k] = self._map(int(env_ids[k]), int(codes[k]))
-        self.returns[env_ids, codes] += rewards  # (one row per agent and sub-env)
+        self._returns_at[at] += rewards  # (one row per agent and sub-env)
         np.add.at(self.total, env_ids, rewards)
-        if rows.extra_rewards:
+        if rows.extra_rewards:  # (may make room for more agents: new views)
             self._add_extra_rewards(rows, poll, agent_steps)
-        traj = self.traj[env_ids, codes]
+            at = env_ids * self.width + codes
+        slots = self._traj_at
+        traj = slots[at]
         new = traj < 0
         if np.count_nonzero(new):
             for k in np.flatnonzero(new).tolist():
                 e, code = int(env_ids[k]), int(codes[k])
-                traj[k] = self.traj[e, code] = self._traj.new(self._agents[code], self._episodes[e])
+                traj[k] = slots[at[k]] = self._traj.new(self._agents[code], self._episodes[e])
             agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
         else:
             agent_steps += np.bincount(env_ids, minlength=len(agent_steps))
-        pending = self.pending[env_ids, codes]
+        pending = self._pending_at[at]
         if np.count_nonzero(pending):
             rewards = rewards + pending
-            self.pending[env_ids, codes] = 0.0
+            self._pending_at[at] = 0.0
         if done is not None:  # these rows end their agents' trajectories
             closing = traj[done]
             for t in closing[closing >= 0].tolist():
                 self._traj.close(t)
-            self.traj[env_ids[done], codes[done]] = -1
-        return pol, traj, self.index[env_ids, codes], rewards
+            slots[at[done]] = -1
+        return pol, traj, self._index_at[at], rewards
 
     def _map(self, e: int, code: int) -> int:
         """Map agent ``code`` of sub-env ``e``'s episode to its policy (once per episode)."""
