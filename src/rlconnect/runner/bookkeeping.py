@@ -38,6 +38,7 @@ __all__ = [
 
 MAX_METRICS = 100_000
 """Episode records kept for ``get_metrics()``; a loop that never asks keeps the latest."""
+_DUE_MAX = 256  # polls of multi-agent rewards logged before they are summed
 
 
 class TrajectoryIds:
@@ -428,6 +429,10 @@ class AgentTracker:
         self.pending = np.zeros((num_envs, 0))
         self.returns = np.zeros((num_envs, 0))
         self.total = np.zeros(num_envs)  # each episode's return, summed in row order
+        #: rewards not yet in ``returns`` and ``total``, by poll: (slots, env_ids, rewards)
+        self._due: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._held = False  # whether some agent holds a reward for its next transition
+        self.num_envs = num_envs
         self._views()
 
     def _views(self) -> None:
@@ -455,6 +460,7 @@ class AgentTracker:
             code = self._codes[agent_id] = len(self._agents)
             self._agents.append(agent_id)
             if code >= self.traj.shape[1]:  # room for more agents: double the columns
+                self._sum_due()  # (the slots of the logged rewards move)
                 grow = max(4, self.traj.shape[1])
                 for name, fill in (("traj", -1), ("policy", -1), ("index", 0)):
                     old = getattr(self, name)
@@ -465,53 +471,68 @@ class AgentTracker:
         return code
 
     def look_up(
-        self,
-        rows: EnvRows,
-        codes: np.ndarray,
-        done: np.ndarray | None,
-        poll: int,
-        agent_steps: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        self, rows: EnvRows, codes: np.ndarray, done: np.ndarray | None, poll: int, policies: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Everything a poll's rows change in their agents' slots, for all rows at once:
         agents new to their episode are mapped (``Episode.policy_for``, once per agent per
-        episode), rewards added to the returns (those without an observation held for the
-        agent's next transition, closing agents that ended with one), new trajectories
-        opened, the rows' agents of ``done`` rows closed, and ``agent_steps`` counts the
-        transitions each sub-env completed.
+        episode), rewards count towards the returns (those without an observation are held
+        for the agent's next transition, closing agents that ended with one), new
+        trajectories open, and the agents of ``done`` rows close.
 
-        Returns each row's policy (an index into ``policy_ids``), trajectory id, agent
-        index and reward (the held ones added)."""
+        Returns the transitions each sub-env completed, and per row: trajectory id, agent
+        index, reward (held ones added) and, with ``policies``, policy (an index into
+        ``policy_ids``; else None)."""
         env_ids, rewards = rows.env_ids, rows.rewards
         at = env_ids * self.width + codes  # each row's slot
-        pol = self._policy_at[at]
-        if np.count_nonzero(pol < 0):
-            for k in np.flatnonzero(pol < 0).tolist():
-                pol[k] = self._map(int(env_ids[k]), int(codes[k]))
-        self._returns_at[at] += rewards  # (one row per agent and sub-env)
-        np.add.at(self.total, env_ids, rewards)
-        if rows.extra_rewards:  # (may make room for more agents: new views)
-            self._add_extra_rewards(rows, poll, agent_steps)
-            at = env_ids * self.width + codes
         slots = self._traj_at
         traj = slots[at]
-        new = traj < 0
-        if np.count_nonzero(new):
+        new = traj < 0  # (an agent without a policy in this episode has no trajectory)
+        fresh = np.count_nonzero(new)
+        if fresh:
+            self._map_new(env_ids, codes, at, new)
+        self._due.append((at, env_ids, rewards.copy()))  # (the pipelines may edit theirs)
+        agent_steps = np.bincount(env_ids[~new] if fresh else env_ids, minlength=self.num_envs)
+        if rows.extra_rewards:  # (may make room for more agents: new views)
+            self._add_extra_rewards(rows, poll, agent_steps)
+            slots = self._traj_at
+            at = env_ids * self.width + codes
+        if len(self._due) >= _DUE_MAX:
+            self._sum_due()
+        if fresh:
             for k in np.flatnonzero(new).tolist():
                 e, code = int(env_ids[k]), int(codes[k])
                 traj[k] = slots[at[k]] = self._traj.new(self._agents[code], self._episodes[e])
-            agent_steps += np.bincount(env_ids[~new], minlength=len(agent_steps))
-        else:
-            agent_steps += np.bincount(env_ids, minlength=len(agent_steps))
-        pending = self._pending_at[at]
-        if np.count_nonzero(pending):
-            rewards = rewards + pending
+        if self._held:  # rewards held for agents without an observation
+            pending = self._pending_at[at]
             self._pending_at[at] = 0.0
+            rewards = rewards + pending
+            self._held = bool(np.count_nonzero(self._pending_at))
         if done is not None:  # these rows end their agents' trajectories
             closing = traj[done]
             for t in closing[closing >= 0].tolist():
                 self._traj.close(t)
             slots[at[done]] = -1
-        return pol, traj, self._index_at[at], rewards
+        pol = self._policy_at[at] if policies else None
+        return agent_steps, traj, self._index_at[at], rewards, pol
+
+    def _map_new(
+        self, env_ids: np.ndarray, codes: np.ndarray, at: np.ndarray, new: np.ndarray
+    ) -> None:
+        """Map the agents of rows ``new`` that have no policy in their episode yet."""
+        unmapped = new & (self._policy_at[at] < 0)
+        for k in np.flatnonzero(unmapped).tolist():
+            self._map(int(env_ids[k]), int(codes[k]))
+
+    def _sum_due(self) -> None:
+        """Add the rewards logged since the last call to the returns, in the order they came
+        (``np.add.at``: the same sums as adding them one poll at a time)."""
+        due = self._due
+        if not due:
+            return
+        at, env_ids, rewards = (np.concatenate(c) for c in zip(*due))
+        due.clear()
+        np.add.at(self._returns_at, at, rewards)
+        np.add.at(self.total, env_ids, rewards)
 
     def _map(self, e: int, code: int) -> int:
         """Map agent ``code`` of sub-env ``e``'s episode to its policy (once per episode)."""
@@ -536,10 +557,10 @@ class AgentTracker:
             code = self._code(a)
             if self.policy[e, code] < 0:
                 self._map(e, code)
-            self.returns[e, code] += rew
-            self.total[e] += rew
+            self._due.append((np.array([e * self.width + code]), np.array([e]), np.array([rew])))
             if self.traj[e, code] >= 0:
                 self.pending[e, code] += rew
+                self._held = True
                 if te or tr:
                     self._close_agent(e, code, (te, tr), poll, agent_steps)
 
@@ -577,6 +598,7 @@ class AgentTracker:
 
     def write_returns(self, env_id: int, episode: Episode) -> None:
         """``episode``'s ``agent_rewards`` and ``total_reward`` made current."""
+        self._sum_due()
         pids, agents = self.policy_ids, self._agents
         policy, returns = self.policy[env_id], self.returns[env_id]
         episode.agent_rewards = {

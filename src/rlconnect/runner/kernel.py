@@ -299,10 +299,9 @@ class StepKernel:
             some_done = bool(done_envs) or bool(np.count_nonzero(done))
         obs, rewards, agent_steps, traj, agent_index, policies = rows.obs, rows.rewards, *_NONE4
         if self.multi:
-            agent_steps = np.zeros(len(self.episodes.length), dtype=np.int64)
             codes = self.agents.codes(rows.agent_ids)
-            policies, traj, agent_index, rewards = self.agents.look_up(
-                rows, codes, done if some_done else None, poll, agent_steps
+            agent_steps, traj, agent_index, rewards, policies = self.agents.look_up(
+                rows, codes, done if some_done else None, poll, policies=not self._one_pid
             )
             fn = self.config.observation_fn
             if fn is not None:
