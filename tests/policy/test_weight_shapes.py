@@ -92,3 +92,38 @@ def test_policy_from_spec_sets_the_saved_weights():
 def test_check_declared_weights_names_the_first_difference(declared, words):
     with pytest.raises(ValueError, match=words):
         check_declared_weights(iter(declared), {"a": np.zeros(2)}, "Kind")
+
+
+@pytest.mark.parametrize("kind", ["MLPPolicy", "LSTMPolicy"])
+def test_declared_shapes_take_the_constructors_arguments(kind):
+    """Arguments are bound as the constructor binds them: ``config`` by name, defaults
+    applied, an unknown name or a non-Box space refused as the constructor refuses it."""
+    cls = get_policy_class(kind)
+    built = [(k, v.shape) for k, v in cls(OBS, ACTIONS[0], {}, seed=0).get_weights().items()]
+    assert list(cls.weight_shapes(OBS, ACTIONS[0], config={})) == built
+    with pytest.raises(TypeError, match="hidens"):
+        cls.weight_shapes(OBS, ACTIONS[0], hidens=(8,))
+    with pytest.raises(TypeError, match="hidens"):
+        cls(OBS, ACTIONS[0], hidens=(8,))
+    for make in (cls.weight_shapes, cls):
+        with pytest.raises(TypeError, match=f"{kind} needs a Box observation space"):
+            make(gym.spaces.Discrete(3), ACTIONS[0])
+
+
+def test_a_subclass_that_defines_its_own_hook_declares_its_shapes():
+    class Wider(rc.MLPPolicy):
+        def __init__(self, observation_space, action_space, *, width=4, seed=None):
+            super().__init__(observation_space, action_space, hiddens=(width,), seed=seed)
+
+        @staticmethod
+        def _shapes_of_arguments(arguments):
+            return rc.MLPPolicy.weight_shapes(
+                arguments["observation_space"],
+                arguments["action_space"],
+                hiddens=(arguments["width"],),
+            )
+
+    built = [(k, v.shape) for k, v in Wider(OBS, ACTIONS[0], width=6).get_weights().items()]
+    assert list(Wider.weight_shapes(OBS, ACTIONS[0], width=6)) == built
+    with pytest.raises(TypeError, match="hiddens"):  # its constructor does not take it
+        Wider.weight_shapes(OBS, ACTIONS[0], hiddens=(3,))

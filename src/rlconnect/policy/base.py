@@ -20,10 +20,11 @@ from __future__ import annotations
 import abc
 import copy
 import functools
+import inspect
 import numbers
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -289,7 +290,18 @@ class Policy(abc.ABC):
         registered kind that keeps the default None is built first and checked by its
         ``set_weights``. Pairs may be produced lazily; invalid arguments raise what the
         constructor would. A class that keeps this base class's ``get_weights`` has none.
+
+        A class declares its shapes by defining ``_shapes_of_arguments(arguments)``: it gets
+        the constructor's arguments bound by name with their defaults applied (an unknown
+        one raises TypeError here, as the constructor would). The hook is not inherited: a
+        subclass may build another network from other arguments, so it declares None unless
+        it defines its own hook (or overrides this method).
         """
+        own = cls.__dict__.get("_shapes_of_arguments")
+        if own is not None:
+            arguments = inspect.signature(cls).bind(observation_space, action_space, **kwargs)
+            arguments.apply_defaults()
+            return cast(WeightShapes, own.__get__(None, cls)(arguments.arguments))
         if cls.get_weights is Policy.get_weights:
             return iter(())
         return None

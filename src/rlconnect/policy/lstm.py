@@ -28,6 +28,8 @@ from rlconnect.policy.mlp import (
     _numpy_forward,
     _numpy_layers,
     _NumpyLayers,
+    box_in_dim,
+    init_generator,
     linear_shapes,
     numpy_threshold_of,
     param_key,
@@ -163,27 +165,6 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _weight_shapes(
-    observation_space: gym.Space,
-    action_space: gym.Space,
-    config: dict | None = None,
-    *,
-    hiddens: Sequence[int] = (64,),
-    cell_size: int = 64,
-    vf_head: bool = False,
-    numpy_threshold: int | None = None,
-    seed: int | None = None,
-) -> WeightShapes:
-    """The ``(name, shape)`` of each weight of ``LSTMPolicy(observation_space,
-    action_space, config, hiddens=..., ...)``, without building it; unknown arguments
-    raise TypeError, as the constructor would."""
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise TypeError(f"LSTMPolicy needs a Box observation space, got {observation_space!r}")
-    cell = _positive("cell_size", cell_size)
-    out_dim = ActionDistSpec(action_space).width
-    return _lstm_shapes(int(np.prod(observation_space.shape)), hiddens, cell, out_dim, vf_head)
-
-
 class LSTMPolicy(TorchPolicy):
     """A recurrent :class:`TorchPolicy` over :class:`LSTMModel`, rebuildable by name.
 
@@ -229,44 +210,32 @@ class LSTMPolicy(TorchPolicy):
         numpy_threshold: int | None = None,
         seed: int | None = None,
     ) -> None:
-        if not isinstance(observation_space, gym.spaces.Box):
-            raise TypeError(
-                f"LSTMPolicy needs a Box observation space, got {observation_space!r}; "
-                "flatten other spaces first (FlattenObservations)"
-            )
+        in_dim = box_in_dim("LSTMPolicy", observation_space)
         hiddens = [_positive("hiddens", h) for h in hiddens]
         cell_size = _positive("cell_size", cell_size)
         config = dict(config or {})
         numpy_threshold = config["numpy_threshold"] = numpy_threshold_of(config, numpy_threshold)
         self.hiddens, self.cell_size, self.vf_head = hiddens, cell_size, bool(vf_head)
         self.numpy_threshold = numpy_threshold
-        self.in_dim = int(np.prod(observation_space.shape))
+        self.in_dim = in_dim
         model = LSTMModel(
             self.in_dim, ActionDistSpec(action_space).width, hiddens, cell_size, self.vf_head
         )
-        init_gen = torch.Generator()
         seed = check_seed(seed)
-        if seed is None:
-            init_gen.seed()
-        else:  # a stream distinct from the sampling generators seeded with ``seed``
-            init_gen.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
-        model.init_weights(init_gen)
+        model.init_weights(init_generator(seed))
         super().__init__(model, observation_space, action_space, config, seed=seed)
         self._params = list(self.model.parameters())
         self._param_key: tuple = ()
         self.sync_numpy_weights()
 
-    @classmethod
-    def weight_shapes(
-        cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any
-    ) -> WeightShapes | None:
-        """The ``(name, shape)`` of each weight of ``LSTMPolicy(observation_space,
-        action_space, **kwargs)``, without building it (see ``Policy.weight_shapes``). A
-        subclass may build another network from other arguments: it declares None unless
-        it overrides this too."""
-        if cls is not LSTMPolicy:
-            return None
-        return _weight_shapes(observation_space, action_space, **kwargs)
+    @staticmethod
+    def _shapes_of_arguments(arguments: Mapping[str, Any]) -> WeightShapes:
+        """``LSTMModel``'s weights for these constructor arguments, without building it
+        (see ``Policy.weight_shapes``)."""
+        in_dim = box_in_dim("LSTMPolicy", arguments["observation_space"])
+        cell = _positive("cell_size", arguments["cell_size"])
+        out_dim = ActionDistSpec(arguments["action_space"]).width
+        return _lstm_shapes(in_dim, arguments["hiddens"], cell, out_dim, arguments["vf_head"])
 
     # -- numpy mirror ----------------------------------------------------------------------
 

@@ -65,6 +65,27 @@ ACTIVATIONS: dict[str, tuple[Callable[[], nn.Module], Callable[[np.ndarray], np.
 _NumpyLayers = list[tuple[np.ndarray, np.ndarray]]
 
 
+def box_in_dim(kind: str, observation_space: gym.Space) -> int:
+    """The flattened size of a Box observation space; another space is a TypeError."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise TypeError(
+            f"{kind} needs a Box observation space, got {observation_space!r}; "
+            "flatten other spaces first (FlattenObservations)"
+        )
+    return int(np.prod(observation_space.shape))
+
+
+def init_generator(seed: int | None) -> torch.Generator:
+    """The generator of a policy's initial weights: a stream of its own for ``seed``,
+    distinct from the sampling generators seeded with ``seed`` (fresh entropy for None)."""
+    gen = torch.Generator()
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+    return gen
+
+
 def linear_shapes(prefix: str, in_dim: int, widths: Iterable[Any], step: int) -> WeightShapes:
     """``(name, shape)`` of the weight and bias of each Linear of an ``nn.Sequential`` whose
     Linears stand every ``step`` modules and have these output ``widths`` (lazily, each
@@ -150,32 +171,6 @@ def _numpy_forward(
     return x
 
 
-def _weight_shapes(
-    observation_space: gym.Space,
-    action_space: gym.Space,
-    config: dict | None = None,
-    *,
-    hiddens: Sequence[int] = (64, 64),
-    activation: str = "tanh",
-    vf_head: bool = False,
-    numpy_threshold: int | None = None,
-    seed: int | None = None,
-) -> WeightShapes:
-    """The ``(name, shape)`` of each weight of ``MLPPolicy(observation_space,
-    action_space, config, hiddens=..., ...)``, without building it; unknown arguments
-    raise TypeError, as the constructor would."""
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise TypeError(f"MLPPolicy needs a Box observation space, got {observation_space!r}")
-    in_dim = int(np.prod(observation_space.shape))
-    out_dim = ActionDistSpec(action_space).width
-    heads = [("pi", out_dim)] + ([("vf", 1)] if vf_head else [])
-    return (
-        pair
-        for name, width in heads
-        for pair in linear_shapes(name, in_dim, itertools.chain(hiddens, [width]), 2)
-    )
-
-
 class MLPPolicy(TorchPolicy):
     """A :class:`TorchPolicy` over :class:`MLPModel`; the default policy of rlconnect.
 
@@ -220,11 +215,7 @@ class MLPPolicy(TorchPolicy):
         numpy_threshold: int | None = None,
         seed: int | None = None,
     ) -> None:
-        if not isinstance(observation_space, gym.spaces.Box):
-            raise TypeError(
-                f"MLPPolicy needs a Box observation space, got {observation_space!r}; "
-                "flatten other spaces first (FlattenObservations)"
-            )
+        in_dim = box_in_dim("MLPPolicy", observation_space)
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         hiddens = [int(h) for h in hiddens]
@@ -236,16 +227,11 @@ class MLPPolicy(TorchPolicy):
         self.activation = activation
         self.vf_head = bool(vf_head)
         self.numpy_threshold = numpy_threshold
-        self.in_dim = int(np.prod(observation_space.shape))
+        self.in_dim = in_dim
         out_dim = ActionDistSpec(action_space).width
         model = MLPModel(self.in_dim, out_dim, hiddens, activation, self.vf_head)
-        init_gen = torch.Generator()
         seed = check_seed(seed)
-        if seed is None:
-            init_gen.seed()
-        else:  # a stream distinct from the sampling generators seeded with ``seed``
-            init_gen.manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
-        model.init_weights(init_gen)
+        model.init_weights(init_generator(seed))
         super().__init__(model, observation_space, action_space, config, seed=seed)
         self._np_act = ACTIVATIONS[activation][1]
         self._params = list(self.model.parameters())
@@ -254,17 +240,20 @@ class MLPPolicy(TorchPolicy):
         self._np_vf: _NumpyLayers | None = None
         self.sync_numpy_weights()
 
-    @classmethod
-    def weight_shapes(
-        cls, observation_space: gym.Space, action_space: gym.Space, **kwargs: Any
-    ) -> WeightShapes | None:
-        """The ``(name, shape)`` of each weight of ``MLPPolicy(observation_space,
-        action_space, **kwargs)``, without building it (see ``Policy.weight_shapes``). A
-        subclass may build another network from other arguments: it declares None unless
-        it overrides this too."""
-        if cls is not MLPPolicy:
-            return None
-        return _weight_shapes(observation_space, action_space, **kwargs)
+    @staticmethod
+    def _shapes_of_arguments(arguments: Mapping[str, Any]) -> WeightShapes:
+        """``MLPModel``'s weights for these constructor arguments, without building it
+        (see ``Policy.weight_shapes``)."""
+        in_dim = box_in_dim("MLPPolicy", arguments["observation_space"])
+        out_dim = ActionDistSpec(arguments["action_space"]).width
+        heads = [("pi", out_dim)] + ([("vf", 1)] if arguments["vf_head"] else [])
+        return (
+            pair
+            for name, width in heads
+            for pair in linear_shapes(
+                name, in_dim, itertools.chain(arguments["hiddens"], [width]), 2
+            )
+        )
 
     # -- numpy mirror ----------------------------------------------------------------------
 
