@@ -10,6 +10,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from server_probes import sample_forever
 
 import rlconnect as rc
 from rlconnect.errors import EnvError
@@ -23,16 +24,7 @@ ACT = gym.spaces.Discrete(2)
 @pytest.fixture
 def server():
     srv = PolicyServer(rc.MLPPolicy(OBS, ACT, seed=0), "127.0.0.1", 0, episode_timeout_s=5.0)
-
-    def sample() -> None:
-        while True:
-            try:
-                srv.runner.sample()
-            except EnvError:  # stopped
-                return
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    sampler = sample_forever(srv)
     yield srv
     srv.stop()
     sampler.join(10)

@@ -3,20 +3,19 @@ between sampling steps."""
 
 from __future__ import annotations
 
-import http.client
 import threading
 import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from server_probes import raw_post, sample_forever
 
 import rlconnect as rc
 from rlconnect.envs import BadObservationError
-from rlconnect.errors import EnvError
 from rlconnect.serve import PolicyClient, PolicyServer
 from rlconnect.serve.tasks import RunnerUnavailable
-from rlconnect.serve.wire import decode, encode
+from rlconnect.serve.wire import encode
 
 OBS = gym.spaces.Box(-10, 10, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -49,42 +48,19 @@ class SlowPolicy(rc.RandomPolicy):
         return super().get_weights()
 
 
-def sample_forever(server: PolicyServer) -> threading.Thread:
-    def run() -> None:
-        while True:
-            try:
-                server.runner.sample()
-            except EnvError:  # stopped
-                return
-
-    thread = threading.Thread(target=run, daemon=True, name="sampler")
-    thread.start()
-    return thread
-
-
-def post(server: PolicyServer, name: str, body: bytes, content_type: str | None):
-    conn = http.client.HTTPConnection(server.address, server.port, timeout=10)
-    headers = {} if content_type is None else {"Content-Type": content_type}
-    conn.request("POST", f"/v1/{name}", body, headers)
-    resp = conn.getresponse()
-    out = resp.status, decode(resp.read())
-    conn.close()
-    return out
-
-
 def test_bodies_that_are_not_declared_msgpack_get_415_and_the_client_keeps_working():
     server = PolicyServer(rc.RandomPolicy(OBS, ACT, seed=0), "127.0.0.1", 0)
     sampler = sample_forever(server)
     try:
         body = encode({})
         for content_type in (None, "text/plain", "application/json", "multipart/form-data"):
-            status, out = post(server, "start_episode", body, content_type)
+            status, out = raw_post(server.port, "start_episode", body, content_type)
             assert status == 415, content_type
             assert out["error"] == "UnsupportedMediaType"
             assert "Content-Type: application/x-msgpack" in out["message"]
         assert server.env.num_running_episodes == 0  # nothing was started
         for content_type in ("application/x-msgpack", "application/msgpack; charset=binary"):
-            status, out = post(server, "start_episode", body, content_type)
+            status, out = raw_post(server.port, "start_episode", body, content_type)
             assert status == 200, (content_type, out)
         client = PolicyClient(server.url)
         eid = client.start_episode()
@@ -156,7 +132,7 @@ def test_runner_work_with_nothing_sampling_is_a_503_and_is_withdrawn():
     try:
         with pytest.raises(RunnerUnavailable, match=r"weights: the runner took no step within"):
             server.handle("weights", {})
-        status, out = post(server, "checkpoint", encode({}), "application/x-msgpack")
+        status, out = raw_post(server.port, "checkpoint", {})
         assert status == 503 and out["error"] == "RunnerUnavailable"
         assert "server.runner.sample()" in out["message"]
         assert policy.weights_calls == []  # not run off the sampling thread

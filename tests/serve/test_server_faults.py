@@ -4,17 +4,16 @@ serving everyone else, tell the truth in ``/v1/health``, and lose nothing it ans
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from server_probes import raw_post, sample_forever
 
 import rlconnect as rc
 from rlconnect.envs import BadObservationError, TooManyEpisodesError
-from rlconnect.errors import EnvError
 from rlconnect.serve import (
     PolicyClient,
     PolicyServer,
@@ -35,19 +34,12 @@ class Sampling:
     def __init__(self, server: PolicyServer) -> None:
         self.server = server
         self.batches: list[rc.SampleBatch] = []
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
+        self.errors: list[BaseException] = []  # what ended sampling other than a stop
+        self.thread = sample_forever(server, self.batches, self.errors)
 
-    def _sample(self) -> None:
-        while True:
-            try:
-                self.batches.append(self.server.runner.sample())
-            except EnvError:  # stopped
-                return
-            except Exception as exc:  # recorded for the test
-                self.error = exc
-                return
+    @property
+    def error(self) -> BaseException | None:
+        return self.errors[0] if self.errors else None
 
     def rows(self, n: int, timeout: float = 20.0) -> rc.SampleBatch:
         deadline = time.monotonic() + timeout
@@ -435,16 +427,3 @@ def test_a_non_finite_reward_is_422_like_a_non_finite_observation() -> None:
         assert s.rows(1)["rewards"].tolist() == [0.0]
     finally:
         s.stop()
-
-
-def raw_post(port: int, name: str, body: dict) -> tuple[int, dict]:
-    import http.client
-
-    from rlconnect.serve.wire import decode
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("POST", f"/v1/{name}", encode(body), {"Content-Type": "application/x-msgpack"})
-    resp = conn.getresponse()
-    out = decode(resp.read())
-    conn.close()
-    return resp.status, out

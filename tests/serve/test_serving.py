@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from server_probes import sample_forever
 
 import rlconnect as rc
-from rlconnect.errors import EnvError
 from rlconnect.serve import PolicyClient, PolicyServer
 from rlconnect.serve.wire import WireError, decode, encode
 
@@ -33,15 +32,7 @@ class Served:
         config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
         self.server = PolicyServer(self.policy, "127.0.0.1", port, config=config, **kwargs)
         self.batches: list[rc.SampleBatch] = []
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        while True:
-            try:
-                self.batches.append(self.server.runner.sample())
-            except EnvError:  # the server was stopped
-                return
+        self._thread = sample_forever(self.server, self.batches)
 
     def episodes(self, n: int, timeout: float = 30.0) -> dict[int, rc.SampleBatch]:
         """The first ``n`` recorded episodes, keyed by the client's episode number."""

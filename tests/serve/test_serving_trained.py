@@ -11,16 +11,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from server_probes import sample_forever
 
 import rlconnect as rc
-from rlconnect.errors import EnvError
 from rlconnect.serve import BadRequestError, PolicyClient, PolicyServer
 
 #: a simulator process: CartPole episodes played against the server, each step's
@@ -130,16 +129,7 @@ def test_from_checkpoint_goes_on_training_the_run(trained: Path) -> None:
         trained / "checkpoint", "127.0.0.1", 0, config_overrides=overrides
     )
     batches: list[rc.SampleBatch] = []
-
-    def sample() -> None:
-        while True:
-            try:
-                batches.append(server.runner.sample())
-            except EnvError:  # stopped
-                return
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
+    thread = sample_forever(server, batches)
     try:
         before = server.runner.get_connector_states()
         played = play(server.url, 2)
