@@ -3,6 +3,7 @@ between sampling steps."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from server_probes import raw_post, sample_forever
 
 import rlconnect as rc
+from rlconnect.checkpoints.files import MAX_FILE_BYTES
 from rlconnect.envs import BadObservationError
 from rlconnect.serve import PolicyClient, PolicyServer
 from rlconnect.serve.tasks import RunnerUnavailable
@@ -145,6 +147,32 @@ def test_runner_work_with_nothing_sampling_is_a_503_and_is_withdrawn():
         assert "weights" in server.handle("weights", {})  # now sampling: served
         assert policy.weights_calls == [("sampler", False)]
         client.close()
+    finally:
+        server.stop()
+    sampler.join(10)
+
+
+def test_a_checkpoint_file_over_the_limit_is_refused_unread_and_the_server_goes_on():
+    """The checkpoint endpoint reads each file of the runner's checkpoint bounded
+    (``MAX_FILE_BYTES``): a sparse giant beside it is a 500 naming the file and the limit,
+    answered without reading its 4 GiB, and the server still serves."""
+    server = PolicyServer(rc.RandomPolicy(OBS, ACT, seed=0), "127.0.0.1", 0)
+    save = server.runner.save_checkpoint
+
+    def save_with_a_giant(path):
+        save(path)
+        with open(os.path.join(path, "giant.bin"), "wb") as f:
+            f.truncate(MAX_FILE_BYTES + 1)
+
+    server.runner.save_checkpoint = save_with_a_giant
+    sampler = sample_forever(server)
+    try:
+        status, out = raw_post(server.port, "checkpoint", {})
+        assert status == 500 and out["error"] == "CheckpointError"
+        assert "giant.bin" in out["message"] and f"{MAX_FILE_BYTES:,}" in out["message"]
+        server.runner.save_checkpoint = save
+        status, out = raw_post(server.port, "checkpoint", {})
+        assert status == 200 and "manifest.json" in out["files"]
     finally:
         server.stop()
     sampler.join(10)
