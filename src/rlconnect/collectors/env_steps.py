@@ -48,7 +48,7 @@ class EnvStepLog:
         if type(agent_steps) is int:  # (not isinstance: no call, every poll)
             self.agent_steps += n * agent_steps
         else:
-            self.agent_steps += int(agent_steps.sum())  # type: ignore[union-attr]
+            self.agent_steps += int(np.add.reduce(agent_steps))  # (no wrapper: every poll)
         pending = self._pending
         pending.append((poll, env_ids, eps_ids, agent_steps))
         if len(pending) >= MERGE_EVERY:
