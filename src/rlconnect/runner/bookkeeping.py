@@ -154,9 +154,10 @@ class EpisodeHooks:
 class EpisodeTracker:
     """Starts, advances and ends the episode of each of ``num_envs`` sub-envs.
 
-    ``on_close(ended, faulty)`` runs once for the ``(env_id, episode)`` pairs that end
-    together, after their totals are final and before ``on_episode_end``: the owner closes
-    their trajectories there. ``connector_resets()`` gives the ``reset(env_id)`` of every
+    Episodes that end together are closed in one pass (``end``): their totals, their
+    trajectories (``trajectories``; the agents of multi-agent episodes in ``agents``, an
+    ``AgentTracker`` this tracker owns), their rows in ``collectors`` counted or dropped,
+    then ``on_episode_end``. ``connector_resets()`` gives the ``reset(env_id)`` of every
     connector that keeps per-episode state; each ended episode's sub-env is passed to them
     last, so that state is dropped.
 
@@ -176,7 +177,8 @@ class EpisodeTracker:
         first_id: int,
         hooks: EpisodeHooks,
         trajectories: TrajectoryIds,
-        on_close: Callable[[list[tuple[int, Episode]], bool], None],
+        collectors: PolicyCollectorGroup,
+        policy_ids: Sequence[str],
         connector_resets: Callable[[], list[Callable[[int], None]]],
     ) -> None:
         self.multi_agent = multi_agent
@@ -194,8 +196,10 @@ class EpisodeTracker:
         self._reward_keys: dict[tuple[Any, str], tuple[Any, str]] = {}
         self._mapping_fn = mapping_fn
         self._hooks = hooks
-        self._on_close = on_close
+        self._collectors = collectors
         self._connector_resets = connector_resets
+        #: multi-agent: the agents of every running episode (unused by single-agent ones)
+        self.agents = AgentTracker(self.episodes, self.length, trajectories, collectors, policy_ids)
 
     def __getitem__(self, env_id: int) -> Episode:
         ep = self.episodes[env_id]
@@ -329,7 +333,7 @@ class EpisodeTracker:
 
     def end(self, env_ids: Sequence[int], *, faulty: bool = False) -> None:
         """End the episodes of ``env_ids``, in this order (a sub-env without one is
-        skipped): totals, then their trajectories in one ``on_close`` call, then per
+        skipped): totals, then their trajectories and rows (``_close``), then per
         episode ``on_episode_end``, its metric record and its connectors' per-episode state.
 
         The episodes that end at one poll go through together: one call per poll for the
@@ -345,7 +349,7 @@ class EpisodeTracker:
                 ep.total_reward = total = float(self.ret[e])
                 ep.agent_rewards = {self._reward_key(a, ep): total for a in ep.get_agents()}
             ep.faulty = faulty
-        self._on_close(ended, faulty)
+        self._close(ended, faulty)
         hooks, metrics = self._hooks, self.metrics
         resets = self._connector_resets()
         for e, ep in ended:
@@ -355,6 +359,25 @@ class EpisodeTracker:
             for reset in resets:
                 reset(e)
             episodes[e] = None
+
+    def _close(self, ended: list[tuple[int, Episode]], faulty: bool) -> None:
+        """Episodes ended: close their trajectories; their rows count, or are dropped."""
+        multi, collectors = self.multi_agent, self._collectors
+        if multi:
+            for e, ep in ended:
+                self.agents.close_episode(e, ep)
+        else:
+            self.trajectories.close_single([e for e, _ in ended])
+        if faulty:
+            for _, ep in ended:
+                collectors.drop_episode(ep.episode_id)
+            return
+        ids, env_steps, agent_steps = [], 0, 0
+        for e, ep in ended:
+            ids.append(ep.episode_id)
+            env_steps += ep.length
+            agent_steps += int(self.agent_steps[e])
+        collectors.finish_episodes(ids, env_steps, agent_steps if multi else None)
 
     def _reward_key(self, agent_id: Any, episode: Episode) -> tuple[Any, str]:
         """``(agent_id, policy_id)``, one tuple per pair for every episode: the collector
@@ -402,21 +425,24 @@ class AgentTracker:
     Each agent id gets a code (a column) the first time it is seen; every ``(sub-env,
     code)`` slot holds the agent's trajectory id (-1: none open), its policy (an index into
     ``policy_ids``; -1: not mapped yet in this episode), its agent index, the reward it got
-    while not acting (added to its next transition) and its return so far. A poll's rows
-    are looked up and updated with a few numpy operations; Python runs per agent only where
+    while not acting (added to its next transition) and its return so far (the rewards of
+    each poll are logged and summed in bulk when read). A poll's rows are looked up and
+    updated with a few numpy operations (``look_up``); Python runs per agent only where
     one joins (the mapping function, a new trajectory), ends or gets a reward without an
     observation. The rows themselves stay in the per-policy collectors.
     """
 
     def __init__(
         self,
-        num_envs: int,
-        episodes: EpisodeTracker,
+        episodes: list[Episode | None],
+        lengths: np.ndarray,
         trajectories: TrajectoryIds,
         collectors: PolicyCollectorGroup,
         policy_ids: Sequence[str],
     ) -> None:
-        self._episodes = episodes
+        num_envs = len(episodes)
+        self._episodes = episodes  #: each sub-env's running episode (``EpisodeTracker``'s)
+        self._lengths = lengths  #: each sub-env's episode length (``EpisodeTracker``'s)
         self._traj = trajectories
         self._collectors = collectors
         self.policy_ids = list(policy_ids)
@@ -444,6 +470,12 @@ class AgentTracker:
         self._index_at = self.index.reshape(-1)
         self._pending_at = self.pending.reshape(-1)
         self._returns_at = self.returns.reshape(-1)
+
+    def _episode(self, env_id: int) -> Episode:
+        ep = self._episodes[env_id]
+        if ep is None:  # the step opens an episode before anything reads it
+            raise RuntimeError(f"sub-env {env_id} has no open episode")
+        return ep
 
     def codes(self, agent_ids: tuple) -> np.ndarray:
         """The code of each agent id (agents never seen before get one)."""
@@ -501,7 +533,7 @@ class AgentTracker:
         if fresh:
             for k in np.flatnonzero(new).tolist():
                 e, code = int(env_ids[k]), int(codes[k])
-                traj[k] = slots[at[k]] = self._traj.new(self._agents[code], self._episodes[e])
+                traj[k] = slots[at[k]] = self._traj.new(self._agents[code], self._episode(e))
         if self._held:  # rewards held for agents without an observation
             pending = self._pending_at[at]
             self._pending_at[at] = 0.0
@@ -536,7 +568,7 @@ class AgentTracker:
 
     def _map(self, e: int, code: int) -> int:
         """Map agent ``code`` of sub-env ``e``'s episode to its policy (once per episode)."""
-        ep, agent = self._episodes[e], self._agents[code]
+        ep, agent = self._episode(e), self._agents[code]
         pid = ep.policy_for(agent)
         k = self._pid_index.get(pid)
         if k is None:
@@ -552,7 +584,7 @@ class AgentTracker:
         """Rewards given without an observation: into the episode's totals, and held for
         the agent's next transition (closing an agent that ended with one)."""
         for e, a, rew, te, tr in rows.extra_rewards:
-            if self._episodes.episodes[e] is None:
+            if self._episodes[e] is None:
                 continue
             code = self._code(a)
             if self.policy[e, code] < 0:
@@ -585,7 +617,7 @@ class AgentTracker:
         cols["terminateds"] = np.asarray([flags[0]])
         cols["truncateds"] = np.asarray([flags[1]])
         cols["infos"] = [EMPTY_INFO]
-        cols["t"] = np.asarray([self._episodes.length[e]], dtype=np.int64)
+        cols["t"] = np.asarray([self._lengths[e]], dtype=np.int64)
         collector.add_rows(np.asarray([traj_id]), poll, cols, last=True)
         agent_steps[e] += 1
 
@@ -610,14 +642,14 @@ class AgentTracker:
     def write_open_returns(self) -> None:
         """Every running episode's returns made current (before a batch is handed out:
         postprocessing and its callbacks see the episodes)."""
-        for e, ep in enumerate(self._episodes.episodes):
+        for e, ep in enumerate(self._episodes):
             if ep is not None:
                 self.write_returns(e, ep)
 
-    def close_episode(self, env_id: int) -> None:
-        """``env_id``'s episode ended: its totals written, its agents forgotten (their
+    def close_episode(self, env_id: int, episode: Episode) -> None:
+        """``env_id``'s ``episode`` ended: its totals written, its agents forgotten (their
         trajectories close)."""
-        self.write_returns(env_id, self._episodes[env_id])
+        self.write_returns(env_id, episode)
         for t in self.traj[env_id][self.traj[env_id] >= 0].tolist():
             self._traj.close(t)
         self.traj[env_id] = -1
@@ -634,7 +666,7 @@ class AgentTracker:
             by_env.setdefault(e, []).append(i)
         for e, members in by_env.items():
             agent_obs = {rows.agent_ids[i]: obs[i] for i in members}
-            new = fn(agent_obs=agent_obs, episode=self._episodes[e], **context)
+            new = fn(agent_obs=agent_obs, episode=self._episode(e), **context)
             if set(new) != set(agent_obs):
                 raise ValueError(
                     f"observation_fn must return the same agents {sorted(map(str, agent_obs))}, "

@@ -7,8 +7,9 @@ from any env adapter) through named phases, in order:
    (``SubEnvFaults``), non-finite values are caught (``check_finite``), the first polls
    are checked against the spaces (``check_env``);
 2. ``_open_episodes``: first observations open episodes, lengths and returns advance, the
-   horizon truncates (``EpisodeTracker``; agents of multi-agent envs in
-   ``AgentTracker``); what the rows say is derived once, as ``PollFacts``;
+   horizon truncates (``EpisodeTracker``; the agent slots of multi-agent rows are read
+   and updated once for every policy, ``AgentTracker.look_up``); what the rows say is
+   derived once, as ``PollFacts``;
 3. per policy, ``_act``: the agent pipeline, then for the rows that go on the policy and
    the action pipeline (``act``), and the env actions sent; a ``PolicyStep`` each;
 4. ``env.all_actions_sent()`` (an env that steps as one batch starts it here), then
@@ -33,11 +34,9 @@ from rlconnect.collectors import PolicyCollectorGroup
 from rlconnect.connectors import AgentData
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
-from rlconnect.episodes import Episode
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act, live_rows
 from rlconnect.runner.bookkeeping import (
-    AgentTracker,
     EpisodeHooks,
     EpisodeTracker,
     TrajectoryIds,
@@ -194,10 +193,12 @@ class StepKernel:
             first_id=config.worker_index << 40,
             hooks=hooks,
             trajectories=self.trajectories,
-            on_close=self._close_episodes,
+            collectors=collectors,
+            policy_ids=pids,
             connector_resets=pipes.episode_resets,
         )
-        self.agents = AgentTracker(n, self.episodes, self.trajectories, collectors, pids)
+        #: multi-agent envs: the agents of every running episode (the episodes' own)
+        self.agents = self.episodes.agents
         self.faults = SubEnvFaults(
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
@@ -462,22 +463,3 @@ class StepKernel:
         for e in ended:  # the soft horizon starts anew without resetting the env
             soft = soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
             (self.env.soft_reset if soft else self.env.try_reset)(e)
-
-    def _close_episodes(self, ended: list[tuple[int, Episode]], faulty: bool) -> None:
-        """Episodes ended: close their trajectories; their rows count, or are dropped."""
-        if self.multi:
-            for e, _ in ended:
-                self.agents.close_episode(e)
-        else:
-            self.trajectories.close_single([e for e, _ in ended])
-        if faulty:
-            for _, ep in ended:
-                self.collectors.drop_episode(ep.episode_id)
-            return
-        ids, env_steps, agent_steps = [], 0, 0
-        for e, ep in ended:
-            ids.append(ep.episode_id)
-            env_steps += ep.length
-            if self.multi:
-                agent_steps += int(self.episodes.agent_steps[e])
-        self.collectors.finish_episodes(ids, env_steps, agent_steps if self.multi else None)
