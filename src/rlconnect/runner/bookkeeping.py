@@ -253,7 +253,7 @@ class EpisodeTracker:
             for e in np.unique(env_ids).tolist():
                 if self.episodes[e] is None:
                     self.open([e])
-        if all_stepped:
+        if len(stepped) == len(self.length):  # every sub-env stepped (ascending, unique)
             self.length += 1
         else:
             self.length[stepped] += 1
