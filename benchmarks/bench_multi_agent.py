@@ -1,8 +1,8 @@
 """Multi-agent collection against hand loops that record the same per-agent rows (wall).
 
-The workloads of ``multi_agent_loops.py``: PettingZoo's turn-based ``rps_v2`` (a policy per
-player) and four agents acting at every step (``rc.MultiAgentEnv``, one shared policy),
-each at N = 1 and 8 sub-envs in one process, with a policy that costs nothing. The runner
+The workloads of ``multi_agent_loops.py``: PettingZoo's ``rps_v2`` turn-based and as a
+``ParallelEnv`` (a policy per player), and four agents acting at every step
+(``rc.MultiAgentEnv``, one shared policy), each at N = 1 and 8 sub-envs in one process, with a policy that costs nothing. The runner
 and the hand loop take turns round by round (the order reversed every other round); the
 table gives env steps/s (medians) and the median [range] of the per-round ratios
 runner / hand loop. ``bench_instructions.py`` counts the same workloads in instructions,
@@ -69,8 +69,9 @@ def main() -> None:
             )
     print_table(("workload", "runner steps/s", "hand loop steps/s", "runner / hand"), table)
     print(
-        "rps: PettingZoo rps_v2 (AEC, agents take turns); four: 4 agents acting at every "
-        "step (rc.MultiAgentEnv); env steps/s are medians over the rounds."
+        "rps: PettingZoo rps_v2 (AEC, agents take turns); rps_parallel: the same as a "
+        "ParallelEnv; four: 4 agents acting at every step (rc.MultiAgentEnv); env steps/s "
+        "are medians over the rounds."
     )
 
 

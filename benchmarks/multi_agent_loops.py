@@ -1,16 +1,18 @@
 """The multi-agent workloads of the benchmarks, each with a recording hand loop.
 
-Two workloads, each run by an ``EnvRunner`` (default pipelines, ``ConstantPolicy``: a
+Three workloads, each run by an ``EnvRunner`` (default pipelines, ``ConstantPolicy``: a
 policy that costs nothing) and by a hand-written loop over the same sub-envs that keeps
 the same per-agent rows (observation, action, reward, terminated, truncated, next
 observation) and stacks them into arrays per batch:
 
 - ``rps``: PettingZoo's ``rps_v2`` as a turn-based ``AECEnv`` (two players take turns, a
   policy each); the hand loop is PettingZoo's ``agent_selection`` / ``last()`` loop;
+- ``rps_parallel``: the same game as PettingZoo's ``ParallelEnv`` (both players move at
+  every step, a policy each); the hand loop steps its dicts;
 - ``four``: ``FourAgents``, an ``rc.MultiAgentEnv`` whose four agents act at every step
   (one shared policy); the hand loop steps its dicts.
 
-An env step is one move (``rps``) or one step of all four agents (``four``); what the
+An env step is one move (``rps``) or one step of all agents (``rps_parallel``, ``four``); what the
 hand loops return is the number of env steps they took, as ``MultiAgentBatch.env_steps``
 counts them.
 """
@@ -69,6 +71,12 @@ def _rps() -> Any:
     return rps_v2.env()
 
 
+def _rps_parallel() -> Any:
+    from pettingzoo.classic import rps_v2
+
+    return rps_v2.parallel_env()
+
+
 def _stack(rows: list[tuple]) -> dict[str, np.ndarray]:
     """Per-agent row tuples (agent, obs, action, reward, terminated, truncated, next obs)
     as columns, one array each, as a batch holds them."""
@@ -104,6 +112,29 @@ def rps_hand_loop(n: int) -> Callable[[int], int]:
                     env.step(None)
                     if not env.agents:
                         env.reset()
+        _stack(rows)
+        return rounds * n
+
+    return run
+
+
+def rps_parallel_hand_loop(n: int) -> Callable[[int], int]:
+    """``n`` rps ``ParallelEnv``s stepped with action 0 for every agent alive; ``run(rounds)``
+    keeps every agent's rows, stacks them, and returns the env steps."""
+    envs = [_rps_parallel() for _ in range(n)]
+    last = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
+
+    def run(rounds: int) -> int:
+        rows: list[tuple] = []
+        for _ in range(rounds):
+            for k, env in enumerate(envs):
+                obs, rew, te, tr, _ = env.step(dict.fromkeys(env.agents, 0))
+                before = last[k]
+                for a, o in obs.items():
+                    rows.append((a, before[a], 0, rew[a], te[a], tr[a], o))
+                if not env.agents:
+                    obs, _ = env.reset()
+                last[k] = obs
         _stack(rows)
         return rounds * n
 
@@ -175,6 +206,12 @@ class Workload:
 
 WORKLOADS = {
     "rps": Workload("PettingZoo rps_v2, turn-based (AEC)", _rps, str, rps_hand_loop),
+    "rps_parallel": Workload(
+        "PettingZoo rps_v2, both players at every step (ParallelEnv)",
+        _rps_parallel,
+        str,
+        rps_parallel_hand_loop,
+    ),
     "four": Workload(
         "4 agents acting at every step (rc.MultiAgentEnv)",
         FourAgents,

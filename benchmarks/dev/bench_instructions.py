@@ -8,15 +8,15 @@ with ``valgrind --tool=callgrind`` for an ``EnvRunner`` with a policy that costs
 - ``cartpole``: CartPole-v1 at N = 1, 8 and 64 sub-envs, minus what gymnasium's CartPole
   costs stepped alone in a plain loop: what remains is the runner's own work per env step
   (``all`` is the sum; compare trees on both columns);
-- ``rps`` and ``four`` (``multi_agent_loops.py``): PettingZoo's turn-based ``rps_v2`` and
-  four agents acting at every step, at N = 1 and 8, against a hand loop that records the
-  same per-agent rows (``runner/hand``: the runner's instructions per env step over the
+- ``rps``, ``rps_parallel`` and ``four`` (``multi_agent_loops.py``): PettingZoo's ``rps_v2``
+  turn-based and as a ``ParallelEnv``, and four agents acting at every step, at N = 1 and
+  8, against a hand loop that records the same per-agent rows (``runner/hand``: the runner's instructions per env step over the
   hand loop's).
 
     python benchmarks/dev/bench_instructions.py                      # this source tree (~5 min)
     python benchmarks/dev/bench_instructions.py --base-src OTHER/src # and another, with ratios
     python benchmarks/dev/bench_instructions.py --quick              # smoke run (N = 1, 8)
-    python benchmarks/dev/bench_instructions.py --workloads rps four  # multi-agent only
+    python benchmarks/dev/bench_instructions.py --workloads rps rps_parallel four  # multi-agent
 
 How: one process per source tree runs under callgrind. For each N it builds the runner
 and samples two warm-up batches, then forks twice: one child exits at once, the other
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for
 SIZES = (1, 8, 64)
 ENV_STEPS = 4_096  # env steps measured per N (fewer with --quick)
 BATCHES = 4  # the measured batches, of ENV_STEPS / BATCHES env steps each
-WORKLOAD_NAMES = ["cartpole", "rps", "four"]
+WORKLOAD_NAMES = ["cartpole", "rps", "rps_parallel", "four"]
 MULTI_MAX_N = 8  # the multi-agent workloads are measured at N = 1 and 8
 
 
