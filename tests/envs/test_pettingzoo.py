@@ -297,6 +297,36 @@ def test_parallel_agents_finishing_at_different_times():
     assert te == {"c": False, "__all__": False}
 
 
+class KeepsReporting(Staggered):
+    """Staggered, but done agents stay listed and keep their observations, flags, infos
+    and (for "a") a reward in every later step's dicts."""
+
+    def step(self, actions):
+        self.t += 1
+        te = {a: (a == "a" and self.t >= 1) or (a == "b" and self.t >= 2) for a in "abc"}
+        tr = {a: self.t >= self.limit and not te[a] for a in "abc"}
+        rew = {"a": 5.0 if self.t > 1 else 1.0, "b": 0.0, "c": 1.0}
+        if self.t >= self.limit:
+            self.agents = []
+        return {a: self._obs() for a in "abc"}, rew, te, tr, {a: {"t": self.t} for a in "abc"}
+
+
+def test_parallel_agents_reported_done_are_dropped_from_later_steps():
+    env = from_pettingzoo(KeepsReporting(limit=3))
+    env.reset()
+    obs, rew, te, tr, infos = env.step({"a": 0, "b": 0, "c": 0})
+    assert set(obs) == set(infos) == {"a", "b", "c"}
+    assert te == {"a": True, "b": False, "c": False, "__all__": False}
+    obs, rew, te, tr, infos = env.step({"b": 0, "c": 0})
+    assert set(obs) == set(infos) == {"b", "c"}  # a is done: only its later reward is kept
+    assert rew == {"a": 5.0, "b": 0.0, "c": 1.0}
+    assert te == {"b": True, "c": False, "__all__": False}
+    obs, rew, te, tr, infos = env.step({"c": 0})
+    assert set(obs) == set(infos) == {"c"}
+    assert rew == {"a": 5.0, "c": 1.0}  # b's reward of 0 is left out with its flags
+    assert te == {"c": False, "__all__": False} and tr == {"c": True, "__all__": True}
+
+
 def test_parallel_all_terminated_ends_the_episode_as_terminated():
     env = from_pettingzoo(Staggered(limit=10))
     env.reset()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -13,6 +13,7 @@ from rlconnect.envs.obs_stack import ObsStacker, fits_dtype
 from rlconnect.envs.rows import EnvRowsBuilder
 from rlconnect.envs.sub_envs import ContextRule, EnvContext, SubEnvs, sub_env_contexts
 from rlconnect.errors import EnvCheckError
+from rlconnect.spaces import unstack_batch
 
 __all__ = ["MultiAgentEnv", "MultiAgentEnvs"]
 
@@ -47,29 +48,87 @@ class MultiAgentEnv:
 _ALL = {"__all__"}
 
 
-def _shared_stacker(spaces: dict[Any, gym.Space]) -> ObsStacker | None:
-    """When every agent observes in one space: what stacks a poll's observations into
-    one batch (the runner then takes each policy's rows out of it); else None (a list)."""
+Boxes = dict[Any, tuple[tuple[int, ...], np.dtype]]
+
+
+def _malformed(boxes: Boxes, env_id: int, obs: dict) -> EnvCheckError | None:
+    """An error naming the agents whose Box observation has a wrong shape or dtype kind
+    (``boxes``: each Box agent's shape and dtype; these could not be stacked, or would be
+    cast silently), else None."""
+    problems = []
+    for a, ob in obs.items():
+        want = boxes.get(a)
+        if want is None:
+            continue
+        shape, dtype = want
+        if type(ob) is np.ndarray and ob.shape == shape and ob.dtype == dtype:
+            continue  # (the common case, without a call)
+        arr = ob if isinstance(ob, np.ndarray) else np.asarray(ob)
+        if arr.shape != shape:
+            problems.append(f"env {env_id} / agent {a!r}: wrong shape {arr.shape}")
+        elif not fits_dtype(arr, dtype):
+            problems.append(f"env {env_id} / agent {a!r}: wrong dtype {arr.dtype}")
+    if not problems:
+        return None
+    return EnvCheckError("env returned a bad observation: " + "; ".join(problems))
+
+
+class _SharedStack:
+    """The ``StackFn`` of sub-envs whose agents all observe in one space: a poll's
+    observations checked and stacked at once. If some do not fit, each sub-env's dicts
+    (``last``: what it observed at this poll) are checked alone as ``_malformed`` names
+    them, agent by agent, and the other rows stacked without them (error path only)."""
+
+    def __init__(self, space: gym.Space, boxes: Boxes, last: dict[int, tuple[Any, Any]]):
+        self.stack = ObsStacker(space, agent=None)
+        self.boxes = boxes
+        self.last = last
+
+    def __call__(self, obs: list[Any], ids: list[int]) -> tuple[Any, Mapping[int, BaseException]]:
+        batch, unfit = self.stack(obs, ids)
+        if not unfit or not self.boxes:
+            return batch, unfit
+        named = {}
+        for i in dict.fromkeys(ids):
+            bad = _malformed(self.boxes, i, self.last[i][0])
+            if bad is not None:
+                named[i] = bad
+        if not named:
+            return batch, unfit
+        keep = [k for k, i in enumerate(ids) if i not in named]
+        part, unfit = self.stack([obs[k] for k in keep], [ids[k] for k in keep])
+        batch = np.zeros((len(ids), *part.shape[1:]), dtype=part.dtype)
+        batch[keep] = part
+        return batch, {**unfit, **named}
+
+
+def _shared_space(spaces: dict[Any, gym.Space]) -> gym.Space | None:
+    """The space every agent observes in, if there is one."""
     shared = next(iter(spaces.values()), None)
     if shared is None or any(s != shared for s in spaces.values()):
         return None
-    return ObsStacker(shared, agent=None)
+    return shared
 
 
 def _add_step(
     rows: EnvRowsBuilder, i: int, o: dict, r: dict, te: dict, tr: dict, inf: Any, *, first: bool
-) -> None:
+) -> bool:
     """Sub-env ``i``'s dicts as rows (agents with an observation) and extra rewards (agents
-    rewarded or done without one)."""
-    rows.add_agent_rows(i, o, r, te, tr, inf if isinstance(inf, dict) else {}, first=first)
-    if r.keys() <= o.keys() and te.keys() <= o.keys() | _ALL and tr.keys() <= o.keys() | _ALL:
-        return  # the common step: every agent named has an observation
+    rewarded or done without one). Returns whether an agent with an observation goes on."""
+    going = rows.add_agent_rows(i, o, r, te, tr, inf if isinstance(inf, dict) else {}, first=first)
+    if r.keys() <= o.keys():
+        if te.keys() <= _ALL and tr.keys() <= _ALL:
+            return going  # the common step: every agent named has an observation
+        named = o.keys() | _ALL
+        if te.keys() <= named and tr.keys() <= named:
+            return going
     for a, val in r.items():
         if a not in o:
             rows.add_extra_reward(i, a, val, te.get(a, False), tr.get(a, False))
     for a in set(te) | set(tr):
         if a != "__all__" and a not in o and a not in r and (te.get(a) or tr.get(a)):
             rows.add_extra_reward(i, a, 0.0, te.get(a, False), tr.get(a, False))
+    return going
 
 
 class MultiAgentEnvs(BaseEnv):
@@ -103,7 +162,9 @@ class MultiAgentEnvs(BaseEnv):
         self._boxes = {
             a: (s.shape, s.dtype) for a, s in self._obs_spaces.items() if type(s) is gym.spaces.Box
         }
-        self._stack = _shared_stacker(self._obs_spaces)
+        shared = _shared_space(self._obs_spaces)
+        #: what ``build`` stacks a poll's observations with (None: they stay a list)
+        self._stack = None if shared is None else _SharedStack(shared, self._boxes, self._subs.last)
         #: stepped, no agent to act, not done: stepped with {} (a reset or soft reset asked
         #: for meanwhile comes first, and a successful one empties this)
         self._idle: set[int] = set()
@@ -130,12 +191,14 @@ class MultiAgentEnvs(BaseEnv):
             ) from None
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
-        from rlconnect.spaces import unstack_batch
-
         rows = actions if isinstance(actions, list | np.ndarray) else unstack_batch(actions)
         pending = self._subs.actions
         for i, a, act in zip(env_ids.tolist(), agent_ids, rows):
-            pending.setdefault(i, {})[a] = act
+            held = pending.get(i)
+            if held is None:
+                pending[i] = {a: act}
+            else:
+                held[a] = act
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         self._subs.try_reset(env_id)
@@ -150,12 +213,18 @@ class MultiAgentEnvs(BaseEnv):
         rows = EnvRowsBuilder()
         subs = self._subs
         resets, soft, actions, idle = subs.needs_reset, subs.soft, subs.actions, self._idle
+        envs = subs.envs
+        # a shared space's stacker checks every observation of the poll at once
+        boxes = self._boxes if self._stack is None else None
         for i in range(self.num_envs):
             resetting = i in resets or i in soft
             if not resetting and i not in actions and i not in idle:
                 continue
             try:
-                o, r, te, tr, inf = self._advance(i, resetting)
+                if resetting:
+                    o, r, te, tr, inf = self._reset(i)
+                else:
+                    o, r, te, tr, inf = envs[i].step(actions.pop(i, {}))
             except Exception as exc:  # reported per sub-env, never lost
                 rows.add_error(i, exc)
                 actions.pop(i, None)
@@ -164,54 +233,31 @@ class MultiAgentEnvs(BaseEnv):
                 resets.discard(i)
                 soft.discard(i)
             idle.discard(i)
-            bad = self._malformed(i, o)
+            bad = _malformed(boxes, i, o) if boxes else None
             if bad is not None:  # reported like a raise: restarted, or named in the error
                 rows.add_error(i, bad)
                 continue
             if o:
                 subs.last[i] = (o, inf)
-            _add_step(rows, i, o, r, te, tr, inf, first=resetting)  # (a step marks i stepped)
-            all_te, all_tr = bool(te.get("__all__")), bool(tr.get("__all__"))
+            going = _add_step(rows, i, o, r, te, tr, inf, first=resetting)  # (marks a step)
+            all_te, all_tr = te.get("__all__"), tr.get("__all__")
             if all_te or all_tr:
-                rows.end_episode(i, all_te, all_tr)
-            elif not any(not (te.get(a) or tr.get(a)) for a in o):
+                rows.end_episode(i, bool(all_te), bool(all_tr))
+            elif not going:
                 idle.add(i)  # no agent acts next (none, or only ones that ended): step with {}
         out = rows.build(stack=self._stack)
         subs.failures.update(out.errors)
         return out
 
-    def _advance(self, i: int, resetting: bool) -> tuple[dict, dict, dict, dict, dict]:
-        """Sub-env ``i``'s soft reset, reset or step: ``(obs, rewards, terminateds,
-        truncateds, infos)`` dicts (empty rewards and flags for a reset)."""
+    def _reset(self, i: int) -> tuple[dict, dict, dict, dict, dict]:
+        """Sub-env ``i``'s soft reset or reset: ``(obs, rewards, terminateds, truncateds,
+        infos)`` dicts (empty rewards and flags)."""
         subs = self._subs
         if i in subs.soft and i not in subs.needs_reset:
             o, inf = subs.last[i]
-            return o, {}, {}, {}, inf
-        if resetting:
+        else:
             o, inf = subs.reset(i)
-            return o, {}, {}, {}, inf
-        return subs.envs[i].step(subs.actions.pop(i, {}))
-
-    def _malformed(self, env_id: int, obs: dict) -> EnvCheckError | None:
-        """An error naming the agents whose Box observation has a wrong shape or dtype kind
-        (these could not be stacked, or would be cast silently), else None."""
-        problems = []
-        boxes = self._boxes
-        for a, ob in obs.items():
-            want = boxes.get(a)
-            if want is None:
-                continue
-            shape, dtype = want
-            if type(ob) is np.ndarray and ob.shape == shape and ob.dtype == dtype:
-                continue  # (the common case, without a call)
-            arr = ob if isinstance(ob, np.ndarray) else np.asarray(ob)
-            if arr.shape != shape:
-                problems.append(f"env {env_id} / agent {a!r}: wrong shape {arr.shape}")
-            elif not fits_dtype(arr, dtype):
-                problems.append(f"env {env_id} / agent {a!r}: wrong dtype {arr.dtype}")
-        if not problems:
-            return None
-        return EnvCheckError("env returned a bad observation: " + "; ".join(problems))
+        return o, {}, {}, {}, inf
 
     def close(self) -> None:
         self._subs.close()

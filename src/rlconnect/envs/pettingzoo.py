@@ -132,25 +132,32 @@ class PettingZooParallelEnv(_PettingZooBase):
         return dict(obs), dict(infos or {})
 
     def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
-        obs, rew, te, tr, infos = self.env.step(dict(actions))
-        obs = {a: o for a, o in obs.items() if a not in self._done}
-        rewards = {a: r for a, r in rew.items() if a not in self._done or r}
-        terminateds: dict[Any, bool] = {}
-        truncateds: dict[Any, bool] = {}
-        finished: dict[Any, tuple[bool, bool]] = {}
-        for a in set(te) | set(tr) | set(obs):
-            if a in self._done:
-                continue
-            t, u = bool(te.get(a, False)), bool(tr.get(a, False))
-            terminateds[a], truncateds[a] = t, u
-            if t or u:
-                finished[a] = (t, u)
-        self._done |= set(finished)
-        alive = [a for a in self.env.agents if a not in self._done]
-        over = not alive
-        all_te, all_tr = _end_flags(finished) if over else (False, False)
+        obs, rew, te, tr, infos = self.env.step(actions)  # (a dict the runner made for it)
+        done = self._done
+        if done:  # agents reported done earlier: no observation, flags or info any more
+            obs = {a: o for a, o in obs.items() if a not in done}
+            rewards = {a: r for a, r in rew.items() if a not in done or r}
+        else:
+            obs, rewards = dict(obs), dict(rew)
+        if not done and te.keys() == tr.keys() >= obs.keys():  # (the usual dicts)
+            terminateds = {a: bool(t) for a, t in te.items()}
+            truncateds = {a: bool(t) for a, t in tr.items()}
+        else:
+            terminateds, truncateds = {}, {}
+            for a in set(te) | set(tr) | set(obs):
+                if a not in done:
+                    terminateds[a] = bool(te.get(a, False))
+                    truncateds[a] = bool(tr.get(a, False))
+        finished = {a: (t, truncateds[a]) for a, t in terminateds.items() if t or truncateds[a]}
+        if finished:
+            done.update(finished)
+        alive = any(a not in done for a in self.env.agents)
+        all_te, all_tr = (False, False) if alive else _end_flags(finished)
         terminateds["__all__"], truncateds["__all__"] = all_te, all_tr
-        infos = {a: i for a, i in (infos or {}).items() if a in obs}
+        if infos and infos.keys() == obs.keys():
+            infos = dict(infos)
+        else:
+            infos = {a: i for a, i in (infos or {}).items() if a in obs}
         return obs, rewards, terminateds, truncateds, infos
 
 
@@ -241,9 +248,17 @@ class PettingZooAECEnv(_PettingZooBase):
         self.env.step(actions[agent])
         rewards: dict[Any, float] = {}
         self._collect_rewards(rewards)
-        out = self._remove_done(rewards)
-        obs, terminateds, truncateds, infos, finished = out
-        if any(a not in self._done for a in state.agents):
+        obs: dict[Any, Any] = {}
+        terminateds: dict[Any, bool] = {}
+        truncateds: dict[Any, bool] = {}
+        infos: dict[Any, dict] = {}
+        finished: dict[Any, tuple[bool, bool]] = {}
+        sel = state.agent_selection
+        if state.agents and (state.terminations.get(sel) or state.truncations.get(sel)):
+            self._remove_done(rewards, (obs, terminateds, truncateds, infos, finished))
+        done = self._done  # (an agent still listed may be done: PettingZoo removes it later)
+        goes_on = any(a not in done for a in state.agents) if done else bool(state.agents)
+        if goes_on:
             nxt = state.agent_selection
             obs[nxt] = self.env.observe(nxt)
             info = state.infos.get(nxt)
@@ -256,17 +271,13 @@ class PettingZooAECEnv(_PettingZooBase):
             rewards.setdefault(a, 0.0)
         return obs, rewards, terminateds, truncateds, infos
 
-    def _remove_done(self, rewards: dict[Any, float]) -> tuple[dict, dict, dict, dict, dict]:
+    def _remove_done(self, rewards: dict[Any, float], out: tuple[dict, ...]) -> None:
         """Remove the done agents PettingZoo selects (``env.step(None)``: not env steps, no
-        rows of their own), reporting each one's final observation, flags and info; their
-        rewards go into ``rewards``. Returns obs, terminateds, truncateds, infos and the
-        ``(terminated, truncated)`` of every agent that finished."""
+        rows of their own), reporting each one's final observation, flags and info into
+        ``out`` (obs, terminateds, truncateds, infos, and the ``(terminated, truncated)`` of
+        every agent that finished); their rewards go into ``rewards``."""
         env, state = self.env, self._state
-        obs: dict[Any, Any] = {}
-        terminateds: dict[Any, bool] = {}
-        truncateds: dict[Any, bool] = {}
-        infos: dict[Any, dict] = {}
-        finished: dict[Any, tuple[bool, bool]] = {}
+        obs, terminateds, truncateds, infos, finished = out
         guard = 2 * len(state.agents) + 2
         while state.agents:
             sel = state.agent_selection
@@ -285,4 +296,3 @@ class PettingZooAECEnv(_PettingZooBase):
             env.step(None)
             self._reported.pop(sel, None)
             self._collect_rewards(rewards)
-        return obs, terminateds, truncateds, infos, finished

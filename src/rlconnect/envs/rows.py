@@ -38,6 +38,8 @@ __all__ = [
     "strictly_ascending",
 ]
 
+_ALL = {"__all__"}
+
 #: ``stack(obs, env_ids) -> (batch, bad)``: one batch of the rows' observations, and the
 #: sub-envs whose observation cannot be one of the space (their rows are left out).
 StackFn = Callable[[list[Any], list[int]], tuple[Any, Mapping[int, BaseException]]]
@@ -162,8 +164,8 @@ class ExternalRows(EnvRows):
 
     __slots__ = ("logged_actions",)
 
-    def __init__(self, *, logged_actions: dict[tuple[int, Any], Any], **fields: Any) -> None:
-        super().__init__(**fields)
+    def __init__(self, *fields: Any, logged_actions: dict[tuple[int, Any], Any]) -> None:
+        super().__init__(*fields)  # EnvRows' fields, in their order
         self.logged_actions = logged_actions
 
 
@@ -201,6 +203,9 @@ class EnvRowsBuilder:
         self._trunc: list[bool] = []
         self._infos: list[Mapping[str, Any]] = []
         self._first: list[bool] = []
+        #: whether a row is first, or flagged terminated or truncated (else the built
+        #: columns are zeros, made without reading the lists)
+        self._any_first = self._any_flag = False
         self._stepped: set[int] = set()
         self._done: dict[int, tuple[bool, bool]] = {}
         self._extra: list[ExtraReward] = []
@@ -227,10 +232,13 @@ class EnvRowsBuilder:
             self._rew.append(0.0)
             self._term.append(False)
             self._trunc.append(False)
+            self._any_first = True
         else:
             self._rew.append(reward)
-            self._term.append(bool(terminated))
-            self._trunc.append(bool(truncated))
+            term, trunc = bool(terminated), bool(truncated)
+            self._term.append(term)
+            self._trunc.append(trunc)
+            self._any_flag = self._any_flag or term or trunc
             self._stepped.add(env_id)
         self._infos.append(info if info else EMPTY_INFO)
         self._first.append(first)
@@ -245,27 +253,39 @@ class EnvRowsBuilder:
         infos: Mapping[Any, Any],
         *,
         first: bool = False,
-    ) -> None:
+    ) -> bool:
         """A row for every agent of sub-env ``env_id`` with an observation, read from a
         multi-agent env's dicts (missing entries: reward 0, no flags, no info): what
         ``add_row`` per agent adds, in a few list operations. Not ``first``: the sub-env
-        stepped (also when no agent observes)."""
+        stepped (also when no agent observes). Returns whether one of these agents goes on
+        (is neither terminated nor truncated)."""
         agents = list(obs)
         n = len(agents)
         self._ids += [env_id] * n
         self._agents += agents
         self._obs += obs.values()
+        self._infos += [infos.get(a) or EMPTY_INFO for a in agents] if infos else [EMPTY_INFO] * n
+        self._first += [first] * n
         if first:
             self._rew += [0.0] * n
             self._term += [False] * n
             self._trunc += [False] * n
-        else:
-            self._rew += [rewards.get(a, 0.0) for a in agents]
-            self._term += [bool(terminateds.get(a, False)) for a in agents]
-            self._trunc += [bool(truncateds.get(a, False)) for a in agents]
-            self._stepped.add(env_id)
-        self._infos += [infos.get(a) or EMPTY_INFO for a in agents] if infos else [EMPTY_INFO] * n
-        self._first += [first] * n
+            self._any_first = self._any_first or n > 0
+            return n > 0
+        self._stepped.add(env_id)
+        get = rewards.get
+        self._rew += [get(a, 0.0) for a in agents]
+        if terminateds.keys() <= _ALL and truncateds.keys() <= _ALL:  # no agent's own flag
+            self._term += [False] * n
+            self._trunc += [False] * n
+            return n > 0
+        term = [bool(terminateds.get(a, False)) for a in agents]
+        trunc = [bool(truncateds.get(a, False)) for a in agents]
+        self._term += term
+        self._trunc += trunc
+        ended = sum(t or u for t, u in zip(term, trunc))
+        self._any_flag = self._any_flag or ended > 0
+        return ended < n
 
     def add_error(self, env_id: int, exc: BaseException) -> None:
         """Sub-env ``env_id`` failed at this poll: none of its rows will be in the result."""
@@ -311,46 +331,55 @@ class EnvRowsBuilder:
         """The rows (call once); ``stack`` makes one batch of the observations (else they
         stay a list), ``logged_actions`` makes ``ExternalRows``."""
         rewards, bad = reward_column(self._rew, self._ids, self._agents)
-        errors = {**self._errors, **bad}
+        errors = {**self._errors, **bad} if bad else self._errors
         if errors and not errors.keys().isdisjoint(self._ids):  # leave out their rows
             rewards = self._drop_rows_of(errors, rewards)
-        ids, obs, infos = self._ids, self._obs, self._infos
+        ids, obs = self._ids, self._obs
+        n = len(ids)
         env_ids = np.array(ids, dtype=np.int64)
-        terminateds = np.array(self._term, dtype=bool)
-        truncateds = np.array(self._trunc, dtype=bool)
-        done = dict(self._done)
+        if self._any_flag:
+            terminateds = np.array(self._term, dtype=bool)
+            truncateds = np.array(self._trunc, dtype=bool)
+        else:  # (zeros cost less than reading a list of False)
+            terminateds, truncateds = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        done = self._done
         if self.single_agent:
-            done.update(done_envs_of(env_ids, terminateds, truncateds))
-        extra = [x for x in self._extra if x.env_id not in errors]
+            done = {**done, **done_envs_of(env_ids, terminateds, truncateds)}
+        extra = self._extra
+        stepped = self._stepped
+        if errors:
+            extra = [x for x in extra if x.env_id not in errors]
+            stepped = stepped.difference(errors)
+            done = {e: f for e, f in done.items() if e not in errors}
         unfit: Mapping[int, BaseException] = {}
         if stack is not None:
             obs, unfit = stack(obs, ids)
-        fields: dict[str, Any] = {
-            "env_ids": env_ids,
-            "agent_ids": tuple(self._agents),
-            "obs": obs,
-            "rewards": rewards,
-            "terminateds": terminateds,
-            "truncateds": truncateds,
-            "infos": infos,
-            "is_first": np.array(self._first, dtype=bool),
-            "stacked": stack is not None,
-            "stepped": np.array(sorted(self._stepped.difference(errors)), dtype=np.int64),
-            "done_envs": {e: f for e, f in done.items() if e not in errors},
-            "extra_rewards": extra,
-            "errors": errors,
-            "dense": (
+        fields = (  # in the order of EnvRows.__init__
+            env_ids,
+            tuple(self._agents),
+            obs,
+            rewards,
+            terminateds,
+            truncateds,
+            self._infos,
+            np.array(self._first, dtype=bool) if self._any_first else np.zeros(n, dtype=bool),
+            stack is not None,  # stacked
+            np.array(sorted(stepped), dtype=np.int64),
+            done,
+            extra,
+            errors,
+            (  # dense
                 self.single_agent
                 and stack is not None
                 and not errors
                 and not extra
                 and strictly_ascending(env_ids)
             ),
-        }
+        )
         if logged_actions is None:
-            rows = EnvRows(**fields)
+            rows = EnvRows(*fields)
         else:
-            rows = ExternalRows(logged_actions=logged_actions, **fields)
+            rows = ExternalRows(*fields, logged_actions=logged_actions)
         return rows.without_envs(unfit) if unfit else rows
 
     def _drop_rows_of(self, failed: Mapping[int, Any], rewards: np.ndarray) -> np.ndarray:
