@@ -119,12 +119,13 @@ def _add_step(
     if r.keys() <= o.keys():
         if te.keys() <= _ALL and tr.keys() <= _ALL:
             return going  # the common step: every agent named has an observation
-        named = o.keys() | _ALL
-        if te.keys() <= named and tr.keys() <= named:
-            return going
-    for a, val in r.items():
-        if a not in o:
-            rows.add_extra_reward(i, a, val, te.get(a, False), tr.get(a, False))
+    else:
+        for a, val in r.items():
+            if a not in o:
+                rows.add_extra_reward(i, a, val, te.get(a, False), tr.get(a, False))
+    named = o.keys() | _ALL
+    if te.keys() <= named and tr.keys() <= named:
+        return going  # no agent done without an observation
     for a in set(te) | set(tr):
         if a != "__all__" and a not in o and a not in r and (te.get(a) or tr.get(a)):
             rows.add_extra_reward(i, a, 0.0, te.get(a, False), tr.get(a, False))

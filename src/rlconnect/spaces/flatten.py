@@ -14,7 +14,14 @@ import numpy as np
 import tree
 from gymnasium import spaces as gs
 
-from rlconnect.spaces._common import _leaf_shape, _nrows, _rows_text, _skeleton, _unsupported
+from rlconnect.spaces._common import (
+    _LEAVES,
+    _leaf_shape,
+    _nrows,
+    _rows_text,
+    _skeleton,
+    _unsupported,
+)
 from rlconnect.spaces.describe import describe_space
 
 __all__ = [
@@ -291,7 +298,7 @@ def flatten_batch(space: gs.Space, batch: Any) -> np.ndarray:
 def _stack_leaf(space: gs.Space, xs: Sequence[Any]) -> np.ndarray:
     if isinstance(space, gs.Discrete):  # scalars: one conversion (arrays of one shape stack)
         arr = np.array(xs)
-        return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr
+        return arr.astype(np.int64, copy=False) if arr.dtype.kind in "iu" else arr
     arr = np.stack([np.asarray(x) for x in xs])
     if isinstance(space, gs.MultiDiscrete) and arr.dtype.kind in "iu":
         return arr.astype(space.dtype)
@@ -304,6 +311,8 @@ def stack_samples(space: gs.Space, samples: Sequence[Any]) -> Any:
     """Stack single samples into a batch; Discrete ints become int64, Box keeps its dtype."""
     if len(samples) == 0:
         return zeros_batch(space, 0)
+    if type(space) in _LEAVES:  # (the common case, without the nest's isinstance checks)
+        return _stack_leaf(space, samples)
     skel = _skeleton(space)
     if skel is space:  # a leaf space: no nest to walk
         return _stack_leaf(space, samples)
