@@ -121,16 +121,14 @@ class PollFacts:
 
 class PolicyStep:
     """One policy's part of a poll: its rows as the agent pipeline made them (``data``,
-    what the policy gets; ``record``, what is recorded), then what the policy answered
-    (``outputs``; ``acted``: the rows that acted, None: all)."""
+    what the policy gets, with the rows' identity; ``record``, what is recorded), then
+    what the policy answered (``outputs``; ``acted``: the rows that acted, None: all)."""
 
     __slots__ = (
         "acted",
-        "agent_ids",
         "agent_index",
         "data",
         "done",
-        "env_ids",
         "obs",
         "outputs",
         "pid",
@@ -143,8 +141,6 @@ class PolicyStep:
         pid: str,
         data: AgentData,
         record: dict[str, Any],
-        env_ids: np.ndarray,
-        agent_ids: tuple,
         traj: np.ndarray | None,
         agent_index: np.ndarray | int,
         done: np.ndarray,
@@ -153,8 +149,6 @@ class PolicyStep:
         self.pid = pid
         self.data = data
         self.record = record  #: the columns recorded (taken before the policy sees them)
-        self.env_ids = env_ids
-        self.agent_ids = agent_ids
         self.traj = traj  #: trajectory ids (None: single-agent, read when recorded)
         self.agent_index = agent_index
         self.done = done
@@ -341,7 +335,7 @@ class StepKernel:
         policy = self.policies[pid]
         step.record["weights_seq"] = policy.weights_seq  # one int for the chunk's rows
         inputs: Any = step.data
-        env_ids, agent_ids = step.env_ids, step.agent_ids
+        env_ids, agent_ids = step.data.env_ids, step.data.agent_ids
         if facts.some_done and np.count_nonzero(step.done):  # act for the rows that go on
             step.acted = ~step.done
             if not np.count_nonzero(step.acted):
@@ -408,14 +402,15 @@ class StepKernel:
         if connectors:
             data = pipe(data)
         return PolicyStep(
-            pid, data, dict(data.columns), env_ids, agent_ids, traj,
-            0 if agent_index is None else agent_index, done, obs,
+            pid, data, dict(data.columns), traj, 0 if agent_index is None else agent_index,
+            done, obs,
         )  # fmt: skip
 
     def _record(self, step: PolicyStep, facts: PollFacts) -> None:
         """Record one policy's rows and outputs, once every action is out (an env that
         steps elsewhere starts meanwhile)."""
-        env_ids, whole = step.env_ids, facts.full and len(step.env_ids) == len(facts.rows.env_ids)
+        env_ids = step.data.env_ids
+        whole = facts.full and len(env_ids) == len(facts.rows.env_ids)
         record = step.record
         traj = step.traj
         if traj is None:
