@@ -194,6 +194,7 @@ def test_runner_rows_equal_the_reference_built_from_the_envs_dicts(batch_mode):
             assert got.get((e, number), []) == transitions, (e, number)
             have = {a: r for (a, _), r in m["agent_rewards"].items() if r}
             assert have == {a: r for a, r in returns.items() if r}
+            assert m["episode_reward"] == sum(returns.values())  # (integer rewards: exact)
             checked += len(transitions)
     # every episode the batches hold rows of ended (nothing recorded past the last end)
     assert all(number < len(ended[e]) for e, number in got) or batch_mode == "truncate_episodes"
