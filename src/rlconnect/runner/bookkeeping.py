@@ -465,6 +465,7 @@ class AgentTracker:
         """Flat views of the slot arrays: a row's slot is ``env_id * width + code``, and
         one-dimensional lookups cost a fraction of two-dimensional ones."""
         self.width = self.traj.shape[1]
+        self._first_slot = np.arange(self.num_envs) * self.width  # of each sub-env's row
         self._traj_at = self.traj.reshape(-1)
         self._policy_at = self.policy.reshape(-1)
         self._index_at = self.index.reshape(-1)
@@ -515,7 +516,7 @@ class AgentTracker:
         index, reward (held ones added) and, with ``policies``, policy (an index into
         ``policy_ids``; else None)."""
         env_ids, rewards = rows.env_ids, rows.rewards
-        at = env_ids * self.width + codes  # each row's slot
+        at = self._first_slot[env_ids] + codes  # each row's slot
         slots = self._traj_at
         traj = slots[at]
         new = traj < 0  # (an agent without a policy in this episode has no trajectory)
@@ -527,7 +528,7 @@ class AgentTracker:
         if rows.extra_rewards:  # (may make room for more agents: new views)
             self._add_extra_rewards(rows, poll, agent_steps)
             slots = self._traj_at
-            at = env_ids * self.width + codes
+            at = self._first_slot[env_ids] + codes
         if len(self._due) >= _DUE_MAX:
             self._sum_due()
         if fresh:

@@ -207,7 +207,8 @@ class StepKernel:
         truncating = mode == "truncate_episodes"
         while True:
             if truncating:  # (inline: read at every poll)
-                have = group.env_steps() if count_by == "env_steps" else group.agent_steps()
+                log = group.env_step_log
+                have = log.size if count_by == "env_steps" else log.agent_steps
                 if have >= target:
                     break
             elif group.ready(mode, target, count_by):
