@@ -40,6 +40,9 @@ __all__ = [
 
 _ALL = {"__all__"}
 
+#: the ``terminateds``, ``truncateds`` and ``is_first`` columns
+Flags = tuple[np.ndarray, np.ndarray, np.ndarray]
+
 #: ``stack(obs, env_ids) -> (batch, bad)``: one batch of the rows' observations, and the
 #: sub-envs whose observation cannot be one of the space (their rows are left out).
 StackFn = Callable[[list[Any], list[int]], tuple[Any, Mapping[int, BaseException]]]
@@ -199,13 +202,11 @@ class EnvRowsBuilder:
         self._agents: list[Any] = []
         self._obs: list[Any] = []
         self._rew: list[Any] = []
-        self._term: list[bool] = []
-        self._trunc: list[bool] = []
         self._infos: list[Mapping[str, Any]] = []
-        self._first: list[bool] = []
-        #: whether a row is first, or flagged terminated or truncated (else the built
-        #: columns are zeros, made without reading the lists)
-        self._any_first = self._any_flag = False
+        #: the rows with a flag set, as runs ``(first row, terminateds, truncateds)``, and
+        #: the first rows, as runs ``(first row, count)``: the columns are zeros elsewhere
+        self._flags: list[tuple[int, list[bool], list[bool]]] = []
+        self._firsts: list[tuple[int, int]] = []
         self._stepped: set[int] = set()
         self._done: dict[int, tuple[bool, bool]] = {}
         self._extra: list[ExtraReward] = []
@@ -225,23 +226,20 @@ class EnvRowsBuilder:
     ) -> None:
         """One row; ``first``: the first observation of a new episode (its reward and flags
         are ignored). A row that is not first means its sub-env stepped."""
+        k = len(self._ids)
         self._ids.append(env_id)
         self._agents.append(agent_id)
         self._obs.append(obs)
         if first:
             self._rew.append(0.0)
-            self._term.append(False)
-            self._trunc.append(False)
-            self._any_first = True
+            self._firsts.append((k, 1))
         else:
             self._rew.append(reward)
             term, trunc = bool(terminated), bool(truncated)
-            self._term.append(term)
-            self._trunc.append(trunc)
-            self._any_flag = self._any_flag or term or trunc
+            if term or trunc:
+                self._flags.append((k, [term], [trunc]))
             self._stepped.add(env_id)
         self._infos.append(info if info else EMPTY_INFO)
-        self._first.append(first)
 
     def add_agent_rows(
         self,
@@ -261,30 +259,26 @@ class EnvRowsBuilder:
         (is neither terminated nor truncated)."""
         agents = list(obs)
         n = len(agents)
+        k = len(self._ids)
         self._ids += [env_id] * n
         self._agents += agents
         self._obs += obs.values()
         self._infos += [infos.get(a) or EMPTY_INFO for a in agents] if infos else [EMPTY_INFO] * n
-        self._first += [first] * n
         if first:
             self._rew += [0.0] * n
-            self._term += [False] * n
-            self._trunc += [False] * n
-            self._any_first = self._any_first or n > 0
+            if n:
+                self._firsts.append((k, n))
             return n > 0
         self._stepped.add(env_id)
         get = rewards.get
         self._rew += [get(a, 0.0) for a in agents]
         if terminateds.keys() <= _ALL and truncateds.keys() <= _ALL:  # no agent's own flag
-            self._term += [False] * n
-            self._trunc += [False] * n
             return n > 0
         term = [bool(terminateds.get(a, False)) for a in agents]
         trunc = [bool(truncateds.get(a, False)) for a in agents]
-        self._term += term
-        self._trunc += trunc
         ended = sum(t or u for t, u in zip(term, trunc))
-        self._any_flag = self._any_flag or ended > 0
+        if ended:
+            self._flags.append((k, term, trunc))
         return ended < n
 
     def add_error(self, env_id: int, exc: BaseException) -> None:
@@ -332,16 +326,12 @@ class EnvRowsBuilder:
         stay a list), ``logged_actions`` makes ``ExternalRows``."""
         rewards, bad = reward_column(self._rew, self._ids, self._agents)
         errors = {**self._errors, **bad} if bad else self._errors
+        flags = self._flag_columns()
         if errors and not errors.keys().isdisjoint(self._ids):  # leave out their rows
-            rewards = self._drop_rows_of(errors, rewards)
+            rewards, flags = self._drop_rows_of(errors, rewards, flags)
+        terminateds, truncateds, is_first = flags
         ids, obs = self._ids, self._obs
-        n = len(ids)
         env_ids = np.array(ids, dtype=np.int64)
-        if self._any_flag:
-            terminateds = np.array(self._term, dtype=bool)
-            truncateds = np.array(self._trunc, dtype=bool)
-        else:  # (zeros cost less than reading a list of False)
-            terminateds, truncateds = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         done = self._done
         if self.single_agent:
             done = {**done, **done_envs_of(env_ids, terminateds, truncateds)}
@@ -362,7 +352,7 @@ class EnvRowsBuilder:
             terminateds,
             truncateds,
             self._infos,
-            np.array(self._first, dtype=bool) if self._any_first else np.zeros(n, dtype=bool),
+            is_first,
             stack is not None,  # stacked
             np.array(sorted(stepped), dtype=np.int64),
             done,
@@ -382,22 +372,33 @@ class EnvRowsBuilder:
             rows = ExternalRows(*fields, logged_actions=logged_actions)
         return rows.without_envs(unfit) if unfit else rows
 
-    def _drop_rows_of(self, failed: Mapping[int, Any], rewards: np.ndarray) -> np.ndarray:
-        """Leave the rows of the ``failed`` sub-envs out of every column; returns the
-        rewards of the rows kept."""
-        keep = [k for k, e in enumerate(self._ids) if e not in failed]
-        columns: tuple[list[Any], ...] = (
-            self._ids,
-            self._agents,
-            self._obs,
-            self._term,
-            self._trunc,
-            self._infos,
-            self._first,
+    def _flag_columns(self) -> Flags:
+        """``terminateds``, ``truncateds`` and ``is_first`` of every row added: zeros, and
+        the runs of rows that have some set."""
+        n = len(self._ids)
+        term, trunc, first = (
+            np.zeros(n, dtype=bool),
+            np.zeros(n, dtype=bool),
+            np.zeros(n, dtype=bool),
         )
+        for k, te, tr in self._flags:
+            term[k : k + len(te)] = te
+            trunc[k : k + len(tr)] = tr
+        for k, count in self._firsts:
+            first[k : k + count] = True
+        return term, trunc, first
+
+    def _drop_rows_of(
+        self, failed: Mapping[int, Any], rewards: np.ndarray, flags: Flags
+    ) -> tuple[np.ndarray, Flags]:
+        """Leave the rows of the ``failed`` sub-envs out of every column; returns the
+        rewards and the flag columns of the rows kept."""
+        keep = [k for k, e in enumerate(self._ids) if e not in failed]
+        columns: tuple[list[Any], ...] = (self._ids, self._agents, self._obs, self._infos)
         for col in columns:
             col[:] = [col[k] for k in keep]
-        return rewards[keep]
+        term, trunc, first = flags
+        return rewards[keep], (term[keep], trunc[keep], first[keep])
 
     @staticmethod
     def columns(
