@@ -301,3 +301,59 @@ def test_a_learner_error_loses_the_batch_but_not_the_runner():
         assert "n_step_rewards" in batch and runner.failure is None
     finally:
         runner.stop()
+
+
+def other_builtins(ctx: rc.ConnectorContext) -> list[rc.LearnerConnector]:
+    return [
+        rc.GAE(ctx, gamma=GAMMA, lambda_=LAMBDA),
+        rc.DiscountedReturns(ctx, gamma=GAMMA),
+        rc.NormalizeAdvantages(ctx),
+        rc.NStepReturns(ctx, n=3, gamma=GAMMA),
+        rc.VTrace(ctx, gamma=GAMMA),
+    ]
+
+
+def check_other_builtins(b: rc.SampleBatch, policy: rc.Policy) -> None:
+    """NormalizeAdvantages, NStepReturns and VTrace against plain references. The policy
+    is unchanged since sampling, so V-trace's ratios are 1: its targets are the
+    bootstrapped discounted returns and its advantages ``r + gamma * v_next - V``."""
+    want = reference(b, policy)
+    adv = want["advantages"]
+    np.testing.assert_allclose(b["advantages"], (adv - adv.mean()) / adv.std(), atol=1e-4)
+    np.testing.assert_allclose(b["vtrace_targets"], want["returns"], rtol=1e-4, atol=1e-4)
+    rewards, values = b["rewards"].astype(np.float64), b["vf_preds"].astype(np.float64)
+    sums, disc, td = np.zeros(len(b)), np.zeros(len(b)), np.zeros(len(b))
+    last_of = np.zeros(len(b), dtype=np.int64)
+    for rows in trajectories(b):
+        boot = bootstrap(b, policy, int(rows[-1]))
+        for k, t in enumerate(rows):
+            window = rows[k : k + 3]
+            sums[t] = sum(GAMMA**i * rewards[r] for i, r in enumerate(window))
+            last_of[t] = window[-1]
+            ended = window[-1] == rows[-1] and b["terminateds"][rows[-1]]
+            disc[t] = 0.0 if ended else GAMMA ** len(window)
+            nxt = want["returns"][rows[k + 1]] if k + 1 < len(rows) else boot
+            td[t] = rewards[t] + GAMMA * nxt - values[t]
+    np.testing.assert_allclose(b["n_step_rewards"], sums, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b["n_step_discount"], disc, rtol=1e-6)
+    np.testing.assert_array_equal(b["n_step_new_obs"], b["new_obs"][last_of])
+    np.testing.assert_allclose(b["pg_advantages"], td, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cfg", [{}, {"num_env_workers": 2}], ids=["in-process", "env-workers"])
+def test_n_step_vtrace_and_normalize_on_runner_batches(cfg):
+    policy = rc.MLPPolicy(OBS, ACT, hiddens=(16,), vf_head=True, seed=0)
+    base = {"num_envs": 3, "rollout_fragment_length": 25, "seed": 0, "horizon": 18}
+    runner = rc.EnvRunner(
+        "CartPole-v1",
+        policy,
+        config=rc.RunnerConfig(**{**base, **cfg}),
+        learner_pipelines={"default_policy": other_builtins},
+    )
+    try:
+        batches = [runner.sample() for _ in range(4)]
+    finally:
+        runner.stop()
+    for b in batches:
+        check_other_builtins(b, policy)
+    assert all(ends(batches).values()), ends(batches)
