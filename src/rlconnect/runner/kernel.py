@@ -231,7 +231,9 @@ class StepKernel:
         if not len(rows.env_ids) and not rows.extra_rewards:
             return
         facts = self._open_episodes(rows, poll)
-        steps = [self._act(pid, idx, facts) for pid, idx in self._policy_rows(facts)]
+        steps = []
+        for pid, idx in self._policy_rows(facts):
+            steps.append(self._act(pid, idx, facts))
         t0 = _clock()
         self.env.all_actions_sent()  # an env that steps as one batch starts here
         self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
