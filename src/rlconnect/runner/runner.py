@@ -319,14 +319,15 @@ class EnvRunner:
             *self.pipelines.action.items(),
             *self.pipelines.learner.items(),
         ]
+        learner_ms = 0.0
         for pid, pipe in pipes:
             prefix = "" if len(self.policies) == 1 else f"{pid}/"
             for name, ms in pipe.timings().items():
-                conn[prefix + name] = conn.get(prefix + name, 0.0) + ms * pipe.calls / steps
-        stats["mean_learner_processing_ms"] = sum(
-            sum(pipe.timings().values()) * pipe.calls / steps
-            for pipe in self.pipelines.learner.values()
-        )
+                share = ms * pipe.calls / steps
+                conn[prefix + name] = conn.get(prefix + name, 0.0) + share
+                if isinstance(pipe, LearnerConnectorPipeline):
+                    learner_ms += share
+        stats["mean_learner_processing_ms"] = learner_ms
         stats["connectors"] = conn
         return stats
 
