@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rlconnect.connectors.learner.scan import (
+    DiscountedSuffixSums,
     discounted_suffix_sum,
     discounted_window_sum,
     linear_suffix_scan,
@@ -44,6 +45,24 @@ def test_discounted_suffix_sum_is_exact_to_float64_rounding(discount: float) -> 
     y = discounted_suffix_sum(x, _last_rows(LENGTHS), discount)
     ref = _loop(x, np.full(len(x), discount), LENGTHS)
     np.testing.assert_allclose(y, ref, rtol=1e-11, atol=1e-11 * np.abs(x).max())
+
+
+@pytest.mark.parametrize("discount", [0.0, 1e-30, 0.5, 0.97, 1.0])
+def test_discounted_suffix_sums_of_short_trajectories_piece_by_piece(discount: float) -> None:
+    """Trajectories of 1-40 rows end anywhere in the 16-row blocks (several in one block,
+    on a block's last row, right after another); pieces count their rows from 0."""
+    rng = np.random.default_rng(4)
+    pieces = [list(rng.integers(1, 41, size)) for size in (1, 7, 60, 200)]
+    sums = DiscountedSuffixSums([_last_rows(lengths) for lengths in pieces], discount)
+    for k, lengths in enumerate(pieces):
+        x = rng.normal(size=sum(lengths)) * 10.0 ** rng.integers(-3, 4, sum(lengths))
+        sums.terms(k)[:] = x
+        ref = _loop(x, np.full(len(x), discount), lengths)
+        np.testing.assert_allclose(sums.run(k), ref, rtol=1e-11, atol=1e-11 * np.abs(x).max())
+
+
+def test_discounted_suffix_sum_of_nothing() -> None:
+    assert discounted_suffix_sum(np.zeros(0), np.zeros(0, dtype=np.int64), 0.9).shape == (0,)
 
 
 def test_linear_suffix_scan_with_per_row_coefficients() -> None:

@@ -65,17 +65,18 @@ class GAE(LearnerConnector):
             values = cast(np.ndarray, row_values)  # asked for with rows_too
         adv, targets = np.empty(len(batch), np.float32), np.empty(len(batch), np.float32)
         pieces = traj.pieces()
-        rows = max((p.size for p in pieces), default=0)
-        sums = DiscountedSuffixSums(rows, self.gamma * self.lambda_)
+        sums = DiscountedSuffixSums([p.last for p in pieces], self.gamma * self.lambda_)
+        piece_values = np.empty(max((p.size for p in pieces), default=0))
         with np.errstate(all="ignore"):  # a non-finite input is reported below
-            for p in pieces:  # delta = rewards + gamma * next value - value, in float64
-                v = values[p.rows]
-                delta = sums.terms(p.size)
+            for k, p in enumerate(pieces):  # delta = rewards + gamma * next value - value
+                v = piece_values[: p.size]  # in float64, as all that follows
+                np.copyto(v, values[p.rows])
+                delta = sums.terms(k)
                 np.multiply(v[1:], self.gamma, out=delta[:-1])
                 delta[p.last] = self.gamma * after_last[p.trajs]
                 np.add(delta, rewards[p.rows], out=delta)
                 np.subtract(delta, v, out=delta)
-                advantages = sums.run(p.last)
+                advantages = sums.run(k)
                 np.copyto(adv[p.rows], advantages, casting="same_kind")
                 np.add(advantages, v, out=targets[p.rows])
         out = {"advantages": adv, "value_targets": targets}
