@@ -127,7 +127,7 @@ class DiscountedSuffixSums:
         return self._terms.reshape(-1)[: self._pieces[piece].rows]
 
     def run(self, piece: int) -> np.ndarray:
-        """The piece's sums (float64), valid until the next piece's terms are written."""
+        """The piece's sums (float64), valid until the next call."""
         p, discount = self._pieces[piece], self._powers[1]
         terms, sums = self._terms[: p.blocks], self._sums[: p.blocks]
         terms.reshape(-1)[p.rows :] = 0.0  # padding rows: nothing, after a last row
