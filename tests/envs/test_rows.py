@@ -148,6 +148,41 @@ def test_columns_hints_give_the_rows_the_derivation_gives(as_lists):
     assert calm.done_envs == {} and calm.dense
 
 
+def _agents_rows(flags: dict[str, bool], *, first: bool = False) -> rc.envs.EnvRows:
+    b = EnvRowsBuilder()
+    obs = {"a": np.zeros(2), "b": np.ones(2)}
+    b.add_agent_rows(0, obs, {"a": 1.0}, flags, {}, {}, first=first)
+    b.add_agent_rows(1, obs, {}, {}, {}, {})
+    return b.build()
+
+
+@pytest.mark.parametrize(
+    ("case", "plain"),
+    [("calm", True), ("terminated", False), ("first", False), ("episode over", True)],
+)
+def test_plain_rows_are_those_without_a_first_row_or_a_flag(case: str, plain: bool):
+    """``plain`` lets the runner skip looking at the flag columns: it is True only when
+    every flag and ``is_first`` is False (an episode ended by ``end_episode`` leaves the
+    rows' own flags unset), and dropping rows keeps it true."""
+    flags = {"b": True} if case == "terminated" else {"__all__": False}
+    rows = _agents_rows(flags, first=case == "first")
+    if case == "episode over":
+        rows = _agents_rows({"__all__": True})
+    assert rows.plain is plain
+    unset = not (rows.is_first.any() or rows.terminateds.any() or rows.truncateds.any())
+    assert unset or not rows.plain
+    kept = rows.without_envs({1: RuntimeError("gone")})
+    assert kept.plain is plain and kept.env_ids.tolist() == [0, 0]
+    lists = EnvRowsBuilder.columns(
+        np.arange(2), np.ones((2, 2)), [0.0] * 2, [False] * 2, [False] * 2, [{}] * 2, None
+    )
+    assert lists.plain
+    arrays = EnvRowsBuilder.columns(
+        np.arange(2), np.ones((2, 2)), [0.0] * 2, np.zeros(2, bool), [False] * 2, [{}] * 2, None
+    )
+    assert not arrays.plain  # (arrays are not looked at: they may hold a flag)
+
+
 def test_columns_without_the_order_hint_check_the_order():
     ids = np.array([2, 0, 1], dtype=np.int64)
     rows = EnvRowsBuilder.columns(

@@ -26,6 +26,9 @@ class EnvSteps(NamedTuple):
     agent_steps: np.ndarray
 
 
+_PYTHON_SUM_MAX = 64  # up to this many sub-envs stepped, their agent steps are summed in Python
+
+
 class EnvStepLog:
     """Env steps in the order they were taken (``columns()``), and how many."""
 
@@ -47,6 +50,8 @@ class EnvStepLog:
         self.size += n
         if type(agent_steps) is int:  # (not isinstance: no call, every poll)
             self.agent_steps += n * agent_steps
+        elif n <= _PYTHON_SUM_MAX:  # a few numbers: Python's sum costs less than a ufunc
+            self.agent_steps += sum(agent_steps.tolist())
         else:
             self.agent_steps += int(np.add.reduce(agent_steps))  # (no wrapper: every poll)
         pending = self._pending

@@ -83,6 +83,8 @@ class EnvRows:
       ``env_ids`` strictly ascending, no errors and no extra rewards: the runner may take
       its columnar fast path. It need not cover every sub-env (an asynchronous poll covers
       those that finished their step); a full poll of ``GymEnvs`` that went well does.
+    - ``plain``: known to have no first row and no flag set (``is_first``, ``terminateds``
+      and ``truncateds`` all False), so the runner need not look; False: they may have.
     """
 
     __slots__ = (
@@ -95,6 +97,7 @@ class EnvRows:
         "infos",
         "is_first",
         "obs",
+        "plain",
         "rewards",
         "stacked",
         "stepped",
@@ -118,6 +121,7 @@ class EnvRows:
         extra_rewards: list[ExtraReward],
         errors: dict[int, BaseException],
         dense: bool,
+        plain: bool = False,
     ) -> None:
         self.env_ids = env_ids
         self.agent_ids = agent_ids
@@ -133,6 +137,7 @@ class EnvRows:
         self.extra_rewards = extra_rewards
         self.errors = errors
         self.dense = dense
+        self.plain = plain
 
     def __len__(self) -> int:
         return len(self.env_ids)
@@ -365,6 +370,7 @@ class EnvRowsBuilder:
                 and not extra
                 and strictly_ascending(env_ids)
             ),
+            not self._flags and not self._firsts,  # plain
         )
         if logged_actions is None:
             rows = EnvRows(*fields)
@@ -431,6 +437,7 @@ class EnvRowsBuilder:
         ended = not lists or any(terminateds) or any(truncateds)
         term = np.asarray(terminateds, dtype=bool)
         trunc = np.asarray(truncateds, dtype=bool)
+        plain = is_first is None and not ended
         if is_first is None:
             is_first = np.zeros(n, dtype=bool)
             stepped = env_ids
@@ -458,6 +465,7 @@ class EnvRowsBuilder:
             [],  # extra_rewards
             {},  # errors
             ascending,  # dense
+            plain,
         )
         return rows.without_envs(bad) if bad else rows
 

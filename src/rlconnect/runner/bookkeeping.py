@@ -39,6 +39,7 @@ __all__ = [
 MAX_METRICS = 100_000
 """Episode records kept for ``get_metrics()``; a loop that never asks keeps the latest."""
 _DUE_MAX = 256  # polls of multi-agent rewards logged before they are summed
+_LAYOUTS_MAX = 64  # poll layouts an ``AgentTracker`` keeps (all forgotten when full)
 
 
 class TrajectoryIds:
@@ -189,7 +190,10 @@ class EpisodeTracker:
         self.episodes: list[Episode | None] = [None] * num_envs
         self.length = np.zeros(num_envs, dtype=np.int64)
         self.ret = np.zeros(num_envs, dtype=np.float64)  # single-agent returns
+        #: multi-agent: transitions in each episode so far, with those of the last polls
+        #: logged in ``_steps_due`` until read (``count_agent_steps``)
         self.agent_steps = np.zeros(num_envs, dtype=np.int64)
+        self._steps_due: list[np.ndarray] = []
         self.eps_id = np.full(num_envs, -1, dtype=np.int64)
         self.next_id = first_id
         self.metrics: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_METRICS)
@@ -241,7 +245,7 @@ class EpisodeTracker:
         env_ids, stepped = rows.env_ids, rows.stepped
         all_stepped = full and len(stepped) == len(env_ids)  # then no row is a first one
         firsts: list[int] = []
-        if not all_stepped and np.count_nonzero(rows.is_first):
+        if not (all_stepped or rows.plain) and np.count_nonzero(rows.is_first):
             first_ids = env_ids[rows.is_first]  # dense rows: unique and sorted already
             firsts = (first_ids if rows.dense else np.unique(first_ids)).tolist()
             new = self.open(firsts, create=not self._after_send)
@@ -265,6 +269,19 @@ class EpisodeTracker:
             self.ret[env_ids] += rows.rewards  # one row per sub-env
         return firsts
 
+    def count_agent_steps(self, agent_steps: np.ndarray) -> None:
+        """Multi-agent: the transitions each sub-env completed at a poll (``look_up``'s
+        array, kept by reference: summed with those of other polls when read)."""
+        due = self._steps_due
+        due.append(agent_steps)
+        if len(due) >= _DUE_MAX:
+            self._sum_agent_steps()
+
+    def _sum_agent_steps(self) -> None:
+        if self._steps_due:
+            self.agent_steps += np.add.reduce(self._steps_due)
+            self._steps_due.clear()
+
     def actions_sent(self) -> None:
         """The poll's actions are out: make the episodes ``begin`` left to make now."""
         if self._unmade is not None:
@@ -282,6 +299,7 @@ class EpisodeTracker:
         """The ids, counters and ``Episode`` objects of episodes just opened in
         ``env_ids`` (see ``open``)."""
         at = np.array(env_ids)  # one conversion for the three writes
+        self._sum_agent_steps()
         self.eps_id[at] = np.arange(self.next_id, self.next_id + len(env_ids))
         self.next_id += len(env_ids)
         self.agent_steps[at] = 0
@@ -373,6 +391,7 @@ class EpisodeTracker:
                 collectors.drop_episode(ep.episode_id)
             return
         ids, env_steps, agent_steps = [], 0, 0
+        self._sum_agent_steps()
         for e, ep in ended:
             ids.append(ep.episode_id)
             env_steps += ep.length
@@ -419,6 +438,19 @@ def episode_flags(
     return terminateds | (fill & flags[:, 0]), truncateds | (fill & flags[:, 1])
 
 
+class _Layout:
+    """The slots of a poll's rows (``env_id * width + code``), and what was found in them
+    while no slot had changed since (``era``: ``AgentTracker._era`` then; -1: nothing)."""
+
+    __slots__ = ("at", "codes", "era", "found")
+
+    def __init__(self, codes: np.ndarray, at: np.ndarray) -> None:
+        self.codes = codes
+        self.at = at
+        self.era = -1
+        self.found: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None = None
+
+
 class AgentTracker:
     """The agents of every sub-env's running multi-agent episode, in arrays.
 
@@ -459,6 +491,9 @@ class AgentTracker:
         self._due: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._held = False  # whether some agent holds a reward for its next transition
         self.num_envs = num_envs
+        #: polls' slots by layout, and the count of changes to any slot (``look_up``)
+        self._layouts: dict[tuple[tuple, bytes], _Layout] = {}
+        self._era = 0
         self._views()
 
     def _views(self) -> None:
@@ -471,6 +506,8 @@ class AgentTracker:
         self._index_at = self.index.reshape(-1)
         self._pending_at = self.pending.reshape(-1)
         self._returns_at = self.returns.reshape(-1)
+        self._layouts.clear()  # (their slots moved)
+        self._era += 1
 
     def _episode(self, env_id: int) -> Episode:
         ep = self._episodes[env_id]
@@ -504,7 +541,7 @@ class AgentTracker:
         return code
 
     def look_up(
-        self, rows: EnvRows, codes: np.ndarray, done: np.ndarray | None, poll: int, policies: bool
+        self, rows: EnvRows, done: np.ndarray | None, poll: int, policies: bool
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Everything a poll's rows change in their agents' slots, for all rows at once:
         agents new to their episode are mapped (``Episode.policy_for``, once per agent per
@@ -514,28 +551,24 @@ class AgentTracker:
 
         Returns the transitions each sub-env completed, and per row: trajectory id, agent
         index, reward (held ones added) and, with ``policies``, policy (an index into
-        ``policy_ids``; else None)."""
-        env_ids, rewards = rows.env_ids, rows.rewards
-        at = self._first_slot[env_ids] + codes  # each row's slot
-        slots = self._traj_at
-        traj = slots[at]
-        new = traj < 0  # (an agent without a policy in this episode has no trajectory)
-        fresh = np.count_nonzero(new)
-        if fresh:
-            self._map_new(env_ids, codes, at, new)
-        self._due.append((at, env_ids, rewards.copy()))  # (the pipelines may edit theirs)
-        agent_steps = np.bincount(env_ids[~new] if fresh else env_ids, minlength=self.num_envs)
-        if rows.extra_rewards:  # (may make room for more agents: new views)
-            self._add_extra_rewards(rows, poll, agent_steps)
-            slots = self._traj_at
-            at = self._first_slot[env_ids] + codes
+        ``policy_ids``; else None). The arrays are shared with later polls: read them only.
+
+        A poll laid out like an earlier one (the same agents of the same sub-envs, as when
+        agents act together) reuses its slots, and, if no slot changed since, what was
+        found in them (``_Layout``)."""
+        layout = self._layout(rows)
+        era = self._era
+        self._due.append((layout.at, rows.env_ids, rows.rewards.copy()))  # (pipelines may edit)
+        if layout.found is not None and layout.era == era and not rows.extra_rewards:
+            agent_steps, traj, index, pol = layout.found
+        else:
+            agent_steps, traj, layout = self._find(rows, layout, poll)
+            index, pol = self._index_at[layout.at], self._policy_at[layout.at] if policies else None
         if len(self._due) >= _DUE_MAX:
             self._sum_due()
-        if fresh:
-            for k in np.flatnonzero(new).tolist():
-                e, code = int(env_ids[k]), int(codes[k])
-                traj[k] = slots[at[k]] = self._traj.new(self._agents[code], self._episode(e))
+        rewards = rows.rewards
         if self._held:  # rewards held for agents without an observation
+            at = layout.at
             pending = self._pending_at[at]
             self._pending_at[at] = 0.0
             rewards = rewards + pending
@@ -544,9 +577,48 @@ class AgentTracker:
             closing = traj[done]
             for t in closing[closing >= 0].tolist():
                 self._traj.close(t)
-            slots[at[done]] = -1
-        pol = self._policy_at[at] if policies else None
-        return agent_steps, traj, self._index_at[at], rewards, pol
+            self._traj_at[layout.at[done]] = -1
+            self._era += 1
+        if self._era == era:  # nothing changed: what was found holds until something does
+            layout.era, layout.found = era, (agent_steps, traj, index, pol)
+        return agent_steps, traj, index, rewards, pol
+
+    def _layout(self, rows: EnvRows) -> _Layout:
+        """The slots of ``rows`` (their agents' codes, new agents given one), kept for
+        polls laid out alike (at most ``_LAYOUTS_MAX``; forgotten when the slots move)."""
+        key = (rows.agent_ids, rows.env_ids.tobytes())
+        layout = self._layouts.get(key)
+        if layout is None:
+            codes = self.codes(rows.agent_ids)  # (may make room for more agents: new views)
+            if len(self._layouts) >= _LAYOUTS_MAX:
+                self._layouts.clear()
+            layout = self._layouts[key] = _Layout(codes, self._first_slot[rows.env_ids] + codes)
+        return layout
+
+    def _find(
+        self, rows: EnvRows, layout: _Layout, poll: int
+    ) -> tuple[np.ndarray, np.ndarray, _Layout]:
+        """What the slots of ``rows`` hold: agents new to their episode mapped, extra
+        rewards given, new trajectories opened (``look_up``). Returns the transitions
+        each sub-env completed, the rows' trajectory ids and their layout (a new one if
+        extra rewards made room for more agents)."""
+        env_ids, codes = rows.env_ids, layout.codes
+        traj = self._traj_at[layout.at]
+        new = traj < 0  # (an agent without a policy in this episode has no trajectory)
+        fresh = np.count_nonzero(new)
+        if fresh:
+            self._map_new(env_ids, codes, layout.at, new)
+        agent_steps = np.bincount(env_ids[~new] if fresh else env_ids, minlength=self.num_envs)
+        if rows.extra_rewards:  # (may make room for more agents: new views, new layouts)
+            self._add_extra_rewards(rows, poll, agent_steps)
+            layout = self._layout(rows)
+        if fresh:
+            self._era += 1
+            slots, at = self._traj_at, layout.at
+            for k in np.flatnonzero(new).tolist():
+                e, code = int(env_ids[k]), int(codes[k])
+                traj[k] = slots[at[k]] = self._traj.new(self._agents[code], self._episode(e))
+        return agent_steps, traj, layout
 
     def _map_new(
         self, env_ids: np.ndarray, codes: np.ndarray, at: np.ndarray, new: np.ndarray
@@ -579,6 +651,7 @@ class AgentTracker:
             )
         self.policy[e, code] = k
         self.index[e, code] = ep.agent_index(agent)
+        self._era += 1
         return k
 
     def _add_extra_rewards(self, rows: EnvRows, poll: int, agent_steps: np.ndarray) -> None:
@@ -610,6 +683,7 @@ class AgentTracker:
         rows = np.flatnonzero(collector.trajectory_ids() == traj_id)
         self.traj[e, code] = -1
         self._traj.close(traj_id)
+        self._era += 1
         pending, self.pending[e, code] = float(self.pending[e, code]), 0.0
         if not len(rows):
             return
@@ -655,6 +729,7 @@ class AgentTracker:
             self._traj.close(t)
         self.traj[env_id] = -1
         self.policy[env_id] = -1
+        self._era += 1
         self.pending[env_id] = 0.0
         self.returns[env_id] = 0.0
         self.total[env_id] = 0.0

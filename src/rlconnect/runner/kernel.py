@@ -286,7 +286,7 @@ class StepKernel:
             terminateds, truncateds, done_envs = limited
         if self.multi and done_envs:  # final rows of an episode ended by ``__all__``
             terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
-        if rows.dense and not done_envs:  # no episode ends: every flag is False
+        if (rows.dense or rows.plain) and not done_envs:  # no episode ends, no flag is set
             done, some_done = terminateds, False
         else:
             done = terminateds | truncateds
@@ -295,9 +295,8 @@ class StepKernel:
             some_done = bool(done_envs) or bool(np.count_nonzero(done))
         obs, rewards, agent_steps, traj, agent_index, policies = rows.obs, rows.rewards, *_NONE4
         if self.multi:
-            codes = self.agents.codes(rows.agent_ids)
             agent_steps, traj, agent_index, rewards, policies = self.agents.look_up(
-                rows, codes, done if some_done else None, poll, policies=not self._one_pid
+                rows, done if some_done else None, poll, policies=not self._one_pid
             )
             fn = self.config.observation_fn
             if fn is not None:
@@ -438,9 +437,11 @@ class StepKernel:
         step_eps = episodes.eps_id.copy() if all_stepped else episodes.eps_id[stepped]
         agent_steps = facts.agent_steps
         if agent_steps is not None:
+            if done_envs:  # (closing agents add their transitions: to a copy, see look_up)
+                agent_steps = agent_steps.copy()
             for e in sorted(done_envs):
                 self.agents.close_open_agents(e, done_envs[e], poll, agent_steps)
-            episodes.agent_steps += agent_steps
+            episodes.count_agent_steps(agent_steps)
             self.collectors.env_step_log.add(poll, stepped, step_eps, agent_steps[stepped])
         else:
             self.collectors.env_step_log.add(poll, stepped, step_eps, 1)

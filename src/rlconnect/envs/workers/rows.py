@@ -146,4 +146,5 @@ def concat_rows(parts: list[EnvRows], errors: dict[int, BaseException]) -> EnvRo
         extra_rewards=[x for p in parts for x in p.extra_rewards],
         errors=errors,
         dense=False,
+        plain=all(p.plain for p in parts),
     )
