@@ -50,7 +50,8 @@ class EnvStepLog:
         self.size += n
         if type(agent_steps) is int:  # (not isinstance: no call, every poll)
             self.agent_steps += n * agent_steps
-        elif n <= _PYTHON_SUM_MAX:  # a few numbers: Python's sum costs less than a ufunc
+        elif n <= _PYTHON_SUM_MAX and isinstance(agent_steps, np.ndarray):
+            # a few numbers: Python's sum costs less than a ufunc
             self.agent_steps += sum(agent_steps.tolist())
         else:
             self.agent_steps += int(np.add.reduce(agent_steps))  # (no wrapper: every poll)
