@@ -149,9 +149,13 @@ def test_columns_hints_give_the_rows_the_derivation_gives(as_lists):
 
 
 def _agents_rows(flags: dict[str, bool], *, first: bool = False) -> rc.envs.EnvRows:
+    """Two agents of sub-env 0 (``flags``: its terminateds; ``__all__`` ends its episode)
+    and of sub-env 1."""
     b = EnvRowsBuilder()
     obs = {"a": np.zeros(2), "b": np.ones(2)}
     b.add_agent_rows(0, obs, {"a": 1.0}, flags, {}, {}, first=first)
+    if flags.get("__all__"):
+        b.end_episode(0, True, False)
     b.add_agent_rows(1, obs, {}, {}, {}, {})
     return b.build()
 
@@ -164,23 +168,13 @@ def test_plain_rows_are_those_without_a_first_row_or_a_flag(case: str, plain: bo
     """``plain`` lets the runner skip looking at the flag columns: it is True only when
     every flag and ``is_first`` is False (an episode ended by ``end_episode`` leaves the
     rows' own flags unset), and dropping rows keeps it true."""
-    flags = {"b": True} if case == "terminated" else {"__all__": False}
+    flags = {"terminated": {"b": True}, "episode over": {"__all__": True}}.get(case, {})
     rows = _agents_rows(flags, first=case == "first")
-    if case == "episode over":
-        rows = _agents_rows({"__all__": True})
-    assert rows.plain is plain
+    assert rows.plain is plain and (case != "episode over" or rows.done_envs == {0: (True, False)})
     unset = not (rows.is_first.any() or rows.terminateds.any() or rows.truncateds.any())
     assert unset or not rows.plain
     kept = rows.without_envs({1: RuntimeError("gone")})
     assert kept.plain is plain and kept.env_ids.tolist() == [0, 0]
-    lists = EnvRowsBuilder.columns(
-        np.arange(2), np.ones((2, 2)), [0.0] * 2, [False] * 2, [False] * 2, [{}] * 2, None
-    )
-    assert lists.plain
-    arrays = EnvRowsBuilder.columns(
-        np.arange(2), np.ones((2, 2)), [0.0] * 2, np.zeros(2, bool), [False] * 2, [{}] * 2, None
-    )
-    assert not arrays.plain  # (arrays are not looked at: they may hold a flag)
 
 
 def test_columns_without_the_order_hint_check_the_order():

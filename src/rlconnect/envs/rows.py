@@ -437,7 +437,6 @@ class EnvRowsBuilder:
         ended = not lists or any(terminateds) or any(truncateds)
         term = np.asarray(terminateds, dtype=bool)
         trunc = np.asarray(truncateds, dtype=bool)
-        plain = is_first is None and not ended
         if is_first is None:
             is_first = np.zeros(n, dtype=bool)
             stepped = env_ids
@@ -465,7 +464,6 @@ class EnvRowsBuilder:
             [],  # extra_rewards
             {},  # errors
             ascending,  # dense
-            plain,
         )
         return rows.without_envs(bad) if bad else rows
 
