@@ -55,8 +55,7 @@ def mark_weights_lag(batch: SampleBatch | MultiAgentBatch, policies: Mapping[str
         policy = policies.get(pid)
         if policy is None or not len(b) or "weights_seq" not in b:
             continue
-        # two ufunc reductions, no temporary array and no numpy Python wrappers: this
-        # runs on every batch handed out, so its few calls show per env step
+        # once per batch handed out: two ufunc reductions, no temporary array
         seqs = np.asarray(b["weights_seq"])
         now, n = policy.weights_seq, len(seqs)
         lag_max = now - int(np.minimum.reduce(seqs))

@@ -311,11 +311,9 @@ def stack_samples(space: gs.Space, samples: Sequence[Any]) -> Any:
     """Stack single samples into a batch; Discrete ints become int64, Box keeps its dtype."""
     if len(samples) == 0:
         return zeros_batch(space, 0)
-    if type(space) in _LEAVES:  # (the common case, without the nest's isinstance checks)
+    if isinstance(space, _LEAVES):  # a leaf space (the common case): no nest to walk
         return _stack_leaf(space, samples)
     skel = _skeleton(space)
-    if skel is space:  # a leaf space: no nest to walk
-        return _stack_leaf(space, samples)
     return tree.map_structure_up_to(skel, lambda sp, *xs: _stack_leaf(sp, xs), skel, *samples)
 
 
