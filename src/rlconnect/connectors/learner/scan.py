@@ -191,12 +191,12 @@ class _BlockEnds:
         previous[first] = -1  # each piece counts its rows from 0
         following = np.concatenate((last[1:], [-1]))
         following[first[1:] - 1] = -1  # none after a piece's last trajectory
-        block, col = last // BLOCK, last % BLOCK
+        block, col = last >> BLOCK_BITS, last & (BLOCK - 1)  # floor division and remainder
         closes = col == BLOCK - 1
         inner = np.flatnonzero(~closes)  # the ends inside a block, before its last row
         e, f, b = last[inner], following[inner], block[inner]
-        same = f // BLOCK == b  # the next trajectory ends in this block too
-        cut = same & (f % BLOCK != BLOCK - 1)
+        same = f >> BLOCK_BITS == b  # the next trajectory ends in this block too
+        cut = same & (f & (BLOCK - 1) != BLOCK - 1)
         ints = np.stack((e, e + 1, np.where(cut, f + 1, e + 1), b))  # ends, next, next_cut, block
         scales = np.stack(
             (
@@ -204,20 +204,27 @@ class _BlockEnds:
                 np.where(same, 0.0, powers[BLOCK - 1 - col[inner]]),
             )
         )
-        head = inner[previous[inner] < b * BLOCK]  # a block's first trajectory ends in it
-        head_ints = np.stack((block[head] * BLOCK, last[head] + 1))
+        head = inner[previous[inner] < b << BLOCK_BITS]  # a block's first trajectory ends in it
+        head_ints = np.stack((block[head] << BLOCK_BITS, last[head] + 1))
         head_scale = powers[col[head] + 1]
-        at_inner, at_head = np.searchsorted(inner, bounds), np.searchsorted(head, bounds)
-        at_close = np.concatenate(([0], np.cumsum(closes)))[bounds]
+        at_inner = np.searchsorted(inner, bounds).tolist()
+        at_head = np.searchsorted(head, bounds).tolist()
+        at_close = np.concatenate(([0], np.cumsum(closes)))[bounds].tolist()
         closing = block[closes]
-        spans = (last - previous) // BLOCK + 1  # the most blocks a trajectory passes through
+        spans = ((last - previous) >> BLOCK_BITS) + 1  # the blocks a trajectory passes through
+        filled = bounds[:-1] < bounds[1:]  # the pieces with trajectories
+        reach = np.zeros(len(lasts), np.int64)  # each piece's most
+        if filled.any():
+            reach[filled] = np.maximum.reduceat(spans, bounds[:-1][filled])
+        reach, rows = reach.tolist(), [int(x[-1]) + 1 if len(x) else 0 for x in lasts]
+        at = bounds.tolist()
         out = []
-        for k, x in enumerate(lasts):
+        for k in range(len(lasts)):
             i, h = slice(at_inner[k], at_inner[k + 1]), slice(at_head[k], at_head[k + 1])
             (ends, nxt, next_cut, blk), (next_scale, carry_scale) = ints[:, i], scales[:, i]
             out.append(
                 cls(
-                    rows=int(x[-1]) + 1 if len(x) else 0,
+                    rows=rows[k],
                     ends=ends,
                     next=nxt,
                     next_cut=next_cut,
@@ -227,9 +234,9 @@ class _BlockEnds:
                     head_rows=head_ints[0, h],
                     head_next=head_ints[1, h],
                     head_scale=head_scale[h],
-                    ending=block[bounds[k] : bounds[k + 1]],
+                    ending=block[at[k] : at[k + 1]],
                     closing=closing[at_close[k] : at_close[k + 1]],
-                    reach=int(spans[bounds[k] : bounds[k + 1]].max(initial=0)),
+                    reach=reach[k],
                 )
             )
         return out
@@ -278,8 +285,11 @@ def linear_suffix_scan(x: np.ndarray, coef: np.ndarray, last: np.ndarray) -> np.
 
 
 #: rows per block of :func:`_blocked_scan`: steps inside a block are whole-array
-#: operations over N / BLOCK rows; the doubling across blocks works on N / BLOCK heads
-BLOCK = 16
+#: operations over N / BLOCK rows; the doubling across blocks works on N / BLOCK heads.
+#: A power of two, so that a row's block and column are a shift and a mask (numpy's
+#: ``//`` and ``%`` of int64 arrays are several times slower)
+BLOCK_BITS = 4
+BLOCK = 1 << BLOCK_BITS
 
 
 class _Lanes:
@@ -308,7 +318,7 @@ def _blocked_scan(lanes: _Lanes, rows: int, last: np.ndarray) -> np.ndarray:
     values, coef, flat = lanes.part(rows)
     flat[rows:] = 0.0  # padding rows: nothing, after a last row
     np.copyto(values, flat.reshape(-1, BLOCK).T)
-    at = (last % BLOCK, last // BLOCK)
+    at = (last & (BLOCK - 1), last >> BLOCK_BITS)  # (column, block) of each last row
     kept = coef[at]
     coef[at] = 0.0
     step = np.empty(values.shape[1])
