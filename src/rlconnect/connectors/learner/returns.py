@@ -9,7 +9,7 @@ import numpy as np
 from rlconnect.connectors.base import ConnectorContext
 from rlconnect.connectors.learner.base import LearnerConnector
 from rlconnect.connectors.learner.params import check_fraction
-from rlconnect.connectors.learner.scan import discounted_suffix_sum
+from rlconnect.connectors.learner.scan import DiscountedSuffixSums
 from rlconnect.connectors.learner.trajectories import find_trajectories
 from rlconnect.connectors.learner.values import (
     check_finite,
@@ -52,10 +52,13 @@ class DiscountedReturns(LearnerConnector):
         rewards = float_column(batch, "rewards", who)
         _, after_last = values_and_bootstrap(batch, policy, traj, rows_too=False, who=who)
         returns = np.empty(len(batch), np.float32)
-        for p in traj.pieces():
-            terms = np.array(rewards[p.rows], dtype=np.float64)
+        pieces = traj.pieces()
+        sums = DiscountedSuffixSums([p.last for p in pieces], self.gamma)
+        for k, p in enumerate(pieces):  # each piece's terms written where the scan reads them
+            terms = sums.terms(k)
+            np.copyto(terms, rewards[p.rows])
             terms[p.last] += self.gamma * after_last[p.trajs]
-            returns[p.rows] = discounted_suffix_sum(terms, p.last, self.gamma)
+            np.copyto(returns[p.rows], sums.run(k), casting="same_kind")
         check_finite(returns, "the return", who)
         batch["returns"] = returns
         return batch
