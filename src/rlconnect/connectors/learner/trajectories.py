@@ -136,6 +136,13 @@ def _check_unique_keys(
 ) -> None:
     """A key in two separate runs of rows: the batch is not trajectory-contiguous."""
     ke = eps[starts]
+    if agent is None:  # one key: a sort finds repeats (what lexsort does, ~10x the time)
+        try:
+            keys = np.sort(ke)
+        except TypeError:  # (mixed kinds: named below)
+            keys = None
+        if keys is not None and not np.count_nonzero(keys[1:] == keys[:-1]):
+            return
     ka = agent[starts] if agent is not None else np.zeros(len(starts), dtype=np.int64)
     try:
         order = np.lexsort((ka, ke))
