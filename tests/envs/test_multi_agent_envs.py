@@ -133,3 +133,16 @@ def test_a_bad_observation_fails_its_sub_env_only_named_by_agent(shared, bad, me
     assert rows.stacked == shared
     firsts = [rows.obs[k][0] for k in range(6)]
     np.testing.assert_allclose(firsts, [0.1] * 3 + [2.1] * 3, rtol=1e-6)
+
+
+def test_actions_sent_in_parts_for_one_sub_env_all_arrive():
+    """Actions for one sub-env's agents come in one call (one dict) or in several (one
+    per policy): the sub-env steps with all of them."""
+    env = _envs({}, n=2)
+    env.poll()
+    env.send_actions(np.array([1, 1]), ("a", "b"), np.array([1, 0]))
+    env.send_actions(np.array([1]), ("c",), [1])
+    env.send_actions(np.array([0, 0, 0]), ("a", "b", "c"), np.array([0, 1, 0]))
+    env.send_actions(np.array([], dtype=np.int64), (), np.array([]))
+    env.poll()
+    assert [e.received[0] for e in env.envs] == [{"a": 0, "b": 1, "c": 0}, {"a": 1, "b": 0, "c": 1}]

@@ -7,7 +7,7 @@ import pytest
 
 import rlconnect as rc
 from rlconnect.envs import EnvRowsBuilder, ExtraReward
-from rlconnect.envs.rows import ExternalRows
+from rlconnect.envs.rows import ExternalRows, LayoutMemo
 
 A = rc.DEFAULT_AGENT_ID
 
@@ -213,3 +213,42 @@ def test_an_empty_builder_builds_empty_rows():
     rows = EnvRowsBuilder().build()
     assert len(rows) == 0 and rows.stepped.dtype == np.int64 and not rows.is_first.any()
     assert rows.done_envs == {} and rows.errors == {} and rows.extra_rewards == []
+
+
+def _memo_poll(memo: LayoutMemo, agents: tuple[str, ...], *, first: bool = False):
+    b = EnvRowsBuilder(memo=memo)
+    b.add_agent_rows(0, dict.fromkeys(agents, np.zeros(2)), {}, {}, {}, {}, first=first)
+    b.add_agent_rows(2, {"x": np.ones(2)}, {"x": 1.0}, {}, {}, {})
+    return b.build(stack=_stack)
+
+
+def test_a_memo_shares_the_read_only_columns_of_polls_laid_out_alike():
+    """``env_ids``, ``stepped`` and an ``is_first`` of zeros recur while the same agents
+    act: one read-only array each; the flag columns (which connectors see) stay each
+    poll's own, and another layout gets its own columns."""
+    memo = LayoutMemo()
+    one, two = _memo_poll(memo, ("a", "b")), _memo_poll(memo, ("a", "b"))
+    assert one.env_ids is two.env_ids and one.stepped is two.stepped
+    assert one.is_first is two.is_first and not one.is_first.any()
+    assert one.env_ids.tolist() == [0, 0, 2] and one.stepped.tolist() == [0, 2]
+    for column in (one.env_ids, one.stepped, one.is_first):
+        with pytest.raises(ValueError, match="read-only"):
+            column[0] = 1
+    assert one.terminateds is not two.terminateds and one.terminateds.flags.writeable
+    other = _memo_poll(memo, ("a",), first=True)
+    assert other.env_ids.tolist() == [0, 2] and other.stepped.tolist() == [2]
+    assert other.is_first.tolist() == [True, False] and not other.plain
+    for k in range(70):  # more layouts than a memo keeps: each still gets its own
+        rows = _memo_poll(memo, tuple(f"a{i}" for i in range(k + 1)))
+        assert rows.env_ids.tolist() == [0] * (k + 1) + [2]
+
+
+@pytest.mark.parametrize("told", [None, True])
+def test_agent_flags_that_are_all_false_leave_the_rows_plain(told: bool | None):
+    """Flag dicts that name every agent (as PettingZoo's do) but set none: no row flag."""
+    b = EnvRowsBuilder()
+    obs = {"a": np.zeros(2), "b": np.ones(2)}
+    flags = {"a": False, "b": np.False_, "__all__": False}
+    assert b.add_agent_rows(0, obs, {"a": 1.0}, flags, dict(flags), {}, agent_flags=told)
+    rows = b.build()
+    assert rows.plain and not rows.terminateds.any() and rows.rewards.tolist() == [1.0, 0.0]

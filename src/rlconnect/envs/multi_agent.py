@@ -10,7 +10,7 @@ import numpy as np
 
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.obs_stack import ObsStacker, fits_dtype
-from rlconnect.envs.rows import EnvRowsBuilder
+from rlconnect.envs.rows import EnvRowsBuilder, LayoutMemo
 from rlconnect.envs.sub_envs import ContextRule, EnvContext, SubEnvs, sub_env_contexts
 from rlconnect.errors import EnvCheckError
 from rlconnect.spaces import unstack_batch
@@ -46,6 +46,7 @@ class MultiAgentEnv:
 
 
 _ALL = {"__all__"}
+_ROWS = (np.ndarray, list)  #: actions given row by row (a tuple: cheaper than ``|`` per call)
 
 
 Boxes = dict[Any, tuple[tuple[int, ...], np.dtype]]
@@ -115,9 +116,12 @@ def _add_step(
 ) -> bool:
     """Sub-env ``i``'s dicts as rows (agents with an observation) and extra rewards (agents
     rewarded or done without one). Returns whether an agent with an observation goes on."""
-    going = rows.add_agent_rows(i, o, r, te, tr, inf if isinstance(inf, dict) else {}, first=first)
+    # whether a flag dict names an agent: as many keys as "__all__"s (cheaper than views)
+    flags = len(te) + len(tr) != ("__all__" in te) + ("__all__" in tr)
+    infos = inf if isinstance(inf, dict) else {}
+    going = rows.add_agent_rows(i, o, r, te, tr, infos, first=first, agent_flags=flags)
     if r.keys() <= o.keys():
-        if te.keys() <= _ALL and tr.keys() <= _ALL:
+        if not flags:
             return going  # the common step: every agent named has an observation
     else:
         for a, val in r.items():
@@ -169,6 +173,8 @@ class MultiAgentEnvs(BaseEnv):
         #: stepped, no agent to act, not done: stepped with {} (a reset or soft reset asked
         #: for meanwhile comes first, and a successful one empties this)
         self._idle: set[int] = set()
+        #: the columns that recur while the same agents act (``env_ids``, ``stepped``)
+        self._memo = LayoutMemo()
 
     @property
     def envs(self) -> list[Any]:
@@ -192,9 +198,13 @@ class MultiAgentEnvs(BaseEnv):
             ) from None
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
-        rows = actions if isinstance(actions, list | np.ndarray) else unstack_batch(actions)
+        rows = actions if isinstance(actions, _ROWS) else unstack_batch(actions)
         pending = self._subs.actions
-        for i, a, act in zip(env_ids.tolist(), agent_ids, rows):
+        ids = env_ids.tolist()
+        if ids and ids.count(ids[0]) == len(ids) and ids[0] not in pending:
+            pending[ids[0]] = dict(zip(agent_ids, rows))  # one sub-env's rows (e.g. N=1)
+            return
+        for i, a, act in zip(ids, agent_ids, rows):
             held = pending.get(i)
             if held is None:
                 pending[i] = {a: act}
@@ -211,7 +221,7 @@ class MultiAgentEnvs(BaseEnv):
         self._subs.try_restart(env_id)
 
     def poll(self) -> EnvRows:
-        rows = EnvRowsBuilder()
+        rows = EnvRowsBuilder(memo=self._memo)
         subs = self._subs
         resets, soft, actions, idle = subs.needs_reset, subs.soft, subs.actions, self._idle
         envs = subs.envs

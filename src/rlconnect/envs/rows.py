@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple, overload
 
 import numpy as np
@@ -32,6 +33,7 @@ __all__ = [
     "EnvRowsBuilder",
     "ExternalRows",
     "ExtraReward",
+    "LayoutMemo",
     "StackFn",
     "done_envs_of",
     "errors_only",
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 _ALL = {"__all__"}
+_ZERO = repeat(0.0)  #: the reward of an agent a rewards dict leaves out (``map``'s default)
+_MEMO_MAX = 64  #: columns a ``LayoutMemo`` keeps of each kind (forgotten all at once)
 
 #: the ``terminateds``, ``truncateds`` and ``is_first`` columns
 Flags = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -191,6 +195,42 @@ def done_envs_of(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> di
     return dict(zip(env_ids[idx].tolist(), zip(term[idx].tolist(), trunc[idx].tolist())))
 
 
+class LayoutMemo:
+    """Read-only columns kept from poll to poll: a multi-agent poll's ``env_ids`` and
+    ``stepped`` recur as long as the same agents act, and an ``is_first`` of zeros as long
+    as no episode begins. One of each (at most ``_MEMO_MAX`` kept) instead of a numpy call
+    per column and poll; read-only, so a reader that writes fails loudly instead of
+    changing a later poll's rows (the runner only reads them; ``GymEnvs`` shares its
+    ``env_ids`` likewise)."""
+
+    __slots__ = ("_ids", "_zeros")
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[int, ...], np.ndarray] = {}
+        self._zeros: dict[int, np.ndarray] = {}
+
+    def ids(self, values: list[int]) -> np.ndarray:
+        """``values`` as a read-only int64 array."""
+        key = tuple(values)
+        arr = self._ids.get(key)
+        if arr is None:
+            if len(self._ids) >= _MEMO_MAX:
+                self._ids.clear()
+            arr = self._ids[key] = np.array(values, dtype=np.int64)
+            arr.flags.writeable = False
+        return arr
+
+    def zeros(self, n: int) -> np.ndarray:
+        """A read-only bool array of ``n`` False."""
+        arr = self._zeros.get(n)
+        if arr is None:
+            if len(self._zeros) >= _MEMO_MAX:
+                self._zeros.clear()
+            arr = self._zeros[n] = np.zeros(n, dtype=bool)
+            arr.flags.writeable = False
+        return arr
+
+
 class EnvRowsBuilder:
     """Collects one poll's rows, errors, extra rewards and episode ends; ``build()`` makes
     the ``EnvRows`` (see the module doc).
@@ -199,10 +239,14 @@ class EnvRowsBuilder:
     truncated row ends its sub-env's episode (``done_envs`` is derived, ``end_episode`` is
     not needed) and stacked rows may be ``dense``. Multi-agent adapters leave it False and
     call ``end_episode`` for ``__all__``.
+
+    ``memo``: where the columns that recur from poll to poll are kept (``LayoutMemo``;
+    its arrays are read-only); None: every poll makes its own.
     """
 
-    def __init__(self, *, single_agent: bool = False) -> None:
+    def __init__(self, *, single_agent: bool = False, memo: LayoutMemo | None = None) -> None:
         self.single_agent = single_agent
+        self.memo = memo
         self._ids: list[int] = []
         self._agents: list[Any] = []
         self._obs: list[Any] = []
@@ -256,31 +300,34 @@ class EnvRowsBuilder:
         infos: Mapping[Any, Any],
         *,
         first: bool = False,
+        agent_flags: bool | None = None,
     ) -> bool:
         """A row for every agent of sub-env ``env_id`` with an observation, read from a
         multi-agent env's dicts (missing entries: reward 0, no flags, no info): what
         ``add_row`` per agent adds, in a few list operations. Not ``first``: the sub-env
-        stepped (also when no agent observes). Returns whether one of these agents goes on
-        (is neither terminated nor truncated)."""
-        agents = list(obs)
-        n = len(agents)
+        stepped (also when no agent observes). ``agent_flags``: whether ``terminateds`` or
+        ``truncateds`` name a key but ``"__all__"``, if the caller looked already (None:
+        looked at here). Returns whether one of these agents goes on (is neither
+        terminated nor truncated)."""
+        n = len(obs)
         k = len(self._ids)
         self._ids += [env_id] * n
-        self._agents += agents
+        self._agents += obs
         self._obs += obs.values()
-        self._infos += [infos.get(a) or EMPTY_INFO for a in agents] if infos else [EMPTY_INFO] * n
+        self._infos += [infos.get(a) or EMPTY_INFO for a in obs] if infos else [EMPTY_INFO] * n
         if first:
             self._rew += [0.0] * n
             if n:
                 self._firsts.append((k, n))
             return n > 0
         self._stepped.add(env_id)
-        get = rewards.get
-        self._rew += [get(a, 0.0) for a in agents]
-        if terminateds.keys() <= _ALL and truncateds.keys() <= _ALL:  # no agent's own flag
-            return n > 0
-        term = [bool(terminateds.get(a, False)) for a in agents]
-        trunc = [bool(truncateds.get(a, False)) for a in agents]
+        self._rew += map(rewards.get, obs, _ZERO)
+        if agent_flags is None:
+            agent_flags = not (terminateds.keys() <= _ALL and truncateds.keys() <= _ALL)
+        if not agent_flags or not (any(terminateds.values()) or any(truncateds.values())):
+            return n > 0  # no agent's own flag, or none set
+        term = [bool(terminateds.get(a, False)) for a in obs]
+        trunc = [bool(truncateds.get(a, False)) for a in obs]
         ended = sum(t or u for t, u in zip(term, trunc))
         if ended:
             self._flags.append((k, term, trunc))
@@ -335,8 +382,8 @@ class EnvRowsBuilder:
         if errors and not errors.keys().isdisjoint(self._ids):  # leave out their rows
             rewards, flags = self._drop_rows_of(errors, rewards, flags)
         terminateds, truncateds, is_first = flags
-        ids, obs = self._ids, self._obs
-        env_ids = np.array(ids, dtype=np.int64)
+        ids, obs, memo = self._ids, self._obs, self.memo
+        env_ids = np.array(ids, dtype=np.int64) if memo is None else memo.ids(ids)
         done = self._done
         if self.single_agent:
             done = {**done, **done_envs_of(env_ids, terminateds, truncateds)}
@@ -346,6 +393,8 @@ class EnvRowsBuilder:
             extra = [x for x in extra if x.env_id not in errors]
             stepped = stepped.difference(errors)
             done = {e: f for e, f in done.items() if e not in errors}
+        order = sorted(stepped)
+        stepped_ids = np.array(order, dtype=np.int64) if memo is None else memo.ids(order)
         unfit: Mapping[int, BaseException] = {}
         if stack is not None:
             obs, unfit = stack(obs, ids)
@@ -359,7 +408,7 @@ class EnvRowsBuilder:
             self._infos,
             is_first,
             stack is not None,  # stacked
-            np.array(sorted(stepped), dtype=np.int64),
+            stepped_ids,
             done,
             extra,
             errors,
@@ -382,14 +431,13 @@ class EnvRowsBuilder:
         """``terminateds``, ``truncateds`` and ``is_first`` of every row added: zeros, and
         the runs of rows that have some set."""
         n = len(self._ids)
-        term, trunc, first = (
-            np.zeros(n, dtype=bool),
-            np.zeros(n, dtype=bool),
-            np.zeros(n, dtype=bool),
-        )
+        term, trunc = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
         for k, te, tr in self._flags:
             term[k : k + len(te)] = te
             trunc[k : k + len(tr)] = tr
+        if self.memo is not None and not self._firsts:  # (only the runner reads is_first)
+            return term, trunc, self.memo.zeros(n)
+        first = np.zeros(n, dtype=bool)
         for k, count in self._firsts:
             first[k : k + count] = True
         return term, trunc, first
