@@ -238,17 +238,35 @@ def test_a_memo_shares_the_read_only_columns_of_polls_laid_out_alike():
     other = _memo_poll(memo, ("a",), first=True)
     assert other.env_ids.tolist() == [0, 2] and other.stepped.tolist() == [2]
     assert other.is_first.tolist() == [True, False] and not other.plain
+    b = EnvRowsBuilder(memo=memo)  # sub-envs in another order: stepped still ascends
+    for e in (8, 1, 8):
+        b.add_agent_rows(e, {"a": np.zeros(2)}, {}, {}, {}, {})
+    assert b.build().stepped.tolist() == [1, 8]
     for k in range(70):  # more layouts than a memo keeps: each still gets its own
         rows = _memo_poll(memo, tuple(f"a{i}" for i in range(k + 1)))
         assert rows.env_ids.tolist() == [0] * (k + 1) + [2]
 
 
-@pytest.mark.parametrize("told", [None, True])
-def test_agent_flags_that_are_all_false_leave_the_rows_plain(told: bool | None):
+def test_agent_flags_that_are_all_false_leave_the_rows_plain():
     """Flag dicts that name every agent (as PettingZoo's do) but set none: no row flag."""
     b = EnvRowsBuilder()
     obs = {"a": np.zeros(2), "b": np.ones(2)}
     flags = {"a": False, "b": np.False_, "__all__": False}
-    assert b.add_agent_rows(0, obs, {"a": 1.0}, flags, dict(flags), {}, agent_flags=told)
+    assert b.add_agent_rows(0, obs, {"a": 1.0}, flags, dict(flags), {})
     rows = b.build()
     assert rows.plain and not rows.terminateds.any() and rows.rewards.tolist() == [1.0, 0.0]
+
+
+def test_agents_without_an_observation_get_extra_rewards():
+    """Rewarded without an observation: the reward, with the agent's flags; done without
+    either: a reward of 0 that ends its trajectory; ``__all__`` is not an agent."""
+    b = EnvRowsBuilder()
+    obs = {"a": np.zeros(2)}
+    te = {"a": False, "c": True, "__all__": False}
+    going = b.add_agent_rows(3, obs, {"a": 1.0, "b": 2.0}, te, {"b": True}, {})
+    rows = b.build()
+    assert going and rows.env_ids.tolist() == [3] and rows.rewards.tolist() == [1.0]
+    assert sorted(rows.extra_rewards) == [
+        ExtraReward(3, "b", 2.0, False, True),
+        ExtraReward(3, "c", 0.0, True, False),
+    ]

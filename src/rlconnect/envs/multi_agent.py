@@ -45,7 +45,6 @@ class MultiAgentEnv:
         """Release resources."""
 
 
-_ALL = {"__all__"}
 _ROWS = (np.ndarray, list)  #: actions given row by row (a tuple: cheaper than ``|`` per call)
 
 
@@ -109,31 +108,6 @@ def _shared_space(spaces: dict[Any, gym.Space]) -> gym.Space | None:
     if shared is None or any(s != shared for s in spaces.values()):
         return None
     return shared
-
-
-def _add_step(
-    rows: EnvRowsBuilder, i: int, o: dict, r: dict, te: dict, tr: dict, inf: Any, *, first: bool
-) -> bool:
-    """Sub-env ``i``'s dicts as rows (agents with an observation) and extra rewards (agents
-    rewarded or done without one). Returns whether an agent with an observation goes on."""
-    # whether a flag dict names an agent: as many keys as "__all__"s (cheaper than views)
-    flags = len(te) + len(tr) != ("__all__" in te) + ("__all__" in tr)
-    infos = inf if isinstance(inf, dict) else {}
-    going = rows.add_agent_rows(i, o, r, te, tr, infos, first=first, agent_flags=flags)
-    if r.keys() <= o.keys():
-        if not flags:
-            return going  # the common step: every agent named has an observation
-    else:
-        for a, val in r.items():
-            if a not in o:
-                rows.add_extra_reward(i, a, val, te.get(a, False), tr.get(a, False))
-    named = o.keys() | _ALL
-    if te.keys() <= named and tr.keys() <= named:
-        return going  # no agent done without an observation
-    for a in set(te) | set(tr):
-        if a != "__all__" and a not in o and a not in r and (te.get(a) or tr.get(a)):
-            rows.add_extra_reward(i, a, 0.0, te.get(a, False), tr.get(a, False))
-    return going
 
 
 class MultiAgentEnvs(BaseEnv):
@@ -250,14 +224,16 @@ class MultiAgentEnvs(BaseEnv):
                 continue
             if o:
                 subs.last[i] = (o, inf)
-            going = _add_step(rows, i, o, r, te, tr, inf, first=resetting)  # (marks a step)
+            infos = inf if isinstance(inf, dict) else {}
+            going = rows.add_agent_rows(i, o, r, te, tr, infos, first=resetting)
             all_te, all_tr = te.get("__all__"), tr.get("__all__")
             if all_te or all_tr:
                 rows.end_episode(i, bool(all_te), bool(all_tr))
             elif not going:
                 idle.add(i)  # no agent acts next (none, or only ones that ended): step with {}
         out = rows.build(stack=self._stack)
-        subs.failures.update(out.errors)
+        if out.errors:
+            subs.failures.update(out.errors)
         return out
 
     def _reset(self, i: int) -> tuple[dict, dict, dict, dict, dict]:

@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 _ALL = {"__all__"}
+_BOOL = np.dtype(bool)  #: (a dtype object: cheaper for ``np.zeros`` than ``dtype=bool``)
 _ZERO = repeat(0.0)  #: the reward of an agent a rewards dict leaves out (``map``'s default)
 _MEMO_MAX = 64  #: columns a ``LayoutMemo`` keeps of each kind (forgotten all at once)
 
@@ -203,10 +204,11 @@ class LayoutMemo:
     changing a later poll's rows (the runner only reads them; ``GymEnvs`` shares its
     ``env_ids`` likewise)."""
 
-    __slots__ = ("_ids", "_zeros")
+    __slots__ = ("_ids", "_stepped", "_zeros")
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, ...], np.ndarray] = {}
+        self._stepped: dict[tuple[int, ...], np.ndarray] = {}
         self._zeros: dict[int, np.ndarray] = {}
 
     def ids(self, values: list[int]) -> np.ndarray:
@@ -214,10 +216,16 @@ class LayoutMemo:
         key = tuple(values)
         arr = self._ids.get(key)
         if arr is None:
-            if len(self._ids) >= _MEMO_MAX:
-                self._ids.clear()
-            arr = self._ids[key] = np.array(values, dtype=np.int64)
-            arr.flags.writeable = False
+            arr = _frozen(self._ids, key, values)
+        return arr
+
+    def stepped(self, ids: set[int]) -> np.ndarray:
+        """``ids`` ascending, as a read-only int64 array (kept by the set's own order: no
+        sort when found)."""
+        key = tuple(ids)
+        arr = self._stepped.get(key)
+        if arr is None:
+            arr = _frozen(self._stepped, key, sorted(ids))
         return arr
 
     def zeros(self, n: int) -> np.ndarray:
@@ -229,6 +237,15 @@ class LayoutMemo:
             arr = self._zeros[n] = np.zeros(n, dtype=bool)
             arr.flags.writeable = False
         return arr
+
+
+def _frozen(kept: dict[tuple[int, ...], np.ndarray], key: tuple, values: list[int]) -> np.ndarray:
+    """``values`` as a read-only int64 array, kept under ``key`` (all forgotten when full)."""
+    if len(kept) >= _MEMO_MAX:
+        kept.clear()
+    arr = kept[key] = np.array(values, dtype=np.int64)
+    arr.flags.writeable = False
+    return arr
 
 
 class EnvRowsBuilder:
@@ -300,15 +317,14 @@ class EnvRowsBuilder:
         infos: Mapping[Any, Any],
         *,
         first: bool = False,
-        agent_flags: bool | None = None,
     ) -> bool:
-        """A row for every agent of sub-env ``env_id`` with an observation, read from a
-        multi-agent env's dicts (missing entries: reward 0, no flags, no info): what
-        ``add_row`` per agent adds, in a few list operations. Not ``first``: the sub-env
-        stepped (also when no agent observes). ``agent_flags``: whether ``terminateds`` or
-        ``truncateds`` name a key but ``"__all__"``, if the caller looked already (None:
-        looked at here). Returns whether one of these agents goes on (is neither
-        terminated nor truncated)."""
+        """Sub-env ``env_id``'s step (or, ``first``, its reset) from a multi-agent env's
+        dicts: a row for every agent with an observation (missing entries: reward 0, no
+        flags, no info), what ``add_row`` per agent adds in a few list operations, and an
+        ``ExtraReward`` for every agent rewarded or done without one. Not ``first``: the
+        sub-env stepped (also when no agent observes); ``first`` ignores rewards and flags.
+        ``"__all__"`` is the caller's (``end_episode``). Returns whether one of the agents
+        with an observation goes on (is neither terminated nor truncated)."""
         n = len(obs)
         k = len(self._ids)
         self._ids += [env_id] * n
@@ -322,16 +338,39 @@ class EnvRowsBuilder:
             return n > 0
         self._stepped.add(env_id)
         self._rew += map(rewards.get, obs, _ZERO)
-        if agent_flags is None:
-            agent_flags = not (terminateds.keys() <= _ALL and truncateds.keys() <= _ALL)
-        if not agent_flags or not (any(terminateds.values()) or any(truncateds.values())):
-            return n > 0  # no agent's own flag, or none set
-        term = [bool(terminateds.get(a, False)) for a in obs]
-        trunc = [bool(truncateds.get(a, False)) for a in obs]
-        ended = sum(t or u for t, u in zip(term, trunc))
-        if ended:
-            self._flags.append((k, term, trunc))
+        # whether a flag dict names an agent: more keys than "__all__"s (cheaper than views)
+        te, tr = terminateds, truncateds
+        own_flags = len(te) + len(tr) != ("__all__" in te) + ("__all__" in tr)
+        ended = 0
+        if own_flags and (any(te.values()) or any(tr.values())):  # some flag may be set
+            term = [bool(te.get(a, False)) for a in obs]
+            trunc = [bool(tr.get(a, False)) for a in obs]
+            ended = sum(t or u for t, u in zip(term, trunc))
+            if ended:
+                self._flags.append((k, term, trunc))
+        if own_flags or not rewards.keys() <= obs.keys():
+            self._add_unobserved(env_id, obs, rewards, te, tr)
         return ended < n
+
+    def _add_unobserved(
+        self,
+        env_id: int,
+        obs: Mapping[Any, Any],
+        rewards: Mapping[Any, Any],
+        terminateds: Mapping[Any, Any],
+        truncateds: Mapping[Any, Any],
+    ) -> None:
+        """The extra rewards of the agents rewarded, or done, without an observation."""
+        te, tr = terminateds, truncateds
+        for a, val in rewards.items():
+            if a not in obs:
+                self.add_extra_reward(env_id, a, val, te.get(a, False), tr.get(a, False))
+        named = obs.keys() | _ALL
+        if te.keys() <= named and tr.keys() <= named:
+            return  # no agent done without an observation
+        for a in set(te) | set(tr):
+            if a != "__all__" and a not in obs and a not in rewards and (te.get(a) or tr.get(a)):
+                self.add_extra_reward(env_id, a, 0.0, te.get(a, False), tr.get(a, False))
 
     def add_error(self, env_id: int, exc: BaseException) -> None:
         """Sub-env ``env_id`` failed at this poll: none of its rows will be in the result."""
@@ -393,8 +432,10 @@ class EnvRowsBuilder:
             extra = [x for x in extra if x.env_id not in errors]
             stepped = stepped.difference(errors)
             done = {e: f for e, f in done.items() if e not in errors}
-        order = sorted(stepped)
-        stepped_ids = np.array(order, dtype=np.int64) if memo is None else memo.ids(order)
+        if memo is None:
+            stepped_ids = np.array(sorted(stepped), dtype=np.int64)
+        else:
+            stepped_ids = memo.stepped(stepped)
         unfit: Mapping[int, BaseException] = {}
         if stack is not None:
             obs, unfit = stack(obs, ids)
@@ -431,7 +472,7 @@ class EnvRowsBuilder:
         """``terminateds``, ``truncateds`` and ``is_first`` of every row added: zeros, and
         the runs of rows that have some set."""
         n = len(self._ids)
-        term, trunc = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        term, trunc = np.zeros(n, _BOOL), np.zeros(n, _BOOL)
         for k, te, tr in self._flags:
             term[k : k + len(te)] = te
             trunc[k : k + len(tr)] = tr
