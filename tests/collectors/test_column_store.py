@@ -82,6 +82,33 @@ def test_a_column_that_comes_late_reads_as_zeros_before():
     assert s.column("late").dtype == np.int16
 
 
+@pytest.mark.parametrize(
+    ("number", "array", "dtype"),
+    [
+        (False, np.array([True, False, True]), np.bool_),
+        (7, np.array([1, 2, 3], np.int64), np.int64),
+        (7, np.array([0.5, 1.5, 2.5]), np.float64),  # an array wider than the numbers
+        (np.float32(0.25), np.array([1, 2, 3], np.int16), np.float32),
+    ],
+)
+def test_a_column_of_numbers_and_arrays_reads_back_in_order(merging, number, array, dtype):
+    """Chunks giving one number for all their rows (a flag no row sets), and some giving
+    an array (a row sets it): each row reads back its own value, in the common type."""
+    s = ColumnStore()
+    expected = []
+    for i in range(13):
+        if i in (0, 5, 6, 12):  # first, consecutive, and last chunks are arrays
+            s.append({"c": array, "i": i}, 3)
+            expected.extend(array.tolist())
+        else:
+            s.append({"c": number, "i": i}, 3)
+            expected.extend([number] * 3)
+    column = s.column("c")
+    assert column.dtype == dtype
+    np.testing.assert_array_equal(column, np.asarray(expected, dtype))
+    np.testing.assert_array_equal(s.column("i"), np.repeat(np.arange(13), 3))
+
+
 def test_fill_rows_puts_values_where_the_rows_acted():
     where = np.array([True, False, True])
     np.testing.assert_array_equal(fill_rows(np.array([4, 5]), where, 3), [4, 0, 5])

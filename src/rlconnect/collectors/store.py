@@ -10,6 +10,7 @@ number of sub-envs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 from itertools import chain
 from operator import itemgetter
 from typing import Any
@@ -25,6 +26,8 @@ __all__ = ["MERGE_EVERY", "ColumnStore", "fill_rows", "zeros_like_rows"]
 _MISSING: Any = object()
 MERGE_EVERY = 256  # chunks appended one by one are merged in groups of this many
 _SCALARS = {int, float, bool, np.int64, np.float64, np.bool_, np.int32, np.float32}
+_NUMBERS_OR_ARRAYS = _SCALARS | {np.ndarray}
+_DTYPE_OF = {bool: np.dtype(bool), int: np.dtype(np.int64), float: np.dtype(np.float64)}
 
 
 def _is_leaf(value: Any) -> bool:
@@ -91,10 +94,10 @@ def _values_of(chunks: list[dict[str, Any]], name: str) -> list[Any]:
         return [c.get(name, _MISSING) for c in chunks]
 
 
-def _merge_column(values: list[Any], lengths: list[int], template: Any) -> Any:
-    """One column as one array from its value in each chunk: a single numpy call in the
-    common cases (all arrays, all lists, all scalars), chunk by chunk otherwise; a chunk
-    without the column reads as zeros."""
+def _merge_column(values: list[Any], lengths: list[int], counts: np.ndarray, template: Any) -> Any:
+    """One column as one array from its value in each chunk (``counts``: ``lengths`` as an
+    array): a single numpy call in the common cases (all arrays, all lists, all numbers),
+    chunk by chunk otherwise; a chunk without the column reads as zeros."""
     kinds = set(map(type, values))
     if kinds == {np.ndarray, object} and _is_leaf(template):  # arrays, and chunks without
         values = [
@@ -106,7 +109,9 @@ def _merge_column(values: list[Any], lengths: list[int], template: Any) -> Any:
     if kinds == {list}:
         return np.fromiter(chain.from_iterable(values), dtype=object, count=sum(lengths))
     if kinds <= _SCALARS:
-        return np.repeat(np.asarray(values), lengths)
+        return np.repeat(_numbers(values, kinds), counts)
+    if np.ndarray in kinds and kinds <= _NUMBERS_OR_ARRAYS and template.ndim == 1:
+        return _numbers_and_arrays(values, lengths, counts, kinds - {np.ndarray})
     parts = [
         zeros_like_rows(template, n) if v is _MISSING else _expand(v, n)
         for v, n in zip(values, lengths)
@@ -116,6 +121,45 @@ def _merge_column(values: list[Any], lengths: list[int], template: Any) -> Any:
     if _is_leaf(parts[0]):
         return np.concatenate(parts)
     return tree.map_structure(lambda *leaves: np.concatenate(leaves), *parts)
+
+
+def _numbers(values: list[Any], kinds: set[type]) -> np.ndarray:
+    """Numbers as an array; Python numbers of one type are read without numpy having to
+    discover their type one by one (several times cheaper)."""
+    dtype = _DTYPE_OF.get(next(iter(kinds))) if len(kinds) == 1 else None
+    if dtype is None:
+        return np.asarray(values)
+    return np.fromiter(values, dtype, len(values))
+
+
+def _positions(items: list[Any], item: Any) -> list[int]:
+    """Where ``item`` is in ``items``: found by ``list.index`` (a C loop), so a few hits in
+    a long list cost little."""
+    found: list[int] = []
+    with suppress(ValueError):
+        while True:
+            found.append(items.index(item, found[-1] + 1 if found else 0))
+    return found
+
+
+def _numbers_and_arrays(
+    values: list[Any], lengths: list[int], counts: np.ndarray, kinds: set[type]
+) -> np.ndarray:
+    """A 1-D column whose chunks give either one number for all their rows or an array
+    (a flag set in a few chunks only): the numbers repeated in one call, then each
+    array written in place."""
+    arrays = _positions(list(map(type, values)), np.ndarray)
+    numbers = list(values)
+    fill = next(v for v in values if type(v) is not np.ndarray)  # a number of the same kind
+    for i in arrays:
+        numbers[i] = fill
+    repeated = _numbers(numbers, kinds)
+    dtype = np.result_type(repeated.dtype, *{values[i].dtype for i in arrays})
+    out = np.repeat(repeated.astype(dtype, copy=False), counts)
+    starts = (np.cumsum(counts) - counts)[arrays].tolist()
+    for i, start in zip(arrays, starts):
+        out[start : start + lengths[i]] = values[i]
+    return out
 
 
 class ColumnStore:
@@ -183,8 +227,9 @@ class ColumnStore:
         """Merge the chunks from index ``first`` on into one, one array per column."""
         chunks, lengths = self._chunks[first:], self._lengths[first:]
         columns = self._columns_of(chunks)
+        counts = np.fromiter(lengths, np.int64, len(lengths))
         merged = {
-            name: _merge_column(list(values), lengths, template)
+            name: _merge_column(list(values), lengths, counts, template)
             for (name, template), values in zip(self._templates.items(), columns)
         }
         self._chunks[first:] = [merged]

@@ -175,6 +175,7 @@ class StepKernel:
         self.env, self.policies, self.pipes, self.config = env, policies, pipes, config
         self.collectors, self.timers = collectors, timers
         self.multi = env.is_multi_agent
+        self._one_env = n == 1
         self.poll_index = 0
         pids = list(policies)
         self._one_pid = pids[0] if len(pids) == 1 else ""  # "": several
@@ -403,10 +404,16 @@ class StepKernel:
         data = AgentData.trusted(env_ids, agent_ids, cols)
         if connectors:
             data = pipe(data)
+        record = dict(data.columns)
+        if not facts.some_done:  # no flag is set: one False for all rows of the chunk
+            for name in ("terminateds", "truncateds"):
+                if record[name] is cols[name]:  # (unless a connector made its own)
+                    record[name] = False
+        if self._one_env and record["t"] is cols["t"]:  # (one sub-env: one length)
+            record["t"] = int(lengths[0])
         return PolicyStep(
-            pid, data, dict(data.columns), traj, 0 if agent_index is None else agent_index,
-            done, obs,
-        )  # fmt: skip
+            pid, data, record, traj, 0 if agent_index is None else agent_index, done, obs
+        )
 
     def _record(self, step: PolicyStep, facts: PollFacts) -> None:
         """Record one policy's rows and outputs, once every action is out (an env that
@@ -419,13 +426,17 @@ class StepKernel:
             of_env = self.trajectories.of_env
             traj = of_env.copy() if whole else of_env[env_ids]
         eps = self.episodes.eps_id
-        record["eps_id"] = eps.copy() if whole else eps[env_ids]
-        record["env_id"] = env_ids
+        if self._one_env:  # every row is of sub-env 0's one episode: one number each
+            record["eps_id"], record["env_id"] = int(eps[0]), 0
+        else:
+            record["eps_id"] = eps.copy() if whole else eps[env_ids]
+            record["env_id"] = env_ids
         record["agent_index"] = step.agent_index
         if self.config.keep_raw_obs:
             record["raw_obs"] = step.obs
+        last = step.done if facts.some_done else False
         self.collectors.collectors[step.pid].add_rows(
-            traj, facts.poll, record, step.done, outputs=step.outputs, acted=step.acted
+            traj, facts.poll, record, last, outputs=step.outputs, acted=step.acted
         )
 
     def _finish(self, facts: PollFacts) -> None:
