@@ -136,3 +136,23 @@ def test_env_step_log(merging):
     log.keep(np.flatnonzero(cols.poll >= 8))
     assert log.size == 4 and log.agent_steps == 3 * 2 + 1
     np.testing.assert_array_equal(log.columns().poll, [8, 8, 8, 9])
+
+
+def test_env_step_log_of_one_sub_env(merging):
+    """Polls that step one sub-env each (a runner of one, turn-based polls), some with
+    per-step arrays and some with a number, then a wider poll: the same columns."""
+    log = EnvStepLog()
+    for poll in range(9):
+        env = np.array([poll % 2])
+        steps = 3 if poll % 3 else np.array([poll])
+        log.add(poll, env, env + 7 * poll, steps)
+    log.add(9, np.array([0, 1]), np.array([70, 71]), np.array([1, 2]))
+    cols = log.columns()
+    polls = np.arange(9)
+    np.testing.assert_array_equal(cols.poll, [*polls, 9, 9])
+    np.testing.assert_array_equal(cols.env, [*(polls % 2), 0, 1])
+    np.testing.assert_array_equal(cols.eps, [*(polls % 2 + 7 * polls), 70, 71])
+    expected = [3 if p % 3 else p for p in polls] + [1, 2]
+    np.testing.assert_array_equal(cols.agent_steps, expected)
+    assert log.size == 11 and log.agent_steps == sum(expected)
+    assert all(c.dtype == np.int64 and c.ndim == 1 for c in cols)

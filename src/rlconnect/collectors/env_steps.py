@@ -7,7 +7,8 @@ are read, or every ``MERGE_EVERY`` polls so that memory grows with steps, not po
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from itertools import chain
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,7 +38,9 @@ class EnvStepLog:
         self.agent_steps = 0  #: transitions they completed
         empty = np.zeros(0, dtype=np.int64)
         self._columns = EnvSteps(empty, empty, empty, empty)
-        self._pending: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | int]] = []
+        #: each poll's steps: four numbers when one sub-env stepped, else arrays
+        self._pending: list[tuple[Any, ...]] = []
+        self._singles = 0  # pending polls that stepped one sub-env
 
     def add(
         self, poll: int, env_ids: np.ndarray, eps_ids: np.ndarray, agent_steps: np.ndarray | int
@@ -48,38 +51,60 @@ class EnvStepLog:
         if not n:
             return
         self.size += n
-        if type(agent_steps) is int:  # (not isinstance: no call, every poll)
-            self.agent_steps += n * agent_steps
-        elif n <= _PYTHON_SUM_MAX and isinstance(agent_steps, np.ndarray):
-            # a few numbers: Python's sum costs less than a ufunc
-            self.agent_steps += sum(agent_steps.tolist())
+        if n == 1:  # (one sub-env, as in a runner of one or a turn-based poll: numbers)
+            steps = agent_steps if isinstance(agent_steps, int) else agent_steps.tolist()[0]
+            self.agent_steps += steps
+            self._pending.append((poll, *env_ids.tolist(), *eps_ids.tolist(), steps))
+            self._singles += 1
         else:
-            self.agent_steps += int(np.add.reduce(agent_steps))  # (no wrapper: every poll)
-        pending = self._pending
-        pending.append((poll, env_ids, eps_ids, agent_steps))
-        if len(pending) >= MERGE_EVERY:
+            if type(agent_steps) is int:  # (not isinstance: no call, every poll)
+                self.agent_steps += n * agent_steps
+            elif n <= _PYTHON_SUM_MAX and isinstance(agent_steps, np.ndarray):
+                # a few numbers: Python's sum costs less than a ufunc
+                self.agent_steps += sum(agent_steps.tolist())
+            else:
+                self.agent_steps += int(np.add.reduce(agent_steps))  # (no wrapper: every poll)
+            self._pending.append((poll, env_ids, eps_ids, agent_steps))
+        if len(self._pending) >= MERGE_EVERY:
             self.columns()
 
     def columns(self) -> EnvSteps:
         """Every logged env step."""
         if self._pending:
-            polls, envs, eps, steps = zip(*self._pending)
-            self._pending = []
-            counts = list(map(len, envs))
-            old_polls, old_envs, old_eps, old_steps = self._columns
-            self._columns = EnvSteps(
-                np.concatenate((old_polls, np.repeat(np.asarray(polls, np.int64), counts))),
-                np.concatenate((old_envs, *envs)),
-                np.concatenate((old_eps, *eps)),
-                np.concatenate((old_steps, _per_step(steps, counts))),
-            )
+            new = self._merge_pending()
+            self._columns = EnvSteps(*map(np.concatenate, zip(self._columns, new)))
         return self._columns
+
+    def _merge_pending(self) -> EnvSteps:
+        """The pending polls' steps as columns (polls of one sub-env each: their numbers
+        read in one call)."""
+        pending, singles = self._pending, self._singles
+        self._pending, self._singles = [], 0
+        if singles == len(pending):
+            flat = np.fromiter(chain.from_iterable(pending), np.int64, 4 * len(pending))
+            return EnvSteps(*flat.reshape(-1, 4).T)
+        if singles:  # numbers as arrays of one step
+            pending = [
+                p if type(p[1]) is np.ndarray else (p[0], *map(_one, p[1:])) for p in pending
+            ]
+        polls, envs, eps, steps = zip(*pending)
+        counts = list(map(len, envs))
+        return EnvSteps(
+            np.repeat(np.asarray(polls, np.int64), counts),
+            np.concatenate(envs),
+            np.concatenate(eps),
+            _per_step(steps, counts),
+        )
 
     def keep(self, steps: np.ndarray) -> None:
         """Keep only the env steps ``steps`` (indices, in order); the rest are dropped."""
         self._columns = EnvSteps(*(c[steps] for c in self.columns()))
         self.size = len(steps)
         self.agent_steps = int(self._columns.agent_steps.sum())
+
+
+def _one(number: int) -> np.ndarray:
+    return np.full(1, number, np.int64)
 
 
 def _per_step(steps: tuple[np.ndarray | int, ...], counts: list[int]) -> np.ndarray:

@@ -192,8 +192,6 @@ class StepKernel:
             policy_ids=pids,
             connector_resets=pipes.episode_resets,
         )
-        #: multi-agent envs: the agents of every running episode (the episodes' own)
-        self.agents = self.episodes.agents
         self.faults = SubEnvFaults(
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
@@ -222,7 +220,7 @@ class StepKernel:
             timers.steps += 1
             self.step(rows)
         if self.multi:
-            self.agents.write_open_returns()
+            self.episodes.agents.write_open_returns()
 
     def step(self, rows: EnvRows) -> None:
         """Everything one poll's rows cause, phase by phase (see the module docstring)."""
@@ -296,12 +294,13 @@ class StepKernel:
             some_done = bool(done_envs) or bool(np.count_nonzero(done))
         obs, rewards, agent_steps, traj, agent_index, policies = rows.obs, rows.rewards, *_NONE4
         if self.multi:
-            agent_steps, traj, agent_index, rewards, policies = self.agents.look_up(
+            agents = self.episodes.agents
+            agent_steps, traj, agent_index, rewards, policies = agents.look_up(
                 rows, done if some_done else None, poll, policies=not self._one_pid
             )
             fn = self.config.observation_fn
             if fn is not None:
-                obs = self.agents.observation_fn(
+                obs = agents.observation_fn(
                     rows, fn, worker=self.hooks.runner, base_env=self.env, policies=self.policies
                 )
         return PollFacts(
@@ -322,7 +321,7 @@ class StepKernel:
             for i, (e, a) in enumerate(zip(rows.env_ids.tolist(), rows.agent_ids)):
                 groups.setdefault(self.episodes[e].policy_for(a), []).append(i)
             return [(pid, np.asarray(ix, dtype=np.int64)) for pid, ix in groups.items()]
-        pids = self.agents.policy_ids
+        pids = self.episodes.agents.policy_ids
         if not np.count_nonzero(pol != pol[0]):
             return [(pids[pol[0]], None)]
         found, first = np.unique(pol, return_index=True)  # in order of first row
@@ -443,17 +442,18 @@ class StepKernel:
         """The env-step log, the episode callbacks, and the end and reset of finished
         episodes (or a new start without a reset, soft horizon)."""
         rows, done_envs, episodes, poll = facts.rows, facts.done_envs, self.episodes, facts.poll
-        stepped = rows.stepped
-        all_stepped = facts.full and len(stepped) == len(rows.env_ids)
+        stepped = rows.stepped  # (ascending, unique)
+        all_stepped = len(stepped) == len(episodes.eps_id)
         step_eps = episodes.eps_id.copy() if all_stepped else episodes.eps_id[stepped]
-        agent_steps = facts.agent_steps
+        agent_steps, agents = facts.agent_steps, episodes.agents
         if agent_steps is not None:
             if done_envs:  # (closing agents add their transitions: to a copy, see look_up)
                 agent_steps = agent_steps.copy()
             for e in sorted(done_envs):
-                self.agents.close_open_agents(e, done_envs[e], poll, agent_steps)
+                agents.close_open_agents(e, done_envs[e], poll, agent_steps)
             episodes.count_agent_steps(agent_steps)
-            self.collectors.env_step_log.add(poll, stepped, step_eps, agent_steps[stepped])
+            steps_taken = agent_steps if all_stepped else agent_steps[stepped]
+            self.collectors.env_step_log.add(poll, stepped, step_eps, steps_taken)
         else:
             self.collectors.env_step_log.add(poll, stepped, step_eps, 1)
         if facts.firsts:
@@ -461,7 +461,7 @@ class StepKernel:
         if self.hooks.on_step:
             if agent_steps is not None:  # the episodes' returns, as the callbacks see them
                 for e in stepped.tolist():
-                    self.agents.write_returns(e, episodes[e])
+                    agents.write_returns(e, episodes[e])
             episodes.fire_step(stepped)
         if not done_envs:
             return
