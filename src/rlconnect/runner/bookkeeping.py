@@ -257,13 +257,19 @@ class EpisodeTracker:
             for e in np.unique(env_ids).tolist():
                 if self.episodes[e] is None:
                     self.open([e])
-        if len(stepped) == len(self.length):  # every sub-env stepped (ascending, unique)
+        one = len(self.length) == 1  # (numpy's ufuncs cost most on arrays of one element:
+        # one sub-env's numbers are added as scalars, at a fraction of the cost)
+        if one and len(stepped):
+            self.length[0] += 1
+        elif len(stepped) == len(self.length):  # every sub-env stepped (ascending, unique)
             self.length += 1
         else:
             self.length[stepped] += 1
         if self.multi_agent:  # (their returns are the episodes' own, per agent)
             return firsts
-        if full:
+        if one and len(env_ids):
+            self.ret[0] += rows.rewards[0]
+        elif full:
             self.ret += rows.rewards
         else:
             self.ret[env_ids] += rows.rewards  # one row per sub-env
@@ -487,8 +493,8 @@ class AgentTracker:
         self.pending = np.zeros((num_envs, 0))
         self.returns = np.zeros((num_envs, 0))
         self.total = np.zeros(num_envs)  # each episode's return, summed in row order
-        #: rewards not yet in ``returns`` and ``total``, by poll: (slots, env_ids, rewards)
-        self._due: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        #: rewards not yet in ``returns`` and ``total``, by poll: (slots, rewards)
+        self._due: list[tuple[np.ndarray, np.ndarray]] = []
         self._held = False  # whether some agent holds a reward for its next transition
         self.num_envs = num_envs
         #: polls' slots by layout, and the count of changes to any slot (``look_up``)
@@ -558,7 +564,7 @@ class AgentTracker:
         found in them (``_Layout``)."""
         layout = self._layout(rows)
         era = self._era
-        self._due.append((layout.at, rows.env_ids, rows.rewards.copy()))  # (pipelines may edit)
+        self._due.append((layout.at, rows.rewards.copy()))  # (pipelines may edit)
         if layout.found is not None and layout.era == era and not rows.extra_rewards:
             agent_steps, traj, index, pol = layout.found
         else:
@@ -634,10 +640,10 @@ class AgentTracker:
         due = self._due
         if not due:
             return
-        at, env_ids, rewards = (np.concatenate(c) for c in zip(*due))
+        at, rewards = (np.concatenate(c) for c in zip(*due))
         due.clear()
         np.add.at(self._returns_at, at, rewards)
-        np.add.at(self.total, env_ids, rewards)
+        np.add.at(self.total, at // self.width, rewards)  # (a slot's sub-env)
 
     def _map(self, e: int, code: int) -> int:
         """Map agent ``code`` of sub-env ``e``'s episode to its policy (once per episode)."""
@@ -663,7 +669,7 @@ class AgentTracker:
             code = self._code(a)
             if self.policy[e, code] < 0:
                 self._map(e, code)
-            self._due.append((np.array([e * self.width + code]), np.array([e]), np.array([rew])))
+            self._due.append((np.array([e * self.width + code]), np.array([rew])))
             if self.traj[e, code] >= 0:
                 self.pending[e, code] += rew
                 self._held = True
