@@ -175,7 +175,8 @@ class MultiAgentEnvs(BaseEnv):
         rows = actions if isinstance(actions, _ROWS) else unstack_batch(actions)
         pending = self._subs.actions
         ids = env_ids.tolist()
-        if ids and ids.count(ids[0]) == len(ids) and ids[0] not in pending:
+        one = ids and ids[0] == ids[-1] and ids.count(ids[0]) == len(ids)  # (ends first)
+        if one and ids[0] not in pending:
             pending[ids[0]] = dict(zip(agent_ids, rows))  # one sub-env's rows (e.g. N=1)
             return
         for i, a, act in zip(ids, agent_ids, rows):
