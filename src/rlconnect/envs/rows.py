@@ -216,7 +216,7 @@ class LayoutMemo:
         key = tuple(values)
         arr = self._ids.get(key)
         if arr is None:
-            arr = _frozen(self._ids, key, values)
+            arr = _frozen(self._ids, key, np.array(values, dtype=np.int64))
         return arr
 
     def stepped(self, ids: set[int]) -> np.ndarray:
@@ -225,26 +225,23 @@ class LayoutMemo:
         key = tuple(ids)
         arr = self._stepped.get(key)
         if arr is None:
-            arr = _frozen(self._stepped, key, sorted(ids))
+            arr = _frozen(self._stepped, key, np.array(sorted(ids), dtype=np.int64))
         return arr
 
     def zeros(self, n: int) -> np.ndarray:
         """A read-only bool array of ``n`` False."""
         arr = self._zeros.get(n)
         if arr is None:
-            if len(self._zeros) >= _MEMO_MAX:
-                self._zeros.clear()
-            arr = self._zeros[n] = np.zeros(n, dtype=bool)
-            arr.flags.writeable = False
+            arr = _frozen(self._zeros, n, np.zeros(n, dtype=bool))
         return arr
 
 
-def _frozen(kept: dict[tuple[int, ...], np.ndarray], key: tuple, values: list[int]) -> np.ndarray:
-    """``values`` as a read-only int64 array, kept under ``key`` (all forgotten when full)."""
+def _frozen(kept: dict[Any, np.ndarray], key: Any, arr: np.ndarray) -> np.ndarray:
+    """``arr`` made read-only and kept under ``key`` (all forgotten when full)."""
     if len(kept) >= _MEMO_MAX:
         kept.clear()
-    arr = kept[key] = np.array(values, dtype=np.int64)
     arr.flags.writeable = False
+    kept[key] = arr
     return arr
 
 
