@@ -224,6 +224,35 @@ def test_extra_columns_env_actions_and_raw_obs():
     assert b.meta["connector_state"]
 
 
+class _Relabel(rc.AgentConnector):
+    """Replaces two columns the runner made: ``t`` counted from 100, every row truncated."""
+
+    def __call__(self, data):
+        data["t"] = data["t"] + 100
+        data["truncateds"] = np.ones(len(data), dtype=bool)
+        return data
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+def test_columns_an_agent_connector_replaces_are_recorded_as_it_made_them(num_envs):
+    """The runner records a poll's flags and lengths as one number when every row shares
+    it; a column an agent connector replaced is recorded as the connector made it."""
+    env = gym.make("CartPole-v1")
+    batches = []
+    for relabel in (False, True):
+        policy = rc.RandomPolicy(env.observation_space, env.action_space, seed=1)
+        cfg = rc.RunnerConfig(num_envs=num_envs, rollout_fragment_length=30, seed=4)
+        runner = rc.EnvRunner("CartPole-v1", policy, config=cfg)
+        if relabel:
+            runner.agent_pipeline().append(_Relabel(runner.agent_pipeline().ctx))
+        batches.append(runner.sample())
+        runner.stop()
+    plain, relabelled = batches
+    np.testing.assert_array_equal(relabelled["t"], plain["t"] + 100)
+    assert relabelled["truncateds"].all() and not plain["truncateds"].all()
+    np.testing.assert_array_equal(relabelled["eps_id"], plain["eps_id"])  # same episodes
+
+
 def test_eval_mode_freezes_filter_statistics():
     obs, act = _spaces("CartPole-v1")
     cfg = rc.RunnerConfig(

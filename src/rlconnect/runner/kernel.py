@@ -9,11 +9,13 @@ from any env adapter) through named phases, in order:
 2. ``_open_episodes``: first observations open episodes, lengths and returns advance, the
    horizon truncates (``EpisodeTracker``; the agent slots of multi-agent rows are read
    and updated once for every policy, ``AgentTracker.look_up``); what the rows say is
-   derived once, as ``PollFacts``;
-3. per policy, ``_act``: the agent pipeline, then for the rows that go on the policy and
-   the action pipeline (``act``), and the env actions sent; a ``PolicyStep`` each;
+   derived once, as ``PollFacts``: the poll's columns and the kernel's own per row;
+3. per policy, ``_act``: its rows of the poll's columns (an ``AgentData``) through the
+   agent pipeline, then for the rows that go on the policy and the action pipeline
+   (``act``), and the env actions sent; a ``PolicyStep`` each;
 4. ``env.all_actions_sent()`` (an env that steps as one batch starts it here), then
-   ``_record`` of every policy's rows with its outputs (``PolicyCollector``) while it steps;
+   ``_record`` of every policy's ``AgentData`` columns as its pipeline left them, with
+   its outputs and bookkeeping (``PolicyCollector``), while the env steps;
 5. ``_finish``: the env-step log, the episode callbacks, the end and reset of finished
    episodes.
 
@@ -60,24 +62,25 @@ ENDLESS_CHECK_EVERY = 1024
 
 
 class PollFacts:
-    """What one poll's rows say, derived once and read by every phase of its step."""
+    """What one poll's rows say, derived once and read by every phase of its step.
+
+    ``columns`` are the poll's rows as the agent pipelines take them: each policy's
+    ``AgentData`` holds its rows of these columns (a policy that takes every row holds
+    the dict itself), and what the pipeline leaves in it is what gets recorded."""
 
     __slots__ = (
         "agent_index",
         "agent_steps",
+        "columns",
         "done",
         "done_envs",
         "firsts",
         "full",
-        "obs",
         "policies",
         "poll",
-        "rewards",
         "rows",
         "some_done",
-        "terminateds",
         "traj",
-        "truncateds",
     )
 
     def __init__(
@@ -86,10 +89,7 @@ class PollFacts:
         rows: EnvRows,
         full: bool,
         firsts: list[int],
-        obs: Any,
-        rewards: np.ndarray,
-        terminateds: np.ndarray,
-        truncateds: np.ndarray,
+        columns: dict[str, Any],
         done: np.ndarray,
         some_done: bool,
         done_envs: Mapping[int, tuple[bool, bool]],
@@ -102,13 +102,11 @@ class PollFacts:
         self.rows = rows  #: the rows, screened
         self.full = full  #: row i is sub-env i (single-agent rows of every sub-env)
         self.firsts = firsts  #: sub-envs whose episode begins at this poll
-        self.obs = obs  #: what the agent pipelines get (``observation_fn`` applied)
-        #: per row: the reward (multi-agent: with those held for it), terminated,
-        #: truncated (by the horizon too), done (it does not act)
-        self.rewards = rewards
-        self.terminateds = terminateds
-        self.truncateds = truncateds
-        self.done = done
+        #: per row: ``obs`` (``observation_fn`` applied), ``rewards`` (multi-agent: with
+        #: those held for it), ``terminateds``, ``truncateds`` (by the horizon too),
+        #: ``infos`` and ``t`` (the episode's length)
+        self.columns = columns
+        self.done = done  #: per row: done (it does not act)
         self.some_done = some_done  #: whether any row is done
         self.done_envs = done_envs  #: sub-envs whose episode ends, with its flags
         #: multi-agent (else None): transitions each sub-env completed; per row: its
@@ -120,19 +118,21 @@ class PollFacts:
 
 
 class PolicyStep:
-    """One policy's part of a poll: its rows as the agent pipeline made them (``data``,
-    what the policy gets, with the rows' identity; ``record``, what is recorded), then
-    what the policy answered (``outputs``; ``acted``: the rows that acted, None: all)."""
+    """One policy's part of a poll: its rows as the agent pipeline made them (``data``:
+    what the policy gets, then, with the bookkeeping added, what is recorded), the
+    flag and length columns the kernel made (``made``: recorded as one number each when
+    every row shares it and no connector replaced them), then what the policy answered
+    (``outputs``; ``acted``: the rows that acted, None: all)."""
 
     __slots__ = (
         "acted",
         "agent_index",
         "data",
         "done",
+        "made",
         "obs",
         "outputs",
         "pid",
-        "record",
         "traj",
     )
 
@@ -140,7 +140,7 @@ class PolicyStep:
         self,
         pid: str,
         data: AgentData,
-        record: dict[str, Any],
+        made: tuple[Any, Any, Any],
         traj: np.ndarray | None,
         agent_index: np.ndarray | int,
         done: np.ndarray,
@@ -148,7 +148,7 @@ class PolicyStep:
     ) -> None:
         self.pid = pid
         self.data = data
-        self.record = record  #: the columns recorded (taken before the policy sees them)
+        self.made = made  #: ``terminateds``, ``truncateds`` and ``t`` as the kernel made them
         self.traj = traj  #: trajectory ids (None: single-agent, read when recorded)
         self.agent_index = agent_index
         self.done = done
@@ -303,9 +303,18 @@ class StepKernel:
                 obs = agents.observation_fn(
                     rows, fn, worker=self.hooks.runner, base_env=self.env, policies=self.policies
                 )
+        lengths = self.episodes.length
+        columns = {
+            "obs": obs,
+            "rewards": rewards,
+            "terminateds": terminateds,
+            "truncateds": truncateds,
+            "infos": rows.infos,
+            "t": lengths.copy() if full else lengths[rows.env_ids],
+        }
         return PollFacts(
-            poll, rows, full, firsts, obs, rewards, terminateds, truncateds, done, some_done,
-            done_envs, agent_steps, traj, agent_index, policies,
+            poll, rows, full, firsts, columns, done, some_done, done_envs, agent_steps, traj,
+            agent_index, policies,
         )  # fmt: skip
 
     def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
@@ -335,7 +344,6 @@ class StepKernel:
         step = self._agent_rows(pid, idx, facts)
         self.timers.seconds["mean_raw_obs_processing_ms"] += _clock() - t0
         policy = self.policies[pid]
-        step.record["weights_seq"] = policy.weights_seq  # one int for the chunk's rows
         inputs: Any = step.data
         env_ids, agent_ids = step.data.env_ids, step.data.agent_ids
         if facts.some_done and np.count_nonzero(step.done):  # act for the rows that go on
@@ -367,59 +375,43 @@ class StepKernel:
         return step
 
     def _agent_rows(self, pid: str, idx: np.ndarray | None, facts: PollFacts) -> PolicyStep:
-        """Policy ``pid``'s rows ``idx`` (None: all) through its agent pipeline."""
+        """Policy ``pid``'s rows ``idx`` (None: all) of the poll's columns, through its
+        agent pipeline."""
         rows, pipe = facts.rows, self.pipes.agent[pid]
-        connectors = len(pipe)
-        env_ids, agent_ids, infos = rows.env_ids, rows.agent_ids, rows.infos
-        rewards, terminateds, truncateds, done, obs = (
-            facts.rewards,
-            facts.terminateds,
-            facts.truncateds,
-            facts.done,
-            facts.obs,
-        )
-        traj, agent_index = facts.traj, facts.agent_index
+        columns, env_ids, agent_ids = facts.columns, rows.env_ids, rows.agent_ids
+        done, traj, agent_index = facts.done, facts.traj, facts.agent_index
         if idx is not None:  # this policy's rows of the poll
             members = idx.tolist()
-            env_ids, rewards = env_ids[idx], rewards[idx]
-            terminateds, truncateds, done = terminateds[idx], truncateds[idx], done[idx]
+            columns = {name: _rows_of(column, idx, members) for name, column in columns.items()}
+            env_ids, done = env_ids[idx], done[idx]
             agent_ids = tuple(agent_ids[i] for i in members)
-            infos = [infos[i] for i in members]
             if traj is not None and agent_index is not None:
                 traj, agent_index = traj[idx], agent_index[idx]
-        if type(obs) is not list:  # stacked (``observation_fn`` gives a list of rows)
-            obs = obs if idx is None else take_rows(obs, idx)
-        else:
-            obs = stack_samples(pipe.input_space, obs if idx is None else [obs[i] for i in members])
-        lengths = self.episodes.length
-        cols = {
-            "obs": obs,
-            "rewards": rewards,
-            "terminateds": terminateds,
-            "truncateds": truncateds,
-            "infos": infos,
-            "t": lengths.copy() if idx is None and facts.full else lengths[env_ids],
-        }
-        data = AgentData.trusted(env_ids, agent_ids, cols)
-        if connectors:
+        obs = columns["obs"]
+        if type(obs) is list:  # rows of several spaces (or ``observation_fn``'s): stacked
+            obs = columns["obs"] = stack_samples(pipe.input_space, obs)
+        made = (columns["terminateds"], columns["truncateds"], columns["t"])
+        data = AgentData.trusted(env_ids, agent_ids, columns)
+        if len(pipe):
             data = pipe(data)
-        record = dict(data.columns)
-        if not facts.some_done:  # no flag is set: one False for all rows of the chunk
-            for name in ("terminateds", "truncateds"):
-                if record[name] is cols[name]:  # (unless a connector made its own)
-                    record[name] = False
-        if self._one_env and record["t"] is cols["t"]:  # (one sub-env: one length)
-            record["t"] = int(lengths[0])
         return PolicyStep(
-            pid, data, record, traj, 0 if agent_index is None else agent_index, done, obs
+            pid, data, made, traj, 0 if agent_index is None else agent_index, done, obs
         )
 
     def _record(self, step: PolicyStep, facts: PollFacts) -> None:
         """Record one policy's rows and outputs, once every action is out (an env that
-        steps elsewhere starts meanwhile)."""
+        steps elsewhere starts meanwhile): the columns the agent pipeline left, with the
+        bookkeeping the policy did not see."""
         env_ids = step.data.env_ids
         whole = facts.full and len(env_ids) == len(facts.rows.env_ids)
-        record = step.record
+        record = step.data.columns  # (the policy has acted: its inputs are recorded as is)
+        record["weights_seq"] = self.policies[step.pid].weights_seq  # one int for the chunk
+        terminateds, truncateds, t = step.made  # (a connector may have replaced them)
+        if not facts.some_done:  # no flag is set: one False for all rows of the chunk
+            if record["terminateds"] is terminateds:
+                record["terminateds"] = False
+            if record["truncateds"] is truncateds:
+                record["truncateds"] = False
         traj = step.traj
         if traj is None:
             of_env = self.trajectories.of_env
@@ -427,6 +419,8 @@ class StepKernel:
         eps = self.episodes.eps_id
         if self._one_env:  # every row is of sub-env 0's one episode: one number each
             record["eps_id"], record["env_id"] = int(eps[0]), 0
+            if record["t"] is t:
+                record["t"] = int(t[0])
         else:
             record["eps_id"] = eps.copy() if whole else eps[env_ids]
             record["env_id"] = env_ids
@@ -473,3 +467,11 @@ class StepKernel:
         for e in ended:  # the soft horizon starts anew without resetting the env
             soft = soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
             (self.env.soft_reset if soft else self.env.try_reset)(e)
+
+
+def _rows_of(column: Any, idx: np.ndarray, members: list[int]) -> Any:
+    """Rows ``idx`` of one poll column: a list of rows (infos, observations of several
+    spaces) by position, an array or a nest of arrays by ``take_rows``."""
+    if type(column) is list:
+        return [column[i] for i in members]
+    return take_rows(column, idx)
