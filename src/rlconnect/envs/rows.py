@@ -232,7 +232,7 @@ class LayoutMemo:
         """A read-only bool array of ``n`` False."""
         arr = self._zeros.get(n)
         if arr is None:
-            arr = _frozen(self._zeros, n, np.zeros(n, dtype=bool))
+            arr = _frozen(self._zeros, n, np.zeros(n, _BOOL))
         return arr
 
 
@@ -475,7 +475,7 @@ class EnvRowsBuilder:
             trunc[k : k + len(tr)] = tr
         if self.memo is not None and not self._firsts:  # (only the runner reads is_first)
             return term, trunc, self.memo.zeros(n)
-        first = np.zeros(n, dtype=bool)
+        first = np.zeros(n, _BOOL)
         for k, count in self._firsts:
             first[k : k + count] = True
         return term, trunc, first
