@@ -4,8 +4,6 @@ of one episode, concatenated batches, recurrent state for the bootstrap."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import hypothesis.strategies as st
 import learner_reference as ref
 import numpy as np
@@ -14,7 +12,6 @@ from hypothesis import given, settings
 from learner_fakes import ValuePolicy, batch_of, ctx
 
 import rlconnect as rc
-from rlconnect.connectors.learner import trajectories
 
 ENDS = st.sampled_from(["term", "trunc", "both", "cut"])
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -45,15 +42,6 @@ def batches(draw: st.DrawFn) -> tuple[rc.SampleBatch, bool]:
             more["agent_index"] = np.zeros(len(more), dtype=np.int64)
         batch = rc.concat_samples([batch, more])
     return batch, recurrent
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _small_pieces() -> Iterator[None]:
-    """Pieces of work of a few rows, so that batches here span many of them."""
-    saved = trajectories.PIECE_ROWS
-    trajectories.PIECE_ROWS = 7
-    yield
-    trajectories.PIECE_ROWS = saved
 
 
 GAMMA = st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0])

@@ -1,5 +1,6 @@
-"""The segmented scans against sequential float64 loops, on long trajectories where a
-closed form with growing powers of the discount would lose precision."""
+"""The segmented scans against sequential float64 loops: on long trajectories where a
+closed form with growing powers of the discount would lose precision, and on many short
+ones with the value given after each."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 
 from rlconnect.connectors.learner.scan import (
-    DiscountedSuffixSums,
     discounted_suffix_sum,
     discounted_window_sum,
+    gae_columns,
     linear_suffix_scan,
 )
 
@@ -47,18 +48,53 @@ def test_discounted_suffix_sum_is_exact_to_float64_rounding(discount: float) -> 
     np.testing.assert_allclose(y, ref, rtol=1e-11, atol=1e-11 * np.abs(x).max())
 
 
+def _loop_after(
+    x: np.ndarray, discount: float, lengths: list[int], after: np.ndarray
+) -> np.ndarray:
+    """The sequential reference, with ``after[k]`` after trajectory ``k``'s last row."""
+    y, start = np.zeros(len(x)), 0
+    for k, n in enumerate(lengths):
+        run = float(after[k])
+        for t in range(start + n - 1, start - 1, -1):
+            run = x[t] + discount * run
+            y[t] = run
+        start += n
+    return y
+
+
 @pytest.mark.parametrize("discount", [0.0, 1e-30, 0.5, 0.97, 1.0])
-def test_discounted_suffix_sums_of_short_trajectories_piece_by_piece(discount: float) -> None:
-    """Trajectories of 1-40 rows end anywhere in the 16-row blocks (several in one block,
-    on a block's last row, right after another); pieces count their rows from 0."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_discounted_suffix_sums_of_short_trajectories_with_a_value_after_each(
+    discount: float, dtype: type[np.floating]
+) -> None:
+    """Trajectories of 1-40 rows, each followed by its own value (a bootstrap, or 0),
+    summed in float64 whatever the dtype returned."""
     rng = np.random.default_rng(4)
-    pieces = [list(rng.integers(1, 41, size)) for size in (1, 7, 60, 200)]
-    sums = DiscountedSuffixSums([_last_rows(lengths) for lengths in pieces], discount)
-    for k, lengths in enumerate(pieces):
-        x = rng.normal(size=sum(lengths)) * 10.0 ** rng.integers(-3, 4, sum(lengths))
-        sums.terms(k)[:] = x
-        ref = _loop(x, np.full(len(x), discount), lengths)
-        np.testing.assert_allclose(sums.run(k), ref, rtol=1e-11, atol=1e-11 * np.abs(x).max())
+    lengths = list(rng.integers(1, 41, 200))
+    x = (rng.normal(size=sum(lengths)) * 10.0 ** rng.integers(-3, 4, sum(lengths))).astype(dtype)
+    after = rng.normal(size=len(lengths)) * (rng.random(len(lengths)) < 0.5)
+    y = discounted_suffix_sum(x, _last_rows(lengths), discount, after=after, dtype=dtype)
+    assert y.dtype == dtype
+    ref = _loop_after(x.astype(np.float64), discount, lengths, after).astype(dtype)
+    np.testing.assert_array_equal(y, ref)
+
+
+@pytest.mark.parametrize(("gamma", "lam"), [(0.0, 0.95), (0.99, 0.0), (0.99, 0.95), (1.0, 1.0)])
+def test_gae_columns_are_the_sequential_loop_of_the_deltas(gamma: float, lam: float) -> None:
+    rng = np.random.default_rng(5)
+    lengths = list(rng.integers(1, 41, 100))
+    rewards = rng.normal(size=sum(lengths)).astype(np.float32)
+    values = rng.normal(size=sum(lengths)).astype(np.float32)
+    after = rng.normal(size=len(lengths)) * (rng.random(len(lengths)) < 0.5)
+    last = _last_rows(lengths)
+    following = np.append(values[1:], 0.0).astype(np.float64)
+    following[last] = after
+    delta = rewards + gamma * following - values.astype(np.float64)
+    ref = _loop_after(delta, gamma * lam, lengths, np.zeros(len(lengths)))
+    advantages, targets = gae_columns(rewards, values, last, after, gamma, lam)
+    assert advantages.dtype == targets.dtype == np.float32
+    np.testing.assert_allclose(advantages, ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(targets, ref + values, rtol=1e-6, atol=1e-6)
 
 
 def test_discounted_suffix_sum_of_nothing() -> None:

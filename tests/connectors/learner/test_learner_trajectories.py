@@ -82,3 +82,27 @@ def test_an_empty_batch_has_no_trajectories() -> None:
     batch = batch_of([2], ["cut"])[0:0]
     tr = find_trajectories(batch, "GAE")
     assert len(tr.rem()) == 0 and len(tr.last_rows) == 0 and tr.longest == 0
+
+
+@pytest.mark.parametrize("dtype", [str, object])
+def test_string_and_object_keys_are_found_as_numbers_are(dtype: type) -> None:
+    batch = batch_of([2, 3, 1], ["cut", "term", "cut"])
+    batch["eps_id"] = np.array(["ep-a", "ep-a", "ep-b", "ep-b", "ep-b", "ep-b"], dtype=dtype)
+    batch["agent_index"] = np.array(["x", "x", "x", "x", "x", "y"], dtype=dtype)
+    tr = find_trajectories(batch, "GAE")
+    assert tr.last_rows.tolist() == [1, 4, 5] and tr.terminated.tolist() == [False, True, False]
+    batch["agent_index"] = np.array(["x", "x", "x", "y", "x", "y"], dtype=dtype)
+    with pytest.raises(ValueError, match=r"eps_id 'ep-b', agent_index 'x'.*not contiguous"):
+        find_trajectories(batch, "GAE")
+
+
+def test_without_t_and_truncateds_columns_the_keys_and_terminations_decide() -> None:
+    batch = batch_of([2, 3], ["term", "cut"])
+    del batch["t"], batch["truncateds"]
+    tr = find_trajectories(batch, "GAE")
+    assert tr.last_rows.tolist() == [1, 4] and tr.terminated.tolist() == [True, False]
+    ends = batch["terminateds"].copy()
+    ends[2] = True
+    batch["terminateds"] = ends
+    with pytest.raises(ValueError, match=r"row 2 ends its episode.*goes on at row 3"):
+        find_trajectories(batch, "GAE")

@@ -9,7 +9,7 @@ import numpy as np
 from rlconnect.connectors.base import ConnectorContext
 from rlconnect.connectors.learner.base import LearnerConnector
 from rlconnect.connectors.learner.params import check_fraction
-from rlconnect.connectors.learner.scan import DiscountedSuffixSums
+from rlconnect.connectors.learner.scan import gae_columns
 from rlconnect.connectors.learner.trajectories import find_trajectories
 from rlconnect.connectors.learner.values import (
     check_finite,
@@ -63,22 +63,9 @@ class GAE(LearnerConnector):
         )
         if values is None:
             values = cast(np.ndarray, row_values)  # asked for with rows_too
-        adv, targets = np.empty(len(batch), np.float32), np.empty(len(batch), np.float32)
-        pieces = traj.pieces()
-        sums = DiscountedSuffixSums([p.last for p in pieces], self.gamma * self.lambda_)
-        piece_values = np.empty(max((p.size for p in pieces), default=0))
-        with np.errstate(all="ignore"):  # a non-finite input is reported below
-            for k, p in enumerate(pieces):  # delta = rewards + gamma * next value - value
-                v = piece_values[: p.size]  # in float64, as all that follows
-                np.copyto(v, values[p.rows])
-                delta = sums.terms(k)
-                np.multiply(v[1:], self.gamma, out=delta[:-1])
-                delta[p.last] = self.gamma * after_last[p.trajs]
-                np.add(delta, rewards[p.rows], out=delta)
-                np.subtract(delta, v, out=delta)
-                advantages = sums.run(k)
-                np.copyto(adv[p.rows], advantages, casting="same_kind")
-                np.add(advantages, v, out=targets[p.rows])
+        adv, targets = gae_columns(  # a non-finite input shows in the targets: see below
+            rewards, values, traj.last_rows, after_last, self.gamma, self.lambda_
+        )
         out = {"advantages": adv, "value_targets": targets}
         if not np.isfinite(np.sum(targets)):  # every reward and value reaches a target:
             check_finite(rewards, "column 'rewards'", who)  # name a bad one first

@@ -9,7 +9,7 @@ import numpy as np
 from rlconnect.connectors.base import ConnectorContext
 from rlconnect.connectors.learner.base import LearnerConnector
 from rlconnect.connectors.learner.params import check_fraction
-from rlconnect.connectors.learner.scan import DiscountedSuffixSums
+from rlconnect.connectors.learner.scan import discounted_suffix_sum
 from rlconnect.connectors.learner.trajectories import find_trajectories
 from rlconnect.connectors.learner.values import (
     check_finite,
@@ -51,14 +51,9 @@ class DiscountedReturns(LearnerConnector):
         traj = find_trajectories(batch, who)
         rewards = float_column(batch, "rewards", who)
         _, after_last = values_and_bootstrap(batch, policy, traj, rows_too=False, who=who)
-        returns = np.empty(len(batch), np.float32)
-        pieces = traj.pieces()
-        sums = DiscountedSuffixSums([p.last for p in pieces], self.gamma)
-        for k, p in enumerate(pieces):  # each piece's terms written where the scan reads them
-            terms = sums.terms(k)
-            np.copyto(terms, rewards[p.rows])
-            terms[p.last] += self.gamma * after_last[p.trajs]
-            np.copyto(returns[p.rows], sums.run(k), casting="same_kind")
+        returns = discounted_suffix_sum(
+            rewards, traj.last_rows, self.gamma, after=after_last, dtype=np.float32
+        )
         check_finite(returns, "the return", who)
         batch["returns"] = returns
         return batch

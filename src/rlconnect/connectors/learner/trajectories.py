@@ -6,7 +6,9 @@ from files or concatenated from several runners keep that). Its last row ends it
 termination (``terminateds``: the value after it is 0), or by truncation or a fragment cut
 (the value after it is that of the row's ``new_obs``: a bootstrap value).
 
-:func:`find_trajectories` checks all of that over whole arrays and returns each
+:func:`find_trajectories` finds where the keys change and checks the rows in between in
+one compiled pass (:func:`._kernels.trajectory_ends`), then that no key comes back in a
+later run (a sort of the trajectories' keys, not of the rows), and returns each
 trajectory's last row and how it ended: the scans of
 :mod:`rlconnect.connectors.learner.scan` need nothing else (n-step windows also ask for
 ``rem()``, the rows left in each row's trajectory).
@@ -14,36 +16,17 @@ trajectory's last row and how it ended: the scans of
 
 from __future__ import annotations
 
-import itertools
 from typing import TYPE_CHECKING
 
 import attrs
 import numpy as np
 
+from rlconnect.connectors.learner.scan import kernels
+
 if TYPE_CHECKING:
     from rlconnect.batches import SampleBatch
 
-__all__ = ["PIECE_ROWS", "Piece", "Trajectories", "find_trajectories"]
-
-
-#: rows per piece of work (see :meth:`Trajectories.pieces`)
-PIECE_ROWS = 1 << 15
-
-
-@attrs.frozen
-class Piece:
-    """Whole consecutive trajectories of a batch: ``rows`` of the batch, the ``trajs``-th
-    trajectories (slices of ``Trajectories.last_rows`` / ``terminated``) and ``last``,
-    their last rows counted from the piece's first row."""
-
-    rows: slice
-    trajs: slice
-    last: np.ndarray
-
-    @property
-    def size(self) -> int:
-        """Rows in the piece."""
-        return int(self.rows.stop - self.rows.start)
+__all__ = ["Trajectories", "find_trajectories"]
 
 
 @attrs.frozen
@@ -79,25 +62,6 @@ class Trajectories:
         """Rows of the longest trajectory (0 for an empty batch)."""
         return int(np.diff(self.last_rows, prepend=-1).max()) if self.rows else 0
 
-    def pieces(self) -> list[Piece]:
-        """The batch cut into pieces of whole trajectories, each at least PIECE_ROWS rows
-        (but the last): connectors compute piece by piece so that their work arrays stay
-        in cache (a batch of a million rows takes ~30 pieces, not a loop per row)."""
-        n = self.rows
-        if n == 0:
-            return []
-        ends = np.arange(PIECE_ROWS - 1, n - 1, PIECE_ROWS)
-        cut = np.unique(np.searchsorted(self.last_rows, ends))  # trajectory ending a piece
-        bounds = [0, *(cut + 1).tolist()]
-        if bounds[-1] != len(self.last_rows):
-            bounds.append(len(self.last_rows))
-        out = []
-        for ta, tb in itertools.pairwise(bounds):
-            a = int(self.last_rows[ta - 1]) + 1 if ta else 0
-            b = int(self.last_rows[tb - 1]) + 1
-            out.append(Piece(slice(a, b), slice(ta, tb), self.last_rows[ta:tb] - a))
-        return out
-
     def terminating_rows(self) -> np.ndarray:
         """(N,) bool: True on the last row of every terminated trajectory."""
         out = np.zeros(self.rows, dtype=bool)
@@ -114,21 +78,24 @@ def _key_column(batch: SampleBatch, name: str, who: str) -> np.ndarray | None:
     return col
 
 
-def _flags(batch: SampleBatch, name: str, who: str, required: bool) -> np.ndarray:
+def _flags(batch: SampleBatch, name: str, who: str) -> np.ndarray | None:
     col = _key_column(batch, name, who)
-    if col is None:
-        if required:
-            raise ValueError(
-                f"{who} needs a {name!r} column to tell terminations from cuts; the batch has "
-                f"{sorted(batch.keys())}"
-            )
-        return np.zeros(len(batch), dtype=bool)
-    return col.astype(bool, copy=False)
+    return None if col is None else col.astype(bool, copy=False)
+
+
+def _comparable(col: np.ndarray | None) -> np.ndarray | None:
+    """``col`` if it holds numbers, else the number of each row's run of equal values
+    (strings and objects: the compiled scan compares numbers only)."""
+    if col is None or col.dtype.kind in "biuf":
+        return col
+    out = np.zeros(len(col), dtype=np.int64)
+    np.cumsum(col[1:] != col[:-1], out=out[1:])
+    return out
 
 
 def _describe(eps: np.ndarray, agent: np.ndarray | None, row: int) -> str:
-    key = f"eps_id {eps[row].item()!r}"
-    return key if agent is None else f"{key}, agent_index {agent[row].item()!r}"
+    key = f"eps_id {np.asarray(eps[row]).item()!r}"  # (object arrays hold plain values)
+    return key if agent is None else f"{key}, agent_index {np.asarray(agent[row]).item()!r}"
 
 
 def _check_unique_keys(
@@ -162,39 +129,23 @@ def _check_unique_keys(
     )
 
 
-def _only_at(flags: np.ndarray, allowed: np.ndarray) -> bool:
-    """Whether every True of ``flags`` is at one of the rows ``allowed`` (two counts, no
-    pass that builds a mask)."""
-    return bool(np.count_nonzero(flags) == np.count_nonzero(flags[allowed]))
-
-
-def _check_order(
-    batch: SampleBatch, starts_mask: np.ndarray, ends: np.ndarray, flags: list[np.ndarray], who: str
-) -> None:
-    """Inside a trajectory ``t`` grows, and no row but the last (``ends``) ends the
-    episode (``flags``: terminateds, truncateds). Each is checked by counting, and only a
-    batch that fails is searched for its first bad row."""
-    eps = batch["eps_id"]
-    agent = _key_column(batch, "agent_index", who)
-    t = _key_column(batch, "t", who)
-    if t is not None and t.dtype.kind in "iuf" and len(t) > 1:
-        falls = t[1:] <= t[:-1]  # allowed only where the next row starts a trajectory
-        if not _only_at(falls, ends[:-1]):
-            i = int(np.flatnonzero(falls & ~starts_mask[1:])[0])
-            raise ValueError(
-                f"{who}: rows {i} and {i + 1} of trajectory ({_describe(eps, agent, i)}) are "
-                f"not in t order (t={t[i].item()!r}, then {t[i + 1].item()!r}); a trajectory's "
-                "rows must follow each other in t order, as the runner builds them"
-            )
-    for ending in flags:
-        if _only_at(ending, ends):
-            continue
-        i = int(np.flatnonzero(ending[:-1] & ~starts_mask[1:])[0])  # the next row goes on
-        raise ValueError(
-            f"{who}: row {i} ends its episode (terminateds or truncateds) but trajectory "
-            f"({_describe(eps, agent, i)}) goes on at row {i + 1}: two episodes share one "
-            "eps_id; give every episode its own eps_id"
+def _order_error(
+    eps: np.ndarray, agent: np.ndarray | None, t: np.ndarray | None, row: int, what: int, who: str
+) -> ValueError:
+    """The error for ``row``, which :func:`._kernels.trajectory_ends` found ``what`` at."""
+    key = _describe(eps, agent, row)
+    if what == kernels().T_NOT_GROWING:
+        assert t is not None
+        return ValueError(
+            f"{who}: rows {row} and {row + 1} of trajectory ({key}) are not in t order "
+            f"(t={t[row].item()!r}, then {t[row + 1].item()!r}); a trajectory's rows must "
+            "follow each other in t order, as the runner builds them"
         )
+    return ValueError(
+        f"{who}: row {row} ends its episode (terminateds or truncateds) but trajectory ({key}) "
+        f"goes on at row {row + 1}: two episodes share one eps_id; give every episode its "
+        "own eps_id"
+    )
 
 
 def find_trajectories(batch: SampleBatch, who: str) -> Trajectories:
@@ -212,19 +163,21 @@ def find_trajectories(batch: SampleBatch, who: str) -> Trajectories:
             f"{sorted(batch.keys())}"
         )
     agent = _key_column(batch, "agent_index", who)
-    n = len(eps)
-    if n == 0:
-        _flags(batch, "terminateds", who, True)
-        empty = np.zeros(0, dtype=np.int64)
-        return Trajectories(rows=0, last_rows=empty, terminated=np.zeros(0, dtype=bool))
-    starts_mask = np.ones(n, dtype=bool)
-    starts_mask[1:] = eps[1:] != eps[:-1]
-    if agent is not None:
-        starts_mask[1:] |= agent[1:] != agent[:-1]
-    starts = np.flatnonzero(starts_mask)
-    ends = np.append(starts[1:], n) - 1
+    terminateds = _flags(batch, "terminateds", who)
+    if terminateds is None:
+        raise ValueError(
+            f"{who} needs a 'terminateds' column to tell terminations from cuts; the batch has "
+            f"{sorted(batch.keys())}"
+        )
+    t = _key_column(batch, "t", who)
+    t = t if t is not None and t.dtype.kind in "iuf" else None
+    ends = np.empty(len(eps), dtype=np.int64)
+    count, bad, what = kernels().trajectory_ends(
+        _comparable(eps), _comparable(agent), t, terminateds, _flags(batch, "truncateds", who), ends
+    )
+    if bad >= 0:
+        raise _order_error(eps, agent, t, bad, what, who)
+    ends = ends[:count].copy()
+    starts = np.concatenate(([0], ends[:-1] + 1)) if count else ends
     _check_unique_keys(eps, agent, starts, ends, who)
-    terminateds = _flags(batch, "terminateds", who, True)
-    truncateds = _flags(batch, "truncateds", who, False)
-    _check_order(batch, starts_mask, ends, [terminateds, truncateds], who)
-    return Trajectories(rows=n, last_rows=ends, terminated=terminateds[ends])
+    return Trajectories(rows=len(eps), last_rows=ends, terminated=terminateds[ends])

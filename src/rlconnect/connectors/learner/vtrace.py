@@ -10,7 +10,7 @@ from rlconnect.connectors.base import ConnectorContext
 from rlconnect.connectors.learner.base import LearnerConnector
 from rlconnect.connectors.learner.params import check_fraction, check_positive
 from rlconnect.connectors.learner.scan import linear_suffix_scan
-from rlconnect.connectors.learner.trajectories import Piece, find_trajectories
+from rlconnect.connectors.learner.trajectories import find_trajectories
 from rlconnect.connectors.learner.values import (
     check_finite,
     float_column,
@@ -91,26 +91,26 @@ class VTrace(LearnerConnector):
         check_finite(target, "the policy's log-probability of the recorded action", who)
         return np.exp(target - behaviour)
 
-    def _piece(
+    def _columns(
         self,
         rewards: np.ndarray,
         rho: np.ndarray,
         values: np.ndarray,
-        p: Piece,
-        after_last: np.ndarray,
+        last: np.ndarray,
+        boot: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(v_s, pg_advantages)`` in float64 for the rows of one piece."""
-        boot = after_last[p.trajs]
-        delta = next_values(values, p.last, boot)
+        """``(v_s, pg_advantages)`` in float64, ``last`` being the trajectories' last rows
+        and ``boot`` the values after them."""
+        delta = next_values(values, last, boot)
         delta *= self.gamma
         delta += rewards
         delta -= values
         delta *= np.minimum(self.clip_rho, rho)
         coef = np.minimum(self.clip_c, rho)
         coef *= self.gamma
-        targets = linear_suffix_scan(delta, coef, p.last)
+        targets = linear_suffix_scan(delta, coef, last)
         targets += values
-        advantages = next_values(targets, p.last, boot)
+        advantages = next_values(targets, last, boot)
         advantages *= self.gamma
         advantages += rewards
         advantages -= values
@@ -124,13 +124,13 @@ class VTrace(LearnerConnector):
         rewards = float_column(batch, "rewards", who)
         rho = self._rho(batch, policy)
         values, after_last = values_and_bootstrap(batch, policy, traj, rows_too=True, who=who)
-        out = {k: np.empty(len(batch), np.float32) for k in ("vtrace_targets", "pg_advantages")}
-        for p in traj.pieces():
-            targets, advantages = self._piece(
-                rewards[p.rows], rho[p.rows], cast(np.ndarray, values)[p.rows], p, after_last
-            )
-            out["vtrace_targets"][p.rows] = targets
-            out["pg_advantages"][p.rows] = advantages
+        targets, advantages = self._columns(
+            rewards, rho, cast(np.ndarray, values), traj.last_rows, after_last
+        )
+        out = {
+            "vtrace_targets": targets.astype(np.float32),
+            "pg_advantages": advantages.astype(np.float32),
+        }
         check_finite(out["pg_advantages"], "the V-trace advantage", who)
         check_finite(out["vtrace_targets"], "the V-trace target", who)
         batch.update(out)

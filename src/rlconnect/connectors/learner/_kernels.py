@@ -1,0 +1,81 @@
+"""The compiled reverse passes behind :mod:`rlconnect.connectors.learner.scan`.
+
+Each kernel walks the batch once, from its last row back to its first, trajectory by
+trajectory (``last_rows``: each trajectory's last row, in row order), keeping the running
+sum in float64 and writing each output row once. numba compiles them on their first call
+for the dtypes they are given (a fraction of a second, once per process); this module is
+imported only then, so that ``import rlconnect`` does not load numba.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_compiled = numba.njit(nogil=True)  # IEEE arithmetic as written (no fastmath), GIL released
+
+
+@_compiled
+def discounted_sums(x, discount, last_rows, after_last, out):  # type: ignore[no-untyped-def]
+    """``out[t] = x[t] + discount * out[t+1]`` inside each trajectory, where the value
+    after trajectory ``k``'s last row is ``after_last[k]``."""
+    for k in range(len(last_rows) - 1, -1, -1):
+        first = last_rows[k - 1] + 1 if k else 0
+        run = np.float64(after_last[k])
+        for t in range(last_rows[k], first - 1, -1):
+            run = x[t] + discount * run
+            out[t] = run
+
+
+@_compiled
+def linear_sums(x, coef, last_rows, out):  # type: ignore[no-untyped-def]
+    """``out[t] = x[t] + coef[t] * out[t+1]`` inside each trajectory (nothing after its
+    last row, whose ``coef`` is not read)."""
+    for k in range(len(last_rows) - 1, -1, -1):
+        first = last_rows[k - 1] + 1 if k else 0
+        run = np.float64(x[last_rows[k]])
+        out[last_rows[k]] = run
+        for t in range(last_rows[k] - 1, first - 1, -1):
+            run = x[t] + coef[t] * run
+            out[t] = run
+
+
+@_compiled
+def gae(rewards, values, last_rows, after_last, gamma, decay, advantages, targets):  # type: ignore[no-untyped-def]
+    """GAE's two columns: ``delta[t] = rewards[t] + gamma * V[t+1] - values[t]`` (``V``
+    after trajectory ``k``'s last row: ``after_last[k]``), ``advantages[t] = delta[t] +
+    decay * advantages[t+1]`` and ``targets = advantages + values``."""
+    for k in range(len(last_rows) - 1, -1, -1):
+        first = last_rows[k - 1] + 1 if k else 0
+        following, run = np.float64(after_last[k]), 0.0
+        for t in range(last_rows[k], first - 1, -1):
+            value = np.float64(values[t])
+            run = (rewards[t] + gamma * following - value) + decay * run
+            advantages[t] = run
+            targets[t] = run + value
+            following = value
+
+
+#: what :func:`trajectory_ends` found wrong at its ``bad`` row
+GOES_ON_AFTER_END, T_NOT_GROWING = 1, 2
+
+
+@_compiled
+def trajectory_ends(keys, agents, t, terminateds, truncateds, ends):  # type: ignore[no-untyped-def]
+    """Writes the last row of each run of rows with one ``(keys, agents)`` key into ``ends``
+    (``agents`` and ``t`` may be None) and returns ``(count, bad, what)``: ``bad`` is -1,
+    or the first row, inside a run, that ends its episode (``what``: GOES_ON_AFTER_END) or
+    whose ``t`` is not below the next row's (T_NOT_GROWING); the scan stops there."""
+    count = 0
+    for i in range(1, len(keys)):
+        if keys[i] != keys[i - 1] or (agents is not None and agents[i] != agents[i - 1]):
+            ends[count] = i - 1
+            count += 1
+        elif terminateds[i - 1] or (truncateds is not None and truncateds[i - 1]):
+            return count, i - 1, GOES_ON_AFTER_END
+        elif t is not None and t[i] <= t[i - 1]:
+            return count, i - 1, T_NOT_GROWING
+    if len(keys):
+        ends[count] = len(keys) - 1
+        count += 1
+    return count, -1, 0
