@@ -1,10 +1,11 @@
 """The compiled reverse passes behind :mod:`rlconnect.connectors.learner.scan`.
 
-Each kernel walks the batch once, from its last row back to its first, trajectory by
-trajectory (``last_rows``: each trajectory's last row, in row order), keeping the running
-sum in float64 and writing each output row once. numba compiles them on their first call
-for the dtypes they are given (a fraction of a second, once per process); this module is
-imported only then, so that ``import rlconnect`` does not load numba.
+Each kernel walks the batch once: the scans from its last row back to its first,
+trajectory by trajectory (``last_rows``: each trajectory's last row, in row order),
+keeping the running sum in float64 and writing each output row once; ``trajectory_ends``
+from the first row on. numba compiles a kernel on its first call with each set of input
+dtypes (under a second, once per process); this module is imported only then, so that
+``import rlconnect`` does not load numba.
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ The first three are recurrences, sequential by nature: each is one compiled pass
 batch (:mod:`._kernels`, numba) from its last row back to its first, with no Python loop
 over rows or trajectories. Each row is read once and each output written once, which is
 what a batch of a million rows costs to touch at all; every numpy formulation of the same
-recurrence (block matrix products, recursive doubling) needs several whole-array passes
-and costs two to four times as much. The sums run in float64 and add each term once, as
-a sequential loop does (tests/connectors/learner/test_learner_scan.py holds them to such
-loops on trajectories of up to 5000 rows with terms spanning six orders of magnitude).
+recurrence (block matrix products, recursive doubling) needs several whole-array passes,
+and took about twice as long on a batch of a million rows (docs/performance.md). The
+sums run in float64 and add each term once, as a sequential loop does
+(tests/connectors/learner/test_learner_scan.py holds them to such loops on trajectories
+of up to 5000 rows with terms spanning six orders of magnitude).
 
 :func:`discounted_window_sum` is not a recurrence: it runs recursive doubling in numpy (a
 Kogge-Stone scan), ``ceil(log2(longest trajectory))`` whole-array steps, each adding only
