@@ -78,6 +78,20 @@ def _key_column(batch: SampleBatch, name: str, who: str) -> np.ndarray | None:
     return col
 
 
+#: what each column every batch must have is needed for
+_NEEDED = {
+    "eps_id": "an 'eps_id' column to find trajectories",
+    "terminateds": "a 'terminateds' column to tell terminations from cuts",
+}
+
+
+def _required(batch: SampleBatch, name: str, who: str) -> np.ndarray:
+    col = _key_column(batch, name, who)
+    if col is None:
+        raise ValueError(f"{who} needs {_NEEDED[name]}; the batch has {sorted(batch.keys())}")
+    return col
+
+
 def _flags(batch: SampleBatch, name: str, who: str) -> np.ndarray | None:
     col = _key_column(batch, name, who)
     return None if col is None else col.astype(bool, copy=False)
@@ -156,19 +170,9 @@ def find_trajectories(batch: SampleBatch, who: str) -> Trajectories:
             not contiguous (its key in two separate runs), not in ``t`` order, or that
             goes on after a row that ended its episode.
     """
-    eps = _key_column(batch, "eps_id", who)
-    if eps is None:
-        raise ValueError(
-            f"{who} needs an 'eps_id' column to find trajectories; the batch has "
-            f"{sorted(batch.keys())}"
-        )
+    eps = _required(batch, "eps_id", who)
     agent = _key_column(batch, "agent_index", who)
-    terminateds = _flags(batch, "terminateds", who)
-    if terminateds is None:
-        raise ValueError(
-            f"{who} needs a 'terminateds' column to tell terminations from cuts; the batch has "
-            f"{sorted(batch.keys())}"
-        )
+    terminateds = _required(batch, "terminateds", who).astype(bool, copy=False)
     t = _key_column(batch, "t", who)
     t = t if t is not None and t.dtype.kind in "iuf" else None
     ends = np.empty(len(eps), dtype=np.int64)
