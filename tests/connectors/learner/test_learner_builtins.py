@@ -189,3 +189,30 @@ def test_compressed_observations_give_the_same_signal() -> None:
     out = rc.GAE(ctx(), gamma=0.9)(packed, ValuePolicy())
     np.testing.assert_array_equal(out["advantages"], plain["advantages"])
     np.testing.assert_array_equal(out["vf_preds"], plain["vf_preds"])
+
+
+def _unusual(col: np.ndarray, dtype: str) -> np.ndarray:
+    """``col`` in ``dtype``, read-only and strided (every other element of a larger array)."""
+    wide = np.repeat(col.astype(dtype), 2)[::2]
+    wide.flags.writeable = False
+    return wide
+
+
+@pytest.mark.parametrize("connector", ["GAE", "DiscountedReturns"])
+def test_columns_in_any_byte_order_width_and_layout_give_the_same_signal(connector: str) -> None:
+    """Big-endian, float16, read-only and strided columns are read as the values they hold
+    (the compiled passes take native arrays: others are converted, not refused)."""
+    batch = batch_of([3, 1, 5, 2], ["term", "trunc", "cut", "both"], seed=3)
+    batch["vf_preds"] = np.linspace(-1, 1, len(batch)).astype(np.float16).astype(np.float32)
+    odd = batch.copy(deep=True)
+    odd["rewards"] = _unusual(batch["rewards"], ">f4")
+    odd["vf_preds"] = _unusual(batch["vf_preds"], "f2")
+    odd["eps_id"] = _unusual(batch["eps_id"], ">i8")
+    odd["t"] = _unusual(batch["t"], ">u2")
+    odd["terminateds"] = _unusual(batch["terminateds"], "?")
+    make = getattr(rc, connector)
+    want = make(ctx(), gamma=0.9)(batch, ValuePolicy(False))
+    got = make(ctx(), gamma=0.9)(odd, ValuePolicy(False))
+    for name in ("advantages", "value_targets", "returns"):
+        if name in want:
+            np.testing.assert_array_equal(got[name], want[name])

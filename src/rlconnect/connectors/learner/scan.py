@@ -34,6 +34,7 @@ from types import ModuleType
 import numpy as np
 
 __all__ = [
+    "compiled_input",
     "discounted_suffix_sum",
     "discounted_window_sum",
     "gae_columns",
@@ -48,6 +49,20 @@ def kernels() -> ModuleType:
     from rlconnect.connectors.learner import _kernels
 
     return _kernels
+
+
+#: the dtypes the compiled passes take as they are (native byte order)
+_COMPILED_DTYPES = frozenset(
+    np.dtype(f"{kind}{size}") for kind in "iu" for size in (1, 2, 4, 8)
+) | {np.dtype(bool), np.dtype(np.float32), np.dtype(np.float64)}
+
+
+def compiled_input(col: np.ndarray) -> np.ndarray:
+    """``col`` as a compiled pass takes it: itself when its dtype is one numba compiles
+    for, else a copy in native byte order (float16 and extended floats as float64)."""
+    if col.dtype in _COMPILED_DTYPES:
+        return col
+    return col.astype(np.float64 if col.dtype.kind == "f" else col.dtype.newbyteorder("="))
 
 
 def _ints(last: np.ndarray) -> np.ndarray:
@@ -67,7 +82,7 @@ def discounted_suffix_sum(
     is left alone)."""
     after = np.zeros(len(last)) if after is None else np.asarray(after, dtype=np.float64)
     out = np.empty(len(x), dtype=dtype)
-    kernels().discounted_sums(x, float(discount), _ints(last), after, out)
+    kernels().discounted_sums(compiled_input(x), float(discount), _ints(last), after, out)
     return out
 
 
@@ -87,6 +102,7 @@ def gae_columns(
     targets = np.empty(len(rewards), np.float32)
     after = np.asarray(after, dtype=np.float64)
     decay = float(gamma) * float(lambda_)
+    rewards, values = compiled_input(rewards), compiled_input(values)
     kernels().gae(rewards, values, _ints(last), after, float(gamma), decay, advantages, targets)
     return advantages, targets
 
@@ -97,7 +113,7 @@ def linear_suffix_scan(x: np.ndarray, coef: np.ndarray, last: np.ndarray) -> np.
 
     ``coef`` is ignored on each trajectory's last row (nothing follows it there)."""
     out = np.empty(len(x))
-    kernels().linear_sums(x, coef, _ints(last), out)
+    kernels().linear_sums(compiled_input(x), compiled_input(coef), _ints(last), out)
     return out
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 import numpy as np
 
-from rlconnect.connectors.learner.scan import kernels
+from rlconnect.connectors.learner.scan import compiled_input, kernels
 
 if TYPE_CHECKING:
     from rlconnect.batches import SampleBatch
@@ -100,8 +100,10 @@ def _flags(batch: SampleBatch, name: str, who: str) -> np.ndarray | None:
 def _comparable(col: np.ndarray | None) -> np.ndarray | None:
     """``col`` if it holds numbers, else the number of each row's run of equal values
     (strings and objects: the compiled scan compares numbers only)."""
-    if col is None or col.dtype.kind in "biuf":
-        return col
+    if col is None:
+        return None
+    if col.dtype.kind in "biuf":
+        return compiled_input(col)
     out = np.zeros(len(col), dtype=np.int64)
     np.cumsum(col[1:] != col[:-1], out=out[1:])
     return out
@@ -174,7 +176,7 @@ def find_trajectories(batch: SampleBatch, who: str) -> Trajectories:
     agent = _key_column(batch, "agent_index", who)
     terminateds = _required(batch, "terminateds", who).astype(bool, copy=False)
     t = _key_column(batch, "t", who)
-    t = t if t is not None and t.dtype.kind in "iuf" else None
+    t = compiled_input(t) if t is not None and t.dtype.kind in "iuf" else None
     ends = np.empty(len(eps), dtype=np.int64)
     count, bad, what = kernels().trajectory_ends(
         _comparable(eps), _comparable(agent), t, terminateds, _flags(batch, "truncateds", who), ends
