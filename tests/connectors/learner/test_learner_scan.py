@@ -110,12 +110,13 @@ def test_linear_suffix_scan_with_per_row_coefficients() -> None:
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 100, 5001, 10**9])
-def test_window_sums_cover_at_most_n_rows_of_the_trajectory(n: int) -> None:
-    lengths = [1, 2, 300, 7, 130]
+@pytest.mark.parametrize("discount", [0.0, 0.5, 0.97, 1.0])
+def test_window_sums_cover_at_most_n_rows_of_the_trajectory(n: int, discount: float) -> None:
+    lengths = [1, 2, 300, 7, 130, 64, 65]
     x = np.random.default_rng(3).normal(size=sum(lengths))
     rem = _segments(lengths)
-    y = discounted_window_sum(x, rem, 0.97, n)
+    y = discounted_window_sum(x, _last_rows(lengths), discount, n)
     ref = np.array(
-        [sum(0.97**i * x[t + i] for i in range(min(n, rem[t] + 1))) for t in range(len(x))]
+        [sum(discount**i * x[t + i] for i in range(min(n, rem[t] + 1))) for t in range(len(x))]
     )
     np.testing.assert_allclose(y, ref, rtol=1e-11, atol=1e-11)

@@ -1,11 +1,13 @@
-"""The compiled reverse passes behind :mod:`rlconnect.connectors.learner.scan`.
+"""The compiled passes behind :mod:`rlconnect.connectors.learner.scan` and
+:func:`rlconnect.connectors.learner.trajectories.find_trajectories`.
 
 Each kernel walks the batch once: the scans from its last row back to its first,
 trajectory by trajectory (``last_rows``: each trajectory's last row, in row order),
-keeping the running sum in float64 and writing each output row once; ``trajectory_ends``
-from the first row on. numba compiles a kernel on its first call with each set of input
-dtypes (under a second, once per process); this module is imported only then, so that
-``import rlconnect`` does not load numba.
+keeping the running sum in float64 and writing each output row once (``window_sums``
+reads each row twice, a block at a time); ``trajectory_ends`` from the first row on.
+numba compiles a kernel on its first call with each set of input dtypes (under a second,
+once per process); this module is imported only then, so that ``import rlconnect`` does
+not load numba.
 """
 
 from __future__ import annotations
@@ -80,3 +82,31 @@ def trajectory_ends(keys, agents, t, terminateds, truncateds, ends):  # type: ig
         ends[count] = len(keys) - 1
         count += 1
     return count, -1, 0
+
+
+@_compiled
+def window_sums(x, powers, last_rows, out):  # type: ignore[no-untyped-def]
+    """``out[t] = sum_{i < n} powers[i] * x[t+i]`` over the rows of ``t``'s trajectory,
+    ``n = len(powers) - 1`` (``powers[i]``: the discount to the ``i``-th power).
+
+    Each trajectory is cut into blocks of ``n`` rows from its first row, visited from the
+    last. A window starting at a block's first row is that block; any other is the rest of
+    its block (the running suffix sum) and, scaled by the power that reaches it, the start
+    of the next block (whose prefix sums the previous step kept): every term is added once
+    with its own power, no subtraction."""
+    n = len(powers) - 1
+    prefix = np.empty(len(x))
+    for k in range(len(last_rows)):
+        first, last = (last_rows[k - 1] + 1 if k else 0), last_rows[k]
+        for start in range(first + (last - first) // n * n, first - 1, -n):
+            end = min(start + n - 1, last)
+            run = 0.0
+            for t in range(end, start - 1, -1):
+                run = x[t] + powers[1] * run
+                out[t] = run
+                if t > start and end < last:  # the window reaches into the next block
+                    out[t] += powers[end + 1 - t] * prefix[min(t + n - 1, last)]
+            run = 0.0
+            for t in range(start, end + 1):
+                run += powers[t - start] * x[t]
+                prefix[t] = run

@@ -56,7 +56,7 @@ class NStepReturns(LearnerConnector):
         traj = find_trajectories(batch, who)
         rewards = float_column(batch, "rewards", who)
         rem = traj.rem()
-        sums = discounted_window_sum(rewards, rem, self.gamma, self.n)
+        sums = discounted_window_sum(rewards, traj.last_rows, self.gamma, self.n)
         check_finite(sums, "the n-step reward sum", who)
         k_minus_1 = np.minimum(rem, self.n - 1)
         last = np.arange(len(batch)) + k_minus_1

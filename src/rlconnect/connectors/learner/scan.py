@@ -11,20 +11,16 @@ order, as :class:`.trajectories.Trajectories` gives them):
 - :func:`discounted_window_sum`: ``sum_{i < n} d**i * x[t+i]`` over at most ``n`` rows
   (n-step returns).
 
-The first three are recurrences, sequential by nature: each is one compiled pass over the
-batch (:mod:`._kernels`, numba) from its last row back to its first, with no Python loop
-over rows or trajectories. Each row is read once and each output written once, which is
-what a batch of a million rows costs to touch at all; every numpy formulation of the same
-recurrence (block matrix products, recursive doubling) needs several whole-array passes,
-and took about twice as long on a batch of a million rows (docs/performance.md). The
-sums run in float64 and add each term once, as a sequential loop does
-(tests/connectors/learner/test_learner_scan.py holds them to such loops on trajectories
-of up to 5000 rows with terms spanning six orders of magnitude).
-
-:func:`discounted_window_sum` is not a recurrence: it runs recursive doubling in numpy (a
-Kogge-Stone scan), ``ceil(log2(longest trajectory))`` whole-array steps, each adding only
-terms scaled by powers of the discount (no subtraction), so its sums are exact to a few
-float64 roundings for every ``n``.
+Each is one compiled pass over the batch (:mod:`._kernels`, numba), with no Python loop
+over rows or trajectories: the recurrences from the batch's last row back to its first,
+the windows as a suffix and a prefix sum inside blocks of ``n`` rows. Each row is read
+once (twice for windows) and each output written once, which is what a batch of a
+million rows costs to touch at all; every numpy formulation of a recurrence (block
+matrix products, recursive doubling) needs several whole-array passes, and took about
+twice as long on a batch of a million rows (docs/performance.md). The sums run in float64
+and add each term once with its own power of the discount, as a sequential loop does,
+with no subtraction (tests/connectors/learner/test_learner_scan.py holds them to such
+loops on trajectories of up to 5000 rows with terms spanning six orders of magnitude).
 """
 
 from __future__ import annotations
@@ -117,50 +113,12 @@ def linear_suffix_scan(x: np.ndarray, coef: np.ndarray, last: np.ndarray) -> np.
     return out
 
 
-class _Scratch:
-    """Work arrays of one scan (as long as its input), reused by every doubling step."""
-
-    def __init__(self, rows: int) -> None:
-        self.values = np.empty(rows)
-        self.mask = np.empty(rows, dtype=bool)
-
-    def reach(self, rem: np.ndarray, span: int) -> np.ndarray:
-        """(len(rem) - span,) bool: row ``t + span`` is in row ``t``'s trajectory."""
-        out = self.mask[: len(rem) - span]
-        np.greater_equal(rem[:-span], span, out=out)
-        return out
-
-
-def _double(y: np.ndarray, rem: np.ndarray, span: int, factor: float, work: _Scratch) -> None:
-    """In place: ``y[t] += factor * y[t + span]`` where row ``t + span`` is in ``t``'s
-    trajectory (``rem[t] >= span``); the right side is read before anything is written."""
-    ahead = work.values[: len(y) - span]
-    np.multiply(y[span:], factor, out=ahead)
-    np.add(y[:-span], ahead, out=y[:-span], where=work.reach(rem, span))
-
-
-def discounted_window_sum(x: np.ndarray, rem: np.ndarray, discount: float, n: int) -> np.ndarray:
-    """``y[t] = sum_{i < min(n, rem[t] + 1)} discount**i * x[t+i]``: float64 (N,).
-
-    ``n`` is split into powers of two: windows of ``span`` terms are doubled as in
-    :func:`discounted_suffix_sum`, and each one whose bit is set in ``n`` is added at the
-    offset the smaller ones already cover."""
-    window = np.array(x, dtype=np.float64)
-    out = np.zeros_like(window)
-    work = _Scratch(len(window))
-    longest = int(rem.max()) + 1 if len(rem) else 0
-    span, factor, offset = 1, float(discount), 0
-    while n and offset < longest:
-        if n & 1:
-            if offset == 0:
-                out += window
-            else:
-                ahead = work.values[: len(window) - offset]
-                np.multiply(window[offset:], discount**offset, out=ahead)
-                np.add(out[:-offset], ahead, out=out[:-offset], where=work.reach(rem, offset))
-            offset += span
-        n >>= 1
-        if n and span < longest:
-            _double(window, rem, span, factor, work)
-            span, factor = 2 * span, factor * factor
+def discounted_window_sum(x: np.ndarray, last: np.ndarray, discount: float, n: int) -> np.ndarray:
+    """``y[t] = sum_{i < n} discount**i * x[t+i]`` over the rows of ``t``'s trajectory
+    (``last``: the rows that end them): a new float64 (N,) array. ``n`` >= 1 rows at most;
+    a window longer than the longest trajectory is that trajectory's suffix sum."""
+    longest = int(np.diff(last, prepend=-1).max()) if len(last) else 1
+    powers = float(discount) ** np.arange(min(n, longest) + 1.0)
+    out = np.empty(len(x))
+    kernels().window_sums(compiled_input(x), powers, _ints(last), out)
     return out
