@@ -72,10 +72,10 @@ def discounted_suffix_sum(
     after: np.ndarray | None = None,
     dtype: type[np.floating] = np.float64,
 ) -> np.ndarray:
-    """``y[t] = sum_{i=0..rem[t]} discount**i * x[t+i]`` plus ``discount**(rem[t]+1) *
-    after[k]`` for the rows of trajectory ``k`` (``after``: one value per trajectory, 0 when
-    None), summed in float64 and returned as a new ``dtype`` array (``x``, any real dtype,
-    is left alone)."""
+    """``y[t] = sum_{i=0..r} discount**i * x[t+i] + discount**(r+1) * after[k]`` for a
+    row ``t`` of trajectory ``k`` with ``r`` rows after it in the trajectory (``after``: one
+    value per trajectory, 0 when None), summed in float64 and returned as a new ``dtype``
+    array (``x``, any real dtype, is left alone)."""
     after = np.zeros(len(last)) if after is None else np.asarray(after, dtype=np.float64)
     out = np.empty(len(x), dtype=dtype)
     kernels().discounted_sums(compiled_input(x), float(discount), _ints(last), after, out)
