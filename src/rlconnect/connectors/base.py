@@ -74,6 +74,8 @@ class ConnectorContext:
     is_training: bool = True
     initial_states: list[np.ndarray] = attrs.field(factory=list)
     policy_id: str = "default_policy"
+    #: None on the numpy path; on the tensor path the torch device its data lives on
+    device: str | None = None
 
     @classmethod
     def from_policy(
@@ -100,7 +102,7 @@ _R = TypeVar("_R", bound="_RowData")
 class _RowData:
     """Rows of one step for one policy: row identity plus named columns (whole arrays)."""
 
-    __slots__ = ("_keys", "agent_ids", "columns", "env_ids")
+    __slots__ = ("_keys", "agent_ids", "columns", "env_ids", "mask")
 
     def __init__(
         self,
@@ -117,19 +119,20 @@ class _RowData:
             )
         self.columns: dict[str, Any] = {}
         self._keys: list[RowKey] | None = None
+        #: None (every row is real), or on the tensor path a bool tensor: the rows that are
+        self.mask: Any = None
         for name, value in (columns or {}).items():
             self[name] = value
 
     @classmethod
-    def trusted(
-        cls: type[_R], env_ids: np.ndarray, agent_ids: tuple, columns: dict[str, Any]
-    ) -> _R:
+    def trusted(cls: type[_R], env_ids: Any, agent_ids: tuple, columns: dict[str, Any]) -> _R:
         """Build without validation: for the runner's hot path, whose inputs are known good."""
         obj = cls.__new__(cls)
         obj.env_ids = env_ids
         obj.agent_ids = agent_ids
         obj.columns = columns
         obj._keys = None
+        obj.mask = None
         return obj
 
     def __len__(self) -> int:
@@ -231,6 +234,8 @@ class Connector:
     """
 
     registered_name: ClassVar[str | None] = None
+    #: whether it works on the tensor path (torch tensors on one device, no host read)
+    takes_tensors: ClassVar[bool] = False
     #: which space of the context a standalone connector receives
     _ctx_space: ClassVar[str] = "observation_space"
 

@@ -206,6 +206,11 @@ class ConnectorPipeline(Generic[C]):
         """Member names in order."""
         return [n for n, _ in self._members]
 
+    def tensor_refusals(self) -> list[str]:
+        """Names of the members that do not take torch tensors (``takes_tensors``): what
+        keeps this pipeline off the tensor path."""
+        return [n for n, c in self._members if not getattr(c, "takes_tensors", False)]
+
     @property
     def output_space(self) -> gym.Space:
         """What the last member outputs: for an agent pipeline, what the policy sees."""

@@ -85,7 +85,7 @@ def first_rows(
 def respond(
     agent_pipe: AgentConnectorPipeline,
     action_pipe: ActionConnectorPipeline,
-    env_ids: np.ndarray,
+    env_ids: Any,
     agent_ids: tuple,
     actions: Any,
     state_outs: Sequence[Any],

@@ -27,6 +27,7 @@ from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.parallel import check_parallel_spec
 from rlconnect.envs.settings import EnvSettings
 from rlconnect.envs.sub_envs import EnvContext
+from rlconnect.envs.tensor_envs import TorchVectorEnv, VmasEnv, is_tensor_vector_env, is_vmas
 from rlconnect.envs.vector import VectorEnvAdapter
 from rlconnect.envs.workers import WorkerEnvs
 
@@ -161,6 +162,14 @@ def _from_instance(env: Any, s: EnvSettings) -> BaseEnv:
     return MultiAgentEnvs(creator, 1, envs=[instance], contexts=s.contexts())
 
 
+def _from_vector_env(env: gym.vector.VectorEnv, s: EnvSettings) -> BaseEnv:
+    """A VectorEnv of torch tensors takes the tensor path (``rlconnect.envs.tensor_envs``),
+    any other the numpy one."""
+    if is_tensor_vector_env(env, s.tensor):
+        return TorchVectorEnv(env, horizon=s.horizon)
+    return VectorEnvAdapter(env, seed=s.seed)
+
+
 def _kind(cls: type) -> _Match:
     return lambda env: isinstance(env, cls)
 
@@ -169,7 +178,8 @@ _BUILT_IN: list[tuple[_Match, EnvFactory]] = [
     (is_envpool, _from_envpool),  # before ids: gymnasium reads "envpool:X" as module:id
     (_kind(BaseEnv), lambda env, s: env),
     (_kind(ExternalEnv), _external),
-    (_kind(gym.vector.VectorEnv), lambda env, s: VectorEnvAdapter(env, seed=s.seed)),
+    (_kind(gym.vector.VectorEnv), _from_vector_env),
+    (is_vmas, lambda env, s: VmasEnv(env)),
     (_kind(str), _from_id),
     (_is_instance, _from_instance),
     (callable, _from_creator),

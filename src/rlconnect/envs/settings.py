@@ -72,6 +72,11 @@ def _bool(s: Any, value: Any) -> None:
         raise ValueError("must be True or False")
 
 
+def _optional_bool(s: Any, value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError("must be True, False or None")
+
+
 def _timeout(s: Any, value: Any) -> None:
     if value is None:
         return
@@ -182,6 +187,9 @@ class EnvSettings:
     #: the runner's horizon, for env engines that truncate episodes themselves (EnvPool)
     horizon: int | None = _setting(None, _horizon)
     soft_horizon: bool = _setting(False, _bool)
+    #: the tensor path for a gymnasium VectorEnv: None decides from the env (a ``device``
+    #: attribute), True forces it, False keeps the numpy path
+    tensor: bool | None = _setting(None, _optional_bool)
 
     def __attrs_post_init__(self) -> None:
         check_processes(self, _OWNER)

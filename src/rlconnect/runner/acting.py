@@ -74,7 +74,7 @@ def act(
     policy: Policy,
     pipes: PolicyPipelines,
     inputs: Any,
-    env_ids: np.ndarray,
+    env_ids: Any,
     agent_ids: tuple,
     *,
     explore: bool,

@@ -202,6 +202,9 @@ class RunnerConfig:
     worker_index: int = env_field("worker_index", _OWNER)
     #: preprocessing preset (None or "atari"; a connector setting)
     preset: str | None = env_field("preset", _OWNER)
+    #: a VectorEnv of torch tensors takes the tensor path (columns stay on its device):
+    #: None decides from the env (a ``device`` attribute), True forces, False refuses it
+    tensor: bool | None = env_field("tensor", _OWNER)
 
     # -- offline experience (issue: offline data) --------------------------------------------
     #: write every sampled batch under this folder (Parquet; None: don't write)

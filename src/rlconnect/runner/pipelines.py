@@ -202,12 +202,14 @@ def build_pipelines(
         )
     pipes = PolicyPipelines()
     connector_config = config.connector_config()
+    device = getattr(env, "device", None)  # a tensor env's: the tensor path
     for pid, policy in policies.items():
         obs_space, action_space = env_spaces(env, pid, policy, mapping_fn, connector_config)
         ctx = ConnectorContext.from_policy(
             policy, connector_config, observation_space=obs_space, policy_id=pid
         )
         ctx.action_space = action_space
+        ctx.device = None if device is None else str(device)
         ctx.is_training = config.explore
         action_ctx = attrs.evolve(
             ctx, config=dict(ctx.config), initial_states=list(ctx.initial_states)

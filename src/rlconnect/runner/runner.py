@@ -40,6 +40,8 @@ from rlconnect.connectors import (
 )
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.envs.make import make_base_env
+from rlconnect.envs.tensor_envs import TensorEnv
+from rlconnect.episodes import Episode
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
 from rlconnect.runner.async_sampler import AsyncSampler
@@ -53,6 +55,7 @@ from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
 from rlconnect.runner.policy_set import policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
+from rlconnect.runner.tensor_kernel import TensorKernel, refuse_tensor_features
 from rlconnect.runner.versions import mark_weights_lag, weights_versions
 
 __all__ = ["EnvRunner"]
@@ -105,16 +108,7 @@ class EnvRunner:
         )
         self.timers = PerfTimers()
         self.hooks = EpisodeHooks(self.callbacks, self, self.env, self.policies)
-        self._kernel = StepKernel(
-            self.env,
-            self.policies,
-            self.pipelines,
-            cfg,
-            self.collectors,
-            self.timers,
-            self.hooks,
-            self.policy_mapping_fn,
-        )
+        self._kernel: StepKernel | TensorKernel = self._make_kernel()
         self._inference = Inference(
             self.policies, self.pipelines, self.policy_mapping_fn, self.num_envs
         )
@@ -124,6 +118,31 @@ class EnvRunner:
         self._sinks: list[BatchSink] = []
         self._source: BatchSource | None = None
         self._attach()
+
+    def _make_kernel(self) -> StepKernel | TensorKernel:
+        """The step: ``TensorKernel`` for a batched tensor simulator (its policies mapped
+        once per agent, here), ``StepKernel`` for every other env."""
+        cfg, env = self.config, self.env
+        if isinstance(env, TensorEnv):
+            refuse_tensor_features(cfg, self.hooks, self.policies)
+            for pid, pipes in (("agent", self.pipelines.agent), ("action", self.pipelines.action)):
+                for policy_id, pipe in pipes.items():
+                    refusals = pipe.tensor_refusals()
+                    if refusals:
+                        raise ValueError(
+                            f"the {pid} pipeline of policy {policy_id!r} has members that do not "
+                            f"take torch tensors: {refusals}; on the tensor path every connector "
+                            "declares takes_tensors = True (see docs/writing-connectors.md)"
+                        )
+            probe = Episode(-1, -1, self.policy_mapping_fn)
+            agent_policy = {a: probe.policy_for(a) for a in env.agents}
+            return TensorKernel(
+                env, self.policies, self.pipelines, cfg, self.timers, self.hooks, agent_policy
+            )
+        return StepKernel(
+            env, self.policies, self.pipelines, cfg, self.collectors, self.timers, self.hooks,
+            self.policy_mapping_fn,
+        )  # fmt: skip
 
     def _attach(self) -> None:
         """What plugs into a new runner: an ExternalEnv (it serves its episodes that are
@@ -250,16 +269,20 @@ class EnvRunner:
 
     def _sample_envs(self) -> SampleBatch | MultiAgentBatch:
         cfg, kernel = self.config, self._kernel
-        target = cfg.rollout_fragment_length * self.fragment_envs
-        mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
         for pipe in self.pipelines.agent.values():  # a lone runner's sync point
             pipe.start_sample()
         digests = {pid: state_digest(p) for pid, p in self.pipelines.agent.items()}
-        kernel.run_until(mode, target, count_by)
-        built, env_steps = self.collectors.build(mode, target, count_by)
-        batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
-        agent_ids = self._agent_ids(built) if self._sinks else {}
-        kernel.trajectories.forget_handed_out(self.collectors)
+        agent_ids: dict[str, Any] = {}
+        if isinstance(kernel, TensorKernel):
+            batches, env_steps = kernel.sample()
+        else:
+            target = cfg.rollout_fragment_length * self.fragment_envs
+            mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
+            kernel.run_until(mode, target, count_by)
+            built, env_steps = self.collectors.build(mode, target, count_by)
+            batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
+            agent_ids = self._agent_ids(built) if self._sinks else {}
+            kernel.trajectories.forget_handed_out(self.collectors)
         for pid, b in batches.items():
             b.meta["connector_state"] = digests[pid]
             b.meta["policy_id"] = pid
@@ -276,7 +299,7 @@ class EnvRunner:
 
     def _agent_ids(self, built: dict[str, tuple[SampleBatch, np.ndarray]]) -> dict[str, Any]:
         """The agent id (as a string) of every built row, per policy (multi-agent only)."""
-        if self.is_single_agent:
+        if self.is_single_agent or not isinstance(self._kernel, StepKernel):
             return {}
         owner = self._kernel.trajectories.owner
         out = {}

@@ -1,0 +1,75 @@
+"""The tensor path's store: one preallocated ``[T, R, ...]`` tensor per column.
+
+A policy's rows keep one layout at every round (row r is the same sub-env and agent), so
+round k of a ``sample()`` writes row k of every column in place: no list grows, no chunk
+is merged, nothing is read back. ``build`` hands the rows out sub-env (slot) major, each
+slot's ``T`` rows in time order, as the numpy path orders a trajectory's rows; the batch
+carries ``meta["rows_per_env"] = T`` so ``time_major()`` can view it as ``[T, R, ...]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from rlconnect.batches import SampleBatch
+
+__all__ = ["TensorStore"]
+
+
+class TensorStore:
+    """``rounds`` rounds of ``rows`` rows per column, on ``device``; columns are made at
+    their first write, from its shape and dtype (nested columns leaf by leaf)."""
+
+    def __init__(self, rounds: int, rows: int, device: torch.device) -> None:
+        self.rounds, self.rows, self.device = rounds, rows, device
+        self._columns: dict[str, Any] = {}
+
+    def write(self, k: int, columns: Mapping[str, Any]) -> None:
+        """Round ``k``'s rows of every column in ``columns`` (tensors (rows, ...), nests
+        of them, or Python numbers repeated for every row)."""
+        for name, value in columns.items():
+            store = self._columns.get(name)
+            if store is None:
+                store = self._columns[name] = self._alloc(value)
+            _write(store, k, value)
+
+    def _alloc(self, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {key: self._alloc(v) for key, v in value.items()}
+        if isinstance(value, tuple):
+            return tuple(self._alloc(v) for v in value)
+        if isinstance(value, int | float):
+            dtype = torch.int64 if isinstance(value, int) else torch.float32
+            return torch.empty((self.rounds, self.rows), dtype=dtype, device=self.device)
+        shape = (self.rounds, self.rows, *value.shape[1:])
+        return torch.empty(shape, dtype=value.dtype, device=self.device)
+
+    def build(self) -> SampleBatch:
+        """Every column's rows, slot major (a copy: the store is written again next)."""
+
+        def rows_of(store: Any) -> Any:
+            if isinstance(store, Mapping):
+                return {k: rows_of(v) for k, v in store.items()}
+            if isinstance(store, tuple):
+                return tuple(rows_of(v) for v in store)
+            return store.transpose(0, 1).reshape(self.rounds * self.rows, *store.shape[2:])
+
+        columns = {name: rows_of(s) for name, s in self._columns.items()}
+        meta = {"rows_per_env": self.rounds}
+        return SampleBatch._from_normalized(columns, self.rounds * self.rows, meta)
+
+
+def _write(store: Any, k: int, value: Any) -> None:
+    if isinstance(store, Mapping):
+        for key, sub in store.items():
+            _write(sub, k, value[key])
+    elif isinstance(store, tuple):
+        for sub, v in zip(store, value):
+            _write(sub, k, v)
+    elif isinstance(value, int | float):
+        store[k].fill_(value)
+    else:
+        store[k].copy_(value)

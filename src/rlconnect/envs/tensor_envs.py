@@ -1,0 +1,358 @@
+"""Batched tensor simulators as runner envs: the adapters of the tensor path.
+
+A *tensor env* steps its N sub-envs as one batch of torch tensors on one device (Isaac
+Lab, ManiSkill, MuJoCo Warp / mujoco-torch, VMAS, ``rlconnect.envs.BatchedCartPole``).
+The tensor kernel (``rlconnect.runner.tensor_kernel``) drives it in rounds that never
+read the host::
+
+    obs = env.start(seed)              # {agent: (N, ...) tensor}: every episode's first
+    step = env.step({agent: actions})  # TensorStep: where each sub-env's step ended
+    obs = env.restart(ended)           # {agent: obs to act on}: first obs where ended
+
+``step`` returns, for a sub-env whose episode ended, its *final* observation (what the
+transition's ``new_obs`` is); ``restart`` then hands out the observation the next action
+is for: the new episode's first one where ``ended`` (a bool tensor over sub-envs, the
+runner's own decision, horizon included), the step's observation elsewhere.
+
+Two kinds are adapted here: a gymnasium ``VectorEnv`` that takes and returns torch
+tensors (``TorchVectorEnv``) and a VMAS environment (``VmasEnv``, multi-agent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlconnect.batches import DEFAULT_AGENT_ID
+from rlconnect.envs.base import BaseEnv, EnvRows
+
+__all__ = [
+    "TensorEnv",
+    "TensorStep",
+    "TorchVectorEnv",
+    "VmasEnv",
+    "is_tensor_vector_env",
+    "is_vmas",
+]
+
+Nest = Any  #: a tensor, or a dict / tuple of them (nested observation spaces)
+
+
+@attrs.frozen
+class TensorStep:
+    """Where one step of every sub-env ended: per agent its observation (the final one of
+    a sub-env whose episode ended) and reward (N,) float32; per sub-env the env's own
+    ``terminateds`` and ``truncateds`` (N,) bool."""
+
+    obs: dict[Any, Nest]
+    rewards: dict[Any, torch.Tensor]
+    terminateds: torch.Tensor
+    truncateds: torch.Tensor
+
+
+def map_nest(fn: Any, *nests: Nest) -> Nest:
+    """``fn`` over the leaves of nests of one structure (dicts and tuples of tensors)."""
+    first = nests[0]
+    if isinstance(first, Mapping):
+        return {k: map_nest(fn, *(n[k] for n in nests)) for k in first}
+    if isinstance(first, tuple | list):
+        return tuple(map_nest(fn, *parts) for parts in zip(*nests))
+    return fn(*nests)
+
+
+def where_rows(mask: torch.Tensor, a: Nest, b: Nest) -> Nest:
+    """Rows of ``a`` where ``mask`` (N,) is True, else of ``b``, leaf by leaf."""
+
+    def pick(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask.reshape(-1, *([1] * (x.dim() - 1))), x, y)
+
+    return map_nest(pick, a, b)
+
+
+def _leaves(nest: Nest) -> list[tuple[str, Any]]:
+    if isinstance(nest, Mapping):
+        return [(f"[{k!r}]{p}", v) for k, sub in nest.items() for p, v in _leaves(sub)]
+    if isinstance(nest, tuple | list):
+        return [(f"[{i}]{p}", v) for i, sub in enumerate(nest) for p, v in _leaves(sub)]
+    return [("", nest)]
+
+
+def check_tensors(what: str, nest: Nest, device: torch.device, rows: int) -> None:
+    """TypeError / ValueError naming the key when ``nest`` holds something that is not a
+    torch tensor of ``rows`` rows on ``device`` (shapes and devices are host facts: no read)."""
+    for path, leaf in _leaves(nest):
+        name = f"{what}{path}"
+        if not isinstance(leaf, torch.Tensor):
+            raise TypeError(
+                f"tensor env: {name} is a {type(leaf).__name__}, not a torch tensor; on the "
+                "tensor path every observation, reward and flag is a tensor on one device "
+                "(wrap a numpy env with gymnasium.wrappers.vector.NumpyToTorch, or pass "
+                "RunnerConfig(tensor=False) to take the numpy path)"
+            )
+        if leaf.device != device:
+            raise ValueError(
+                f"tensor env: {name} is on {leaf.device} but the env's tensors are on "
+                f"{device}: every tensor of one env must be on one device"
+            )
+        if leaf.dim() == 0 or leaf.shape[0] != rows:
+            raise ValueError(
+                f"tensor env: {name} has shape {tuple(leaf.shape)}; expected {rows} rows "
+                "(one per sub-env) first"
+            )
+
+
+class TensorEnv(BaseEnv):
+    """The base of tensor-path adapters: ``start`` / ``step`` / ``restart`` (module
+    docstring) instead of ``poll`` / ``send_actions``, on ``device``.
+
+    ``agents`` are the agent ids in the order their rows are stacked; ``host_reads`` counts
+    the reads of device data an adapter itself needs (VMAS resets by Python index)."""
+
+    device: torch.device
+    agents: tuple[Any, ...] = (DEFAULT_AGENT_ID,)
+    host_reads = 0
+
+    def start(self, seed: int | None) -> dict[Any, Nest]:
+        """Reset every sub-env; each agent's first observations."""
+        raise NotImplementedError
+
+    def step(self, actions: Mapping[Any, torch.Tensor]) -> TensorStep:
+        """Step every sub-env with each agent's actions (N, ...)."""
+        raise NotImplementedError
+
+    def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
+        """Start new episodes where ``ended``; the observations the next actions are for."""
+        raise NotImplementedError
+
+    def poll(self) -> EnvRows:
+        raise TypeError(f"{type(self).__name__} is a tensor env: the tensor kernel drives it")
+
+    def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        raise TypeError(f"{type(self).__name__} is a tensor env: the tensor kernel drives it")
+
+    def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        raise TypeError(f"{type(self).__name__} is a tensor env: episodes restart by mask")
+
+    def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        return self._spaces(agent_id)[0]
+
+    def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        return self._spaces(agent_id)[1]
+
+    def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
+        raise NotImplementedError
+
+
+def _device_of(venv: Any) -> torch.device | None:
+    device = getattr(venv, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        try:
+            return torch.device(device)
+        except RuntimeError:
+            return None
+    return None
+
+
+def is_tensor_vector_env(env: Any, tensor: bool | None) -> bool:
+    """Whether a gymnasium ``VectorEnv`` takes the tensor path: ``tensor`` when set
+    (``RunnerConfig(tensor=...)``), else whether it says it lives on a torch device (a
+    ``device`` attribute, as Isaac Lab's, ManiSkill's, ``NumpyToTorch`` and
+    ``BatchedCartPole`` have)."""
+    if not isinstance(env, gym.vector.VectorEnv):
+        return False
+    return _device_of(env) is not None if tensor is None else tensor
+
+
+class TorchVectorEnv(TensorEnv):
+    """A gymnasium ``VectorEnv`` of torch tensors, in SAME_STEP or DISABLED autoreset mode.
+
+    SAME_STEP: a sub-env that ended is reset by the env inside ``step``; its final
+    observation is read from ``infos["final_obs"]`` (refused, naming the key, when a
+    sub-env ends without it). DISABLED: ``restart`` calls
+    ``reset(options={"reset_mask": ended})`` at every round (the mask is mostly all False;
+    the env must accept that without work). NEXT_STEP spends a step on each reset, so no
+    sub-env could give exactly ``rollout_fragment_length`` rows: refused with the fix.
+    """
+
+    def __init__(self, venv: gym.vector.VectorEnv, *, horizon: int | None = None) -> None:
+        self.venv = venv
+        self.num_envs = int(venv.num_envs)
+        device = _device_of(venv)
+        self.device = device if device is not None else torch.device("cpu")
+        mode = venv.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+        self.mode = gym.vector.AutoresetMode(mode)
+        if self.mode is gym.vector.AutoresetMode.NEXT_STEP:
+            raise ValueError(
+                f"{type(venv).__name__} resets in NEXT_STEP mode, which spends one step of "
+                "each sub-env on every reset: on the tensor path every sub-env gives exactly "
+                "rollout_fragment_length rows, so make the env with "
+                "autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP (final_obs in infos) "
+                "or DISABLED (reset by mask)"
+            )
+        if horizon is not None and self.mode is not gym.vector.AutoresetMode.DISABLED:
+            raise ValueError(
+                f"RunnerConfig.horizon={horizon} needs sub-envs the runner can reset on its own "
+                "(a DISABLED autoreset env, reset by mask); a SAME_STEP env ends its episodes "
+                "itself: give it its own time limit instead"
+            )
+        self._space_pair = (venv.single_observation_space, venv.single_action_space)
+        self._next: Nest = None  # SAME_STEP: the observations the env returned last
+
+    def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
+        return self._space_pair
+
+    def start(self, seed: int | None) -> dict[Any, Nest]:
+        obs, _ = self.venv.reset(seed=seed)
+        check_tensors("obs", obs, self.device, self.num_envs)
+        return {DEFAULT_AGENT_ID: obs}
+
+    def step(self, actions: Mapping[Any, torch.Tensor]) -> TensorStep:
+        obs, rewards, terminated, truncated, infos = self.venv.step(actions[DEFAULT_AGENT_ID])
+        n, device = self.num_envs, self.device
+        check_tensors("obs", obs, device, n)
+        check_tensors("rewards", rewards, device, n)
+        check_tensors("terminations", terminated, device, n)
+        check_tensors("truncations", truncated, device, n)
+        terminated, truncated = terminated.to(torch.bool), truncated.to(torch.bool)
+        if self.mode is gym.vector.AutoresetMode.SAME_STEP:
+            self._next = obs
+            final = infos.get("final_obs") if isinstance(infos, Mapping) else None
+            if final is None:
+                obs = _MissingFinalObs(obs, type(self.venv).__name__)
+            else:
+                check_tensors('infos["final_obs"]', final, device, n)
+                obs = where_rows(terminated | truncated, final, obs)
+        rewards = rewards.to(torch.float32).reshape(n)
+        return TensorStep(
+            {DEFAULT_AGENT_ID: obs}, {DEFAULT_AGENT_ID: rewards}, terminated, truncated
+        )
+
+    def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
+        if self.mode is gym.vector.AutoresetMode.SAME_STEP:
+            return {DEFAULT_AGENT_ID: self._next}
+        obs, _ = self.venv.reset(options={"reset_mask": ended})
+        check_tensors("obs", obs, self.device, self.num_envs)
+        return {DEFAULT_AGENT_ID: obs}
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+class _MissingFinalObs:
+    """The observations of a SAME_STEP step that came without ``infos["final_obs"]``: they
+    are right until a sub-env ends, which the runner learns only at its one read per
+    ``sample()``; then ``refusal()`` says what is wrong."""
+
+    def __init__(self, obs: Nest, env_name: str) -> None:
+        self.obs, self.env_name = obs, env_name
+
+    def refusal(self) -> str:
+        return (
+            f"{self.env_name} resets in SAME_STEP mode but a sub-env ended without "
+            'infos["final_obs"]: its final observation is lost, and bootstrapping from the '
+            "reset observation would be silently wrong; return the final observations in "
+            'infos["final_obs"] (a tensor shaped like the observations), or use DISABLED '
+            "autoreset"
+        )
+
+
+def is_vmas(env: Any) -> bool:
+    """Whether ``env`` is a VMAS environment (``vmas.make_env(...)``)."""
+    return (type(env).__module__ or "").startswith("vmas.") and hasattr(env, "reset_at")
+
+
+def _gymnasium_space(space: Any) -> gym.Space:
+    """VMAS's old-gym Box / Discrete / MultiDiscrete as a gymnasium space."""
+    kind = type(space).__name__
+    if kind == "Box":
+        return gym.spaces.Box(
+            np.asarray(space.low, np.float32), np.asarray(space.high, np.float32), dtype=np.float32
+        )
+    if kind == "Discrete":
+        return gym.spaces.Discrete(int(space.n))
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(np.asarray(space.nvec))
+    raise TypeError(f"VMAS space {space!r} has no gymnasium counterpart here")
+
+
+class VmasEnv(TensorEnv):
+    """A VMAS environment: multi-agent, each agent name an agent id.
+
+    VMAS resets one sub-env at a time by its Python index (``reset_at``), so knowing which
+    ended takes one read of a bool tensor per round where an episode may end: counted in
+    ``host_reads``. Its ``dones`` become ``terminateds``; where its ``max_steps`` ends an
+    episode, ``truncateds``. It keeps the seed it was made with unless the runner is given
+    one."""
+
+    is_multi_agent = True
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.num_envs = int(env.num_envs)
+        self.device = torch.device(env.device)
+        self.agents = tuple(a.name for a in env.agents)
+        self.possible_agents = self.agents
+        obs_spaces, act_spaces = env.observation_space, env.action_space
+        if isinstance(getattr(obs_spaces, "spaces", obs_spaces), Mapping):
+            obs_list = [obs_spaces[a] for a in self.agents]
+            act_list = [act_spaces[a] for a in self.agents]
+        else:
+            obs_list, act_list = list(obs_spaces), list(act_spaces)
+        self._space_map = {
+            a: (_gymnasium_space(o), _gymnasium_space(s))
+            for a, o, s in zip(self.agents, obs_list, act_list)
+        }
+
+    def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
+        return self._space_map[agent_id]
+
+    def _by_agent(self, values: Any) -> dict[Any, Any]:
+        if isinstance(values, Mapping):
+            return {a: values[a] for a in self.agents}
+        return dict(zip(self.agents, values))
+
+    def start(self, seed: int | None) -> dict[Any, Nest]:
+        if seed is not None:
+            self.env.seed(seed)
+        obs = self._by_agent(self.env.reset())
+        for a, o in obs.items():
+            check_tensors(f"obs[{a!r}]", o, self.device, self.num_envs)
+        return obs
+
+    def step(self, actions: Mapping[Any, torch.Tensor]) -> TensorStep:
+        out = self.env.step([actions[a] for a in self.agents])
+        if len(out) == 5:
+            obs, rewards, terminated, truncated, _ = out
+        else:
+            obs, rewards, dones, _ = out
+            max_steps = getattr(self.env, "max_steps", None)
+            if max_steps is None:
+                truncated = torch.zeros_like(dones, dtype=torch.bool)
+            else:
+                truncated = self.env.steps >= max_steps
+            terminated = dones.to(torch.bool) & ~truncated
+        n = self.num_envs
+        rewards = {a: r.to(torch.float32).reshape(n) for a, r in self._by_agent(rewards).items()}
+        return TensorStep(
+            self._by_agent(obs), rewards, terminated.to(torch.bool), truncated.to(torch.bool)
+        )
+
+    def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
+        self.host_reads += 1  # VMAS resets by Python index: which ended is read here
+        for index in ended.nonzero().flatten().tolist():
+            self.env.reset_at(index, return_observations=False)
+        return self._by_agent(
+            self.env.get_from_scenario(
+                get_observations=True, get_rewards=False, get_infos=False, get_dones=False
+            )[0]
+        )
+
+    def close(self) -> None:
+        """VMAS holds no resources to release."""

@@ -1,0 +1,198 @@
+"""Episode bookkeeping of the tensor path: ids, lengths and returns as tensors.
+
+On a batched tensor simulator every sub-env's episode advances at every round, and which
+ones end is device data. ``TensorEpisodes`` keeps the table of the running episodes (id,
+length, return per agent) on the device and updates it with masked whole-tensor
+operations, so a round reads nothing back. The episodes that end are logged, a tensor per
+round, and read back once per ``sample()`` (``read_back``): one transfer that also
+carries the first non-finite value each sub-env returned (the deferred finite check).
+Per-episode records (``take_metrics``) are made from that read only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlconnect.episodes.episode import Episode
+from rlconnect.errors import EnvCheckError
+
+__all__ = ["EndedEpisodes", "TensorEpisodes"]
+
+_FIELDS = ("obs", "reward")  #: what a non-finite value was found in, by code
+_NONE = -1  #: no non-finite value (an episode step otherwise)
+
+
+class EndedEpisodes:
+    """The episodes that ended during one ``sample()``, as host arrays: ``eps_id``,
+    ``env_id``, ``length`` (N_ended,) and ``returns`` (N_ended, A), agents in ``agents``
+    order."""
+
+    def __init__(
+        self, eps_id: np.ndarray, env_id: np.ndarray, length: np.ndarray, returns: np.ndarray
+    ) -> None:
+        self.eps_id, self.env_id, self.length, self.returns = eps_id, env_id, length, returns
+
+    def __len__(self) -> int:
+        return len(self.eps_id)
+
+
+class TensorEpisodes:
+    """The running episode of each of ``num_envs`` sub-envs, for agents ``agents``.
+
+    ``eps_id`` are numbered from ``next_id`` in sub-env order, as on the numpy path (new
+    ids for the sub-envs that ended at a round are ``next + cumsum(ended) - 1``).
+    ``policy_of(agent)`` names each agent's policy for the ``agent_rewards`` keys.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        agents: Sequence[Any],
+        device: torch.device,
+        *,
+        first_id: int,
+        policy_of: Callable[[Any], str],
+        max_records: int,
+    ) -> None:
+        self.num_envs, self.agents, self.device = num_envs, tuple(agents), device
+        self.next_id = first_id
+        self._policy_of = policy_of
+        self.length = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self.returns = torch.zeros(len(self.agents), num_envs, dtype=torch.float64, device=device)
+        self.eps_id = torch.full((num_envs,), -1, dtype=torch.int64, device=device)
+        self._next = torch.zeros((), dtype=torch.int64, device=device)
+        self._log: list[torch.Tensor] = []  # per round: [ended, length, eps_id, returns...]
+        self._bad_poll = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
+        self._bad_field = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self._ended: list[EndedEpisodes] = []
+        self._max_records = max_records
+
+    def start(self) -> None:
+        """Every sub-env begins an episode (the first round)."""
+        self._next.fill_(self.next_id)
+        self.eps_id = self._next + torch.arange(self.num_envs, device=self.device)
+        self._next += self.num_envs
+        self.length.zero_()
+        self.returns.zero_()
+
+    def advance(
+        self,
+        rewards: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        horizon: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One env step of every episode with ``rewards`` (A, N): lengths and returns grow;
+        returns ``(terminated, truncated, ended)`` with the horizon's truncation added."""
+        self.length += 1
+        self.returns += rewards.to(torch.float64)
+        if horizon is not None:
+            truncated = truncated | (self.length >= horizon)
+        return terminated, truncated, terminated | truncated
+
+    def check_finite(self, obs_ok: torch.Tensor, reward_ok: torch.Tensor) -> None:
+        """Keep, per sub-env, the episode step (lengths advanced) at which its observation
+        or reward (N,) was first not finite (checked once per ``sample()``, in
+        ``read_back``): 0 for the observation, 1 for the reward in ``_bad_field``."""
+        first = ~(obs_ok & reward_ok) & (self._bad_poll == _NONE)
+        self._bad_poll = torch.where(first, self.length, self._bad_poll)
+        self._bad_field = torch.where(first, obs_ok.to(torch.int64), self._bad_field)
+
+    def end(self, ended: torch.Tensor) -> None:
+        """Log the episodes that ``ended`` (N,) and begin new ones in their sub-envs."""
+        self._log.append(
+            torch.cat(
+                [
+                    torch.stack(
+                        [ended.to(torch.float64), self.length.to(torch.float64),
+                         self.eps_id.to(torch.float64)]
+                    ),
+                    self.returns,
+                ]
+            )
+        )  # fmt: skip
+        new_ids = self._next + torch.cumsum(ended, 0, dtype=torch.int64) - 1
+        self.eps_id = torch.where(ended, new_ids, self.eps_id)
+        self._next += ended.sum()
+        keep = (~ended).to(self.length.dtype)
+        self.length *= keep
+        self.returns *= keep.to(self.returns.dtype)
+
+    def read_back(self) -> EndedEpisodes:
+        """The one host read of a ``sample()``: the episodes that ended since the last
+        call, and the finite check (``EnvCheckError`` naming the first non-finite value's
+        sub-env, agent, field and step)."""
+        n = self.num_envs
+        parts = [t.flatten() for t in self._log]
+        parts += [self._bad_poll.to(torch.float64), self._bad_field.to(torch.float64)]
+        parts.append(self._next.to(torch.float64).reshape(1))
+        flat = torch.cat(parts).cpu().numpy()  # the read
+        self._log.clear()
+        self.next_id = int(flat[-1])
+        bad_poll, bad_field = flat[-1 - 2 * n : -1 - n], flat[-1 - n : -1]
+        rounds = flat[: -1 - 2 * n].reshape(-1, 3 + len(self.agents), n)
+        self._refuse_nonfinite(bad_poll, bad_field)
+        ended_at, env = np.nonzero(rounds[:, 0] > 0.5)
+        out = EndedEpisodes(
+            rounds[ended_at, 2, env].astype(np.int64),
+            env.astype(np.int64),
+            rounds[ended_at, 1, env].astype(np.int64),
+            rounds[ended_at, 3:, env],
+        )
+        self._ended.append(out)
+        while sum(len(e) for e in self._ended) > self._max_records and len(self._ended) > 1:
+            self._ended.pop(0)
+        return out
+
+    def _refuse_nonfinite(self, bad_poll: np.ndarray, bad_field: np.ndarray) -> None:
+        bad = np.flatnonzero(bad_poll != _NONE)
+        if not len(bad):
+            return
+        env = int(bad[np.argmin(bad_poll[bad])])
+        field = _FIELDS[int(bad_field[env])]
+        raise EnvCheckError(
+            f"sub-env {env} returned a non-finite {field} (NaN or inf) at step "
+            f"{int(bad_poll[env])} of its episode (found at the end of sample(), where the "
+            f"tensor path checks); {len(bad)} sub-env(s) did. Fix the simulator, or pass "
+            "RunnerConfig(check_finite=False) to record such values as they are"
+        )
+
+    def take_metrics(self) -> list[dict[str, Any]]:
+        """The metric records of the episodes ended since the last call (made now)."""
+        out = []
+        for ended in self._ended:
+            for i in range(len(ended)):
+                out.append(self._record(ended, i))
+        self._ended.clear()
+        return out
+
+    def _record(self, ended: EndedEpisodes, i: int) -> dict[str, Any]:
+        returns = ended.returns[i]
+        return {
+            "episode_id": int(ended.eps_id[i]),
+            "env_id": int(ended.env_id[i]),
+            "episode_length": int(ended.length[i]),
+            "episode_reward": float(returns.sum()),
+            "agent_rewards": {
+                (a, self._policy_of(a)): float(r) for a, r in zip(self.agents, returns.tolist())
+            },
+            "custom_metrics": {},
+            "hist_data": {},
+            "episode_faulty": False,
+        }
+
+    def episode(self, ended: EndedEpisodes, i: int, mapping_fn: Any, runner: Any) -> Episode:
+        """An ``Episode`` of ended episode ``i``, for ``on_episode_end`` callbacks."""
+        ep = Episode(int(ended.eps_id[i]), int(ended.env_id[i]), mapping_fn, worker=runner)
+        ep.length = int(ended.length[i])
+        ep.total_reward = float(ended.returns[i].sum())
+        for a in self.agents:
+            ep.policy_for(a)
+        ep.agent_rewards = {
+            (a, self._policy_of(a)): float(r) for a, r in zip(self.agents, ended.returns[i])
+        }
+        return ep

@@ -1,0 +1,335 @@
+"""The step of the tensor path: batched tensor simulators, one round at a time.
+
+``TensorKernel`` drives a ``TensorEnv`` (``rlconnect.envs.tensor_envs``) through the same
+phases as ``StepKernel`` does for numpy polls, on torch tensors on the env's device and
+without reading the host in a round:
+
+1. act, per policy: its rows of the last round's pipeline output go to the policy and the
+   action pipeline (``act``, as on numpy); the env actions of every agent are stacked;
+2. step: one step of every sub-env (``env.step``);
+3. open/advance episodes: lengths, returns and the horizon as masked tensor updates
+   (``TensorEpisodes``); the finite check is kept on the device, read once per sample;
+4. per policy, the agent pipeline on the step's rows (final observations where an
+   episode ended): what is recorded as ``new_obs`` and ``rewards``; then the round's row
+   of every column is written in place (``TensorStore``);
+5. finish: ended episodes are logged and new ones begin (``TensorEpisodes.end``), their
+   connectors' per-episode state dropped (``reset_where``), the env restarts them, and
+   the agent pipeline runs on their first observations (``mask`` = the ended rows).
+
+A policy's rows have one layout for the whole run (``PolicyRows``): the agents mapped to
+it, agent-major, each with all N sub-envs; so every column is a fixed-shape tensor and a
+batch is a view of ``[T, R]`` storage. Episode metrics and callbacks come once per
+``sample()``, from the one read of ``TensorEpisodes.read_back``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from rlconnect.batches import SampleBatch
+from rlconnect.collectors.tensor_store import TensorStore
+from rlconnect.connectors import AgentData
+from rlconnect.envs.tensor_envs import Nest, TensorEnv, map_nest, where_rows
+from rlconnect.episodes.tensor_episodes import TensorEpisodes
+from rlconnect.policy import Policy
+from rlconnect.runner.acting import act
+from rlconnect.runner.bookkeeping import EpisodeHooks
+from rlconnect.runner.config import RunnerConfig
+from rlconnect.runner.metrics import PerfTimers
+from rlconnect.runner.pipelines import PolicyPipelines
+
+__all__ = ["PolicyRows", "TensorKernel", "refuse_tensor_features"]
+
+_clock = time.perf_counter
+
+
+class PolicyRows:
+    """The fixed row layout of one policy: ``agents`` (indices into the env's agents),
+    each with every sub-env, agent-major; ``env_ids`` and ``agent_index`` (R,) tensors."""
+
+    def __init__(self, agents: list[int], agent_ids: tuple, num_envs: int, device: Any) -> None:
+        self.agents = agents
+        self.num_envs = num_envs
+        self.rows = len(agents) * num_envs
+        arange = torch.arange(num_envs, dtype=torch.int64, device=device)
+        self.env_ids = arange.repeat(len(agents))
+        index = torch.tensor(agents, dtype=torch.int64, device=device)
+        self.agent_index = index.repeat_interleave(num_envs)
+        self.agent_ids = tuple(agent_ids[a] for a in agents for _ in range(num_envs))
+
+    def stack(self, by_agent: Mapping[Any, Nest], names: tuple) -> Nest:
+        """This policy's rows of per-agent tensors ``{agent id: (N, ...)}``."""
+        parts = [by_agent[names[a]] for a in self.agents]
+        if len(parts) == 1:
+            return parts[0]
+        return map_nest(lambda *leaves: torch.cat(leaves), *parts)
+
+    def rows_of(self, per_env: torch.Tensor) -> torch.Tensor:
+        """A per-sub-env tensor (N, ...) repeated for each of this policy's agents."""
+        return per_env if len(self.agents) == 1 else per_env.repeat(len(self.agents))
+
+    def split(self, actions: Nest, names: tuple) -> dict[Any, Nest]:
+        """Env actions (R, ...) back to ``{agent id: (N, ...)}`` (views)."""
+        n = self.num_envs
+        return {
+            names[a]: map_nest(lambda x, i=i: x[i * n : (i + 1) * n], actions)
+            for i, a in enumerate(self.agents)
+        }
+
+
+class TensorKernel:
+    """The tensor path's loop state and its rounds (see the module docstring)."""
+
+    def __init__(
+        self,
+        env: TensorEnv,
+        policies: Mapping[str, Policy],
+        pipes: PolicyPipelines,
+        config: RunnerConfig,
+        timers: PerfTimers,
+        hooks: EpisodeHooks,
+        agent_policy: Mapping[Any, str],
+    ) -> None:
+        self.env, self.policies, self.pipes, self.config = env, policies, pipes, config
+        self.timers, self.hooks = timers, hooks
+        n, names = env.num_envs, env.agents
+        self.layouts = {
+            pid: PolicyRows(
+                [i for i, a in enumerate(names) if agent_policy[a] == pid], names, n, env.device
+            )
+            for pid in policies
+        }
+        self.layouts = {pid: rows for pid, rows in self.layouts.items() if rows.rows}
+        per_poll = n if config.count_steps_by.value == "env_steps" else n * len(names)
+        self.rounds = math.ceil(config.rollout_fragment_length * n / per_poll)
+        self.episodes = TensorEpisodes(
+            n,
+            names,
+            env.device,
+            first_id=config.worker_index << 40,
+            policy_of=agent_policy.__getitem__,
+            max_records=100_000,
+        )
+        self.poll_index = 0
+        self._inputs: dict[str, dict[str, Any]] = {}  # per policy: what it acts on next
+
+    # -- the loop -------------------------------------------------------------------------
+    def sample(self) -> tuple[dict[str, SampleBatch], int]:
+        """``rounds`` rounds of every sub-env; the batches by policy and the env steps."""
+        if not self._inputs:
+            self._start()
+        stores = {
+            pid: TensorStore(self.rounds, rows.rows, self.env.device)
+            for pid, rows in self.layouts.items()
+        }
+        for k in range(self.rounds):
+            self.step(k, stores)
+        ended = self.episodes.read_back()  # the sample's one host read
+        if self.hooks.on_end:
+            runner = self.hooks.runner
+            for i in range(len(ended)):
+                ep = self.episodes.episode(ended, i, None, runner)
+                self.hooks.call(self.hooks.callbacks.on_episode_end, ep.env_id, ep)
+        return {pid: s.build() for pid, s in stores.items()}, self.rounds * self.env.num_envs
+
+    def _start(self) -> None:
+        """Reset every sub-env and run the agent pipelines on the first observations."""
+        first = self.env.start(self.config.seed)
+        self.episodes.start()
+        none = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.env.device)
+        for pid in self.layouts:
+            self._inputs[pid] = self._first_rows(pid, first, none, mask=None)
+
+    def step(self, k: int, stores: Mapping[str, TensorStore]) -> None:
+        """Round ``k``: act, step, advance, record, finish (see the module docstring)."""
+        self.poll_index += 1
+        names = self.env.agents
+        actions: dict[Any, Nest] = {}
+        outputs: dict[str, dict[str, Any]] = {}
+        for pid, rows in self.layouts.items():
+            outputs[pid], env_actions = self._act(pid, rows)
+            actions.update(rows.split(env_actions, names))
+        t0 = _clock()
+        step = self.env.step(actions)
+        self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
+        self.timers.steps += 1
+        rewards = torch.stack([step.rewards[a] for a in names])
+        term, trunc, ended = self.episodes.advance(
+            rewards, step.terminateds, step.truncateds, self.config.horizon
+        )
+        if self.config.check_finite:
+            self._check_finite(step.obs, rewards)
+        finals = {
+            pid: self._step_rows(pid, rows, step, term, trunc) for pid, rows in self.layouts.items()
+        }
+        for pid, data in finals.items():
+            stores[pid].write(k, self._record(pid, data, outputs[pid]))
+        self.episodes.end(ended)
+        self._finish(ended, finals)
+
+    # -- the phases of a round ----------------------------------------------------------
+    def _act(self, pid: str, rows: PolicyRows) -> tuple[dict[str, Any], Nest]:
+        """Policy ``pid`` on its rows' inputs, then the action pipeline, through ``act``
+        as every poll does: (outputs, env actions)."""
+        return act(
+            pid,
+            self.policies[pid],
+            self.pipes,
+            self._inputs[pid],
+            rows.env_ids,
+            rows.agent_ids,
+            explore=self.config.explore,
+            timers=self.timers,
+        )
+
+    def _check_finite(self, obs: Mapping[Any, Nest], rewards: torch.Tensor) -> None:
+        """Per sub-env: whether every observation and reward of the round is finite."""
+        obs_ok = torch.ones(self.env.num_envs, dtype=torch.bool, device=self.env.device)
+        for nest in obs.values():
+            for leaf in _float_leaves(nest):
+                obs_ok = obs_ok & torch.isfinite(leaf).reshape(leaf.shape[0], -1).all(1)
+        self.episodes.check_finite(obs_ok, torch.isfinite(rewards).all(0))
+
+    def _step_rows(
+        self, pid: str, rows: PolicyRows, step: Any, term: torch.Tensor, trunc: torch.Tensor
+    ) -> AgentData:
+        """Policy ``pid``'s rows of the step (final observations where episodes ended)
+        through its agent pipeline: ``new_obs``, ``rewards`` and the flags as recorded."""
+        names, length = self.env.agents, self.episodes.length
+        columns = {
+            "obs": rows.stack(step.obs, names),
+            "rewards": rows.stack(step.rewards, names),
+            "terminateds": rows.rows_of(term),
+            "truncateds": rows.rows_of(trunc),
+            "t": rows.rows_of(length),
+        }
+        return self._through_pipeline(pid, rows, columns, mask=None)
+
+    def _through_pipeline(
+        self, pid: str, rows: PolicyRows, columns: dict[str, Any], mask: torch.Tensor | None
+    ) -> AgentData:
+        t0 = _clock()
+        data = AgentData.trusted(rows.env_ids, rows.agent_ids, columns)
+        data.mask = mask
+        pipe = self.pipes.agent[pid]
+        if len(pipe):
+            data = pipe(data)
+        self.timers.seconds["mean_raw_obs_processing_ms"] += _clock() - t0
+        return data
+
+    def _record(self, pid: str, data: AgentData, outputs: dict[str, Any]) -> dict[str, Any]:
+        """Round k's row of every column of policy ``pid``: what it acted on, what it
+        did, where the step ended, and the bookkeeping."""
+        inputs, rows = self._inputs[pid], self.layouts[pid]
+        record = {name: value for name, value in inputs.items() if name not in _STEP_COLUMNS}
+        record["obs"] = inputs["obs"]
+        record["new_obs"] = data["obs"]
+        record["rewards"] = data["rewards"]
+        record["terminateds"] = data["terminateds"]
+        record["truncateds"] = data["truncateds"]
+        record["t"] = inputs["t"]
+        record.update(outputs)
+        record["eps_id"] = rows.rows_of(self.episodes.eps_id)
+        record["env_id"] = rows.env_ids
+        record["agent_index"] = rows.agent_index
+        record["weights_seq"] = int(self.policies[pid].weights_seq)
+        return record
+
+    def _finish(self, ended: torch.Tensor, finals: Mapping[str, AgentData]) -> None:
+        """New episodes where ``ended``: connectors reset, the env restarts them, and each
+        policy's next inputs are the step's rows, or the new first rows where ended."""
+        for pid in self.layouts:
+            for pipe in (self.pipes.agent[pid], self.pipes.action[pid]):
+                reset_where = getattr(pipe, "reset_where", None)
+                if reset_where is not None and len(pipe):
+                    reset_where(ended)
+        t0 = _clock()
+        first = self.env.restart(ended)
+        self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
+        for pid, rows in self.layouts.items():
+            self._inputs[pid] = self._next_inputs(pid, rows, finals[pid], first, ended)
+
+    def _next_inputs(
+        self, pid: str, rows: PolicyRows, final: AgentData, first: Mapping[Any, Nest],
+        ended: torch.Tensor,
+    ) -> dict[str, Any]:  # fmt: skip
+        row_ended = rows.rows_of(ended)
+        if not len(self.pipes.agent[pid]):  # the new observations as they are
+            obs = where_rows(row_ended, rows.stack(first, self.env.agents), final["obs"])
+            return {"obs": obs, "t": final["t"] * (~row_ended).to(final["t"].dtype)}
+        fresh = self._first_rows(pid, first, ended, mask=row_ended)
+        return {
+            name: where_rows(row_ended, fresh[name], value)
+            for name, value in final.columns.items()
+            if name in fresh
+        }
+
+    def _first_rows(
+        self, pid: str, first: Mapping[Any, Nest], ended: torch.Tensor, mask: torch.Tensor | None
+    ) -> dict[str, Any]:
+        """Policy ``pid``'s first rows of new episodes (``mask``: the rows that are;
+        None: all) through its agent pipeline."""
+        rows, device = self.layouts[pid], self.env.device
+        zeros = torch.zeros(rows.rows, dtype=torch.bool, device=device)
+        columns = {
+            "obs": rows.stack(first, self.env.agents),
+            "rewards": torch.zeros(rows.rows, dtype=torch.float32, device=device),
+            "terminateds": zeros,
+            "truncateds": zeros,
+            "t": torch.zeros(rows.rows, dtype=torch.int64, device=device),
+        }
+        return dict(self._through_pipeline(pid, rows, columns, mask).columns)
+
+
+_STEP_COLUMNS = frozenset({"obs", "rewards", "terminateds", "truncateds", "t"})
+
+
+def _float_leaves(nest: Nest) -> list[torch.Tensor]:
+    """The floating-point leaves of a nest (integer observations are always finite)."""
+    if isinstance(nest, Mapping):
+        return [x for v in nest.values() for x in _float_leaves(v)]
+    if isinstance(nest, tuple | list):
+        return [x for v in nest for x in _float_leaves(v)]
+    return [nest] if nest.is_floating_point() else []
+
+
+def refuse_tensor_features(
+    config: RunnerConfig, hooks: EpisodeHooks, policies: Mapping[str, Policy]
+) -> None:
+    """ValueError naming what the tensor path does not do, with the fix, at build time."""
+    refusals = []
+    if config.batch_mode.value != "truncate_episodes":
+        refusals.append(
+            "batch_mode='complete_episodes' (every sub-env gives exactly "
+            "rollout_fragment_length rows: use 'truncate_episodes')"
+        )
+    for name in ("on_episode_created", "on_episode_start", "on_episode_step"):
+        if hooks.callbacks.overrides(name):
+            refusals.append(
+                f"the {name} callback (a call per episode per round would read the host; "
+                "on_episode_end and on_sample_end are called once per sample())"
+            )
+    if config.restart_failed_sub_environments:
+        refusals.append(
+            "restart_failed_sub_environments (a batched simulator steps all sub-envs as "
+            "one; non-finite values are refused at the end of sample())"
+        )
+    if config.soft_horizon:
+        refusals.append("soft_horizon (episodes restart by mask)")
+    if config.observation_fn is not None:
+        refusals.append("observation_fn (a call per agent per round)")
+    if config.sample_async:
+        refusals.append("sample_async (the simulator already runs on its device)")
+    for pid, policy in policies.items():
+        if type(policy).postprocess_trajectory is not Policy.postprocess_trajectory:
+            refusals.append(
+                f"policy {pid!r} overrides postprocess_trajectory (per trajectory on the "
+                "host); compute it in a learner connector instead"
+            )
+    if refusals:
+        raise ValueError("the tensor path does not take " + "; ".join(refusals))
