@@ -1,6 +1,7 @@
 """Envs: the BaseEnv contract the runner drives, and adapters for every env kind."""
 
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.envs.batched_cartpole import BatchedCartPole
 from rlconnect.envs.external import (
     BadActionError,
     BadObservationError,
@@ -25,6 +26,7 @@ __all__ = [
     "BadObservationError",
     "BadRewardError",
     "BaseEnv",
+    "BatchedCartPole",
     "EnvContext",
     "EnvRows",
     "EnvRowsBuilder",
