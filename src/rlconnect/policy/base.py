@@ -39,8 +39,9 @@ __all__ = [
     "validate_weights",
 ]
 
-#: ``(actions, state_outs, extra_fetches)`` as returned by :meth:`Policy.compute_actions`.
-PolicyOutput = tuple[Any, list[np.ndarray], dict[str, np.ndarray]]
+#: ``(actions, state_outs, extra_fetches)`` as returned by :meth:`Policy.compute_actions`:
+#: numpy arrays for numpy input, torch tensors for tensor input (the tensor path).
+PolicyOutput = tuple[Any, list[Any], dict[str, Any]]
 #: ``(name, shape)`` of each weight, in ``get_weights()`` order (see ``Policy.weight_shapes``).
 WeightShapes = Iterator[tuple[str, tuple[int, ...]]]
 

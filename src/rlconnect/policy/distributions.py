@@ -95,7 +95,8 @@ def _torch_categorical(
     logp_all = torch.log_softmax(logits, dim=1)
     if explore:
         cdf = logp_all.exp().cumsum(dim=1)
-        u = torch.rand((logits.shape[0], 1), generator=gen, dtype=cdf.dtype) * cdf[:, -1:]
+        shape = (logits.shape[0], 1)
+        u = torch.rand(shape, generator=gen, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
         a = (cdf <= u).sum(dim=1, keepdim=True).clamp_(max=logits.shape[1] - 1)
     else:
         a = logp_all.argmax(dim=1, keepdim=True)
@@ -139,6 +140,7 @@ class ActionDistSpec:
                 f"{SUPPORTED_ACTION_SPACES} (wrap other spaces in an action connector)"
             )
         self._uniform_nvec = len(set(self.nvec)) == 1
+        self._starts: dict[torch.device, torch.Tensor] = {}
 
     def check_inputs(self, dist_inputs_shape: tuple[int, ...], batch: int) -> None:
         """Raise ValueError if the model output is not (batch, width)."""
@@ -149,6 +151,27 @@ class ActionDistSpec:
             )
 
     # -- torch ---------------------------------------------------------------------------
+
+    def _start_on(self, device: torch.device) -> torch.Tensor:
+        """``start`` as an int64 tensor on ``device``, made once per device (a copy to a
+        device each call would cost a transfer)."""
+        start = self._starts.get(device)
+        if start is None:
+            start = self._starts[device] = torch.as_tensor(self.start, dtype=torch.int64).to(device)
+        return start
+
+    def to_env_actions_torch(self, raw: torch.Tensor) -> torch.Tensor:
+        """:meth:`to_env_actions` on tensors, on ``raw``'s device: int64 with ``start``
+        added for Discrete / MultiDiscrete, float32 of the Box's shape."""
+        b = raw.shape[0]
+        if self.kind == "gaussian":
+            return raw.reshape(b, *self.action_shape).to(torch.float32)
+        out = raw.to(torch.int64)
+        if self.kind == "multi_categorical":
+            out = out.reshape(b, *self.action_shape)
+        if isinstance(self.start, np.ndarray):
+            return out + self._start_on(out.device).reshape(self.action_shape)
+        return out + self.start if self.start else out
 
     def sample_torch(
         self, dist_inputs: torch.Tensor, explore: bool, gen: torch.Generator
@@ -184,7 +207,7 @@ class ActionDistSpec:
             idx = (actions.reshape(b).long() - int(self.start))[:, None]  # Discrete: an int
             return torch.log_softmax(dist_inputs, dim=1).gather(1, idx)[:, 0]
         if self.kind == "multi_categorical":
-            idx = actions.reshape(b, -1).long() - torch.as_tensor(self.start).reshape(-1)
+            idx = actions.reshape(b, -1).long() - self._start_on(actions.device).reshape(-1)
             parts = torch.split(dist_inputs, self.nvec, dim=1)
             return sum(
                 (

@@ -34,7 +34,9 @@ from rlconnect.policy.mlp import (
     numpy_threshold_of,
     param_key,
 )
-from rlconnect.policy.torch_policy import TorchPolicy
+from rlconnect.policy.torch_policy import DeviceLike, TorchPolicy
+
+_Tensor = torch.Tensor  # tensor obs take TorchPolicy's tensor path
 
 __all__ = ["LSTMModel", "LSTMPolicy"]
 
@@ -194,6 +196,9 @@ class LSTMPolicy(TorchPolicy):
         vf_head: add a linear value head on the LSTM output (the ``vf_preds`` fetch).
         numpy_threshold: overrides ``config["numpy_threshold"]`` when given.
         seed: seeds the weight init and both generators.
+        device: where the model runs (see :class:`TorchPolicy`; not saved in the spec).
+            Tensor observations and states (``state_in_0/1`` (B, cell_size)) always take
+            torch and give tensor ``state_outs`` on the input's device.
     """
 
     model: LSTMModel
@@ -209,6 +214,7 @@ class LSTMPolicy(TorchPolicy):
         vf_head: bool = False,
         numpy_threshold: int | None = None,
         seed: int | None = None,
+        device: DeviceLike = None,
     ) -> None:
         in_dim = box_in_dim("LSTMPolicy", observation_space)
         hiddens = [_positive("hiddens", h) for h in hiddens]
@@ -223,10 +229,10 @@ class LSTMPolicy(TorchPolicy):
         )
         seed = check_seed(seed)
         model.init_weights(init_generator(seed))
-        super().__init__(model, observation_space, action_space, config, seed=seed)
+        super().__init__(model, observation_space, action_space, config, seed=seed, device=device)
         self._params = list(self.model.parameters())
         self._param_key: tuple = ()
-        self.sync_numpy_weights()
+        self._on_weights_changed()
 
     @staticmethod
     def _shapes_of_arguments(arguments: Mapping[str, Any]) -> WeightShapes:
@@ -244,7 +250,7 @@ class LSTMPolicy(TorchPolicy):
         self._param_key = param_key(self._params)
         m = self.model
         self._np_encoder = _numpy_layers(m.encoder)
-        w_ih, w_hh, b_ih, b_hh = (p.detach().numpy() for p in m.lstm_parameters())
+        w_ih, w_hh, b_ih, b_hh = (p.detach().cpu().numpy() for p in m.lstm_parameters())
         n = self.cell_size
         # one (W_ih^T, W_hh^T, bias) per gate: products as small as an MLP layer's, which a
         # multi-threaded BLAS runs on one thread (a (64, 256) product of 64 rows it splits
@@ -261,29 +267,45 @@ class LSTMPolicy(TorchPolicy):
         self._np_vf = _numpy_layers(nn.Sequential(m.vf)) if m.vf is not None else None
 
     def _on_weights_changed(self) -> None:
-        self.sync_numpy_weights()
+        """Refresh the mirror of a CPU policy now; on another device only mark it stale."""
+        if self.device.type == "cpu":
+            self.sync_numpy_weights()
+        else:
+            self._param_key = ()
 
     # -- inference -------------------------------------------------------------------------
 
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
         """As :meth:`TorchPolicy.compute_actions`; small batches take the numpy path."""
-        b = len(input_batch["obs"])
-        if b == 0 or b > self.numpy_threshold or self.device.type != "cpu":
+        obs = input_batch["obs"]
+        b = len(obs)
+        if (
+            b == 0
+            or b > self.numpy_threshold
+            or self.device.type != "cpu"
+            or isinstance(obs, _Tensor)
+        ):
             return super().compute_actions(input_batch, explore)
         return self._compute_actions_numpy(input_batch, b, explore)
 
-    def compute_values(self, input_batch: Mapping[str, Any]) -> np.ndarray:
+    def compute_values(self, input_batch: Mapping[str, Any]) -> Any:
         """The value head's output (B,) float32 after one step from ``state_in_*``, on the
         same path (numpy or torch) that :meth:`compute_actions` takes for a batch of this
-        size, so it equals ``vf_preds``.
+        size, so it equals ``vf_preds`` (a tensor on ``obs``'s device for tensor ``obs``).
 
         Raises:
             NotImplementedError: the policy was built without ``vf_head=True``.
         """
         if not self.vf_head:
             raise NotImplementedError(self._no_value_head())
-        b = len(input_batch["obs"])
-        if b == 0 or b > self.numpy_threshold or self.device.type != "cpu":
+        obs = input_batch["obs"]
+        b = len(obs)
+        if (
+            b == 0
+            or b > self.numpy_threshold
+            or self.device.type != "cpu"
+            or isinstance(obs, _Tensor)
+        ):
             return super().compute_values(input_batch)
         h_new, _ = self._numpy_step(input_batch, b)
         return _numpy_forward(cast(_NumpyLayers, self._np_vf), h_new, _identity)[:, 0]

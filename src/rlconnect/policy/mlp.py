@@ -23,13 +23,14 @@ from torch import nn
 
 from rlconnect.policy.base import PolicyOutput, WeightShapes, check_seed
 from rlconnect.policy.distributions import ActionDistSpec
-from rlconnect.policy.torch_policy import TorchPolicy
+from rlconnect.policy.torch_policy import DeviceLike, TorchPolicy
 
 __all__ = ["ACTIVATIONS", "MLPModel", "MLPPolicy"]
 
 DEFAULT_NUMPY_THRESHOLD = 4096
 _VERSION = operator.attrgetter("_version")
 _DATA_PTR = torch.Tensor.data_ptr
+_Tensor = torch.Tensor  # tensor obs take TorchPolicy's tensor path
 
 
 def numpy_threshold_of(config: Mapping[str, Any], numpy_threshold: int | None) -> int:
@@ -199,6 +200,9 @@ class MLPPolicy(TorchPolicy):
         vf_head: add a separate value MLP; its output is the ``vf_preds`` fetch.
         numpy_threshold: overrides ``config["numpy_threshold"]`` when given.
         seed: seeds the weight init and both generators.
+        device: where the model runs (see :class:`TorchPolicy`; not saved in the spec).
+            Tensor observations always take torch (the numpy mirror serves numpy input
+            on the CPU only).
     """
 
     model: MLPModel  # narrows TorchPolicy.model: the numpy mirror reads its heads
@@ -214,6 +218,7 @@ class MLPPolicy(TorchPolicy):
         vf_head: bool = False,
         numpy_threshold: int | None = None,
         seed: int | None = None,
+        device: DeviceLike = None,
     ) -> None:
         in_dim = box_in_dim("MLPPolicy", observation_space)
         if activation not in ACTIVATIONS:
@@ -232,13 +237,13 @@ class MLPPolicy(TorchPolicy):
         model = MLPModel(self.in_dim, out_dim, hiddens, activation, self.vf_head)
         seed = check_seed(seed)
         model.init_weights(init_generator(seed))
-        super().__init__(model, observation_space, action_space, config, seed=seed)
+        super().__init__(model, observation_space, action_space, config, seed=seed, device=device)
         self._np_act = ACTIVATIONS[activation][1]
         self._params = list(self.model.parameters())
         self._param_key: tuple = ()
         self._np_pi: _NumpyLayers = []
         self._np_vf: _NumpyLayers | None = None
-        self.sync_numpy_weights()
+        self._on_weights_changed()
 
     @staticmethod
     def _shapes_of_arguments(arguments: Mapping[str, Any]) -> WeightShapes:
@@ -264,7 +269,12 @@ class MLPPolicy(TorchPolicy):
         self._np_vf = _numpy_layers(self.model.vf) if self.model.vf is not None else None
 
     def _on_weights_changed(self) -> None:
-        self.sync_numpy_weights()
+        """Refresh the mirror of a CPU policy now; a policy on another device never runs
+        in numpy, so its mirror is only marked stale (refreshed if it moves to the CPU)."""
+        if self.device.type == "cpu":
+            self.sync_numpy_weights()
+        else:
+            self._param_key = ()
 
     # -- inference -------------------------------------------------------------------------
 
@@ -272,13 +282,19 @@ class MLPPolicy(TorchPolicy):
         """As :meth:`TorchPolicy.compute_actions`; small batches take the numpy path."""
         obs = input_batch["obs"]
         b = len(obs)
-        if b == 0 or b > self.numpy_threshold or self.device.type != "cpu":
+        if (
+            b == 0
+            or b > self.numpy_threshold
+            or self.device.type != "cpu"
+            or isinstance(obs, _Tensor)
+        ):
             return super().compute_actions(input_batch, explore)
         return self._compute_actions_numpy(obs, b, explore)
 
-    def compute_values(self, input_batch: Mapping[str, Any]) -> np.ndarray:
+    def compute_values(self, input_batch: Mapping[str, Any]) -> Any:
         """The value head's output (B,) float32, on the same path (numpy or torch) that
-        :meth:`compute_actions` takes for a batch of this size, so it equals ``vf_preds``.
+        :meth:`compute_actions` takes for a batch of this size, so it equals ``vf_preds``
+        (a tensor on ``obs``'s device for tensor ``obs``).
 
         Raises:
             NotImplementedError: the policy was built without ``vf_head=True``.
@@ -287,7 +303,12 @@ class MLPPolicy(TorchPolicy):
             raise NotImplementedError(self._no_value_head())
         obs = input_batch["obs"]
         b = len(obs)
-        if b == 0 or b > self.numpy_threshold or self.device.type != "cpu":
+        if (
+            b == 0
+            or b > self.numpy_threshold
+            or self.device.type != "cpu"
+            or isinstance(obs, _Tensor)
+        ):
             return super().compute_values(input_batch)
         x = self._numpy_input(obs, b)
         return _numpy_forward(cast(_NumpyLayers, self._np_vf), x, self._np_act)[:, 0]

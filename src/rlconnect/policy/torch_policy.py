@@ -12,7 +12,31 @@ import torch
 from rlconnect.policy.base import Policy, PolicyOutput, batch_size, validate_weights
 from rlconnect.policy.distributions import ActionDistSpec
 
-__all__ = ["TorchPolicy", "to_float_tensor"]
+__all__ = ["TorchPolicy", "as_device", "to_float_tensor"]
+
+#: what ``device=`` takes: a device string ("cpu", "cuda:0"), a ``torch.device``, or None
+DeviceLike = str | torch.device | None
+
+
+def as_device(device: DeviceLike, owner: str = "TorchPolicy") -> torch.device | None:
+    """``device`` as a ``torch.device`` (None stays None).
+
+    Raises:
+        TypeError / ValueError: naming ``owner`` and what ``device=`` takes.
+    """
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(
+            f"{owner}: device must be a str such as 'cpu' or 'cuda:0', a torch.device or "
+            f"None, got {device!r}"
+        )
+    try:
+        return torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{owner}: device={device!r} is not a torch device (e.g. 'cpu', 'cuda', 'cuda:0')"
+        ) from err
 
 
 def to_float_tensor(x: Any, device: torch.device | None = None) -> torch.Tensor:
@@ -24,11 +48,31 @@ def to_float_tensor(x: Any, device: torch.device | None = None) -> torch.Tensor:
     return t if device is None or device.type == "cpu" else t.to(device)
 
 
+def writable_weight(value: Any) -> Any:
+    """A weight as ``Tensor.copy_`` takes it without torch's "NumPy array is not writable"
+    warning: a tensor as it is, a writable array as a view, a read-only one (what Ray's
+    object store hands out) copied once."""
+    if isinstance(value, torch.Tensor):
+        return value
+    arr = np.asarray(value)
+    if not arr.flags.writeable:
+        arr = arr.copy()
+    return torch.as_tensor(arr)
+
+
 def _to_numpy_f32(t: torch.Tensor) -> np.ndarray:
     """A float32 numpy array of ``t`` (no copy for a CPU float32 tensor)."""
     if t.dtype != torch.float32:
         t = t.to(torch.float32)
     return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+
+
+def _model_input(x: Any, device: torch.device) -> torch.Tensor:
+    """A column as the model takes it: float32 on ``device`` (a tensor moved and cast at
+    most once, an array through :func:`to_float_tensor`)."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device=device, dtype=torch.float32)
+    return to_float_tensor(x, device)
 
 
 class TorchPolicy(Policy):
@@ -42,29 +86,45 @@ class TorchPolicy(Policy):
       or ``-> (dist_inputs, state_out, value)``, with ``state`` / ``state_out`` lists of
       (B, *state_shape) tensors.
 
-    ``obs`` is a float32 tensor (B, *obs_shape) made with ``torch.from_numpy`` (no copy for
-    float32 contiguous input). ``dist_inputs`` is (B, width): logits (B, n) for
-    ``Discrete(n)``, the concatenated logits of each component (B, sum(nvec)) for
-    ``MultiDiscrete``, mean and log-std (B, 2 * d) for a d-element ``Box`` (see
-    :mod:`rlconnect.policy.distributions`). ``value`` is (B,) or (B, 1).
+    ``obs`` is a float32 tensor (B, *obs_shape) on the policy's device, made with
+    ``torch.from_numpy`` (no copy for float32 contiguous input). ``dist_inputs`` is
+    (B, width): logits (B, n) for ``Discrete(n)``, the concatenated logits of each component
+    (B, sum(nvec)) for ``MultiDiscrete``, mean and log-std (B, 2 * d) for a d-element
+    ``Box`` (see :mod:`rlconnect.policy.distributions`). ``value`` is (B,) or (B, 1).
 
     :meth:`compute_actions` reads ``obs`` and, for recurrent models, ``state_in_0 ...``;
     returns actions (Discrete/MultiDiscrete: int64 with ``start`` added; Box: float32 of the
-    Box's shape, neither clipped nor squashed), state-outs (B, *state_shape) as numpy, and
-    the extra fetches ``action_logp`` (B,) float32 (log-prob of the returned action, for
+    Box's shape, neither clipped nor squashed), state-outs (B, *state_shape), and the extra
+    fetches ``action_logp`` (B,) float32 (log-prob of the returned action, for
     ``explore=False`` too), ``action_dist_inputs`` (B, width) float32 and, when the model
     returns a value, ``vf_preds`` (B,) float32.
 
-    Everything runs under ``torch.inference_mode()``; the model is put in eval mode once,
-    here. Sampling of CPU batches up to ``numpy_sampling_rows`` rows runs in numpy on the
-    model's output with the policy's ``self.np_random`` (one numpy call costs a fraction of
-    a torch op, and sampling is ~10 ops); larger or GPU batches sample in torch with
-    ``self.torch_random``. Both give the same distribution and the same log-probabilities.
+    **Numpy in, numpy out.** Everything runs under ``torch.inference_mode()``. Sampling of
+    CPU batches up to ``numpy_sampling_rows`` rows runs in numpy on the model's output with
+    ``self.np_random`` (one numpy call costs a fraction of a torch op, and sampling is ~10
+    ops); larger or GPU batches sample in torch with ``self.torch_random``. Both give the
+    same distribution and the same log-probabilities.
+
+    **Tensors in, tensors out** (the tensor path of batched simulators). When ``obs`` is a
+    torch tensor, every output above is a torch tensor of the same dtype and shape as on
+    the numpy path, on ``obs``'s device; ``state_in_*`` are then tensors too. Sampling runs
+    in torch with ``self.torch_random`` on the policy's device, without any read of a
+    tensor by the host. A policy on another device than its inputs moves each input there
+    once and each output back once (one transfer each way per column: keep the policy on
+    the env's device to avoid them). This path runs under ``torch.no_grad()``, not
+    inference mode, so its outputs are ordinary tensors that later in-place updates (a
+    state buffer, a connector) and a learner's autograd accept.
+
+    ``device`` is where the model runs in this process, not part of :meth:`get_config`: a
+    checkpoint written by a policy on a GPU rebuilds on a CPU-only machine (the model on
+    the CPU), and whoever rebuilds it chooses its device (``device=`` or :meth:`to`).
     Override :meth:`forward` to feed a model other columns (e.g. ``prev_actions``).
 
     Args:
         model: the ``torch.nn.Module``.
         observation_space, action_space, config, seed: as for :class:`Policy`.
+        device: move the model there (a str such as ``"cuda:0"`` or a ``torch.device``);
+            None keeps it where it is (the device of its first parameter, else the CPU).
 
     Raises:
         TypeError: if the action space is not Discrete, MultiDiscrete or Box.
@@ -81,13 +141,15 @@ class TorchPolicy(Policy):
         config: dict | None = None,
         *,
         seed: int | None = None,
+        device: DeviceLike = None,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model)}")
+        target = as_device(device, type(self).__name__)
         self.dist = ActionDistSpec(action_space)
-        self.model = model
+        self.model = model if target is None else model.to(target)
         first = next(iter(model.parameters()), None)
-        self.device = first.device if first is not None else torch.device("cpu")
+        self.device = first.device if first is not None else (target or torch.device("cpu"))
         self.torch_random = torch.Generator(device=self.device)
         super().__init__(observation_space, action_space, config, seed=seed)
         self.model.eval()
@@ -95,11 +157,32 @@ class TorchPolicy(Policy):
         init = get_initial_state() if callable(get_initial_state) else []
         self._initial_state = [np.asarray(s.detach().cpu().numpy()) for s in init]
 
+    def to(self, device: DeviceLike) -> TorchPolicy:
+        """Move the model to ``device`` and return the policy (in place, like ``Module.to``).
+
+        ``self.torch_random`` becomes a generator on the new device, seeded again from
+        ``seed`` (a generator's state does not carry across device types), so the torch
+        draws after a move restart from the seed; ``np_random`` is kept.
+        """
+        target = as_device(device, type(self).__name__)
+        if target is None:
+            raise TypeError(f"{type(self).__name__}.to needs a device such as 'cpu', got None")
+        self.model.to(target)
+        first = next(iter(self.model.parameters()), None)
+        self.device = first.device if first is not None else target
+        self.torch_random = torch.Generator(device=self.device)
+        self._seed_torch()
+        self._on_weights_changed()
+        return self
+
     # -- seeding -------------------------------------------------------------------------
 
     def seed(self, seed: int | None = None) -> None:
         """Re-seed both the numpy and the torch generator."""
         super().seed(seed)
+        self._seed_torch()
+
+    def _seed_torch(self) -> None:
         if self._seed is None:
             self.torch_random.seed()
         else:
@@ -135,16 +218,17 @@ class TorchPolicy(Policy):
     ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None]:
         """Run the model on a batch; returns (dist_inputs, state_outs, value or None).
 
-        Called inside ``torch.inference_mode()``. Subclasses may override it to pass more
-        columns to their model.
+        Called without gradients, with ``obs`` and ``state_in_*`` as numpy arrays or as
+        tensors on any device (both become float32 tensors on the policy's device).
+        Subclasses may override it to pass more columns to their model.
         """
-        obs = to_float_tensor(input_batch["obs"], self.device)
+        obs = _model_input(input_batch["obs"], self.device)
         if not self._initial_state:
             out = self.model(obs)
             if isinstance(out, tuple):
                 return out[0], [], out[1]
             return out, [], None
-        state = [to_float_tensor(s, self.device) for s in self._state_columns(input_batch)]
+        state = [_model_input(s, self.device) for s in self._state_columns(input_batch)]
         out = self.model(obs, state)
         if not isinstance(out, tuple) or len(out) not in (2, 3):
             raise TypeError(
@@ -155,6 +239,9 @@ class TorchPolicy(Policy):
 
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
         """Compute actions for B rows (see the class docstring for columns and outputs)."""
+        obs = _obs_column(input_batch)
+        if isinstance(obs, torch.Tensor):
+            return self._compute_actions_tensor(input_batch, obs, explore)
         b = batch_size(input_batch)
         with torch.inference_mode():
             dist_inputs, state_outs, value = self.forward(input_batch)
@@ -174,12 +261,42 @@ class TorchPolicy(Policy):
             states = [s.cpu().numpy() for s in state_outs]
         return actions, states, extra
 
-    def compute_values(self, input_batch: Mapping[str, Any]) -> np.ndarray:
-        """State values (B,) float32 of the model's value output (:meth:`Policy.compute_values`).
+    def _compute_actions_tensor(
+        self, input_batch: Mapping[str, Any], obs: torch.Tensor, explore: bool
+    ) -> PolicyOutput:
+        """The tensor path: one forward pass and torch sampling on the policy's device, no
+        host read; outputs on ``obs``'s device (one move each when that differs)."""
+        b = obs.shape[0]
+        with torch.no_grad():
+            dist_inputs, state_outs, value = self.forward(input_batch)
+            self.dist.check_inputs(dist_inputs.shape, b)
+            dist_inputs = dist_inputs.to(torch.float32)
+            raw, logp = self.dist.sample_torch(dist_inputs, explore, self.torch_random)
+            extra = {"action_logp": logp.to(torch.float32), "action_dist_inputs": dist_inputs}
+            if value is not None:
+                extra["vf_preds"] = value.reshape(b).to(torch.float32)
+            actions = self.dist.to_env_actions_torch(raw)
+        home = obs.device
+        if dist_inputs.device != home:
+            actions = actions.to(home)
+            state_outs = [s.to(home) for s in state_outs]
+            extra = {k: v.to(home) for k, v in extra.items()}
+        return actions, state_outs, extra
+
+    def compute_values(self, input_batch: Mapping[str, Any]) -> Any:
+        """State values (B,) float32 of the model's value output (:meth:`Policy.compute_values`):
+        numpy for numpy input, a tensor on ``obs``'s device for tensor input.
 
         Raises:
             NotImplementedError: the model returns no value (no value head).
         """
+        obs = _obs_column(input_batch)
+        if isinstance(obs, torch.Tensor):
+            with torch.no_grad():
+                _, _, value = self.forward(input_batch)
+            if value is None:
+                raise NotImplementedError(self._no_value_head())
+            return value.reshape(obs.shape[0]).to(device=obs.device, dtype=torch.float32)
         b = batch_size(input_batch)
         with torch.inference_mode():
             _, _, value = self.forward(input_batch)
@@ -193,15 +310,22 @@ class TorchPolicy(Policy):
             "returns (dist_inputs, values) (MLPPolicy / LSTMPolicy: build with vf_head=True)"
         )
 
-    def compute_log_likelihoods(self, input_batch: Mapping[str, Any], actions: Any) -> np.ndarray:
+    def compute_log_likelihoods(self, input_batch: Mapping[str, Any], actions: Any) -> Any:
         """Log-probabilities (B,) float32 of env ``actions`` under the distribution of the
-        recomputed ``action_dist_inputs`` (see :meth:`Policy.compute_log_likelihoods`)."""
-        b = batch_size(input_batch)
-        with torch.inference_mode():
+        recomputed ``action_dist_inputs`` (see :meth:`Policy.compute_log_likelihoods`):
+        numpy for numpy ``obs``, a tensor on ``obs``'s device for tensor ``obs``."""
+        obs = _obs_column(input_batch)
+        on_tensors = isinstance(obs, torch.Tensor)
+        b = obs.shape[0] if on_tensors else batch_size(input_batch)
+        with torch.no_grad() if on_tensors else torch.inference_mode():
             dist_inputs, _, _ = self.forward(input_batch)
             self.dist.check_inputs(dist_inputs.shape, b)
-            acts = torch.as_tensor(np.asarray(actions), device=dist_inputs.device)
-            logp = self.dist.logp_torch(dist_inputs, acts)
+            if not isinstance(actions, torch.Tensor):
+                actions = np.asarray(actions)
+            acts = torch.as_tensor(actions, device=dist_inputs.device)
+            logp = self.dist.logp_torch(dist_inputs.to(torch.float32), acts)
+        if on_tensors:
+            return logp.to(device=obs.device, dtype=torch.float32)
         return _to_numpy_f32(logp)
 
     def _sample_numpy(
@@ -218,11 +342,14 @@ class TorchPolicy(Policy):
     # -- weights -------------------------------------------------------------------------
 
     def get_weights(self) -> dict[str, np.ndarray]:
-        """Copies of the model's ``state_dict`` as numpy arrays, keyed by its names."""
+        """Copies of the model's ``state_dict`` as numpy arrays, keyed by its names (on the
+        host, whatever the policy's device)."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
 
-    def set_weights(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Copy ``weights`` into the model in place (names and shapes must match exactly).
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Copy ``weights`` (numpy arrays, read-only ones included, or tensors on any
+        device) into the model in place, on its device; names and shapes must match
+        exactly.
 
         Raises:
             ValueError: naming missing, unexpected and mis-shaped entries; nothing is
@@ -234,12 +361,23 @@ class TorchPolicy(Policy):
         )
         with torch.no_grad():
             for name, target in state.items():
-                target.copy_(torch.as_tensor(np.asarray(weights[name])))
+                target.copy_(writable_weight(weights[name]))
         self._on_weights_changed()
 
     def _on_weights_changed(self) -> None:
         """Hook for subclasses that cache derived copies of the weights."""
 
     def get_config(self) -> dict[str, Any]:
-        """Constructor kwargs besides the model and spaces (the model itself is not JSON)."""
+        """Constructor kwargs besides the model and spaces (the model itself is not JSON;
+        ``device`` is left out so that the spec rebuilds on any machine)."""
         return super().get_config()
+
+
+def _obs_column(input_batch: Mapping[str, Any]) -> Any:
+    """``input_batch["obs"]``, or a KeyError naming the columns there are."""
+    try:
+        return input_batch["obs"]
+    except KeyError:
+        raise KeyError(
+            f"compute_actions needs an 'obs' column; got columns {sorted(input_batch)}"
+        ) from None

@@ -1,0 +1,337 @@
+"""Policies on the tensor path: torch tensors in, torch tensors out, on the input's device,
+sampled with torch, without a host read (TENSOR_CONTRACT item 9, API.md section 14)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from policy_models import GRUModel, LinearModel
+from torch.overrides import TorchFunctionMode
+
+from rlconnect.policy import (
+    LSTMPolicy,
+    MLPPolicy,
+    TorchPolicy,
+    policy_from_spec,
+    policy_kind,
+)
+
+OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+SPACES = {
+    "discrete": gym.spaces.Discrete(3, start=1),
+    "multi_uniform": gym.spaces.MultiDiscrete([3, 3], start=[2, -1]),
+    "multi_mixed": gym.spaces.MultiDiscrete([2, 5]),
+    "box": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+    "box_2d": gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32),
+}
+
+_T = torch.Tensor
+HOST_READS = {
+    _T.item,
+    _T.tolist,
+    _T.numpy,
+    _T.cpu,
+    _T.__bool__,
+    _T.__int__,
+    _T.__float__,
+    _T.__index__,
+    _T.__array__,
+    _T.nonzero,
+    torch.nonzero,
+}
+
+
+class HostReads(TorchFunctionMode):
+    """Counts the calls that read a tensor's values on the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in HOST_READS:
+            self.reads.append(getattr(func, "__name__", repr(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def _obs(rows: int = 6, seed: int = 0) -> torch.Tensor:
+    return torch.rand((rows, 4), generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+def _mlp(act: gym.Space, **kwargs: Any) -> MLPPolicy:
+    return MLPPolicy(OBS, act, hiddens=(8, 8), vf_head=True, seed=3, device="cpu", **kwargs)
+
+
+def _check_like(tensor_out: Any, numpy_out: np.ndarray, device: torch.device) -> None:
+    assert isinstance(tensor_out, torch.Tensor)
+    assert tensor_out.device == device
+    assert tensor_out.shape == numpy_out.shape
+    assert str(tensor_out.dtype).removeprefix("torch.") == str(numpy_out.dtype)
+
+
+@pytest.mark.parametrize("space", SPACES.values(), ids=SPACES.keys())
+def test_tensor_outputs_match_the_numpy_paths_layout(space: gym.Space) -> None:
+    policy = _mlp(space)
+    obs = _obs()
+    acts_t, states_t, extra_t = policy.compute_actions({"obs": obs})
+    acts_n, states_n, extra_n = policy.compute_actions({"obs": obs.numpy()})
+    _check_like(acts_t, acts_n, obs.device)
+    assert states_t == states_n == []
+    assert (
+        sorted(extra_t)
+        == sorted(extra_n)
+        == [
+            "action_dist_inputs",
+            "action_logp",
+            "vf_preds",
+        ]
+    )
+    for key, value in extra_t.items():
+        _check_like(value, extra_n[key], obs.device)
+    np.testing.assert_allclose(
+        extra_t["action_dist_inputs"].numpy(), extra_n["action_dist_inputs"], atol=1e-5
+    )
+    assert space.contains(acts_t[0].numpy().astype(space.dtype))
+
+
+@pytest.mark.parametrize("space", SPACES.values(), ids=SPACES.keys())
+def test_mode_and_log_likelihoods_equal_the_numpy_path(space: gym.Space) -> None:
+    policy = _mlp(space)
+    obs = _obs(32)
+    acts_t, _, extra_t = policy.compute_actions({"obs": obs}, explore=False)
+    acts_n, _, extra_n = policy.compute_actions({"obs": obs.numpy()}, explore=False)
+    np.testing.assert_allclose(acts_t.numpy(), acts_n, atol=1e-6)
+    np.testing.assert_allclose(extra_t["action_logp"].numpy(), extra_n["action_logp"], atol=1e-5)
+    sampled, _, extra = policy.compute_actions({"obs": obs})  # explored actions
+    logp_t = policy.compute_log_likelihoods({"obs": obs}, sampled)
+    logp_n = policy.compute_log_likelihoods({"obs": obs.numpy()}, sampled.numpy())
+    assert isinstance(logp_t, torch.Tensor) and logp_t.dtype == torch.float32
+    assert logp_t.shape == (32,)
+    np.testing.assert_allclose(logp_t.numpy(), logp_n, atol=1e-5)
+    np.testing.assert_allclose(extra["action_logp"].numpy(), logp_n, atol=1e-5)
+
+
+@pytest.mark.parametrize("space", SPACES.values(), ids=SPACES.keys())
+def test_tensor_sampling_is_seeded(space: gym.Space) -> None:
+    obs = _obs(16)
+    runs = []
+    for _ in range(2):
+        policy = _mlp(space)
+        runs.append([policy.compute_actions({"obs": obs})[0] for _ in range(3)])
+    for a, b in zip(*runs, strict=True):
+        assert torch.equal(a, b)
+    assert not all(torch.equal(runs[0][0], later) for later in runs[0][1:])
+
+
+def test_vf_preds_equal_compute_values_on_tensors() -> None:
+    policy = _mlp(SPACES["discrete"])
+    obs = _obs(10)
+    _, _, extra = policy.compute_actions({"obs": obs})
+    values = policy.compute_values({"obs": obs})
+    assert isinstance(values, torch.Tensor) and values.dtype == torch.float32
+    assert values.shape == (10,) and values.device == obs.device
+    torch.testing.assert_close(values, extra["vf_preds"])
+    np.testing.assert_allclose(
+        values.numpy(), policy.compute_values({"obs": obs.numpy()}), atol=1e-5
+    )
+
+
+def test_categorical_tensor_samples_follow_the_softmax() -> None:
+    policy = _mlp(gym.spaces.Discrete(3))
+    obs = _obs(1).expand(30_000, 4).contiguous()
+    actions, _, extra = policy.compute_actions({"obs": obs})
+    probs = torch.softmax(extra["action_dist_inputs"][0], 0)
+    freq = torch.bincount(actions, minlength=3).to(torch.float32) / len(actions)
+    torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
+
+
+def test_gaussian_tensor_samples_have_the_models_mean_and_std() -> None:
+    policy = _mlp(SPACES["box"])
+    obs = _obs(1).expand(30_000, 4).contiguous()
+    actions, _, extra = policy.compute_actions({"obs": obs})
+    mean, log_std = extra["action_dist_inputs"][0].chunk(2)
+    torch.testing.assert_close(actions.mean(0), mean, atol=0.03, rtol=0)
+    torch.testing.assert_close(actions.std(0), log_std.exp(), atol=0.03, rtol=0)
+
+
+def _count_reads(fn: Callable[[], Any]) -> list[str]:
+    with HostReads() as counter:
+        fn()
+    return counter.reads
+
+
+@pytest.mark.parametrize("space", SPACES.values(), ids=SPACES.keys())
+def test_no_host_read_on_tensors_mlp(space: gym.Space) -> None:
+    policy = _mlp(space)
+    batch = {"obs": _obs(8)}
+    actions = policy.compute_actions(batch)[0]
+
+    def calls() -> None:
+        policy.compute_actions(batch)
+        policy.compute_actions(batch, explore=False)
+        policy.compute_values(batch)
+        policy.compute_log_likelihoods(batch, actions)
+
+    assert _count_reads(calls) == []
+
+
+def _lstm(**kwargs: Any) -> LSTMPolicy:
+    return LSTMPolicy(
+        OBS, SPACES["discrete"], hiddens=(8,), cell_size=5, vf_head=True, seed=2, **kwargs
+    )
+
+
+def _state_batch(obs: Any, state: list[Any]) -> dict[str, Any]:
+    return {"obs": obs, "state_in_0": state[0], "state_in_1": state[1]}
+
+
+def test_no_host_read_on_tensors_lstm_and_custom_models() -> None:
+    lstm = _lstm(device="cpu")
+    zeros = torch.zeros((8, 5))
+    batch = _state_batch(_obs(8), [zeros, zeros])
+    gru = TorchPolicy(GRUModel(4, 3), OBS, gym.spaces.Discrete(3), seed=0)
+    gru_batch = {"obs": _obs(8), "state_in_0": torch.zeros((8, 5))}
+    linear = TorchPolicy(LinearModel(4, 4, value=True), OBS, SPACES["box"], seed=0)
+    linear_batch = {"obs": _obs(8)}
+
+    def calls() -> None:
+        lstm.compute_actions(batch)
+        lstm.compute_values(batch)
+        gru.compute_actions(gru_batch)
+        linear.compute_actions(linear_batch)
+        linear.compute_values(linear_batch)
+
+    assert _count_reads(calls) == []
+
+
+def test_lstm_state_round_trip_on_tensors_equals_numpy() -> None:
+    policy = _lstm()
+    obs_seq = [_obs(4, seed=i) for i in range(5)]
+    init = [torch.as_tensor(np.stack([s] * 4)) for s in policy.get_initial_state()]
+    state_t: list[Any] = init
+    state_n: list[Any] = [s.numpy() for s in init]
+    for obs in obs_seq:
+        acts_t, state_t, extra_t = policy.compute_actions(_state_batch(obs, state_t), False)
+        acts_n, state_n, extra_n = policy.compute_actions(_state_batch(obs.numpy(), state_n), False)
+        assert len(state_t) == 2
+        for st, sn in zip(state_t, state_n, strict=True):
+            _check_like(st, sn, obs.device)
+            np.testing.assert_allclose(st.numpy(), sn, atol=1e-5)
+        np.testing.assert_array_equal(acts_t.numpy(), acts_n)
+        np.testing.assert_allclose(extra_t["vf_preds"].numpy(), extra_n["vf_preds"], atol=1e-5)
+    last = _state_batch(obs_seq[-1], state_t)
+    values = policy.compute_values(last)
+    assert isinstance(values, torch.Tensor) and values.shape == (4,)
+    logp = policy.compute_log_likelihoods(last, policy.compute_actions(last)[0])
+    assert isinstance(logp, torch.Tensor) and logp.shape == (4,)
+
+
+def test_tensor_outputs_are_ordinary_tensors() -> None:
+    """No inference tensors: a state buffer may update them in place, a loss may use them."""
+    policy = _lstm()
+    zeros = torch.zeros((3, 5))
+    _, states, extra = policy.compute_actions(_state_batch(_obs(3), [zeros, zeros]))
+    states[0].masked_fill_(torch.tensor([True, False, True])[:, None], 0.0)
+    assert not any(t.is_inference() for t in [*states, *extra.values()])
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
+def test_device_argument_moves_the_model_and_is_not_saved(device: Any) -> None:
+    policy = _mlp(SPACES["box"]) if device == "cpu" else _lstm(device=device)
+    assert policy.device == torch.device("cpu")
+    assert all(p.device == torch.device("cpu") for p in policy.model.parameters())
+    assert policy.torch_random.device == torch.device("cpu")
+    config = policy.get_config()
+    assert "device" not in config
+    json.dumps(config)
+
+
+def test_a_device_policys_checkpoint_restores_without_a_device() -> None:
+    policy = _mlp(SPACES["multi_mixed"])
+    weights = policy.get_weights()
+    for w in weights.values():
+        w.setflags(write=False)  # as a checkpoint loader or Ray's object store hands them
+    config = json.loads(json.dumps(policy.get_config()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rebuilt = policy_from_spec(
+            policy_kind(policy), OBS, policy.action_space, config, weights=weights
+        )
+    assert isinstance(rebuilt, MLPPolicy) and rebuilt.device == torch.device("cpu")
+    obs = _obs(5)
+    a, _, e = policy.compute_actions({"obs": obs}, explore=False)
+    b, _, f = rebuilt.compute_actions({"obs": obs}, explore=False)
+    assert torch.equal(a, b)
+    torch.testing.assert_close(e["vf_preds"], f["vf_preds"])
+
+
+@pytest.mark.parametrize("make", [_mlp, lambda act: _lstm()], ids=["mlp", "lstm"])
+def test_set_weights_with_read_only_arrays_does_not_warn(make: Callable[..., TorchPolicy]) -> None:
+    source = MLPPolicy(OBS, SPACES["discrete"], hiddens=(8, 8), vf_head=True, seed=11)
+    policy = make(SPACES["discrete"])
+    if isinstance(policy, LSTMPolicy):
+        source = LSTMPolicy(
+            OBS, SPACES["discrete"], hiddens=(8,), cell_size=5, vf_head=True, seed=11
+        )
+    weights = source.get_weights()
+    for w in weights.values():
+        w.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        policy.set_weights(weights)
+    for name, value in policy.get_weights().items():
+        np.testing.assert_array_equal(value, weights[name])
+    obs = _obs(3)
+    np.testing.assert_allclose(
+        policy.compute_values({"obs": obs.numpy(), **_zeros_state(policy, 3)}),
+        source.compute_values({"obs": obs.numpy(), **_zeros_state(source, 3)}),
+        atol=1e-6,
+    )
+
+
+def _zeros_state(policy: TorchPolicy, rows: int) -> dict[str, np.ndarray]:
+    return {
+        f"state_in_{i}": np.zeros((rows, *s.shape), np.float32)
+        for i, s in enumerate(policy.get_initial_state())
+    }
+
+
+def test_set_weights_takes_tensors() -> None:
+    source = _mlp(SPACES["discrete"])
+    policy = MLPPolicy(OBS, SPACES["discrete"], hiddens=(8, 8), vf_head=True, seed=99)
+    policy.set_weights({k: torch.as_tensor(v) for k, v in source.get_weights().items()})
+    obs = _obs(4)
+    torch.testing.assert_close(
+        policy.compute_values({"obs": obs}), source.compute_values({"obs": obs})
+    )
+    # the numpy mirror follows too
+    np.testing.assert_allclose(
+        policy.compute_values({"obs": obs.numpy()}),
+        source.compute_values({"obs": obs.numpy()}),
+        atol=1e-6,
+    )
+
+
+def test_to_moves_and_reseeds_the_torch_generator() -> None:
+    policy = _mlp(SPACES["discrete"])
+    obs = _obs(16)
+    first = policy.compute_actions({"obs": obs})[0]
+    assert policy.to("cpu") is policy
+    assert torch.equal(policy.compute_actions({"obs": obs})[0], first)
+    assert policy.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    ("device", "error", "match"),
+    [(3, TypeError, "device must be a str"), ("gpu0", ValueError, "not a torch device")],
+)
+def test_bad_device_is_named(device: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        MLPPolicy(OBS, SPACES["discrete"], device=device)
