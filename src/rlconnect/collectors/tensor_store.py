@@ -1,10 +1,11 @@
-"""The tensor path's store: one preallocated ``[T, R, ...]`` tensor per column.
+"""The tensor path's store: one preallocated ``[R, T, ...]`` tensor per column.
 
 A policy's rows keep one layout at every round (row r is the same sub-env and agent), so
-round k of a ``sample()`` writes row k of every column in place: no list grows, no chunk
-is merged, nothing is read back. ``build`` hands the rows out sub-env (slot) major, each
-slot's ``T`` rows in time order, as the numpy path orders a trajectory's rows; the batch
-carries ``meta["rows_per_env"] = T`` so ``time_major()`` can view it as ``[T, R, ...]``.
+round k of a ``sample()`` writes column k of every ``[R, T]`` tensor in place: no list
+grows, no chunk is merged, nothing is read back. Rows come out slot (sub-env) major, each
+slot's ``T`` rows in time order, as the numpy path orders a trajectory's rows, and the
+batch's columns are views of the store (a store serves one ``sample()``): no copy. The
+batch carries ``meta["rows_per_env"] = T``, so ``time_major()`` views it as ``[T, R]``.
 """
 
 from __future__ import annotations
@@ -43,19 +44,19 @@ class TensorStore:
             return tuple(self._alloc(v) for v in value)
         if isinstance(value, int | float):
             dtype = torch.int64 if isinstance(value, int) else torch.float32
-            return torch.empty((self.rounds, self.rows), dtype=dtype, device=self.device)
-        shape = (self.rounds, self.rows, *value.shape[1:])
+            return torch.empty((self.rows, self.rounds), dtype=dtype, device=self.device)
+        shape = (self.rows, self.rounds, *value.shape[1:])
         return torch.empty(shape, dtype=value.dtype, device=self.device)
 
     def build(self) -> SampleBatch:
-        """Every column's rows, slot major (a copy: the store is written again next)."""
+        """Every column's rows, slot major: views of the store."""
 
         def rows_of(store: Any) -> Any:
             if isinstance(store, Mapping):
                 return {k: rows_of(v) for k, v in store.items()}
             if isinstance(store, tuple):
                 return tuple(rows_of(v) for v in store)
-            return store.transpose(0, 1).reshape(self.rounds * self.rows, *store.shape[2:])
+            return store.reshape(self.rows * self.rounds, *store.shape[2:])
 
         columns = {name: rows_of(s) for name, s in self._columns.items()}
         meta = {"rows_per_env": self.rounds}
@@ -70,6 +71,6 @@ def _write(store: Any, k: int, value: Any) -> None:
         for sub, v in zip(store, value):
             _write(sub, k, v)
     elif isinstance(value, int | float):
-        store[k].fill_(value)
+        store[:, k].fill_(value)
     else:
-        store[k].copy_(value)
+        store[:, k].copy_(value)

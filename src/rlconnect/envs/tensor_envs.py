@@ -117,6 +117,12 @@ class TensorEnv(BaseEnv):
     agents: tuple[Any, ...] = (DEFAULT_AGENT_ID,)
     host_reads = 0
 
+    def deferred_check(self) -> tuple[torch.Tensor, str] | None:
+        """A 0-d bool tensor that is True when this env returned something it must be
+        refused for (found without a host read), and the refusal; read with the runner's
+        one read per ``sample()``. None: nothing to check."""
+        return None
+
     def start(self, seed: int | None) -> dict[Any, Nest]:
         """Reset every sub-env; each agent's first observations."""
         raise NotImplementedError
@@ -204,6 +210,8 @@ class TorchVectorEnv(TensorEnv):
             )
         self._space_pair = (venv.single_observation_space, venv.single_action_space)
         self._next: Nest = None  # SAME_STEP: the observations the env returned last
+        #: SAME_STEP: whether a sub-env ended at a step without ``infos["final_obs"]``
+        self._lost_final = torch.zeros((), dtype=torch.bool, device=self.device)
 
     def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
         return self._space_pair
@@ -224,14 +232,25 @@ class TorchVectorEnv(TensorEnv):
         if self.mode is gym.vector.AutoresetMode.SAME_STEP:
             self._next = obs
             final = infos.get("final_obs") if isinstance(infos, Mapping) else None
-            if final is None:
-                obs = _MissingFinalObs(obs, type(self.venv).__name__)
+            if final is None:  # right until a sub-env ends: refused at the sample's read
+                self._lost_final |= (terminated | truncated).any()
             else:
                 check_tensors('infos["final_obs"]', final, device, n)
                 obs = where_rows(terminated | truncated, final, obs)
         rewards = rewards.to(torch.float32).reshape(n)
         return TensorStep(
             {DEFAULT_AGENT_ID: obs}, {DEFAULT_AGENT_ID: rewards}, terminated, truncated
+        )
+
+    def deferred_check(self) -> tuple[torch.Tensor, str] | None:
+        if self.mode is not gym.vector.AutoresetMode.SAME_STEP:
+            return None
+        return self._lost_final, (
+            f"{type(self.venv).__name__} resets in SAME_STEP mode but a sub-env ended without "
+            'infos["final_obs"]: its final observation is lost, and bootstrapping from the '
+            "reset observation would be silently wrong; return the final observations in "
+            'infos["final_obs"] (a tensor shaped like the observations), or use DISABLED '
+            "autoreset"
         )
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
@@ -243,24 +262,6 @@ class TorchVectorEnv(TensorEnv):
 
     def close(self) -> None:
         self.venv.close()
-
-
-class _MissingFinalObs:
-    """The observations of a SAME_STEP step that came without ``infos["final_obs"]``: they
-    are right until a sub-env ends, which the runner learns only at its one read per
-    ``sample()``; then ``refusal()`` says what is wrong."""
-
-    def __init__(self, obs: Nest, env_name: str) -> None:
-        self.obs, self.env_name = obs, env_name
-
-    def refusal(self) -> str:
-        return (
-            f"{self.env_name} resets in SAME_STEP mode but a sub-env ended without "
-            'infos["final_obs"]: its final observation is lost, and bootstrapping from the '
-            "reset observation would be silently wrong; return the final observations in "
-            'infos["final_obs"] (a tensor shaped like the observations), or use DISABLED '
-            "autoreset"
-        )
 
 
 def is_vmas(env: Any) -> bool:

@@ -122,16 +122,21 @@ class TensorEpisodes:
         self.length *= keep
         self.returns *= keep.to(self.returns.dtype)
 
-    def read_back(self) -> EndedEpisodes:
+    def read_back(self, flags: Sequence[torch.Tensor] = ()) -> tuple[EndedEpisodes, list[bool]]:
         """The one host read of a ``sample()``: the episodes that ended since the last
-        call, and the finite check (``EnvCheckError`` naming the first non-finite value's
-        sub-env, agent, field and step)."""
+        call, the finite check (``EnvCheckError`` naming the first non-finite value's
+        sub-env, field and episode step), and the values of the 0-d bool ``flags`` (what
+        else must be checked once per sample) that travel with them."""
         n = self.num_envs
         parts = [t.flatten() for t in self._log]
         parts += [self._bad_poll.to(torch.float64), self._bad_field.to(torch.float64)]
+        parts += [f.to(torch.float64).reshape(1) for f in flags]
         parts.append(self._next.to(torch.float64).reshape(1))
         flat = torch.cat(parts).cpu().numpy()  # the read
         self._log.clear()
+        flag_values = [bool(v) for v in flat[len(flat) - 1 - len(flags) : -1]]
+        if flags:
+            flat = np.concatenate([flat[: -1 - len(flags)], flat[-1:]])
         self.next_id = int(flat[-1])
         bad_poll, bad_field = flat[-1 - 2 * n : -1 - n], flat[-1 - n : -1]
         rounds = flat[: -1 - 2 * n].reshape(-1, 3 + len(self.agents), n)
@@ -146,7 +151,7 @@ class TensorEpisodes:
         self._ended.append(out)
         while sum(len(e) for e in self._ended) > self._max_records and len(self._ended) > 1:
             self._ended.pop(0)
-        return out
+        return out, flag_values
 
     def _refuse_nonfinite(self, bad_poll: np.ndarray, bad_field: np.ndarray) -> None:
         bad = np.flatnonzero(bad_poll != _NONE)

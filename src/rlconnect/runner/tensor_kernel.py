@@ -36,6 +36,7 @@ from rlconnect.collectors.tensor_store import TensorStore
 from rlconnect.connectors import AgentData
 from rlconnect.envs.tensor_envs import Nest, TensorEnv, map_nest, where_rows
 from rlconnect.episodes.tensor_episodes import TensorEpisodes
+from rlconnect.errors import EnvCheckError
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act
 from rlconnect.runner.bookkeeping import EpisodeHooks
@@ -129,7 +130,10 @@ class TensorKernel:
         }
         for k in range(self.rounds):
             self.step(k, stores)
-        ended = self.episodes.read_back()  # the sample's one host read
+        check = self.env.deferred_check()
+        ended, flagged = self.episodes.read_back([check[0]] if check else [])
+        if check and flagged[0]:
+            raise EnvCheckError(check[1])
         if self.hooks.on_end:
             runner = self.hooks.runner
             for i in range(len(ended)):
