@@ -190,9 +190,13 @@ class TensorEpisodes:
             "episode_faulty": False,
         }
 
-    def episode(self, ended: EndedEpisodes, i: int, mapping_fn: Any, runner: Any) -> Episode:
+    def episode(self, ended: EndedEpisodes, i: int, runner: Any) -> Episode:
         """An ``Episode`` of ended episode ``i``, for ``on_episode_end`` callbacks."""
-        ep = Episode(int(ended.eps_id[i]), int(ended.env_id[i]), mapping_fn, worker=runner)
+
+        def mapping(agent_id: Any, episode: Episode, **kwargs: Any) -> str:
+            return self._policy_of(agent_id)
+
+        ep = Episode(int(ended.eps_id[i]), int(ended.env_id[i]), mapping, worker=runner)
         ep.length = int(ended.length[i])
         ep.total_reward = float(ended.returns[i].sum())
         for a in self.agents:

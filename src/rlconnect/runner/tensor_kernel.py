@@ -137,7 +137,7 @@ class TensorKernel:
         if self.hooks.on_end:
             runner = self.hooks.runner
             for i in range(len(ended)):
-                ep = self.episodes.episode(ended, i, None, runner)
+                ep = self.episodes.episode(ended, i, runner)
                 self.hooks.call(self.hooks.callbacks.on_episode_end, ep.env_id, ep)
         return {pid: s.build() for pid, s in stores.items()}, self.rounds * self.env.num_envs
 
