@@ -19,7 +19,8 @@ are not 84x84 already) -> ``ClipReward`` (sign, or ``clip_rewards`` when set) ->
 Frame skipping with max-pooling and no-op / FIRE resets are env-side
 (``rlconnect.envs.atari``). ``observation_filter="MeanStdFilter"`` cannot be combined with it.
 
-Action pipeline: ``ConvertToNumpy``; then ``UnsquashActions`` when
+Action pipeline: ``ConvertToNumpy`` (left out when ``ctx.device`` is set: on the tensor
+path the env takes tensors); then ``UnsquashActions`` when
 ``normalize_actions=True`` (the default) and the action space is a Box; then
 ``ClipActions`` when ``clip_actions=True`` (default False) and it is a Box.
 
@@ -120,7 +121,7 @@ def default_action_pipeline(ctx: ConnectorContext) -> ActionConnectorPipeline:
     """The standard action pipeline for ``ctx`` (see the module docstring for the order)."""
     settings = ConnectorSettings.from_config(ctx.config)
     is_box = isinstance(ctx.action_space, gym.spaces.Box)
-    members: list[ActionConnector] = [ConvertToNumpy(ctx)]
+    members: list[ActionConnector] = [] if ctx.device is not None else [ConvertToNumpy(ctx)]
     if settings.normalize_actions and is_box:
         members.append(UnsquashActions(ctx))
     if settings.clip_actions and is_box:
