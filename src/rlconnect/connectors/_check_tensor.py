@@ -24,7 +24,7 @@ from rlconnect.connectors.action.convert_to_numpy import ConvertToNumpy
 from rlconnect.connectors.base import ActionData, AgentData
 from rlconnect.connectors.pipeline import ConnectorPipeline
 
-__all__ = ["RTOL", "ATOL", "run_tensor_check"]
+__all__ = ["ATOL", "RTOL", "run_tensor_check"]
 
 RTOL = 1e-5
 ATOL = 1e-5

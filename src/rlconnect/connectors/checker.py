@@ -43,7 +43,6 @@ import tree
 
 from rlconnect.connectors._check_compare import _compare, _stats, _stats_diff
 from rlconnect.connectors._check_errors import PipelineCheckError, _fail
-from rlconnect.connectors._check_tensor import run_tensor_check
 from rlconnect.connectors._check_replay import (
     _all_rows,
     _clone,
@@ -54,6 +53,7 @@ from rlconnect.connectors._check_replay import (
     _step,
     _take,
 )
+from rlconnect.connectors._check_tensor import run_tensor_check
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.spaces import batch_in_space, check_batch
 
