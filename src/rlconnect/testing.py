@@ -16,12 +16,19 @@ Override ``make_pipeline()`` instead to test a whole chain, ``make_observations(
 feed your own rows (default: 8 seeded samples of the input space) and
 ``check_options()`` for ``env_ids``, ``agent_ids``, ``rewards``, ``actions`` or ``steps``.
 Every built-in connector is tested through this mixin.
+
+A connector that declares ``takes_tensors = True`` is also checked on torch tensors
+(``test_tensor_matches_numpy``, on ``tensor_device()``, "cpu" by default); for one that
+does not, that test checks that its pipeline names it in ``tensor_refusals()``.
+``HostReadCounter`` counts device-to-host reads of torch tensors inside a ``with`` block,
+for tests of your own tensor code.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlconnect.connectors._host_reads import HOST_READS, HostReadCounter
 from rlconnect.connectors.base import Connector
 from rlconnect.connectors.checker import (
     CHECKS,
@@ -29,10 +36,11 @@ from rlconnect.connectors.checker import (
     check_isolation_and_reset,
     check_output_in_space,
     check_save_load_reproduces,
+    check_tensor_matches_numpy,
 )
 from rlconnect.connectors.pipeline import ConnectorPipeline
 
-__all__ = ["CHECKS", "ConnectorTestMixin"]
+__all__ = ["CHECKS", "HOST_READS", "ConnectorTestMixin", "HostReadCounter"]
 
 
 class ConnectorTestMixin:
@@ -57,6 +65,10 @@ class ConnectorTestMixin:
         """Extra keyword arguments for the checks (``env_ids``, ``agent_ids``, ``steps``...)."""
         return {}
 
+    def tensor_device(self) -> str:
+        """The torch device ``test_tensor_matches_numpy`` runs on."""
+        return "cpu"
+
     def _run_check(self, fn: Any) -> None:
         fn(self.make_pipeline(), self.make_observations(), **self.check_options())
 
@@ -75,3 +87,18 @@ class ConnectorTestMixin:
     def test_eval_freezes_statistics(self) -> None:
         """In eval mode, calls leave the statistics unchanged."""
         self._run_check(check_eval_freezes_statistics)
+
+    def test_tensor_matches_numpy(self) -> None:
+        """On tensors, the numpy outputs (float32 rounding), no host read, portable state;
+        a connector that does not take tensors is named by ``tensor_refusals()``."""
+        obj = self.make_pipeline()
+        if isinstance(obj, ConnectorPipeline):
+            refused = obj.tensor_refusals()
+        else:
+            refused = [] if obj.takes_tensors else [obj.name]
+        if refused:  # the runner refuses it on the tensor path, naming these
+            assert not obj.takes_tensors, f"takes_tensors is True but {refused} refuse tensors"
+            return
+        options = self.check_options()
+        device = self.tensor_device()
+        check_tensor_matches_numpy(obj, self.make_observations(), device=device, **options)

@@ -13,6 +13,11 @@ One step of the runner, as connectors see it::
     ...
     agent_pipeline.reset(env_id)               # an episode in sub-env `env_id` ended
 
+On the tensor path (``ctx.device`` set; API.md section 14) the same calls carry torch
+tensors on one device, rows keep a fixed layout at every poll, ``data.mask`` says which
+rows are real in a call, and ``reset_where(ended)`` replaces ``reset(env_id)``: a connector
+that declares ``takes_tensors = True`` works there without reading a tensor on the host.
+
 A connector is constructed as ``Cls(ctx, **params)``. Its ``params`` are JSON values that
 rebuild it; statistics that must survive a checkpoint (e.g. running means) are returned by
 ``get_statistics()`` and restored by ``set_statistics()``. Nothing is ever pickled: a saved
@@ -27,6 +32,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 import attrs
 import gymnasium as gym
 import numpy as np
+
+from rlconnect.connectors._tensors import holds_tensors, is_tensor
 
 if TYPE_CHECKING:
     from rlconnect.policy import Policy
@@ -51,6 +58,18 @@ STATE_KEY = "__state__"
 """Key under which a connector's statistics travel inside its saved params."""
 
 
+def _device_str(value: Any) -> str | None:
+    """``ConnectorContext.device``: None, or a torch device as its string (``"cuda:0"``)."""
+    if value is None or isinstance(value, str):
+        return value
+    if type(value).__name__ == "device":  # a torch.device (torch is not imported here)
+        return str(value)
+    raise TypeError(
+        f"ConnectorContext.device must be None or a torch device string such as 'cpu' or "
+        f"'cuda:0', got {type(value).__name__}"
+    )
+
+
 def _is_space(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, gym.Space):
         raise TypeError(
@@ -66,6 +85,9 @@ class ConnectorContext:
     ``observation_space`` is the raw space the agent pipeline receives from the env;
     ``action_space`` is the space the env accepts. ``initial_states`` holds the policy's
     initial RNN state (one unbatched array per state tensor) for ``StateBuffer``.
+    ``device`` is None on the numpy path, or the torch device (``"cpu"``, ``"cuda:0"``) of
+    the tensor path's rows: default pipelines built for a device leave out
+    ``ConvertToNumpy`` (the env takes tensors).
     """
 
     observation_space: gym.Space = attrs.field(validator=_is_space)
@@ -74,8 +96,7 @@ class ConnectorContext:
     is_training: bool = True
     initial_states: list[np.ndarray] = attrs.field(factory=list)
     policy_id: str = "default_policy"
-    #: None on the numpy path; on the tensor path the torch device its data lives on
-    device: str | None = None
+    device: str | None = attrs.field(default=None, converter=_device_str)
 
     @classmethod
     def from_policy(
@@ -85,14 +106,17 @@ class ConnectorContext:
         *,
         observation_space: gym.Space | None = None,
         policy_id: str = "default_policy",
+        device: str | None = None,
     ) -> ConnectorContext:
-        """A context for ``policy``; pass the env's raw ``observation_space`` when it differs."""
+        """A context for ``policy``; pass the env's raw ``observation_space`` when it differs,
+        and ``device`` for the tensor path."""
         return cls(
             observation_space=observation_space or policy.observation_space,
             action_space=policy.action_space,
             config=dict(config or {}),
             initial_states=[np.asarray(s) for s in policy.get_initial_state()],
             policy_id=policy_id,
+            device=device,
         )
 
 
@@ -100,7 +124,13 @@ _R = TypeVar("_R", bound="_RowData")
 
 
 class _RowData:
-    """Rows of one step for one policy: row identity plus named columns (whole arrays)."""
+    """Rows of one step for one policy: row identity plus named columns (whole arrays).
+
+    On the tensor path ``env_ids`` is an int64 torch tensor ``(R,)`` on the rows' device and
+    ``mask`` None (every row real) or a bool tensor ``(R,)``: only rows where it is True are
+    real in this call; a connector leaves the state of the others as it was, and their
+    outputs are ignored. The numpy path passes only real rows (``mask`` None).
+    """
 
     __slots__ = ("_keys", "agent_ids", "columns", "env_ids", "mask")
 
@@ -109,31 +139,47 @@ class _RowData:
         env_ids: Any,
         agent_ids: Any,
         columns: Mapping[str, Any] | None = None,
+        mask: Any = None,
     ) -> None:
-        self.env_ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if is_tensor(env_ids):
+            import torch
+
+            self.env_ids = env_ids.to(torch.int64).reshape(-1)
+        else:
+            self.env_ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
         self.agent_ids = tuple(agent_ids)
         if len(self.agent_ids) != len(self.env_ids):
             raise ValueError(
                 f"{type(self).__name__}: {len(self.env_ids)} env_ids but "
                 f"{len(self.agent_ids)} agent_ids"
             )
+        self.mask = _checked_mask(mask, len(self.env_ids), type(self).__name__)
         self.columns: dict[str, Any] = {}
         self._keys: list[RowKey] | None = None
-        #: None (every row is real), or on the tensor path a bool tensor: the rows that are
-        self.mask: Any = None
         for name, value in (columns or {}).items():
             self[name] = value
 
     @classmethod
-    def trusted(cls: type[_R], env_ids: Any, agent_ids: tuple, columns: dict[str, Any]) -> _R:
+    def trusted(
+        cls: type[_R],
+        env_ids: Any,
+        agent_ids: tuple,
+        columns: dict[str, Any],
+        mask: Any = None,
+    ) -> _R:
         """Build without validation: for the runner's hot path, whose inputs are known good."""
         obj = cls.__new__(cls)
         obj.env_ids = env_ids
         obj.agent_ids = agent_ids
         obj.columns = columns
+        obj.mask = mask
         obj._keys = None
-        obj.mask = None
         return obj
+
+    @property
+    def on_tensors(self) -> bool:
+        """Whether these rows are on the tensor path (``env_ids`` is a torch tensor)."""
+        return is_tensor(self.env_ids)
 
     def __len__(self) -> int:
         return len(self.env_ids)
@@ -174,18 +220,34 @@ class _RowData:
         return self.columns.get(name, default)
 
     def row_keys(self) -> list[RowKey]:
-        """``(env_id, agent_id)`` of every row, in row order (cached)."""
+        """``(env_id, agent_id)`` of every row, in row order (cached). On the tensor path
+        this reads ``env_ids`` on the host: tensor connectors use the fixed row layout."""
         if self._keys is None:
             self._keys = list(zip(self.env_ids.tolist(), self.agent_ids))
         return self._keys
 
     def copy(self) -> _RowData:
         """A shallow copy: new column dict, same arrays."""
-        return type(self).trusted(self.env_ids, self.agent_ids, dict(self.columns))
+        return type(self).trusted(self.env_ids, self.agent_ids, dict(self.columns), self.mask)
 
     def __repr__(self) -> str:
         cols = ", ".join(self.columns)
         return f"{type(self).__name__}({len(self)} rows: {cols})"
+
+
+def _checked_mask(mask: Any, rows: int, where: str) -> Any:
+    """None, or a bool tensor / array of ``rows`` entries (else a ValueError naming it)."""
+    if mask is None:
+        return None
+    if not is_tensor(mask):
+        mask = np.asarray(mask)
+    dtype = str(mask.dtype)
+    if tuple(mask.shape) != (rows,) or dtype not in ("bool", "torch.bool"):
+        raise ValueError(
+            f"{where}: mask must be None or a bool array of shape ({rows},), "
+            f"got {dtype} of shape {tuple(mask.shape)}"
+        )
+    return mask
 
 
 def _as_column(values: list) -> np.ndarray:
@@ -231,10 +293,15 @@ class Connector:
     ``output_space`` to declare (and check) what the connector outputs, ``setup`` to derive
     anything from the input space, and ``get_statistics`` / ``set_statistics`` for state
     that must survive a checkpoint.
+
+    On the tensor path (API.md section 14) a connector is called with torch tensors on one
+    device. One that works there sets the class attribute ``takes_tensors = True`` and
+    keeps to tensor operations (no ``.item()``, ``bool(t)``, ``x[mask]``...); a pipeline
+    lists the members that do not in ``tensor_refusals()``, and a runner refuses them.
     """
 
     registered_name: ClassVar[str | None] = None
-    #: whether it works on the tensor path (torch tensors on one device, no host read)
+    #: works on torch tensors (the tensor path) without reading them on the host
     takes_tensors: ClassVar[bool] = False
     #: which space of the context a standalone connector receives
     _ctx_space: ClassVar[str] = "observation_space"
@@ -279,6 +346,26 @@ class Connector:
     # -- hooks ----------------------------------------------------------------------------
     def reset(self, env_id: int) -> None:
         """The episode in sub-env ``env_id`` ended: drop its per-episode state."""
+
+    def reset_where(self, ended: Any) -> None:
+        """Tensor path: ``ended`` is a bool tensor ``(N,)`` over sub-envs, True where the
+        sub-env's episode ended at this poll; drop the per-episode state of the rows whose
+        sub-env ended (``ended[data.env_ids]``) with tensor operations, no host read.
+        Default: nothing (a connector without per-episode state)."""
+
+    def to(self, device: Any) -> None:
+        """Move tensor state to ``device`` now (state otherwise follows the data's device at
+        first use). Default: nothing."""
+
+    def pending_flag(self) -> Any:
+        """Tensor path: a 0-d bool tensor, True when a check this connector defers (e.g. a
+        non-finite observation) failed since the last ``raise_pending()``; None when it
+        defers none. Reading it is the caller's one host read (the runner's, per sample)."""
+        return None
+
+    def raise_pending(self) -> None:
+        """Raise the error a deferred check found (ValueError naming the rows), and clear
+        it; nothing when none failed. Reads the connector's flags on the host."""
 
     def start_sample(self) -> None:
         """A runner starts collecting a batch (its sync point when it runs alone): e.g. a
@@ -359,7 +446,13 @@ class ActionConnector(Connector):
 
 
 class ObservationConnector(AgentConnector):
-    """Maps the whole ``obs`` column: override ``transform(obs) -> obs`` only."""
+    """Maps the whole ``obs`` column: override ``transform(obs) -> obs`` only.
+
+    On the tensor path the column is a torch tensor (or a nest of them) and
+    ``transform_tensor`` maps it; by default that is ``transform`` itself, for transforms
+    written with operations numpy and torch share. Set ``takes_tensors = True`` once it
+    works. Rows outside ``data.mask`` are mapped too; their outputs are ignored.
+    """
 
     column: ClassVar[str] = "obs"
     #: a batch without the column passes through (True) or is an error (False)
@@ -369,11 +462,19 @@ class ObservationConnector(AgentConnector):
         """Map the column's whole batch to its new value."""
         raise NotImplementedError
 
+    def transform_tensor(self, value: Any) -> Any:
+        """Map the column's whole batch of torch tensors (tensor path); default ``transform``."""
+        return self.transform(value)
+
     def __call__(self, data: AgentData) -> AgentData:
         if self.optional and self.column not in data:
             return data
         self.input_space  # noqa: B018  (binds a standalone connector to the context's space)
-        data[self.column] = self.transform(data[self.column])
+        value = data[self.column]
+        if holds_tensors(value):
+            data[self.column] = self.transform_tensor(value)
+        else:
+            data[self.column] = self.transform(value)
         return data
 
 
@@ -385,7 +486,11 @@ class RewardConnector(ObservationConnector):
 
 
 class ColumnActionConnector(ActionConnector):
-    """Maps the whole ``actions`` column: override ``transform(actions) -> actions`` only."""
+    """Maps the whole ``actions`` column: override ``transform(actions) -> actions`` only.
+
+    On the tensor path ``transform_tensor`` maps the torch tensors (default: ``transform``),
+    as for ``ObservationConnector``.
+    """
 
     column: ClassVar[str] = "actions"
 
@@ -393,6 +498,14 @@ class ColumnActionConnector(ActionConnector):
         """Map the column's whole batch to its new value."""
         raise NotImplementedError
 
+    def transform_tensor(self, value: Any) -> Any:
+        """Map the column's whole batch of torch tensors (tensor path); default ``transform``."""
+        return self.transform(value)
+
     def __call__(self, data: ActionData) -> ActionData:
-        data[self.column] = self.transform(data[self.column])
+        value = data[self.column]
+        if holds_tensors(value):
+            data[self.column] = self.transform_tensor(value)
+        else:
+            data[self.column] = self.transform(value)
         return data

@@ -10,6 +10,13 @@ and what differed::
                             that env's state only
     save_load_reproduces    save_pipeline/load_pipeline, then identical inputs -> identical outputs
 
+With ``device="cpu"`` (or ``"cuda:0"``...) a fifth check runs the tensor path:
+
+    tensor_matches_numpy    the same rows as torch tensors on that device (fixed layout,
+                            ``mask``, ``reset_where``) give each member's numpy outputs
+                            within float32 rounding, with no host read; statistics saved
+                            on either side load on the other
+
 Every check runs on deep copies: the pipeline you pass is never modified. Agent pipelines
 get ``rewards``, ``terminateds``, ``truncateds`` and ``t`` columns, and between steps an
 ``on_policy_output`` with seeded actions (and ``state_out_*`` columns when the context
@@ -46,6 +53,7 @@ from rlconnect.connectors._check_replay import (
     _step,
     _take,
 )
+from rlconnect.connectors._check_tensor import run_tensor_check
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.spaces import batch_in_space, check_batch
 
@@ -58,6 +66,7 @@ __all__ = [
     "check_output_in_space",
     "check_pipeline",
     "check_save_load_reproduces",
+    "check_tensor_matches_numpy",
 ]
 
 CHECKS = (
@@ -266,6 +275,19 @@ def _isolation(s: _Setup, base, together, keys, check: str) -> None:
         _compare(check, together, got, want, ([k], [0]), ctx)
 
 
+def check_tensor_matches_numpy(
+    pipeline_or_connector: Any, observations: Any = None, device: str = "cpu", **kw: Any
+) -> None:
+    """On torch tensors on ``device`` every member gives its numpy outputs (floats within
+    float32 rounding: ``rtol = atol = 1e-5``), reads no tensor on the host, and statistics
+    saved from either path load on the other. Rows keep the tensor path's fixed layout;
+    at odd steps a third of them are outside ``mask`` (the numpy side gets only the real
+    rows), and the first sub-env ends after the second step (``reset_where`` / ``reset``).
+    A member without ``takes_tensors`` fails the check, named."""
+    s = _prepare(pipeline_or_connector, observations, **_kw(kw))
+    run_tensor_check(s, device)
+
+
 _CHECK_FNS: dict[str, Callable[..., None]] = {
     "output_in_space": check_output_in_space,
     "eval_freezes_statistics": check_eval_freezes_statistics,
@@ -295,8 +317,10 @@ def check_pipeline(
     rewards: Any = None,
     actions: Any = None,
     steps: int = 3,
+    device: str | None = None,
 ) -> CheckReport:
-    """Run every check in ``CHECKS`` on a pipeline (or one connector, wrapped in a pipeline).
+    """Run every check in ``CHECKS`` on a pipeline (or one connector, wrapped in a pipeline);
+    with ``device`` also ``tensor_matches_numpy`` on torch tensors on that device.
 
     Args:
         pipeline_or_connector: an agent or action pipeline, or a single connector.
@@ -307,6 +331,7 @@ def check_pipeline(
         actions: rows of ``ctx.action_space`` given to ``on_policy_output`` (default: seeded
             samples of it).
         steps: calls per check.
+        device: a torch device (``"cpu"``, ``"cuda:0"``) to check the tensor path on too.
 
     Raises:
         PipelineCheckError: naming the check, the member and what differed.
@@ -315,4 +340,8 @@ def check_pipeline(
     s = _prepare(pipeline_or_connector, observations, steps=steps, **kw)
     for fn in _CHECK_FNS.values():
         fn(s.pipe, s.inputs, steps=steps, **kw)
-    return CheckReport(type(s.pipe).__name__, tuple(s.pipe.names), CHECKS, s.n, steps)
+    checks = CHECKS
+    if device is not None:
+        check_tensor_matches_numpy(s.pipe, s.inputs, device=device, steps=steps, **kw)
+        checks = (*CHECKS, "tensor_matches_numpy")
+    return CheckReport(type(s.pipe).__name__, tuple(s.pipe.names), checks, s.n, steps)

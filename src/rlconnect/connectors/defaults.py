@@ -19,8 +19,8 @@ are not 84x84 already) -> ``ClipReward`` (sign, or ``clip_rewards`` when set) ->
 Frame skipping with max-pooling and no-op / FIRE resets are env-side
 (``rlconnect.envs.atari``). ``observation_filter="MeanStdFilter"`` cannot be combined with it.
 
-Action pipeline: ``ConvertToNumpy`` (not on the tensor path, ``ctx.device`` set: the env
-takes tensors there); then ``UnsquashActions`` when
+Action pipeline: ``ConvertToNumpy`` (left out when ``ctx.device`` is set: on the tensor
+path the env takes tensors); then ``UnsquashActions`` when
 ``normalize_actions=True`` (the default) and the action space is a Box; then
 ``ClipActions`` when ``clip_actions=True`` (default False) and it is a Box.
 

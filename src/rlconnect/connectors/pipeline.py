@@ -206,11 +206,6 @@ class ConnectorPipeline(Generic[C]):
         """Member names in order."""
         return [n for n, _ in self._members]
 
-    def tensor_refusals(self) -> list[str]:
-        """Names of the members that do not take torch tensors (``takes_tensors``): what
-        keeps this pipeline off the tensor path."""
-        return [n for n, c in self._members if not getattr(c, "takes_tensors", False)]
-
     @property
     def output_space(self) -> gym.Space:
         """What the last member outputs: for an agent pipeline, what the policy sees."""
@@ -292,6 +287,47 @@ class ConnectorPipeline(Generic[C]):
         for _, c in self._members:
             c.reset(env_id)
 
+    def reset_where(self, ended: Any) -> None:
+        """Tensor path: tell every member which sub-envs' episodes ended at this poll
+        (``ended``, a bool tensor ``(N,)`` on the device); see ``Connector.reset_where``."""
+        for _, c in self._members:
+            c.reset_where(ended)
+
+    def to(self, device: Any) -> None:
+        """Move every member's tensor state to ``device``."""
+        for _, c in self._members:
+            c.to(device)
+
+    # -- the tensor path ------------------------------------------------------------------
+    @property
+    def takes_tensors(self) -> bool:
+        """Whether every member works on torch tensors (``Connector.takes_tensors``)."""
+        return all(c.takes_tensors for _, c in self._members)
+
+    def tensor_refusals(self) -> list[str]:
+        """Names of the members that do not take tensors (a runner on the tensor path
+        refuses the pipeline, naming them)."""
+        return [n for n, c in self._members if not c.takes_tensors]
+
+    def pending_flags(self) -> dict[str, Any]:
+        """Tensor path: each member's deferred-check flag (a 0-d bool tensor, see
+        ``Connector.pending_flag``), by member name; members that defer nothing are left
+        out. A runner reads these with its own flags, once per ``sample()``."""
+        out = {}
+        for n, c in self._members:
+            flag = c.pending_flag()
+            if flag is not None:
+                out[n] = flag
+        return out
+
+    def raise_pending(self, failed: Iterable[str] | None = None) -> None:
+        """Raise the first deferred error of the members: those named in ``failed`` (the
+        flags the caller already read), or, with None, every member that defers a check
+        (each reads its flags on the host)."""
+        names = self.names if failed is None else list(failed)
+        for n in names:
+            self[n].raise_pending()
+
     def start_sample(self) -> None:
         """Tell every member that a runner starts collecting a batch."""
         for _, c in self._members:
@@ -372,6 +408,11 @@ class AgentConnectorPipeline(ConnectorPipeline[AgentConnector]):
     member_type = AgentConnector
 
     def __call__(self, data: AgentData) -> AgentData:
+        if data.mask is not None and not data.on_tensors:
+            raise ValueError(
+                "AgentData.mask is for rows on the tensor path (torch env_ids); on numpy, "
+                "pass only the real rows"
+            )
         return self._run(data)
 
     def on_policy_output(self, output: ActionData) -> None:

@@ -35,7 +35,7 @@ from rlconnect.batches import SampleBatch
 from rlconnect.collectors.tensor_store import TensorStore
 from rlconnect.connectors import AgentData
 from rlconnect.envs.tensor_envs import Nest, TensorEnv, map_nest, where_rows
-from rlconnect.episodes.tensor_episodes import TensorEpisodes
+from rlconnect.episodes.tensor_episodes import EndedEpisodes, TensorEpisodes
 from rlconnect.errors import EnvCheckError
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act
@@ -130,16 +130,34 @@ class TensorKernel:
         }
         for k in range(self.rounds):
             self.step(k, stores)
-        check = self.env.deferred_check()
-        ended, flagged = self.episodes.read_back([check[0]] if check else [])
-        if check and flagged[0]:
-            raise EnvCheckError(check[1])
+        ended = self._read_back()
         if self.hooks.on_end:
             runner = self.hooks.runner
             for i in range(len(ended)):
                 ep = self.episodes.episode(ended, i, runner)
                 self.hooks.call(self.hooks.callbacks.on_episode_end, ep.env_id, ep)
         return {pid: s.build() for pid, s in stores.items()}, self.rounds * self.env.num_envs
+
+    def _read_back(self) -> EndedEpisodes:
+        """The sample's one host read: the ended episodes, with every check deferred to
+        it (the env's, the finite check, each agent connector's) raised by name."""
+        check = self.env.deferred_check()
+        pipes = [(pid, self.pipes.agent[pid]) for pid in self.layouts]
+        pending = [
+            (pid, name, flag) for pid, p in pipes for name, flag in p.pending_flags().items()
+        ]
+        flags = [flag for _, _, flag in pending]
+        ended, values = self.episodes.read_back(([check[0]] if check else []) + flags)
+        if check and values[0]:
+            raise EnvCheckError(check[1])
+        failed = [
+            (pid, name)
+            for (pid, name, _), v in zip(pending, values[len(values) - len(flags) :])
+            if v
+        ]
+        for pid, name in failed:
+            self.pipes.agent[pid].raise_pending([name])
+        return ended
 
     def _start(self) -> None:
         """Reset every sub-env and run the agent pipelines on the first observations."""

@@ -1,4 +1,8 @@
-"""Box action helpers: clip into bounds, and squash/unsquash between [-1, 1] and the bounds."""
+"""Box action helpers: clip into bounds, and squash/unsquash between [-1, 1] and the bounds.
+
+The ``*_tensor`` forms do the same on torch tensors, on their device (torch is imported only
+when they run), with the bounds as tensors cached by the caller.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gs
 
-__all__ = ["clip_to_space", "squash", "unsquash"]
+from rlconnect.spaces.tensors import torch_dtype
+
+__all__ = ["clip_to_space", "clip_to_space_tensor", "squash", "unsquash", "unsquash_tensor"]
 
 
 def _box(space: Any, what: str) -> gs.Box:
@@ -56,3 +62,58 @@ def squash(space: gs.Box, x: Any) -> np.ndarray:
     return np.where(width > 0, y, 0.0).astype(
         np.float64 if space.dtype == np.float64 else np.float32
     )
+
+
+TensorBounds = dict[tuple[str, Any, bool], tuple[Any, Any]]
+"""A cache of a Box's bounds as tensors, by (device, dtype, finite); kept by the caller."""
+
+
+def _bounds_on(space: gs.Box, like: Any, finite: bool, cache: TensorBounds) -> tuple[Any, Any]:
+    """``space``'s bounds (``_finite_bounds`` with ``finite``) as tensors like ``like``."""
+    import torch
+
+    key = (str(like.device), like.dtype, finite)
+    bounds = cache.get(key)
+    if bounds is None:
+        low, high = _finite_bounds(space) if finite else (space.low, space.high)
+        as_t = torch.as_tensor
+        bounds = (as_t(low, device=like.device), as_t(high, device=like.device))
+        bounds = (bounds[0].to(like.dtype), bounds[1].to(like.dtype))
+        cache[key] = bounds
+    return bounds
+
+
+def _wide(x: Any) -> Any:
+    """float64, numpy's precision (float32 on ``mps``, which has no float64)."""
+    import torch
+
+    return torch.float32 if x.device.type == "mps" else torch.float64
+
+
+def _cast_tensor(space: gs.Box, y: Any, cache: TensorBounds) -> Any:
+    """``_cast`` for a float tensor: integers rounded (half to even), clipped, cast."""
+    if space.dtype.kind in "iu":
+        y = y.round()
+    low, high = _bounds_on(space, y, False, cache)
+    return y.clamp(min=low, max=high).to(torch_dtype(space.dtype))
+
+
+def clip_to_space_tensor(space: gs.Box, x: Any, cache: TensorBounds) -> Any:
+    """`clip_to_space` for a torch tensor, on its device, with numpy's type promotion."""
+    import torch
+
+    space = _box(space, "clip_to_space")
+    if space.dtype.kind in "iu" or not x.dtype.is_floating_point:
+        work = _wide(x)
+    else:
+        work = torch.promote_types(x.dtype, torch_dtype(space.dtype))
+    return _cast_tensor(space, x.to(work), cache)
+
+
+def unsquash_tensor(space: gs.Box, x: Any, cache: TensorBounds) -> Any:
+    """`unsquash` for a torch tensor, on its device (in float64 as numpy; float32 on ``mps``)."""
+    space = _box(space, "unsquash")
+    x = x.to(_wide(x))
+    low, high = _bounds_on(space, x, True, cache)
+    c = x.clamp(-1.0, 1.0)
+    return _cast_tensor(space, low + (c + 1.0) * 0.5 * (high - low), cache)

@@ -14,7 +14,10 @@ __all__ = ["ActionLambda"]
 class ActionLambda(ActionConnector):
     """``data[column] = fn(data[column])``, with ``fn`` registered via ``rc.register_lambda``.
 
-    The function receives and returns the whole column (all rows). The output space is the
+    On the tensor path the function receives the column's torch tensors (every row of
+    the fixed layout; outputs of rows outside ``data.mask`` are ignored) and must return
+    tensors without reading them on the host. The function receives and returns the whole
+    column (all rows). The output space is the
     input space: a lambda that changes the action space is not checked by the pipeline.
 
     Args:
@@ -22,6 +25,8 @@ class ActionLambda(ActionConnector):
             ``UnknownConnectorError`` listing the registered lambdas).
         column: the column to map, ``"actions"`` by default.
     """
+
+    takes_tensors = True
 
     def __init__(self, ctx: Any, fn: str, column: str = "actions") -> None:
         super().__init__(ctx, fn=fn, column=column)

@@ -9,6 +9,7 @@ import gymnasium as gym
 from rlconnect.connectors.base import ColumnActionConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import clip_to_space
+from rlconnect.spaces.box import TensorBounds, clip_to_space_tensor
 
 __all__ = ["ClipActions"]
 
@@ -18,11 +19,24 @@ class ClipActions(ColumnActionConnector):
     """Clips ``actions`` into the bounds of the bound Box space, cast to its dtype.
 
     Identity for any other space (Discrete, MultiDiscrete, Tuple, Dict...). Integer Boxes
-    round to the nearest integer first.
+    round to the nearest integer first. On torch tensors the bounds are tensors on the
+    actions' device (built once per device).
     """
+
+    takes_tensors = True
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self._bounds: TensorBounds = {}
 
     def transform(self, value: Any) -> Any:
         space = self.input_space  # bound by the pipeline, else the context's action space
         if not isinstance(space, gym.spaces.Box):
             return value
         return clip_to_space(space, value)
+
+    def transform_tensor(self, value: Any) -> Any:
+        space = self.input_space
+        if not isinstance(space, gym.spaces.Box):
+            return value
+        return clip_to_space_tensor(space, value, self._bounds)

@@ -36,7 +36,11 @@ class ConvertToNumpy(ActionConnector):
     """Turns torch tensors in every column (``actions``, ``state_out_*``, extras) into numpy.
 
     Tensors are detached and moved to the CPU; numpy arrays and other values pass through.
+    It takes tensors (that is its job) but reads them on the host: default pipelines built
+    for the tensor path (``ctx.device`` set) leave it out, since the env takes tensors.
     """
+
+    takes_tensors = True
 
     def __call__(self, data: ActionData) -> ActionData:
         if "torch" not in sys.modules:

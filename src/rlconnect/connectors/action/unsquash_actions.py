@@ -9,6 +9,7 @@ import gymnasium as gym
 from rlconnect.connectors.base import ColumnActionConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import unsquash
+from rlconnect.spaces.box import TensorBounds, unsquash_tensor
 
 __all__ = ["UnsquashActions"]
 
@@ -19,11 +20,24 @@ class UnsquashActions(ColumnActionConnector):
 
     ``-1`` becomes ``low`` and ``1`` becomes ``high``, so outputs always lie inside the
     bounds; dimensions with an infinite bound keep the clipped value. Output space: the
-    Box itself. Identity for any non-Box space.
+    Box itself. Identity for any non-Box space. On torch tensors it computes in float64
+    as numpy does (float32 on ``mps``), with the bounds as tensors on the actions' device.
     """
+
+    takes_tensors = True
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self._bounds: TensorBounds = {}
 
     def transform(self, value: Any) -> Any:
         space = self.input_space  # bound by the pipeline, else the context's action space
         if not isinstance(space, gym.spaces.Box):
             return value
         return unsquash(space, value)
+
+    def transform_tensor(self, value: Any) -> Any:
+        space = self.input_space
+        if not isinstance(space, gym.spaces.Box):
+            return value
+        return unsquash_tensor(space, value, self._bounds)

@@ -14,7 +14,10 @@ __all__ = ["AgentLambda"]
 class AgentLambda(AgentConnector):
     """``data[column] = fn(data[column])``, with ``fn`` registered via ``rc.register_lambda``.
 
-    The function receives and returns the whole column (all rows), never one row. The
+    On the tensor path the function receives the column's torch tensors (every row of
+    the fixed layout; outputs of rows outside ``data.mask`` are ignored) and must return
+    tensors without reading them on the host. The function receives and returns the whole
+    column (all rows), never one row. The
     declared output space is the input space (identity): a lambda that changes the shape of
     ``obs`` is not checked by the pipeline, so keep such lambdas last.
 
@@ -23,6 +26,8 @@ class AgentLambda(AgentConnector):
             ``UnknownConnectorError`` listing the registered lambdas).
         column: the column to map, ``"obs"`` by default.
     """
+
+    takes_tensors = True
 
     def __init__(self, ctx: Any, fn: str, column: str = "obs") -> None:
         super().__init__(ctx, fn=fn, column=column)

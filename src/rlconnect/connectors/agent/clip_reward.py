@@ -21,9 +21,13 @@ class ClipReward(RewardConnector):
     The runner always sends one; a row that starts an agent's trajectory carries reward 0
     (it belongs to no transition), so reward statistics should skip those rows.
 
+    Works on torch tensors too (``torch.sign`` / ``torch.clamp``, same dtype).
+
     Args:
         limit: None for the sign of the reward (-1, 0 or 1), or a positive number.
     """
+
+    takes_tensors = True
 
     def __init__(self, ctx: Any, limit: float | None = None) -> None:
         if limit is not None and (
@@ -38,3 +42,8 @@ class ClipReward(RewardConnector):
         if self.limit is None:
             return np.sign(rewards)
         return np.clip(rewards, -self.limit, self.limit)
+
+    def transform_tensor(self, value: Any) -> Any:
+        if self.limit is None:
+            return value.sign()
+        return value.clamp(-self.limit, self.limit)

@@ -9,6 +9,8 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
+from rlconnect.connectors._tensors import torch_dtype
+from rlconnect.connectors.agent._rows import RowState, expand_rows
 from rlconnect.connectors.agent._slots import SlotTable
 from rlconnect.connectors.base import AgentConnector, AgentData
 from rlconnect.connectors.registry import register_connector
@@ -28,11 +30,16 @@ class FrameStack(AgentConnector):
     values (so a saved ``num_frames`` cannot make loading allocate without bound). The
     frames are per-episode state and are not saved in a checkpoint.
 
+    On the tensor path the frames are one tensor ``(R, k, *obs_shape)`` per row of the
+    fixed layout, on the rows' device; ``reset_where(ended)`` starts the rows of ended
+    sub-envs afresh, and rows outside ``data.mask`` keep their frames.
+
     Args:
         num_frames: how many frames to stack (k >= 1).
     """
 
     num_frames: int
+    takes_tensors = True
 
     def __init__(self, ctx: Any, num_frames: int = 4) -> None:
         if (
@@ -44,6 +51,7 @@ class FrameStack(AgentConnector):
         super().__init__(ctx, num_frames=int(num_frames))
         self.num_frames = int(num_frames)
         self._slots: SlotTable | None = None
+        self._rows: RowState = RowState()
         self._dtype: np.dtype = np.dtype(np.float32)
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
@@ -68,12 +76,15 @@ class FrameStack(AgentConnector):
         if self._slots is not None and self._slots["frames"].shape[1:] == shape:
             return  # re-bound to the same space (a pipeline edit): keep the frames
         self._dtype = np.dtype(input_space.dtype)
+        self._rows = RowState()
         self._slots = SlotTable()
         self._slots.add("frames", np.zeros((0, *shape), self._dtype))
 
     def __call__(self, data: AgentData) -> AgentData:
         if self._slots is None:
             self.input_space  # noqa: B018  (binds to the context's observation space)
+        if data.on_tensors:
+            return self._call_tensors(data)
         table = cast("SlotTable", self._slots)  # bound just above
         obs = np.asarray(data["obs"], self._dtype)
         slots, new = table.lookup(data.row_keys())
@@ -87,6 +98,31 @@ class FrameStack(AgentConnector):
         data["obs"] = stacked
         return data
 
+    def _call_tensors(self, data: AgentData) -> AgentData:
+        import torch
+
+        obs = data["obs"].to(torch_dtype(self._dtype))
+        shape = (self.num_frames, *obs.shape[1:])
+
+        def make(rows: int, device: Any) -> dict[str, Any]:
+            return {"frames": torch.zeros((rows, *shape), dtype=obs.dtype, device=device)}
+
+        fresh = self._rows.begin(data, make)
+        frames = self._rows.tensors["frames"]
+        newest = obs[:, None]
+        stacked = torch.cat([frames[:, 1:], newest], dim=1)
+        stacked = torch.where(expand_rows(fresh, stacked), newest.expand_as(stacked), stacked)
+        self._rows.put("frames", stacked, data.mask)
+        data["obs"] = stacked
+        return data
+
     def reset(self, env_id: int) -> None:
         if self._slots is not None:
             self._slots.reset(env_id)
+        self._rows.reset(env_id)
+
+    def reset_where(self, ended: Any) -> None:
+        self._rows.reset_where(ended)
+
+    def to(self, device: Any) -> None:
+        self._rows.to(device)

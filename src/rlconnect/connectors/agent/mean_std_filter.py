@@ -15,6 +15,16 @@ With ``freeze_between_syncs=True`` a filter normalises with *frozen* statistics,
 the last sync point, while its data still accumulates into the totals and the delta. Then
 what a runner outputs depends only on the raw data and the sync points, not on how the
 data was split between runners (see docs/scaling.md, "The staleness rule").
+
+On the tensor path the statistics live as float64 tensors on the observations' device
+(float32 on Apple's ``mps``, which has no float64) and update there, from the rows where
+``data.mask`` is True; they are saved, merged and loaded in the numpy format above, so a
+filter trained on a GPU restores on a CPU-only machine and the other way round (they move
+to the data's device at its first call, or with ``to(device)``). The NaN/inf check is
+deferred there: rows with a non-finite value are left out of the statistics and recorded,
+``pending_nonfinite()`` (also ``pending_flag()``) is a 0-d bool tensor the runner reads
+once per ``sample()``, and ``raise_pending()`` raises the ValueError naming the rows'
+(env_id, agent_id) and features.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from typing import Any, cast
 import gymnasium as gym
 import numpy as np
 
+from rlconnect.connectors._deferred import DeferredRows
+from rlconnect.connectors._tensors import holds_tensors
 from rlconnect.connectors.base import AgentData, ObservationConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import describe_space
@@ -117,6 +129,44 @@ def _batch_moments(x: np.ndarray) -> Stats:
     return float(len(x)), mean, np.einsum("i...,i...->...", dev, dev)
 
 
+def _numpy_stats(stats: Any) -> Stats:
+    """Statistics held as tensors (or numpy) as numpy: ``(float, array, array)``."""
+    count, mean, m2 = stats
+    if not isinstance(mean, np.ndarray):
+        return float(count.item()), mean.cpu().numpy(), m2.cpu().numpy()
+    return stats
+
+
+def _tensor_stats(stats: Any, device: Any) -> Any:
+    """Statistics as tensors on ``device`` (float64; float32 on ``mps``)."""
+    import torch
+
+    dtype = torch.float32 if device.type == "mps" else torch.float64
+    return tuple(torch.as_tensor(np.asarray(x), dtype=dtype, device=device) for x in stats)
+
+
+def _tensor_moments(x: Any, weight: Any) -> Any:
+    """``(count, mean, m2)`` of the rows of ``x`` where ``weight`` (bool ``(R,)``) is True."""
+    import torch
+
+    w = weight.reshape(-1, *([1] * (x.dim() - 1)))
+    x = torch.where(w, x, 0.0)  # a NaN row times 0 would stay NaN
+    n = weight.to(x.dtype).sum()
+    mean = x.sum(dim=0) / n.clamp(min=1.0)
+    dev = torch.where(w, x - mean, 0.0)
+    return n, mean, (dev * dev).sum(dim=0)
+
+
+def _combine_tensors(a: Any, b: Any) -> Any:
+    """``_combine`` without a branch on the counts (an empty side adds nothing)."""
+    n_a, mean_a, m2_a = a
+    n_b, mean_b, m2_b = b
+    n = n_a + n_b
+    safe = n.clamp(min=1.0)
+    delta = mean_b - mean_a
+    return n, mean_a + delta * (n_b / safe), m2_a + m2_b + delta * delta * (n_a * n_b / safe)
+
+
 def _same(a: Stats, b: Stats) -> bool:
     return a[0] == b[0] and np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
 
@@ -142,7 +192,8 @@ class MeanStdFilter(ObservationConnector):
 
     Needs a float Box input (put FlattenObservations before it for other spaces); outputs
     ``Box(-clip, clip, shape, float32)``. A NaN or inf in ``obs`` raises ValueError naming
-    the rows' (env_id, agent_id) and features, and leaves the statistics untouched.
+    the rows' (env_id, agent_id) and features, and leaves the statistics untouched (on
+    torch tensors: see the module docstring, the check is deferred).
 
     Args:
         clip: bound of the normalised output (a positive number).
@@ -150,6 +201,8 @@ class MeanStdFilter(ObservationConnector):
         update: False keeps the statistics fixed (e.g. loaded from a checkpoint).
         freeze_between_syncs: normalise with the statistics of the last sync point.
     """
+
+    takes_tensors = True
 
     def __init__(
         self,
@@ -177,6 +230,8 @@ class MeanStdFilter(ObservationConnector):
         self._frozen: Stats = self._total  # what frozen mode normalises with
         self._kept = False  # frozen mode: data seen since the last sync point, not handed over
         self._pending: Mapping[str, Any] | None = None  # statistics set before binding
+        self._device: Any = None  # None: the statistics are numpy; else their torch device
+        self._nonfinite = DeferredRows()  # the tensor path's deferred NaN/inf check
 
     # -- spaces ---------------------------------------------------------------------------
     def output_space(self, input_space: gym.Space) -> gym.Space:
@@ -191,6 +246,7 @@ class MeanStdFilter(ObservationConnector):
         shape = tuple(input_space.shape or ())
         if shape != self._shape:
             self._shape = shape
+            self._device = None
             self._total = _unpack(empty_statistics(shape), "MeanStdFilter")
             self._delta = self._frozen = self._total
             self._kept = False
@@ -206,6 +262,10 @@ class MeanStdFilter(ObservationConnector):
     # -- running --------------------------------------------------------------------------
     def __call__(self, data: AgentData) -> AgentData:
         shape = self._ensure_bound()
+        if holds_tensors(data[self.column]):
+            return self._call_tensors(data, shape)
+        if self._device is not None:
+            self._move(None)
         obs = np.asarray(data[self.column], np.float64)
         if obs.shape[1:] != shape:
             raise ValueError(
@@ -222,11 +282,95 @@ class MeanStdFilter(ObservationConnector):
         data[self.column] = self._normalize(obs)
         return data
 
-    def transform(self, value: Any) -> np.ndarray:
+    def _call_tensors(self, data: AgentData, shape: tuple[int, ...]) -> AgentData:
+        import torch
+
+        obs = data[self.column]
+        if tuple(obs.shape[1:]) != shape:
+            raise ValueError(
+                f"MeanStdFilter: obs rows have shape {tuple(obs.shape[1:])}, expected {shape}"
+            )
+        if self._device != obs.device:
+            self._move(obs.device)
+        x = obs.to(self._total[1].dtype)
+        finite = torch.isfinite(x).reshape(len(x), -1)
+        good = finite.all(dim=1)
+        self._nonfinite.record(~good, data, ~finite)
+        if self.update and self.is_training and len(x):
+            batch = _tensor_moments(x, good if data.mask is None else good & data.mask)
+            self._total = _combine_tensors(self._total, batch)
+            self._delta = _combine_tensors(self._delta, batch)
+            self._kept = True
+        data[self.column] = self._normalize_tensor(x)
+        return data
+
+    def _move(self, device: Any) -> None:
+        """Hold the statistics on ``device`` (None: as numpy)."""
+        for name in ("_total", "_delta", "_frozen"):
+            stats = _numpy_stats(getattr(self, name))
+            setattr(self, name, stats if device is None else _tensor_stats(stats, device))
+        self._device = device
+
+    def _fit(self, stats: Stats) -> Any:
+        """numpy statistics on the device the filter holds its statistics on."""
+        return stats if self._device is None else _tensor_stats(stats, self._device)
+
+    def to(self, device: Any) -> None:
+        """Hold the statistics on torch ``device`` from now on."""
+        import torch
+
+        self._ensure_bound()
+        self._move(torch.device(device))
+
+    def transform(self, value: Any) -> Any:
         """Normalise with the current (or, when freezing, the frozen) statistics, without
         updating them."""
         self._ensure_bound()
+        if holds_tensors(value):
+            if self._device != value.device:
+                self._move(value.device)
+            return self._normalize_tensor(value.to(self._total[1].dtype))
+        if self._device is not None:
+            self._move(None)
         return self._normalize(np.asarray(value, np.float64))
+
+    def _normalize_tensor(self, x: Any) -> Any:
+        import torch
+
+        stats: Any = self._frozen if self.freeze_between_syncs else self._total
+        count, mean, m2 = stats
+        std = torch.where(count > 0, torch.sqrt(m2 / count.clamp(min=1.0)), 1.0)
+        out = (x - mean) / (std + self.epsilon)
+        return out.clamp(-self.clip, self.clip).to(torch.float32)
+
+    def pending_flag(self) -> Any:
+        return self._nonfinite.flag()
+
+    def pending_nonfinite(self) -> Any:
+        """Tensor path: a 0-d bool tensor, True when a NaN or inf arrived since the last
+        ``raise_pending()`` (None before the first tensor call)."""
+        return self._nonfinite.flag()
+
+    def raise_pending(self) -> None:
+        """Raise the ValueError of the non-finite rows recorded on the tensor path (naming
+        their (env_id, agent_id) and features) and clear them; nothing if there were none."""
+        found = self._nonfinite.take()
+        if found is None:
+            return
+        keys, bad = found
+        parts = []
+        for (env_id, agent_id), feats in list(zip(keys, cast(np.ndarray, bad)))[:_MAX_ROWS_SHOWN]:
+            index = np.flatnonzero(feats)
+            shown = ", ".join(self._feature_name(int(f)) for f in index[:_MAX_FEATURES_SHOWN])
+            more = _more(len(index), _MAX_FEATURES_SHOWN, "")
+            parts.append(f"(env_id={env_id}, agent_id={agent_id!r}): features {shown}{more}")
+        raise ValueError(
+            f"{self.name}: non-finite observation values (NaN or inf) in {len(keys)} row(s) "
+            "since the last check: "
+            + "; ".join(parts)
+            + _more(len(keys), _MAX_ROWS_SHOWN, " rows")
+            + ". These rows were left out of the statistics."
+        )
 
     def start_sample(self) -> None:
         """The runner's sync point when it runs alone: ``refreeze()``."""
@@ -281,9 +425,9 @@ class MeanStdFilter(ObservationConnector):
         with ``freeze_between_syncs`` also ``"frozen"``, the statistics it normalises with
         (same keys)."""
         self._ensure_bound()
-        out: dict[str, Any] = _pack(*self._total)
+        out: dict[str, Any] = _pack(*_numpy_stats(self._total))
         if self.freeze_between_syncs:
-            out[_FROZEN_KEY] = _pack(*self._frozen)
+            out[_FROZEN_KEY] = _pack(*_numpy_stats(self._frozen))
         return out
 
     def set_statistics(self, stats: Mapping[str, Any]) -> None:
@@ -307,8 +451,8 @@ class MeanStdFilter(ObservationConnector):
         frozen = total
         if frozen_stats is not None and self.freeze_between_syncs:
             frozen = self._checked(frozen_stats, f"{where}[{_FROZEN_KEY!r}]")
-        self._total, self._frozen = total, frozen
-        self._delta = _unpack(empty_statistics(self._shape), "MeanStdFilter")
+        self._total, self._frozen = self._fit(total), self._fit(frozen)
+        self._delta = self._fit(_unpack(empty_statistics(self._shape), "MeanStdFilter"))
         self._kept = not _same(frozen, total)  # a checkpoint taken between sync points
 
     def _checked(self, stats: Mapping[str, Any], where: str) -> Stats:
@@ -322,30 +466,30 @@ class MeanStdFilter(ObservationConnector):
     def get_delta(self) -> dict[str, np.ndarray]:
         """Statistics of the data seen since the last ``reset_delta`` / ``set_statistics``."""
         self._ensure_bound()
-        return _pack(*self._delta)
+        return _pack(*_numpy_stats(self._delta))
 
     def reset_delta(self) -> None:
         """Forget the delta (after it was sent for merging); the totals are kept. With
         ``freeze_between_syncs`` the data handed over reaches the frozen statistics only
         through the next ``set_statistics`` (never through ``refreeze``)."""
         shape = self._ensure_bound()
-        self._delta = _unpack(empty_statistics(shape), "MeanStdFilter")
+        self._delta = self._fit(_unpack(empty_statistics(shape), "MeanStdFilter"))
         self._kept = False
 
     @property
     def mean(self) -> np.ndarray:
         """Current running mean per feature (of the totals)."""
         self._ensure_bound()
-        return np.array(self._total[1])
+        return np.array(_numpy_stats(self._total)[1])
 
     @property
     def std(self) -> np.ndarray:
         """Current population standard deviation per feature (1 with no data)."""
         self._ensure_bound()
-        count, mean, m2 = self._total
+        count, mean, m2 = _numpy_stats(self._total)
         return np.ones_like(mean) if count == 0 else np.sqrt(m2 / count)
 
     @property
     def count(self) -> float:
         """Number of rows the statistics (the totals) were computed from."""
-        return float(self._total[0])
+        return float(_numpy_stats(self._total)[0])

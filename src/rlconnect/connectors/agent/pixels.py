@@ -6,6 +6,10 @@ sub-envs) with one numpy operation, and declares the Box it outputs, so a chain 
 Images are channel-last ``(H, W, C)`` or single-channel ``(H, W)``, as gymnasium's pixel
 envs return them; use ``TransposeImage`` for channel-first models. ``Resize`` lives in
 ``pixels_resize``.
+
+All of them work on torch tensors too (``takes_tensors``): the same arithmetic in float32
+with torch operations on the frames' device, rounding integer images half to even as
+``np.rint`` does.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlconnect.connectors._tensors import torch_dtype
 from rlconnect.connectors.base import ObservationConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import describe_space
@@ -55,6 +60,15 @@ def _to_dtype(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return values.astype(dtype, copy=False)
 
 
+def tensor_to_dtype(values: Any, dtype: np.dtype) -> Any:
+    """``_to_dtype`` for a float32 torch tensor: integers rounded to nearest (half to even,
+    as ``np.rint``) and clamped to range."""
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        values = values.round().clamp(float(info.min), float(info.max))
+    return values.to(torch_dtype(dtype))
+
+
 @register_connector("Grayscale")
 class Grayscale(ObservationConnector):
     """``(H, W, 3)`` RGB to ``(H, W)`` luma: ``0.299 R + 0.587 G + 0.114 B`` (ITU BT.601).
@@ -70,6 +84,8 @@ class Grayscale(ObservationConnector):
     >>> Grayscale(ctx).output_space(space).shape
     (2, 2)
     """
+
+    takes_tensors = True
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -90,6 +106,12 @@ class Grayscale(ObservationConnector):
         luma = rgb.astype(np.float32, copy=False) @ BT601  # (B, H, W, 3) @ (3,) -> (B, H, W)
         return _to_dtype(luma, self._dtype)
 
+    def transform_tensor(self, value: Any) -> Any:
+        import torch
+
+        weights = torch.as_tensor(BT601, device=value.device)
+        return tensor_to_dtype(value.to(torch.float32) @ weights, self._dtype)
+
 
 @register_connector("ScalePixels")
 class ScalePixels(ObservationConnector):
@@ -97,6 +119,8 @@ class ScalePixels(ObservationConnector):
 
     Leave it out to keep uint8 frames (4x less memory) and scale inside the model.
     """
+
+    takes_tensors = True
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
         box = image_box("ScalePixels", input_space, (1, 2, 3, 4))
@@ -111,6 +135,11 @@ class ScalePixels(ObservationConnector):
         out *= np.float32(1.0 / 255.0)
         return out
 
+    def transform_tensor(self, value: Any) -> Any:
+        import torch
+
+        return value.to(torch.float32) * float(np.float32(1.0 / 255.0))
+
 
 @register_connector("CropObservations")
 class CropObservations(ObservationConnector):
@@ -123,6 +152,8 @@ class CropObservations(ObservationConnector):
         right: columns removed on the right.
     """
 
+    takes_tensors = True
+
     def __init__(self, ctx: Any, top: int = 0, bottom: int = 0, left: int = 0, right: int = 0):
         sides = {"top": top, "bottom": bottom, "left": left, "right": right}
         sides = {k: _non_negative_int("CropObservations", k, v) for k, v in sides.items()}
@@ -130,7 +161,7 @@ class CropObservations(ObservationConnector):
         self.top, self.bottom = sides["top"], sides["bottom"]
         self.left, self.right = sides["left"], sides["right"]
 
-    def _crop(self, frames: np.ndarray, lead: int) -> np.ndarray:
+    def _crop(self, frames: Any, lead: int) -> Any:
         """Crop the two axes after ``lead`` leading axes."""
         h, w = frames.shape[lead], frames.shape[lead + 1]
         index = (slice(None),) * lead + (
@@ -153,6 +184,9 @@ class CropObservations(ObservationConnector):
     def transform(self, value: Any) -> np.ndarray:
         return np.ascontiguousarray(self._crop(np.asarray(value), 1))
 
+    def transform_tensor(self, value: Any) -> Any:
+        return self._crop(value, 1).contiguous()
+
 
 _LAYOUTS = ("CHW", "HWC")
 
@@ -164,6 +198,8 @@ class TransposeImage(ObservationConnector):
     Args:
         to: ``"CHW"`` (the default; input is HWC) or ``"HWC"`` (input is CHW).
     """
+
+    takes_tensors = True
 
     def __init__(self, ctx: Any, to: str = "CHW") -> None:
         if to not in _LAYOUTS:
@@ -178,3 +214,6 @@ class TransposeImage(ObservationConnector):
 
     def transform(self, value: Any) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(value).transpose(0, *(a + 1 for a in self.axes)))
+
+    def transform_tensor(self, value: Any) -> Any:
+        return value.permute(0, *(a + 1 for a in self.axes)).contiguous()

@@ -15,6 +15,11 @@ sizes, depending on the memory layout it was given.)
   antialiasing.
 
 The whole frame is kept (no crop): the aspect ratio changes if the shapes disagree.
+
+On torch tensors the same bands run as ``index_select`` and ``matmul`` on the frames'
+device (not ``torch.nn.functional.interpolate``, whose ``"area"`` mode is not INTER_AREA
+for non-integer scales): results equal the numpy path's up to float32 rounding, so an
+integer pixel may differ by one level where a value lies within rounding of a half.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlconnect.connectors.agent.pixels import image_box
+from rlconnect.connectors.agent.pixels import image_box, tensor_to_dtype
 from rlconnect.connectors.base import ObservationConnector
 from rlconnect.connectors.registry import register_connector
 from rlconnect.spaces import MAX_JSON_ELEMENTS
@@ -110,6 +115,7 @@ class FrameResizer:
         self._cols = _band(resize_weights(size_in[1], size_out[1], interpolation))
         self._dtype = np.dtype(dtype)
         self._round = np.issubdtype(self._dtype, np.integer)
+        self._bands: dict[Any, tuple[Any, ...]] = {}  # the bands as tensors, per device
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
         # (B, H, W[, C]) -> (B, h, W[, C]); then the same along W, on the swapped view
@@ -118,6 +124,20 @@ class FrameResizer:
         if self._round:  # the weights are >= 0 and sum to 1: no result leaves the range
             np.rint(out, out=out)
         return out.astype(self._dtype, order="C")
+
+    def resize_tensor(self, frames: Any) -> Any:
+        """The same resize of a torch tensor ``(B, H, W[, C])``, on its device."""
+        bands = self._bands.get(frames.device)
+        if bands is None:
+            import torch
+
+            bands = tuple(
+                torch.as_tensor(a, device=frames.device) for a in (*self._rows, *self._cols)
+            )
+            self._bands[frames.device] = bands
+        tall = _resize_axis1_tensor(frames, *bands[:2])
+        out = _resize_axis1_tensor(tall.transpose(1, 2), *bands[2:]).transpose(1, 2)
+        return tensor_to_dtype(out, self._dtype).contiguous()
 
 
 def _positive_int(key: str, value: Any) -> int:
@@ -144,6 +164,8 @@ class Resize(ObservationConnector):
         interpolation: ``"area"`` (box average, OpenCV's INTER_AREA when shrinking) or
             ``"bilinear"``.
     """
+
+    takes_tensors = True
 
     def __init__(self, ctx: Any, height: int = 84, width: int = 84, interpolation: str = "area"):
         height, width = _positive_int("height", height), _positive_int("width", width)
@@ -175,6 +197,10 @@ class Resize(ObservationConnector):
         assert self._resize is not None, "Resize.setup runs when the pipeline is built"
         return self._resize(np.asarray(value))
 
+    def transform_tensor(self, value: Any) -> Any:
+        assert self._resize is not None, "Resize.setup runs when the pipeline is built"
+        return self._resize.resize_tensor(value)
+
 
 def _resize_axis1(frames: np.ndarray, index: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """``out[b, o] = sum_j weights[o, 0, j] * frames[b, index[o, j]]`` as float32: one
@@ -183,3 +209,13 @@ def _resize_axis1(frames: np.ndarray, index: np.ndarray, weights: np.ndarray) ->
     size = math.prod(rest)  # (not -1: the batch may be empty)
     near = np.take(frames, index, axis=1).reshape(b, o, k, size).astype(np.float32, copy=False)
     return np.matmul(weights, near).reshape(b, o, *rest)
+
+
+def _resize_axis1_tensor(frames: Any, index: Any, weights: Any) -> Any:
+    """``_resize_axis1`` with torch: one ``index_select`` and one batched product."""
+    import torch
+
+    b, (o, k), rest = frames.shape[0], tuple(index.shape), tuple(frames.shape[2:])
+    size = math.prod(rest)
+    near = frames.index_select(1, index.reshape(-1)).reshape(b, o, k, size).to(torch.float32)
+    return torch.matmul(weights, near).reshape(b, o, *rest)

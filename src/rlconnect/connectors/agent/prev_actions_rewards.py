@@ -9,6 +9,7 @@ import numpy as np
 import tree
 
 from rlconnect.connectors.action.convert_to_numpy import to_numpy
+from rlconnect.connectors.agent._rows import RowState, expand_rows
 from rlconnect.connectors.agent._slots import SlotTable
 from rlconnect.connectors.base import ActionData, AgentConnector, AgentData
 from rlconnect.connectors.registry import register_connector
@@ -28,7 +29,13 @@ class PrevActionsRewards(AgentConnector):
     ``prev_rewards`` (float32) is the ``rewards`` column of the row, i.e. the reward the
     agent received with its current observation, and 0 at its first row of an episode (or
     when there is no ``rewards`` column). ``obs`` and its space are unchanged.
+
+    On the tensor path the previous actions are tensors ``(R, ...)`` per row of the fixed
+    layout, on the rows' device; ``reset_where(ended)`` starts the rows of ended sub-envs
+    afresh, and rows outside ``data.mask`` keep their state.
     """
+
+    takes_tensors = True
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -38,8 +45,11 @@ class PrevActionsRewards(AgentConnector):
             raise ValueError(f"PrevActionsRewards: {exc}") from None
         self._table = SlotTable()
         self._table.add("actions", template)
+        self._rows = RowState()
 
     def __call__(self, data: AgentData) -> AgentData:
+        if data.on_tensors:
+            return self._call_tensors(data)
         slots, new = self._table.lookup(data.row_keys())
         prev = tree.map_structure(lambda store: store[slots], self._table["actions"])
         if new.any():  # Discrete/MultiDiscrete "zero" is their start value
@@ -55,7 +65,36 @@ class PrevActionsRewards(AgentConnector):
         data["prev_rewards"] = prev_rewards
         return data
 
+    def _call_tensors(self, data: AgentData) -> AgentData:
+        import torch
+
+        def make(rows: int, device: Any) -> dict[str, Any]:
+            zeros = zeros_batch(self.ctx.action_space, rows)
+            as_tensors = tree.map_structure(lambda z: torch.as_tensor(z, device=device), zeros)
+            return {"actions": as_tensors, "zeros": as_tensors}
+
+        fresh = self._rows.begin(data, make)
+        prev = tree.map_structure(
+            lambda store, zero: torch.where(expand_rows(fresh, store), zero, store),
+            self._rows.tensors["actions"],
+            self._rows.tensors["zeros"],
+        )
+        self._rows.put("actions", prev, data.mask)  # a fresh row keeps its zeros until acting
+        rewards = data.get("rewards")
+        device = data.env_ids.device
+        if rewards is None:
+            prev_rewards = torch.zeros(len(data), dtype=torch.float32, device=device)
+        else:
+            prev_rewards = torch.where(fresh, 0.0, rewards.to(torch.float32))
+        data["prev_actions"] = prev
+        data["prev_rewards"] = prev_rewards
+        return data
+
     def on_policy_output(self, output: ActionData) -> None:
+        if output.on_tensors:
+            if self._rows.fresh is not None:  # rows seen before (as numpy: known keys only)
+                self._rows.put("actions", output["actions"], output.mask)
+            return
         slots = self._table.find(output.row_keys())
         known = slots >= 0
         if not known.any():
@@ -71,6 +110,13 @@ class PrevActionsRewards(AgentConnector):
 
     def reset(self, env_id: int) -> None:
         self._table.reset(env_id)
+        self._rows.reset(env_id)
+
+    def reset_where(self, ended: Any) -> None:
+        self._rows.reset_where(ended)
+
+    def to(self, device: Any) -> None:
+        self._rows.to(device)
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
         return input_space
