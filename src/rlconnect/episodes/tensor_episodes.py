@@ -65,7 +65,7 @@ class TensorEpisodes:
         self.returns = torch.zeros(len(self.agents), num_envs, dtype=torch.float64, device=device)
         self.eps_id = torch.full((num_envs,), -1, dtype=torch.int64, device=device)
         self._next = torch.zeros((), dtype=torch.int64, device=device)
-        self._log: list[torch.Tensor] = []  # per round: [ended, length, eps_id, returns...]
+        self._log = torch.zeros((0, 3 + len(self.agents), num_envs), dtype=torch.float64)
         self._bad_poll = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
         self._bad_field = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self._ended: list[EndedEpisodes] = []
@@ -100,27 +100,26 @@ class TensorEpisodes:
         ``read_back``): 0 for the observation, 1 for the reward in ``_bad_field``."""
         first = ~(obs_ok & reward_ok) & (self._bad_poll == _NONE)
         self._bad_poll = torch.where(first, self.length, self._bad_poll)
-        self._bad_field = torch.where(first, obs_ok.to(torch.int64), self._bad_field)
+        self._bad_field = torch.where(first, obs_ok, self._bad_field)
 
-    def end(self, ended: torch.Tensor) -> None:
-        """Log the episodes that ``ended`` (N,) and begin new ones in their sub-envs."""
-        self._log.append(
-            torch.cat(
-                [
-                    torch.stack(
-                        [ended.to(torch.float64), self.length.to(torch.float64),
-                         self.eps_id.to(torch.float64)]
-                    ),
-                    self.returns,
-                ]
-            )
-        )  # fmt: skip
+    def begin_sample(self, rounds: int) -> None:
+        """A ``sample()`` of ``rounds`` rounds starts: its log of ended episodes, one row
+        per round of (ended, length, eps_id, return per agent) for every sub-env."""
+        shape = (rounds, 3 + len(self.agents), self.num_envs)
+        self._log = torch.zeros(shape, dtype=torch.float64, device=self.device)
+
+    def end(self, k: int, ended: torch.Tensor) -> None:
+        """Log round ``k``'s episodes that ``ended`` (N,); begin new ones in their sub-envs."""
+        row = self._log[k]
+        row[0].copy_(ended)
+        row[1].copy_(self.length)
+        row[2].copy_(self.eps_id)
+        row[3:].copy_(self.returns)
         new_ids = self._next + torch.cumsum(ended, 0, dtype=torch.int64) - 1
         self.eps_id = torch.where(ended, new_ids, self.eps_id)
         self._next += ended.sum()
-        keep = (~ended).to(self.length.dtype)
-        self.length *= keep
-        self.returns *= keep.to(self.returns.dtype)
+        self.length.masked_fill_(ended, 0)
+        self.returns.masked_fill_(ended, 0.0)
 
     def read_back(self, flags: Sequence[torch.Tensor] = ()) -> tuple[EndedEpisodes, list[bool]]:
         """The one host read of a ``sample()``: the episodes that ended since the last
@@ -128,12 +127,11 @@ class TensorEpisodes:
         sub-env, field and episode step), and the values of the 0-d bool ``flags`` (what
         else must be checked once per sample) that travel with them."""
         n = self.num_envs
-        parts = [t.flatten() for t in self._log]
+        parts = [self._log.flatten()]
         parts += [self._bad_poll.to(torch.float64), self._bad_field.to(torch.float64)]
         parts += [f.to(torch.float64).reshape(1) for f in flags]
         parts.append(self._next.to(torch.float64).reshape(1))
         flat = torch.cat(parts).cpu().numpy()  # the read
-        self._log.clear()
         flag_values = [bool(v) for v in flat[len(flat) - 1 - len(flags) : -1]]
         if flags:
             flat = np.concatenate([flat[: -1 - len(flags)], flat[-1:]])

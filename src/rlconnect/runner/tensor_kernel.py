@@ -128,6 +128,7 @@ class TensorKernel:
             pid: TensorStore(self.rounds, rows.rows, self.env.device)
             for pid, rows in self.layouts.items()
         }
+        self.episodes.begin_sample(self.rounds)
         for k in range(self.rounds):
             self.step(k, stores)
         ended = self._read_back()
@@ -136,7 +137,17 @@ class TensorKernel:
             for i in range(len(ended)):
                 ep = self.episodes.episode(ended, i, runner)
                 self.hooks.call(self.hooks.callbacks.on_episode_end, ep.env_id, ep)
-        return {pid: s.build() for pid, s in stores.items()}, self.rounds * self.env.num_envs
+        batches = {
+            pid: store.build(
+                {
+                    "env_id": self.layouts[pid].env_ids,
+                    "agent_index": self.layouts[pid].agent_index,
+                    "weights_seq": int(self.policies[pid].weights_seq),
+                }
+            )
+            for pid, store in stores.items()
+        }
+        return batches, self.rounds * self.env.num_envs
 
     def _read_back(self) -> EndedEpisodes:
         """The sample's one host read: the ended episodes, with every check deferred to
@@ -191,7 +202,7 @@ class TensorKernel:
         }
         for pid, data in finals.items():
             stores[pid].write(k, self._record(pid, data, outputs[pid]))
-        self.episodes.end(ended)
+        self.episodes.end(k, ended)
         self._finish(ended, finals)
 
     # -- the phases of a round ----------------------------------------------------------
@@ -211,11 +222,11 @@ class TensorKernel:
 
     def _check_finite(self, obs: Mapping[Any, Nest], rewards: torch.Tensor) -> None:
         """Per sub-env: whether every observation and reward of the round is finite."""
-        obs_ok = torch.ones(self.env.num_envs, dtype=torch.bool, device=self.env.device)
-        for nest in obs.values():
-            for leaf in _float_leaves(nest):
-                obs_ok = obs_ok & torch.isfinite(leaf).reshape(leaf.shape[0], -1).all(1)
-        self.episodes.check_finite(obs_ok, torch.isfinite(rewards).all(0))
+        leaves = [leaf for nest in obs.values() for leaf in _float_leaves(nest)]
+        oks = [torch.isfinite(leaf.reshape(leaf.shape[0], -1)).all(1) for leaf in leaves]
+        obs_ok = oks[0] if len(oks) == 1 else torch.stack(oks).all(0) if oks else None
+        reward_ok = torch.isfinite(rewards).all(0)
+        self.episodes.check_finite(reward_ok if obs_ok is None else obs_ok, reward_ok)
 
     def _step_rows(
         self, pid: str, rows: PolicyRows, step: Any, term: torch.Tensor, trunc: torch.Tensor
@@ -246,7 +257,8 @@ class TensorKernel:
 
     def _record(self, pid: str, data: AgentData, outputs: dict[str, Any]) -> dict[str, Any]:
         """Round k's row of every column of policy ``pid``: what it acted on, what it
-        did, where the step ended, and the bookkeeping."""
+        did, where the step ended, and its episode (the columns the same at every round
+        are added at ``build``)."""
         inputs, rows = self._inputs[pid], self.layouts[pid]
         record = {name: value for name, value in inputs.items() if name not in _STEP_COLUMNS}
         record["obs"] = inputs["obs"]
@@ -257,9 +269,6 @@ class TensorKernel:
         record["t"] = inputs["t"]
         record.update(outputs)
         record["eps_id"] = rows.rows_of(self.episodes.eps_id)
-        record["env_id"] = rows.env_ids
-        record["agent_index"] = rows.agent_index
-        record["weights_seq"] = int(self.policies[pid].weights_seq)
         return record
 
     def _finish(self, ended: torch.Tensor, finals: Mapping[str, AgentData]) -> None:
