@@ -123,9 +123,10 @@ def test_a_round_reads_nothing_and_a_sample_reads_once() -> None:
     assert len(batch) == 64 * 16
 
 
-def test_every_sub_env_gives_exactly_the_fragment_in_time_order() -> None:
+@pytest.mark.parametrize("mode", [SAME, DISABLED])
+def test_every_sub_env_gives_exactly_the_fragment_in_time_order(mode: Any) -> None:
     n, t = 32, 50
-    runner = _runner(BatchedCartPole(n, autoreset_mode=SAME), rollout_fragment_length=t)
+    runner = _runner(BatchedCartPole(n, autoreset_mode=mode), rollout_fragment_length=t)
     for _ in range(2):
         batch = runner.sample()
         env_id = batch["env_id"].reshape(n, t)

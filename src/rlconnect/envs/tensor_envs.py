@@ -10,9 +10,10 @@ read the host::
     obs = env.restart(ended)           # {agent: obs to act on}: first obs where ended
 
 ``step`` returns, for a sub-env whose episode ended, its *final* observation (what the
-transition's ``new_obs`` is); ``restart`` then hands out the observation the next action
-is for: the new episode's first one where ``ended`` (a bool tensor over sub-envs, the
-runner's own decision, horizon included), the step's observation elsewhere.
+transition's ``new_obs`` is); ``restart`` then hands out the observations the next
+actions are for, of every sub-env: the new episode's first one where ``ended`` (a bool
+tensor over sub-envs, the runner's own decision, horizon included), the step's
+observation elsewhere (as gymnasium's ``reset(options={"reset_mask": ...})`` returns).
 
 Two kinds are adapted here: a gymnasium ``VectorEnv`` that takes and returns torch
 tensors (``TorchVectorEnv``) and a VMAS environment (``VmasEnv``, multi-agent).

@@ -290,9 +290,11 @@ class TensorKernel:
         ended: torch.Tensor,
     ) -> dict[str, Any]:  # fmt: skip
         row_ended = rows.rows_of(ended)
-        if not len(self.pipes.agent[pid]):  # the new observations as they are
-            obs = where_rows(row_ended, rows.stack(first, self.env.agents), final["obs"])
-            return {"obs": obs, "t": final["t"] * (~row_ended).to(final["t"].dtype)}
+        if not len(self.pipes.agent[pid]):  # the env's observations as they are
+            return {
+                "obs": rows.stack(first, self.env.agents),
+                "t": final["t"].masked_fill(row_ended, 0),
+            }
         fresh = self._first_rows(pid, first, ended, mask=row_ended)
         return {
             name: where_rows(row_ended, fresh[name], value)
