@@ -199,25 +199,51 @@ def test_a_same_step_env_without_final_obs_is_refused_when_a_sub_env_ends() -> N
 
 
 class _PoisonAt(gym.vector.VectorWrapper):
-    """Sub-env ``env`` returns a NaN observation at its ``step``-th step."""
+    """Sub-env ``env`` returns a NaN observation (or reward) at its ``step``-th step."""
 
-    def __init__(self, env: Any, sub_env: int, step: int) -> None:
+    def __init__(self, env: Any, sub_env: int, step: int, field: str = "obs") -> None:
         super().__init__(env)
         self.device, self.sub_env, self.at, self.steps = env.device, sub_env, step, 0
+        self.field = field
 
     def step(self, actions: Any) -> Any:
         obs, rew, term, trunc, info = self.env.step(actions)
         self.steps += 1
-        if self.steps == self.at:
+        if self.steps == self.at and self.field == "obs":
             obs = obs.clone()
             obs[self.sub_env, 2] = float("nan")
+        elif self.steps == self.at:
+            rew = rew.clone()
+            rew[self.sub_env] = float("inf")
         return obs, rew, term, trunc, info
 
 
-def test_a_nan_observation_is_named_with_its_sub_env_at_the_end_of_sample() -> None:
-    env = _PoisonAt(BatchedCartPole(8, autoreset_mode=DISABLED), sub_env=5, step=3)
-    runner = _runner(env, rollout_fragment_length=6)
-    with pytest.raises(rc.EnvCheckError, match=r"sub-env 5 returned a non-finite obs .* step 3"):
+@pytest.mark.parametrize("field", ["obs", "reward"])
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_nan_is_named_with_its_sub_env_and_step_at_the_end_of_sample(
+    field: str, pipeline: bool
+) -> None:
+    """Checked on the recorded rows when the agent pipeline is empty, per round on the
+    env's own values otherwise: the same error either way."""
+    env = _PoisonAt(BatchedCartPole(8, autoreset_mode=DISABLED), sub_env=5, step=3, field=field)
+    agent_pipelines = (
+        {
+            "default_policy": lambda ctx: rc.AgentConnectorPipeline(
+                ctx, [rc.ClipReward(ctx, limit=1e9)]
+            )
+        }
+        if pipeline
+        else None
+    )
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        config=rc.RunnerConfig(num_envs=8, rollout_fragment_length=6, seed=0),
+        agent_pipelines=agent_pipelines,
+    )
+    with pytest.raises(
+        rc.EnvCheckError, match=rf"sub-env 5 returned a non-finite {field} .* step 3 "
+    ):
         runner.sample()
     unchecked = _runner(
         _PoisonAt(BatchedCartPole(8, autoreset_mode=DISABLED), sub_env=5, step=3),

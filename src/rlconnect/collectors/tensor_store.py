@@ -72,6 +72,38 @@ class TensorStore:
         meta = {"rows_per_env": self.rounds}
         return SampleBatch._from_normalized(columns, self.rounds * self.rows, meta)
 
+    def first_nonfinite(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per slot (R,): the first round whose ``obs``, ``new_obs`` or ``rewards`` holds a
+        NaN or inf (``T`` where none does), whether it was the reward, and whether it came
+        with the step (``new_obs``, reward: 1) or before it (``obs``, only an episode's
+        first: 0): the finite check of a whole sample in a few whole-tensor operations."""
+        t, r = self.rounds, self.rows
+        rounds = torch.arange(t, device=self.device).unsqueeze(1)
+
+        def first(name: str) -> torch.Tensor:  # (R,): first round of a bad row, else T
+            ok = torch.ones((t, r), dtype=torch.bool, device=self.device)
+            for leaf in _leaves(self._columns[name]):
+                if leaf.is_floating_point():
+                    ok &= torch.isfinite(leaf.reshape(t, r, -1)).all(2)
+            return torch.where(ok, t, rounds).amin(0)
+
+        before, reward = first("obs"), first("rewards")
+        after = torch.minimum(first("new_obs"), reward)
+        found = torch.minimum(before, after)
+        return found, reward == found, (after == found).to(torch.int64)
+
+    def column(self, name: str) -> Any:
+        """The ``[T, R, ...]`` storage of column ``name``."""
+        return self._columns[name]
+
+
+def _leaves(store: Any) -> list[torch.Tensor]:
+    if isinstance(store, Mapping):
+        return [x for v in store.values() for x in _leaves(v)]
+    if isinstance(store, tuple):
+        return [x for v in store for x in _leaves(v)]
+    return [store]
+
 
 def _write(store: Any, k: int, value: Any) -> None:
     if isinstance(store, Mapping):

@@ -102,6 +102,16 @@ class TensorEpisodes:
         self._bad_poll = torch.where(first, self.length, self._bad_poll)
         self._bad_field = torch.where(first, obs_ok, self._bad_field)
 
+    def note_nonfinite(
+        self, step: torch.Tensor, is_reward: torch.Tensor, bad: torch.Tensor
+    ) -> None:
+        """The finite check done on a sample's recorded rows (``TensorStore``): per sub-env
+        (N,) whether it found a NaN or inf (``bad``), at which episode step, and whether
+        in the reward; kept unless an earlier one is."""
+        first = bad & (self._bad_poll == _NONE)
+        self._bad_poll = torch.where(first, step, self._bad_poll)
+        self._bad_field = torch.where(first, is_reward.to(torch.int64), self._bad_field)
+
     def begin_sample(self, rounds: int) -> None:
         """A ``sample()`` of ``rounds`` rounds starts: its log of ended episodes, one row
         per round of (ended, length, eps_id, return per agent) for every sub-env."""

@@ -118,6 +118,7 @@ class TensorKernel:
         )
         self.poll_index = 0
         self._inputs: dict[str, dict[str, Any]] = {}  # per policy: what it acts on next
+        self._check_rows = False  # this sample's finite check is on its recorded rows
 
     # -- the loop -------------------------------------------------------------------------
     def sample(self) -> tuple[dict[str, SampleBatch], int]:
@@ -129,8 +130,14 @@ class TensorKernel:
             for pid, rows in self.layouts.items()
         }
         self.episodes.begin_sample(self.rounds)
+        # rows the agent pipelines leave as the env gave them are checked once recorded
+        self._check_rows = self.config.check_finite and not any(
+            len(self.pipes.agent[pid]) for pid in self.layouts
+        )
         for k in range(self.rounds):
             self.step(k, stores)
+        if self._check_rows:
+            self._check_recorded(stores)
         ended = self._read_back()
         if self.hooks.on_end:
             runner = self.hooks.runner
@@ -195,7 +202,7 @@ class TensorKernel:
         term, trunc, ended = self.episodes.advance(
             rewards, step.terminateds, step.truncateds, self.config.horizon
         )
-        if self.config.check_finite:
+        if self.config.check_finite and not self._check_rows:
             self._check_finite(step.obs, rewards)
         finals = {
             pid: self._step_rows(pid, rows, step, term, trunc) for pid, rows in self.layouts.items()
@@ -219,6 +226,20 @@ class TensorKernel:
             explore=self.config.explore,
             timers=self.timers,
         )
+
+    def _check_recorded(self, stores: Mapping[str, TensorStore]) -> None:
+        """The finite check of a sample whose rows are what the env returned: on the
+        recorded ``obs``, ``new_obs`` and ``rewards``, per sub-env, at its episode step."""
+        n = self.env.num_envs
+        for pid, store in stores.items():
+            rounds, is_reward, with_step = store.first_nonfinite()
+            k = rounds.clamp(max=self.rounds - 1).unsqueeze(0)
+            step = store.column("t").gather(0, k).squeeze(0) + with_step
+            bad = rounds < self.rounds
+            agents = len(self.layouts[pid].agents)
+            order = torch.where(bad, rounds, self.rounds).reshape(agents, n).argmin(0)
+            pick = order * n + torch.arange(n, device=self.env.device)
+            self.episodes.note_nonfinite(step[pick], is_reward[pick], bad.reshape(agents, n).any(0))
 
     def _check_finite(self, obs: Mapping[Any, Nest], rewards: torch.Tensor) -> None:
         """Per sub-env: whether every observation and reward of the round is finite."""
