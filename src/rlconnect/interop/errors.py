@@ -22,9 +22,7 @@ def import_peer(module: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(
-            f"{module} is not installed: pip install 'rlconnect[{extra}]'"
-        ) from exc
+        raise ImportError(f"{module} is not installed: pip install 'rlconnect[{extra}]'") from exc
 
 
 def single_agent(batch: object, what: str) -> SampleBatch:

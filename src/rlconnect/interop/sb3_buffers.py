@@ -72,9 +72,7 @@ def fill_sb3_buffer(batch: SampleBatch, buffer: Any) -> int:
 
 
 def _check_buffer(buffer: Any, buffers: Any) -> None:
-    if isinstance(buffer, buffers.DictReplayBuffer) or not isinstance(
-        buffer, buffers.ReplayBuffer
-    ):
+    if isinstance(buffer, buffers.DictReplayBuffer) or not isinstance(buffer, buffers.ReplayBuffer):
         raise TypeError(
             "fill_sb3_buffer takes a stable_baselines3 ReplayBuffer (Box or Discrete "
             f"observations), got {type(buffer).__name__}"

@@ -73,7 +73,7 @@ def to_tensordict(
     batch = single_agent(batch, "to_tensordict")
     with_columns(batch, _NEEDED, "to_tensordict")
     skip = set(exclude)
-    for name in batch.keys():
+    for name in batch:
         if name not in skip and not all(map(tensor_kind, tree.flatten(batch[name]))):
             raise InteropError(
                 f"column {name!r} cannot go into a TensorDict (torch has no dtype for "
@@ -82,7 +82,7 @@ def to_tensordict(
     target = device if device is not None else (batch.device or "cpu")
     tensors = batch.to(target)
     source: dict[Any, Any] = {}
-    for name in tensors.keys():
+    for name in tensors:
         if name in skip:
             continue
         value = _as_dicts(tensors[name])
