@@ -46,7 +46,7 @@ BENCHMARKS = {
     ),
     "bench_minibatches.py": (
         120,
-        ("minibatches (torch)", "hand (numpy)", "ratio hand / minibatches (torch)"),
+        ("minibatches (torch)", "hand (numpy)", "ratio hand (torch) / minibatches (torch)"),
     ),
     "bench_multi_agent.py": (240, ("rps N=1", "four N=8", "runner / hand")),
     "bench_overhead.py": (120, ("own cost per env step", "CPU us per row", "256 ")),

@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tree
 
-from rlconnect.batches.tensors import is_tensor
+from rlconnect.batches.lazy import LazyColumn
+from rlconnect.batches.take import take_rows
+from rlconnect.batches.tensors import is_tensor, leaf_to_numpy
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["check_count", "minibatch_indices", "own_objects"]
+__all__ = ["check_count", "gather_owned", "minibatch_indices", "own_objects"]
 
 
 def check_count(value: Any, name: str, *, at_most: int | None = None, what: str = "") -> int:
@@ -96,3 +98,21 @@ def own_objects(column: Any) -> Any:
         return copy.deepcopy(leaf)
 
     return tree.map_structure(own, column)
+
+
+def gather_owned(column: Any, index: Any) -> Any:
+    """The rows ``index`` of ``column`` in new arrays (object rows deep-copied): a plain
+    tensor or array straight to ``index_select`` / ``np.take``, anything else (nests, lazy
+    columns) through `take_rows`."""
+    kind = type(column)
+    if kind is np.ndarray:
+        if is_tensor(index):
+            index = leaf_to_numpy(index)
+        if column.dtype == object:
+            return copy.deepcopy(column[index])
+        return np.take(column, index, axis=0) if column.ndim > 1 else column[index]
+    if is_tensor(column) and is_tensor(index) and column.device == index.device:
+        return column.index_select(0, index)
+    if isinstance(column, LazyColumn):  # stays lazy (and read-only)
+        return column.take(leaf_to_numpy(index))
+    return own_objects(take_rows(column, index))

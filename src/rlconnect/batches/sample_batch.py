@@ -435,7 +435,7 @@ class SampleBatch(MutableMapping):
             ValueError: if ``size`` is not an int from 1 to ``len(batch)``, or ``epochs``
                 not an int >= 1.
         """
-        from rlconnect.batches.minibatch import check_count, minibatch_indices, own_objects
+        from rlconnect.batches.minibatch import check_count, gather_owned, minibatch_indices
 
         size = check_count(size, "size", at_most=self._count, what="rows of the batch")
         epochs = check_count(epochs, "epochs")
@@ -445,7 +445,7 @@ class SampleBatch(MutableMapping):
             drop_last=drop_last, device=self.device,
         )  # fmt: skip
         for idx in indices:
-            cols = {k: own_objects(_map_rows(v, idx)) for k, v in self._columns.items()}
+            cols = {k: gather_owned(v, idx) for k, v in self._columns.items()}
             yield self._from_normalized(cols, len(idx), meta)
 
     def sequence_minibatches(
