@@ -234,3 +234,25 @@ def test_time_major_refuses_unequal_rows_and_bad_layouts():
         backwards.time_major()
     with pytest.raises(ValueError, match="env_id"):
         SampleBatch({"obs": np.zeros(4)}).time_major()
+
+
+def test_minibatches_and_to_with_a_compressed_column():
+    from rlconnect.batches.compressed import CompressedColumn
+
+    frames = np.arange(8 * 4 * 4, dtype=np.uint8).reshape(8, 4, 4)
+    b = SampleBatch({"obs": CompressedColumn.compress(frames), "actions": np.arange(8)})
+    mbs = list(b.minibatches(3, seed=0))
+    for mb in mbs:
+        np.testing.assert_array_equal(mb["obs"], frames[mb["actions"]])
+    assert b.compressed_columns() == ["obs"] and mbs[0].compressed_columns() == ["obs"]
+    tb = b.to("cpu")
+    assert tb["obs"].dtype == torch.uint8 and tb["obs"].shape == (8, 4, 4)
+    np.testing.assert_array_equal(tb["obs"].numpy(), frames)
+
+
+def test_module_doctests():
+    import doctest
+
+    import rlconnect.batches.minibatch
+
+    assert doctest.testmod(rlconnect.batches.minibatch).failed == 0
