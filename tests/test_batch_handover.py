@@ -256,3 +256,15 @@ def test_module_doctests():
     import rlconnect.batches.minibatch
 
     assert doctest.testmod(rlconnect.batches.minibatch).failed == 0
+
+
+def test_tensor_batches_compare_by_value():
+    import rlconnect.batches
+
+    b = _batch()
+    del b["infos"]
+    assert rlconnect.batches.batches_equal(b.to("cpu"), b.to("cpu"))
+    other = b.to("cpu")
+    other["obs"] = other["obs"] + 1
+    assert not rlconnect.batches.batches_equal(b.to("cpu"), other)
+    assert b.to("cpu").nbytes == b.nbytes

@@ -211,16 +211,18 @@ class StepKernel:
     def run_until(self, mode: str, target: int, count_by: str) -> None:
         """Poll and step until the collectors can build a batch of ``target`` steps."""
         group, env, timers, clock = self.collectors, self.env, self.timers, _clock
-        truncating = mode == "truncate_episodes" and group.rows_per_env is None
+        whole = mode == "complete_episodes"
+        by_total = not whole and group.rows_per_env is None  # (else: rows per sub-env)
+        endless_check = whole and self.config.horizon is None
         while True:
-            if truncating:  # (inline: read at every poll)
+            if by_total:  # (inline: read at every poll)
                 log = group.env_step_log
                 have = log.size if count_by == "env_steps" else log.agent_steps
                 if have >= target:
                     break
             elif group.ready(mode, target, count_by):
                 break
-            elif self.poll_index % ENDLESS_CHECK_EVERY == 0 and self.config.horizon is None:
+            elif endless_check and self.poll_index % ENDLESS_CHECK_EVERY == 0:
                 self.episodes.refuse_endless(max(ENDLESS_EPISODE_STEPS, 100 * target))
             t0 = clock()
             rows = env.poll()
