@@ -151,3 +151,16 @@ def test_equal_rows_turn_based_agents_are_refused():
 def test_equal_rows_bad_combinations(cfg: dict, says: str):
     with pytest.raises(ValueError, match=f"equal_rows.*{says}"):
         rc.RunnerConfig(num_envs=2, equal_rows=True, **cfg)
+
+
+def test_equal_rows_refuses_an_external_env():
+    class Sim(rc.ExternalEnv):
+        def run(self) -> None:  # never asked for an action: the runner is refused first
+            pass
+
+    env = CounterEnv()
+    sim = Sim(env.action_space, env.observation_space, max_concurrent=2)
+    policy = rc.RandomPolicy(env.observation_space, env.action_space)
+    config = rc.RunnerConfig(rollout_fragment_length=4, equal_rows=True)
+    with pytest.raises(ValueError, match="equal_rows=False"):
+        rc.EnvRunner(lambda ctx: sim, policy, config=config)
