@@ -57,6 +57,17 @@ EXPECTED = {
         "UnknownConnectorError: no connector registered as 'RewardStdScale'",
         "OK: without the registration, loading fails with UnknownConnectorError",
     ],
+    "torchrl_ppo.py": [
+        "TorchRL PPO on CartPole-v1: 8 sub-envs x 64 rows per batch",
+        "to_tensordict: batch_size=[8, 64], next reward [8, 64, 1]",
+        "iter    2  env_steps    1024",
+        "done: 1024 env steps through TorchRL's GAE and ClipPPOLoss",
+    ],
+    "sb3_dqn.py": [
+        "SB3 DQN on CartPole-v1: 4 sub-envs x 128 steps per batch",
+        "iter    2  buffer   1024",
+        "OK: SB3's DQN trained on rows rlconnect put in its ReplayBuffer",
+    ],
 }
 
 

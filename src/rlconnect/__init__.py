@@ -5,7 +5,7 @@ The public names of the API contract; everything else lives in the subpackages.
 
 from typing import TYPE_CHECKING, Any
 
-from rlconnect import serve, spaces
+from rlconnect import interop, serve, spaces
 from rlconnect.batches import (
     DEFAULT_AGENT_ID,
     DEFAULT_POLICY_ID,
@@ -171,6 +171,7 @@ __all__ = [
     "export_onnx",
     "export_policy",
     "get_connector",
+    "interop",
     "load_pipeline",
     "load_policy",
     "read_batches",

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tree
 
+from rlconnect.batches.tensors import leaf_to_numpy
+
 if TYPE_CHECKING:
     from rlconnect.batches.sample_batch import SampleBatch
 
@@ -28,7 +30,9 @@ def _values_equal(x: Any, y: Any) -> bool:
         return False
 
 
-def _leaves_equal(x: np.ndarray, y: np.ndarray) -> bool:
+def _leaves_equal(x: Any, y: Any) -> bool:
+    """Same dtype, shape and values; a torch tensor compares as its numpy array."""
+    x, y = leaf_to_numpy(x), leaf_to_numpy(y)
     if x.dtype != y.dtype or x.shape != y.shape:
         return False
     if x.dtype == object:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import tree
@@ -11,6 +11,10 @@ import tree
 from rlconnect.batches.compare import _sample_batches_equal, _values_equal
 from rlconnect.batches.lazy import concat_lazy
 from rlconnect.batches.sample_batch import SampleBatch
+from rlconnect.batches.tensors import is_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["MultiAgentBatch", "batches_equal", "concat_samples"]
 
@@ -64,6 +68,29 @@ class MultiAgentBatch:
     def nbytes(self) -> int:
         """Bytes held by all policy batches."""
         return sum(b.nbytes for b in self.policy_batches.values())
+
+    @property
+    def device(self) -> torch.device | None:
+        """The torch device of the policy batches' tensor columns; None for numpy batches."""
+        for batch in self.policy_batches.values():
+            device = batch.device
+            if device is not None:
+                return device
+        return None
+
+    def to(self, device: torch.device | str) -> MultiAgentBatch:
+        """Every policy batch's columns as torch tensors on ``device`` (see `SampleBatch.to`:
+        no copy from numpy on the CPU where torch allows; object columns such as ``infos``
+        are left out)."""
+        return MultiAgentBatch(
+            {pid: b.to(device) for pid, b in self.policy_batches.items()}, self._env_steps
+        )
+
+    def numpy(self) -> MultiAgentBatch:
+        """Every policy batch's tensor columns as numpy arrays (see `SampleBatch.numpy`)."""
+        return MultiAgentBatch(
+            {pid: b.numpy() for pid, b in self.policy_batches.items()}, self._env_steps
+        )
 
     def copy(self, deep: bool = False) -> MultiAgentBatch:
         """Copy with each policy batch copied (see `SampleBatch.copy`)."""
@@ -119,10 +146,21 @@ def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
             continue
         parts = [b[name] for b in full]
         try:
-            columns[name] = tree.map_structure(lambda *xs: np.concatenate(xs), *parts)
+            columns[name] = tree.map_structure(_concat_leaves, *parts)
         except (ValueError, TypeError) as err:
             raise ValueError(f"cannot concatenate column {name!r}: {err}") from err
     return SampleBatch._from_normalized(columns, sum(len(b) for b in full), meta)
+
+
+def _concat_leaves(*leaves: Any) -> Any:
+    """One leaf of rows: torch.cat when any part is a tensor (numpy parts join it on its
+    device), else np.concatenate."""
+    first = next((leaf for leaf in leaves if is_tensor(leaf)), None)
+    if first is None:
+        return np.concatenate(leaves)
+    import torch
+
+    return torch.cat([torch.as_tensor(leaf, device=first.device) for leaf in leaves])
 
 
 @overload

@@ -15,7 +15,7 @@ from collections.abc import (
     MutableMapping,
     ValuesView,
 )
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import tree
@@ -24,13 +24,20 @@ from rlconnect.batches.compare import _sample_batches_equal
 from rlconnect.batches.compressed import CompressedColumn
 from rlconnect.batches.lazy import LazyColumn
 from rlconnect.batches.take import take_rows
+from rlconnect.batches.tensors import column_device, is_tensor, leaf_to_numpy, leaf_to_tensor
+from rlconnect.batches.tensors import tensor_kind as _tensor_kind
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlconnect.batches.sequences import SequenceBatch
 
 __all__ = ["DEFAULT_AGENT_ID", "DEFAULT_POLICY_ID", "Column", "SampleBatch"]
 
 DEFAULT_POLICY_ID = "default_policy"
 DEFAULT_AGENT_ID = "agent0"
 
-Column = Any  # np.ndarray, or a dict/tuple nest of np.ndarray
+Column = Any  # np.ndarray or torch.Tensor, or a dict/tuple nest of them
 
 _PLAIN_SCALARS = (numbers.Number, np.generic, str, bytes)
 
@@ -60,7 +67,7 @@ def _normalize(value: Any, name: str = "") -> Column:
     """Turn a user-given column into dict/tuple nests of numpy arrays (lists are rows)."""
     if name == SampleBatch.INFOS and isinstance(value, list):
         return _object_array(value)  # infos rows are objects, even when empty
-    if isinstance(value, np.ndarray | LazyColumn):
+    if isinstance(value, np.ndarray | LazyColumn) or is_tensor(value):
         return value
     if isinstance(value, Mapping):
         return {k: _normalize(v) for k, v in value.items()}
@@ -82,7 +89,7 @@ def _leaf_lengths(name: str, column: Column) -> list[tuple[str, int]]:
         if isinstance(leaf, LazyColumn):
             out.append((leaf_name, len(leaf)))
             continue
-        if not isinstance(leaf, np.ndarray) or leaf.ndim == 0:
+        if not (isinstance(leaf, np.ndarray) or is_tensor(leaf)) or leaf.ndim == 0:
             raise ValueError(
                 f"column {leaf_name!r} must be an array with a leading row axis, got {leaf!r}"
             )
@@ -111,10 +118,10 @@ def _is_compressed(column: Column) -> bool:
 
 def _map_rows(column: Column, index: Any) -> Column:
     if isinstance(column, LazyColumn):
-        return column.take(index)
+        return column.take(leaf_to_numpy(index))
     if not isinstance(index, slice):
         return take_rows(column, index)
-    if isinstance(column, np.ndarray):  # a view
+    if isinstance(column, np.ndarray) or is_tensor(column):  # a view
         return column[index]
     return tree.map_structure(lambda leaf: leaf[index], column)
 
@@ -296,7 +303,10 @@ class SampleBatch(MutableMapping):
 
     # --- row operations ---------------------------------------------------------------
     def take(self, indices: Any) -> SampleBatch:
-        """New batch of the rows selected by an int index array or a boolean mask."""
+        """New batch of the rows selected by an int index array or a boolean mask (numpy
+        arrays, lists or torch tensors; a tensor index stays on its device)."""
+        if is_tensor(indices):
+            return self._take_tensor_index(indices)
         idx = np.asarray(indices)
         if idx.dtype == bool:
             if idx.shape != (self._count,):
@@ -312,14 +322,32 @@ class SampleBatch(MutableMapping):
         cols = {k: _map_rows(v, idx) for k, v in self._columns.items()}
         return self._from_normalized(cols, count, self.meta)
 
+    def _take_tensor_index(self, idx: torch.Tensor) -> SampleBatch:
+        """`take` with a torch index (the rows are counted with one host read)."""
+        if idx.dtype.is_floating_point or idx.dtype.is_complex:
+            raise IndexError(f"take() needs integer or boolean indices, got dtype {idx.dtype}")
+        idx = idx.reshape(-1)
+        if str(idx.dtype) == "torch.bool":
+            if tuple(idx.shape) != (self._count,):
+                raise IndexError(
+                    f"boolean mask has shape {tuple(idx.shape)}, batch has {self._count} rows"
+                )
+            count = int(idx.sum())
+        else:
+            count = len(idx)
+        cols = {k: _map_rows(v, idx) for k, v in self._columns.items()}
+        return self._from_normalized(cols, count, self.meta)
+
     def copy(self, deep: bool = False) -> SampleBatch:
         """Shallow copy (shares arrays), or deep copy (new arrays, copied objects and meta)."""
         if not deep:
             return self._from_normalized(dict(self._columns), self._count, self.meta)
 
-        def copy_leaf(leaf: np.ndarray) -> np.ndarray:
+        def copy_leaf(leaf: Any) -> Any:
             if isinstance(leaf, LazyColumn):
                 return leaf  # immutable
+            if is_tensor(leaf):
+                return leaf.clone()
             return _copy.deepcopy(leaf) if leaf.dtype == object else leaf.copy()
 
         cols = {k: tree.map_structure(copy_leaf, v) for k, v in self._columns.items()}
@@ -332,7 +360,7 @@ class SampleBatch(MutableMapping):
                 f"split_by_episode() needs an {self.EPS_ID!r} column; "
                 f"batch has {sorted(self._columns)}"
             )
-        eps = self._columns[self.EPS_ID]
+        eps = leaf_to_numpy(self._columns[self.EPS_ID])
         if not isinstance(eps, np.ndarray) or eps.ndim != 1:
             raise ValueError(f"{self.EPS_ID!r} must be a 1-D array to split by episode")
         if self._count == 0:
@@ -341,7 +369,7 @@ class SampleBatch(MutableMapping):
         rank = np.empty(len(first), dtype=np.intp)
         rank[np.argsort(first, kind="stable")] = np.arange(len(first))
         group = rank[inverse.ravel()]
-        t = self._columns.get(self.T)
+        t = leaf_to_numpy(self._columns.get(self.T))
         if isinstance(t, np.ndarray) and t.ndim == 1:
             order = np.lexsort((t, group))  # stable: by episode, then t, then row
         else:
@@ -351,12 +379,135 @@ class SampleBatch(MutableMapping):
         starts = np.concatenate(([0], ends[:-1]))
         return [ordered[int(s) : int(e)] for s, e in zip(starts, ends)]
 
+    # --- the hand-over to a learner --------------------------------------------------
+    @property
+    def device(self) -> torch.device | None:
+        """The torch device of the batch's tensor columns; None for a numpy batch."""
+        for column in self._columns.values():
+            device = column_device(column)
+            if device is not None:
+                return device
+        return None
+
+    def to(self, device: torch.device | str) -> SampleBatch:
+        """A batch of the same rows whose columns are torch tensors on ``device``.
+
+        numpy columns go through ``torch.from_numpy``: on the CPU the tensors share the
+        arrays' memory (no copy), except read-only arrays, arrays of non-native byte order
+        and arrays with negative strides, which are copied first. Tensor columns are moved
+        (not copied when already there). Nested columns stay nested. Columns torch has no
+        dtype for, object columns such as ``infos`` and string columns, are left out; lazy
+        columns (compressed, frame stacks) are materialised. ``meta`` is kept.
+        """
+        cols = {
+            name: tree.map_structure(lambda leaf: leaf_to_tensor(leaf, device), column)
+            for name, column in self._columns.items()
+            if all(map(_tensor_kind, tree.flatten(column)))
+        }
+        return self._from_normalized(cols, self._count, self.meta)
+
+    def numpy(self) -> SampleBatch:
+        """A batch of the same rows whose tensor columns are numpy arrays (a CPU tensor's
+        memory is shared, a device's copied to the host); numpy columns are kept as they are."""
+        cols = {k: tree.map_structure(leaf_to_numpy, v) for k, v in self._columns.items()}
+        return self._from_normalized(cols, self._count, self.meta)
+
+    def minibatches(
+        self,
+        size: int,
+        *,
+        shuffle: bool = True,
+        seed: int | None = None,
+        epochs: int = 1,
+        drop_last: bool = False,
+    ) -> Iterator[SampleBatch]:
+        """Minibatches of ``size`` rows, ``epochs`` times over the batch, each owning its data.
+
+        Every minibatch holds gathered copies (object rows such as ``infos`` deep-copied),
+        so an in-place change to one never reaches this batch or another minibatch. Each
+        epoch visits every row once, in the order of one permutation (``shuffle``) or in
+        row order; the last minibatch of an epoch is shorter unless ``drop_last``. With
+        ``seed`` the order is reproducible (numpy's generator for numpy batches,
+        ``torch.randperm`` on the batch's device for tensor batches). ``meta`` is kept,
+        except ``rows_per_env``, which no longer describes the rows.
+
+        Raises:
+            ValueError: if ``size`` is not an int from 1 to ``len(batch)``, or ``epochs``
+                not an int >= 1.
+        """
+        from rlconnect.batches.minibatch import check_count, gather_owned, minibatch_indices
+
+        size = check_count(size, "size", at_most=self._count, what="rows of the batch")
+        epochs = check_count(epochs, "epochs")
+        meta = {k: v for k, v in self.meta.items() if k != "rows_per_env"}
+        indices = minibatch_indices(
+            self._count, size, shuffle=shuffle, seed=seed, epochs=epochs,
+            drop_last=drop_last, device=self.device,
+        )  # fmt: skip
+        for idx in indices:
+            cols = {k: gather_owned(v, idx) for k, v in self._columns.items()}
+            yield self._from_normalized(cols, len(idx), meta)
+
+    def sequence_minibatches(
+        self,
+        size: int,
+        max_seq_len: int,
+        *,
+        shuffle: bool = True,
+        seed: int | None = None,
+        epochs: int = 1,
+        drop_last: bool = False,
+    ) -> Iterator[SequenceBatch]:
+        """Minibatches of ``size`` padded sequences for a recurrent learner.
+
+        The batch is cut once with `rlconnect.batches.chop_into_sequences` (every agent
+        trajectory in pieces of ``max_seq_len`` rows); each minibatch is a `SequenceBatch`
+        of ``size`` of those pieces, with ``mask``, ``seq_lens`` and each piece's initial
+        ``state_in_*``, in arrays of its own. Its ``unpad`` gives the rows piece by piece.
+        ``shuffle``, ``seed``, ``epochs`` and ``drop_last`` are as for `minibatches`,
+        over pieces instead of rows.
+
+        Raises:
+            ValueError: if ``size`` is not an int from 1 to the number of pieces,
+                ``max_seq_len`` not an int >= 1, or the batch has no ``eps_id``.
+        """
+        from rlconnect.batches.minibatch import check_count, minibatch_indices
+        from rlconnect.batches.sequences import chop_into_sequences
+
+        sequences = chop_into_sequences(self, max_seq_len)
+        size = check_count(size, "size", at_most=sequences.num_seqs, what="sequences")
+        epochs = check_count(epochs, "epochs")
+        indices = minibatch_indices(
+            sequences.num_seqs, size, shuffle=shuffle, seed=seed, epochs=epochs,
+            drop_last=drop_last,
+        )  # fmt: skip
+        for idx in indices:
+            yield sequences.take(idx)
+
+    def time_major(self) -> dict[str, Column]:
+        """Every column shaped ``[T, N, ...]``: ``N`` sub-envs in ``env_id`` order, ``T``
+        rows each in time order (CleanRL's ``(num_steps, num_envs)`` layout).
+
+        A view of the columns when the rows are already sub-env major (as the runner hands
+        them out with ``RunnerConfig(equal_rows=True)`` and on the tensor path), a gathered
+        copy otherwise. In a multi-agent policy batch each (sub-env, agent) pair is one of
+        the ``N``, agent-major. See `rlconnect.batches.time_major`.
+
+        Raises:
+            ValueError: if the sub-envs have different numbers of rows (naming
+                ``RunnerConfig(equal_rows=True)``), the batch has no ``env_id``, or an
+                episode's rows are out of time order.
+        """
+        from rlconnect.batches.time_major import fold_time_major
+
+        return fold_time_major(self)
+
     def __repr__(self) -> str:
         parts = []
         for name, column in self._columns.items():
             for path, leaf in tree.flatten_with_path(column):
                 label = "/".join([name, *map(str, path)])
-                shape = str(leaf.shape[1:]) if leaf.ndim > 1 else ""
+                shape = str(tuple(leaf.shape[1:])) if leaf.ndim > 1 else ""
                 parts.append(f"{label}{shape} {leaf.dtype}")
         body = ": " + ", ".join(parts) if parts else ""
         return f"SampleBatch({self._count} rows{body})"

@@ -34,7 +34,10 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.batches.minibatch import own_objects
 from rlconnect.batches.sample_batch import SampleBatch
+from rlconnect.batches.take import take_rows
+from rlconnect.batches.tensors import is_tensor, leaf_to_numpy
 
 __all__ = ["SequenceBatch", "chop_into_sequences"]
 
@@ -101,9 +104,23 @@ class SequenceBatch(Mapping):
                     f"unpad needs (num_seqs, max_seq_len, ...) = {expected} leading axes, "
                     f"got shape {tuple(leaf.shape)}"
                 )
+            if is_tensor(leaf):
+                import torch
+
+                seq = torch.as_tensor(self._row_seq, device=leaf.device)
+                return leaf[seq, torch.as_tensor(self._row_pos, device=leaf.device)]
             return leaf[self._row_seq, self._row_pos]
 
         return tree.map_structure(unpad_leaf, padded)
+
+    def take(self, index: np.ndarray) -> SequenceBatch:
+        """The pieces at ``index`` (int array), in that order, in arrays of their own.
+
+        Its `unpad` gives rows in piece order (piece by piece, each in time order)."""
+        columns = {name: own_objects(take_rows(col, index)) for name, col in self._columns.items()}
+        mask = np.asarray(leaf_to_numpy(columns["mask"]))
+        row_seq, row_pos = np.nonzero(mask)
+        return SequenceBatch(columns, self.max_seq_len, row_seq, row_pos)
 
     def __repr__(self) -> str:
         return (
@@ -114,7 +131,7 @@ class SequenceBatch(Mapping):
 
 def _codes(column: Any, name: str) -> np.ndarray:
     """Integer codes of a 1-D key column (equal values, equal codes)."""
-    values = np.asarray(column)
+    values = np.asarray(leaf_to_numpy(column))
     if values.ndim != 1:
         raise ValueError(f"{name!r} must be a 1-D column to cut trajectories, got {values.shape}")
     if values.dtype.kind in "biu":
@@ -178,21 +195,35 @@ def chop_into_sequences(batch: SampleBatch | Mapping[str, Any], max_seq_len: int
     row_pos[order] = offset
     firsts = order[offset == 0]  # each piece's first row, in piece order
 
-    def pad(leaf: np.ndarray) -> np.ndarray:
-        leaf = np.asarray(leaf)
-        out = (np.empty if leaf.dtype == object else np.zeros)(
-            (num_seqs, max_seq_len, *leaf.shape[1:]), dtype=leaf.dtype
-        )
-        out[row_seq, row_pos] = leaf
-        return out
-
+    shape = (num_seqs, max_seq_len)
     columns: dict[str, Any] = {}
     for name, column in batch.items():
         if name.startswith(_STATE_IN):
-            columns[name] = tree.map_structure(lambda leaf: np.asarray(leaf)[firsts], column)
+            columns[name] = take_rows(column, firsts)
         else:
-            columns[name] = tree.map_structure(pad, column)
-    seq_lens = np.bincount(seq_id, minlength=num_seqs).astype(np.int32)
-    columns["seq_lens"] = seq_lens
-    columns["mask"] = np.arange(max_seq_len)[None, :] < seq_lens[:, None]
+            columns[name] = tree.map_structure(lambda x: _pad(x, shape, row_seq, row_pos), column)
+    seq_lens: Any = np.bincount(seq_id, minlength=num_seqs).astype(np.int32)
+    mask: Any = np.arange(max_seq_len)[None, :] < seq_lens[:, None]
+    device = batch.device
+    if device is not None:  # a tensor batch: its sequences are tensors on its device
+        import torch
+
+        seq_lens, mask = (torch.from_numpy(x).to(device) for x in (seq_lens, mask))
+    columns["seq_lens"], columns["mask"] = seq_lens, mask
     return SequenceBatch(columns, max_seq_len, row_seq, row_pos)
+
+
+def _pad(leaf: Any, shape: tuple[int, int], row_seq: np.ndarray, row_pos: np.ndarray) -> Any:
+    """``leaf``'s rows at ``[row_seq, row_pos]`` of zeros (None for objects) of ``shape``."""
+    if is_tensor(leaf):
+        import torch
+
+        out = leaf.new_zeros((*shape, *leaf.shape[1:]))
+        seq = torch.as_tensor(row_seq, device=leaf.device)
+        out[seq, torch.as_tensor(row_pos, device=leaf.device)] = leaf
+        return out
+    leaf = np.asarray(leaf)
+    make = np.empty if leaf.dtype == object else np.zeros
+    padded = make((*shape, *leaf.shape[1:]), dtype=leaf.dtype)
+    padded[row_seq, row_pos] = leaf
+    return padded

@@ -15,18 +15,27 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.batches.tensors import is_tensor
+
 __all__ = ["take_rows"]
 
 
 def take_rows(column: Any, index: np.ndarray) -> Any:
     """``column[index]`` for an array or each leaf of a nest: ``index`` is an array of
-    integer indices or a boolean mask of every row (a wrong mask raises as indexing does)."""
-    if isinstance(column, np.ndarray):
+    integer indices or a boolean mask of every row (a wrong mask raises as indexing does).
+
+    Leaves and ``index`` may be numpy arrays or torch tensors, in any mix: a tensor leaf is
+    indexed on its device (``index_select``), a numpy leaf with a numpy index."""
+    if isinstance(column, np.ndarray) and not is_tensor(index):
         return _take(column, index)
     return tree.map_structure(lambda leaf: _take(leaf, index), column)
 
 
-def _take(leaf: np.ndarray, index: np.ndarray) -> np.ndarray:
+def _take(leaf: Any, index: Any) -> Any:
+    if is_tensor(leaf):
+        return _take_tensor(leaf, index)
+    if is_tensor(index):
+        index = index.cpu().numpy()
     if leaf.ndim < 2:
         return leaf[index]
     if index.dtype == bool:
@@ -34,3 +43,12 @@ def _take(leaf: np.ndarray, index: np.ndarray) -> np.ndarray:
             return leaf[index]  # raises numpy's IndexError (compress would truncate)
         return np.compress(index, leaf, axis=0)
     return np.take(leaf, index, axis=0)
+
+
+def _take_tensor(leaf: Any, index: Any) -> Any:
+    import torch
+
+    index = torch.as_tensor(index, device=leaf.device)
+    if index.dtype == torch.bool:
+        return leaf[index]
+    return leaf.index_select(0, index.to(torch.int64))

@@ -7,6 +7,11 @@ completed). Batch boundaries are decided on events, then applied to every policy
   steps) are taken; each sub-env is cut after its last taken event. Open trajectories
   keep their cut row, so the next batch continues them (``t`` and ``eps_id`` go on).
 - ``complete_episodes``: every event of a finished episode is taken, nothing else.
+- equal rows (``RunnerConfig(equal_rows=True)``, ``rows_per_env=T``; truncating, counting
+  env steps): each sub-env's first ``T`` events are taken, once every sub-env has that
+  many (sub-envs that ran ahead keep the rest for the next batch). Each policy batch is
+  then put in slot order (rows of sub-env 0, then 1, ...; agent-major in a multi-agent
+  batch), each slot's ``T`` rows in time order, and carries ``meta["rows_per_env"] = T``.
 """
 
 from __future__ import annotations
@@ -17,19 +22,35 @@ import numpy as np
 
 from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import STORE_POLL
+from rlconnect.batches.time_major import ROWS_PER_ENV
 from rlconnect.collectors.env_steps import EnvStepLog
 from rlconnect.collectors.policy_collector import PolicyCollector
 
 __all__ = ["PolicyCollectorGroup"]
 
-EPS_ID, ENV_ID = SampleBatch.EPS_ID, SampleBatch.ENV_ID
+EPS_ID, ENV_ID, AGENT_INDEX = SampleBatch.EPS_ID, SampleBatch.ENV_ID, SampleBatch.AGENT_INDEX
+
+
+def _rank_within(groups: np.ndarray) -> np.ndarray:
+    """For each element, how many earlier elements share its group (0, 1, 2, ...)."""
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    first = np.searchsorted(sorted_groups, sorted_groups, side="left")
+    rank = np.empty(len(groups), dtype=np.int64)
+    rank[order] = np.arange(len(groups)) - first
+    return rank
 
 
 class PolicyCollectorGroup:
     """One PolicyCollector per policy id, plus the env-step log that sizes batches."""
 
     def __init__(
-        self, policy_ids: Iterable[str], num_envs: int, *, compress_observations: bool = False
+        self,
+        policy_ids: Iterable[str],
+        num_envs: int,
+        *,
+        compress_observations: bool = False,
+        rows_per_env: int | None = None,
     ) -> None:
         self.collectors = {
             pid: PolicyCollector(pid, compress_observations=compress_observations)
@@ -41,6 +62,8 @@ class PolicyCollectorGroup:
         self._finished: set[int] = set()
         self._finished_steps = 0  # env steps of finished episodes still in the log
         self._finished_agent_steps = 0
+        #: with equal rows: each sub-env's rows in a batch (None: batches cut by total steps)
+        self.rows_per_env = rows_per_env
 
     def __getitem__(self, policy_id: str) -> PolicyCollector:
         return self.collectors[policy_id]
@@ -78,6 +101,11 @@ class PolicyCollectorGroup:
         """True when a batch of ``target`` steps can be built."""
         if mode == "complete_episodes":
             have = self._finished_steps if count_by == "env_steps" else self._finished_agent_steps
+        elif self.rows_per_env is not None:
+            if self.env_step_log.size < self.rows_per_env * self.num_envs:
+                return False
+            steps = np.bincount(self.env_step_log.columns().env, minlength=self.num_envs)
+            return bool(steps.min() >= self.rows_per_env)
         else:
             have = self.env_steps() if count_by == "env_steps" else self.agent_steps()
         return have >= target
@@ -87,6 +115,8 @@ class PolicyCollectorGroup:
         ev = self.env_step_log
         if mode == "complete_episodes":
             return np.isin(ev.columns().eps, np.fromiter(self._finished, np.int64))
+        if self.rows_per_env is not None:
+            return _rank_within(ev.columns().env) < self.rows_per_env
         taken = np.zeros(ev.size, dtype=bool)
         if count_by == "env_steps":
             k = min(target, ev.size)
@@ -115,6 +145,8 @@ class PolicyCollectorGroup:
         for pid, c in self.collectors.items():
             if len(c):
                 b, traj = c.build(select(c))
+                if len(b) and self.rows_per_env is not None:
+                    b, traj = self._slot_major(pid, b, traj)
                 if len(b):
                     batches[pid] = (b, traj)
         ev.keep(np.flatnonzero(~taken))
@@ -124,6 +156,32 @@ class PolicyCollectorGroup:
         else:
             self._finished &= set(ev.columns().eps.tolist())
         return batches, env_steps
+
+    def _slot_major(
+        self, pid: str, batch: SampleBatch, traj: np.ndarray
+    ) -> tuple[SampleBatch, np.ndarray]:
+        """``batch`` in slot order (agent-major, then sub-env; each slot's rows in time
+        order: the stable sort keeps trajectories whole), checked to have ``T`` rows a slot."""
+        rows = self.rows_per_env
+        assert rows is not None
+        env = np.asarray(batch[ENV_ID], dtype=np.int64).reshape(-1)
+        agent = batch.get(AGENT_INDEX)
+        keys: list[np.ndarray] = [env]
+        if agent is not None:
+            keys.append(np.asarray(agent, dtype=np.int64).reshape(-1))
+        order = np.lexsort(keys)  # stable: the last key (agent) first, then sub-env
+        slots = np.unique(np.stack(keys), axis=1, return_counts=True)[1]
+        if slots.min() != rows or slots.max() != rows:
+            raise ValueError(
+                f"RunnerConfig(equal_rows=True): policy {pid!r} has {int(slots.min())} to "
+                f"{int(slots.max())} rows per (sub-env, agent) slot instead of "
+                f"rollout_fragment_length={rows}; equal_rows needs every agent to act at "
+                "every env step (not turn-based agents, nor agents that leave an episode "
+                "early): set equal_rows=False and cut the batch yourself"
+            )
+        out = batch.take(order)
+        out.meta[ROWS_PER_ENV] = rows
+        return out, traj[order]
 
     def nbytes(self) -> int:
         """Bytes held by all row stores."""

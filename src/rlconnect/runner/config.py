@@ -137,6 +137,11 @@ class RunnerConfig:
     count_steps_by: CountStepsBy = attrs.field(
         default=CountStepsBy.ENV_STEPS, converter=_count_steps_by
     )
+    #: every sub-env gives exactly ``rollout_fragment_length`` rows per batch, rows sub-env
+    #: major (``meta["rows_per_env"]``, what ``batch.time_major()`` folds); needs
+    #: "truncate_episodes" counted in "env_steps", and in multi-agent envs agents that act
+    #: at every step
+    equal_rows: bool = attrs.field(default=False, validator=_bool)
     #: truncate episodes after this many env steps (None: never)
     horizon: int | None = env_field("horizon", _OWNER)
     #: at the horizon start a new episode id without resetting the env
@@ -240,8 +245,23 @@ class RunnerConfig:
                 "RunnerConfig.off_policy_estimation needs input= files to estimate on "
                 "(a path, a glob, or a dict of sources)"
             )
+        self._check_equal_rows()
         check_processes(self, _OWNER)
         check_timeouts(self, _OWNER)
+
+    def _check_equal_rows(self) -> None:
+        if not self.equal_rows:
+            return
+        if self.batch_mode is not BatchMode.TRUNCATE_EPISODES:
+            raise ValueError(
+                "RunnerConfig.equal_rows=True needs batch_mode='truncate_episodes' (whole "
+                "episodes have unequal lengths); set equal_rows=False or truncate episodes"
+            )
+        if self.count_steps_by is not CountStepsBy.ENV_STEPS:
+            raise ValueError(
+                "RunnerConfig.equal_rows=True needs count_steps_by='env_steps' (its rows per "
+                "sub-env are env steps); set equal_rows=False or count env steps"
+            )
 
     def env_settings(self) -> EnvSettings:
         """This config's env settings (the fields declared with ``env_field``): what

@@ -174,6 +174,14 @@ class StepKernel:
         n = env.num_envs
         self.env, self.policies, self.pipes, self.config = env, policies, pipes, config
         self.collectors, self.timers = collectors, timers
+        if config.equal_rows:  # each sub-env's rows in a batch (see PolicyCollectorGroup)
+            if getattr(env, "fragment_envs", n) != n:
+                raise ValueError(
+                    "RunnerConfig(equal_rows=True) needs sub-envs that each give rows; an "
+                    "external env's lanes are concurrent episodes, not sub-envs: set "
+                    "equal_rows=False"
+                )
+            collectors.rows_per_env = config.rollout_fragment_length
         self.multi = env.is_multi_agent
         self._one_env = n == 1
         self.poll_index = 0
@@ -203,16 +211,18 @@ class StepKernel:
     def run_until(self, mode: str, target: int, count_by: str) -> None:
         """Poll and step until the collectors can build a batch of ``target`` steps."""
         group, env, timers, clock = self.collectors, self.env, self.timers, _clock
-        truncating = mode == "truncate_episodes"
+        whole = mode == "complete_episodes"
+        by_total = not whole and group.rows_per_env is None  # (else: rows per sub-env)
+        endless_check = whole and self.config.horizon is None
         while True:
-            if truncating:  # (inline: read at every poll)
+            if by_total:  # (inline: read at every poll)
                 log = group.env_step_log
                 have = log.size if count_by == "env_steps" else log.agent_steps
                 if have >= target:
                     break
             elif group.ready(mode, target, count_by):
                 break
-            elif self.poll_index % ENDLESS_CHECK_EVERY == 0 and self.config.horizon is None:
+            elif endless_check and self.poll_index % ENDLESS_CHECK_EVERY == 0:
                 self.episodes.refuse_endless(max(ENDLESS_EPISODE_STEPS, 100 * target))
             t0 = clock()
             rows = env.poll()
