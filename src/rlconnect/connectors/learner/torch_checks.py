@@ -4,8 +4,11 @@ On numpy a learner connector checks its inputs as it goes (finite rewards and va
 trajectories contiguous and in ``t`` order) and raises a ValueError naming the row, the
 column and itself. On a device each such check would be a host read (the device waits
 until the value reaches Python). So on tensors every check is a boolean *flag* on the
-device, with a function that finds and raises the named error (the numpy path's own
-message) when the flag is set, and the flags are read together:
+device, computed by a cheap whole-tensor test that is True whenever the check fails (and,
+rarely, when it does not: a sum that overflows, eps_ids that do not grow), with a
+function that, when the flag is set, makes the exact check on the host with the numpy
+path's own functions and raises its named error, or returns if there is none. The flags
+are read together:
 
 - a connector called on its own reads its flags once, at its end (one host read), and
   raises before it adds any column, as on numpy;
@@ -34,21 +37,22 @@ __all__ = ["PendingChecks", "check_scope", "deferred_checks"]
 
 @attrs.define
 class PendingChecks:
-    """Checks made on the device and not read yet: a flag (True: failed) for each, and
-    the function that raises its named error."""
+    """Checks made on the device and not read yet: a flag (True: maybe failed) for each,
+    and the function that makes the exact check on the host and raises its named error."""
 
     flags: list[torch.Tensor] = attrs.Factory(list)
-    explain: list[tuple[str, Callable[[], None]]] = attrs.Factory(list)
+    explain: list[Callable[[], None]] = attrs.Factory(list)
 
-    def add(self, flag: torch.Tensor, who: str, explain: Callable[[], None]) -> None:
-        """Add a check of ``who``: ``flag`` (a bool tensor, any shape, True anywhere:
-        failed; not read here) and ``explain``, which raises the error when called."""
+    def add(self, flag: torch.Tensor, explain: Callable[[], None]) -> None:
+        """Add a check: ``flag`` (a bool tensor, any shape, True anywhere: maybe
+        failed; not read here) and ``explain``, which raises the error if there is one."""
         self.flags.append(flag.any())
-        self.explain.append((who, explain))
+        self.explain.append(explain)
 
     def raise_if_bad(self) -> None:
         """Read every flag at once (one host read, none when there are no checks) and
-        raise the error of the first that failed; the checks are cleared either way."""
+        raise the error of the first check that fails on the host; the checks are cleared
+        either way."""
         flags, explain = self.flags, self.explain
         self.flags, self.explain = [], []
         if not flags:
@@ -57,10 +61,9 @@ class PendingChecks:
 
         device = flags[0].device
         failed = torch.stack([f.to(device) for f in flags]).tolist()  # the one host read
-        for bad, (who, raise_error) in zip(failed, explain):
+        for bad, raise_error in zip(failed, explain):
             if bad:
-                raise_error()
-                raise ValueError(f"{who}: a check of the batch on tensors failed")
+                raise_error()  # returns when the cheap test was a false alarm
 
 
 _SCOPE: contextvars.ContextVar[PendingChecks | None] = contextvars.ContextVar(

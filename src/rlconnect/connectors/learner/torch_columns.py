@@ -139,13 +139,29 @@ def _required(batch: SampleBatch, name: str, what: str, who: str, device: torch.
     return col
 
 
+def _key_not_above(eps: torch.Tensor, agent: torch.Tensor | None) -> torch.Tensor:
+    """(rows-1,) bool: the key ``(eps_id, agent_index)`` of row ``i+1`` is not above row
+    ``i``'s."""
+    if agent is None:
+        return eps[1:] <= eps[:-1]
+    lower = (eps[1:] < eps[:-1]) | ((eps[1:] == eps[:-1]) & (agent[1:] <= agent[:-1]))
+    return lower
+
+
 def _scattered_keys(
-    eps: torch.Tensor, agent: torch.Tensor | None, same_next: torch.Tensor
+    eps: torch.Tensor, agent: torch.Tensor | None, same_next: torch.Tensor, blocks: int | None
 ) -> torch.Tensor:
-    """(rows-1,) bool flags, True where two rows of one key belong to separate runs: the
-    rows sorted (stably) by key keep each key's rows in row order, so a key in one run has
-    one run number in all its sorted rows."""
+    """Bool flags, True somewhere when a key's rows may be in two separate runs.
+
+    With ``blocks`` (the runner's layout, whose eps_ids grow from one episode to the next
+    of a sub-env): True where a run is followed in its block by one whose key is not
+    above its own (a false alarm when eps_ids do not grow; the host then checks). Else
+    exact, by a stable sort of the rows by key, which keeps each key's rows in row order:
+    a key in one run has one run number in all its sorted rows."""
     ends = ~same_next
+    if blocks:
+        inside = torch.arange(1, len(eps), device=eps.device) % blocks != 0
+        return ends[:-1] & inside & _key_not_above(eps, agent)
     run = torch.cumsum(ends, 0) - ends.long()
     order = torch.argsort(agent, stable=True) if agent is not None else None
     keys = eps if order is None else eps[order]
@@ -157,25 +173,51 @@ def _scattered_keys(
     return same_key & (run[order][1:] != run[order][:-1])
 
 
-def _explain_structure(batch: SampleBatch, who: str, names: list[str]) -> None:
-    """Raise the numpy path's error for this batch's trajectories (a host copy of its key
-    columns), or, when numpy finds none, the error of an eps_id spanning two blocks."""
+def _host_keys(batch: SampleBatch, names: list[str]) -> SampleBatch:
     from rlconnect.batches import SampleBatch as Batch
 
-    keys = Batch({n: np.asarray(torch.as_tensor(batch[n]).cpu()) for n in names})
-    find_trajectories(keys, who)
+    return Batch({n: np.asarray(torch.as_tensor(batch[n]).cpu()) for n in names})
+
+
+def _explain_structure(batch: SampleBatch, who: str, names: list[str], blocks: int | None) -> None:
+    """Raise the numpy path's error for this batch's trajectories (a host copy of its key
+    columns), if it has one. With ``blocks``, a key in two blocks is two trajectories: a
+    key in two runs is an error only inside one block."""
+    keys = _host_keys(batch, names)
+    try:
+        find_trajectories(keys, who)
+    except ValueError as exc:
+        if blocks is None or "are not contiguous" not in str(exc):
+            raise
+        block = np.arange(len(keys)) // blocks
+        agent = keys.get("agent_index", 0)
+        keys["agent_index"] = block * (int(np.max(agent, initial=0)) + 1) + agent
+        find_trajectories(keys, who)
+
+
+def _spans_blocks(who: str, blocks: int) -> None:
     raise ValueError(
-        f"{who}: an eps_id runs on from one block of batch.meta['rows_per_env'] = "
-        f"{batch.meta['rows_per_env']} rows into the next: with rows_per_env each sub-env's "
-        "rows are its own trajectories (drop the key from meta for a batch not laid out so)"
+        f"{who}: an eps_id runs on from one block of batch.meta['rows_per_env'] = {blocks} "
+        "rows into the next: with rows_per_env each sub-env's rows are its own trajectories "
+        "(drop the key from meta for a batch not laid out so)"
     )
+
+
+def _same_key_next(eps: torch.Tensor, agent: torch.Tensor | None) -> torch.Tensor:
+    """(rows,) bool: row ``i+1`` has row ``i``'s key (False on the last row)."""
+    same = torch.zeros(len(eps), dtype=torch.bool, device=eps.device)
+    same[:-1] = eps[1:] == eps[:-1]
+    if agent is not None:
+        same[:-1] &= agent[1:] == agent[:-1]
+    return same
 
 
 def find_tensor_trajectories(
     batch: SampleBatch, who: str, checks: PendingChecks
 ) -> TensorTrajectories:
     """The trajectories of a batch of tensors; their checks (not contiguous, not in
-    ``t`` order, going on after an end) are added to ``checks``, not read."""
+    ``t`` order, going on after an end, with ``rows_per_env`` running on into the next
+    block) are added to ``checks``, not read."""
     device = _device(batch, who)
     blocks = _rows_per_env(batch, who)
     eps = _required(batch, "eps_id", "an 'eps_id' column to find trajectories", who, device)
@@ -183,20 +225,18 @@ def find_tensor_trajectories(
     agent = _key(batch, "agent_index", who, device)
     trunc = _key(batch, "truncateds", who, device)
     t = _key(batch, "t", who, device)
-    same_next = torch.zeros(len(batch), dtype=torch.bool, device=device)
-    same_next[:-1] = eps[1:] == eps[:-1]
-    if agent is not None:
-        same_next[:-1] &= agent[1:] == agent[:-1]
+    same_next = _same_key_next(eps, agent)
     if blocks:
-        same_next.view(-1, blocks)[:, -1] = False
+        block_ends = same_next.view(-1, blocks)[:, -1]
+        checks.add(block_ends.clone(), lambda: _spans_blocks(who, blocks))
+        block_ends.fill_(False)
     ended = term if trunc is None else term | trunc.bool()
-    bad = [same_next & ended, _scattered_keys(eps, agent, same_next)]
+    bad = [same_next & ended, _scattered_keys(eps, agent, same_next, blocks)]
     if t is not None and not t.is_complex() and t.dtype != torch.bool:
         bad.append(same_next[:-1] & (t[1:] <= t[:-1]))
     names = [n for n in ("eps_id", "agent_index", "terminateds", "truncateds", "t") if n in batch]
-    checks.add(
-        torch.stack([b.any() for b in bad]), who, lambda: _explain_structure(batch, who, names)
-    )
+    flag = torch.stack([b.any() for b in bad])
+    checks.add(flag, lambda: _explain_structure(batch, who, names, blocks))
     last = ~same_next
     return TensorTrajectories(len(batch), blocks, same_next, last & term, last & ~term)
 
@@ -224,15 +264,14 @@ def add_finite_checks(
     who: str,
     entries: list[tuple[str, torch.Tensor, torch.Tensor | None]],
 ) -> None:
-    """One check that every ``(what, values, rows)`` entry is finite (on the rows where
-    the bool mask ``rows`` is True, when given); its error names the first bad entry's
-    first bad row as the numpy path does (:func:`.values.check_finite`)."""
+    """One check that every ``(what, values, rows)`` entry is finite (only on the rows
+    where the bool mask ``rows`` is True, when given: ``values`` must be 0 on the others);
+    its error names the first bad entry's first bad row as the numpy path does
+    (:func:`.values.check_finite`). The flag is one sum per entry (NaN and inf reach it;
+    a sum that overflows is a false alarm, which the host's check then clears)."""
     if not entries:
         return
-    bad = [
-        ~torch.isfinite(v if rows is None else torch.where(rows, v, 0.0)).all()
-        for _, v, rows in entries
-    ]
+    bad = [~torch.isfinite(values.sum()) for _, values, _ in entries]
 
     def explain() -> None:
         for what, values, rows in entries:
@@ -242,12 +281,16 @@ def add_finite_checks(
                 mask = _host(rows)
                 check_finite(_host(values)[mask], what, who, np.flatnonzero(mask))
 
-    checks.add(torch.stack(bad), who, explain)
+    checks.add(torch.stack(bad), explain)
 
 
 def _joined(parts: list[dict[str, Any]], device: torch.device) -> dict[str, Any]:
+    """The inputs of one ``compute_values`` call: the parts' columns on ``device``, one
+    after the other (a single part as it is, not copied)."""
+
     def cat(*xs: Any) -> torch.Tensor:
-        return torch.cat([torch.as_tensor(x, device=device) for x in xs])
+        leaves = [torch.as_tensor(x, device=device) for x in xs]
+        return leaves[0] if len(leaves) == 1 else torch.cat(leaves)
 
     return {k: tree.map_structure(cat, *(p[k] for p in parts)) for k in parts[0]}
 
@@ -279,9 +322,10 @@ def tensor_values(
             f"{tuple(values.shape)} for {len(parts) * n} rows"
         )
     row_values = values[:n] if rows_too else None
+    after = torch.where(traj.bootstrap, values[-n:], zeros)
     entries = [] if row_values is None else [(_OBS_VALUE, row_values, None)]
-    add_finite_checks(checks, who, [*entries, (_BOOT_VALUE, values[-n:], traj.bootstrap)])
-    return row_values, torch.where(traj.bootstrap, values[-n:], zeros)
+    add_finite_checks(checks, who, [*entries, (_BOOT_VALUE, after, traj.bootstrap)])
+    return row_values, after
 
 
 _OBS_VALUE = "the policy's value (compute_values of obs)"
