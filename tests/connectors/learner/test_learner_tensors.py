@@ -296,3 +296,37 @@ def test_a_column_on_another_device_is_refused() -> None:
     tensors["rewards"] = torch.zeros(len(tensors), device="meta")
     with pytest.raises(ValueError, match="'rewards' is on meta but the batch's 'eps_id' is on cpu"):
         rc.DiscountedReturns(ctx())(tensors, TorchValuePolicy())
+
+
+def test_eps_ids_that_do_not_grow_are_checked_on_the_host() -> None:
+    batch = runner_like(4, 16, seed=18)
+    batch["eps_id"] = -batch["eps_id"]  # each sub-env's episodes now count down
+    for conn in CONNECTORS:
+        _both(conn, batch, TorchValuePolicy())  # a false alarm of the device test: no error
+    inside = runner_like(1, 8, seed=19, end_p=0.0)
+    inside["eps_id"][:] = [5, 5, 6, 6, 5, 5, 7, 7]  # eps 5 comes back inside the block
+    inside["t"][:] = [0, 1, 0, 1, 2, 3, 0, 1]
+    inside["truncateds"][[1, 3, 5]] = True
+    with pytest.raises(ValueError, match="are not contiguous"):
+        rc.GAE(ctx())(to_tensors(inside), TorchValuePolicy())
+
+
+def test_a_key_in_two_blocks_is_two_trajectories_with_rows_per_env() -> None:
+    batch = runner_like(3, 6, seed=20, end_p=0.0)
+    batch["eps_id"][12:] = batch["eps_id"][0]  # sub-env 2's rows share sub-env 0's eps_id
+    out = rc.DiscountedReturns(ctx())(to_tensors(batch), TorchValuePolicy())
+    del batch.meta["rows_per_env"]
+    with pytest.raises(ValueError, match="are not contiguous"):  # numpy: one scattered key
+        rc.DiscountedReturns(ctx())(batch.copy(), TorchValuePolicy())
+    batch["agent_index"] = np.arange(18) // 6  # blocks told apart: numpy's trajectories
+    numpy_out = rc.DiscountedReturns(ctx())(batch, TorchValuePolicy())
+    np.testing.assert_allclose(host(out["returns"]), numpy_out["returns"], rtol=2e-6)
+
+
+@pytest.mark.parametrize("conn", CONNECTORS, ids=IDS)
+def test_an_empty_batch(conn: rc.LearnerConnector) -> None:
+    empty = runner_like(2, 4, seed=21)[0:0]
+    empty.meta.clear()
+    out = conn(to_tensors(empty), TorchValuePolicy())
+    added = set(out.keys()) - set(empty.keys())
+    assert added and all(len(tree.flatten(out[k])[0]) == 0 for k in added)
