@@ -119,6 +119,22 @@ def test_general_batches_equal_numpy(batch: rc.SampleBatch, which: int) -> None:
     _both(CONNECTORS[which], batch, TorchValuePolicy())
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 20),
+    st.integers(1, 3),
+    st.floats(0.0, 0.6),
+    st.integers(0, 2**16),
+    st.sampled_from(range(len(CONNECTORS))),
+)
+def test_runner_layouts_equal_numpy(
+    n: int, steps: int, agents: int, end_p: float, seed: int, which: int
+) -> None:
+    batch = runner_like(n, steps, seed=seed, agents=agents, end_p=end_p)
+    _both(CONNECTORS[which], batch, TorchValuePolicy())
+
+
 def test_normalize_advantages_equals_numpy_and_writes_a_new_tensor() -> None:
     rng = np.random.default_rng(7)
     adv = rng.normal(3.0, 2.0, 40).astype(np.float32)
