@@ -33,6 +33,15 @@ It prints both times (median [min-max] over rounds), the ratio loop / ``rc.GAE``
 
     python benchmarks/bench_learner.py            # 1M rows, 5 rounds (~1 min)
     python benchmarks/bench_learner.py --quick    # 20k rows, 3 rounds (a few seconds)
+
+``--tensors`` measures instead ``rc.GAE`` on the tensor path's batch: ``N = 4096`` sub-envs
+of ``T = 64`` rows (``meta["rows_per_env"]``), as numpy columns (the compiled pass), as
+torch tensors on ``--device`` with the layout (the ``T``-step loop) and without it (the
+recursive-doubling scan), each with a linear value of ``obs`` as the policy (numpy in,
+numpy out; tensors in, tensors out; on tensors its one call covers every row's
+``new_obs``, on numpy only the bootstrap rows'), milliseconds per call, median [min-max]:
+
+    python benchmarks/bench_learner.py --tensors [--device cuda] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -126,12 +135,96 @@ def loop_gae(trajs: list[rc.SampleBatch], policy: MLPPolicy) -> np.ndarray:
     return np.concatenate([example_postprocess(t, policy)["advantages"] for t in trajs])
 
 
+class LinearValues(rc.Policy):
+    """V(obs) = obs @ w: torch tensors in, a float32 tensor out on their device; numpy in,
+    numpy out."""
+
+    def __init__(self) -> None:
+        super().__init__(OBS, gym.spaces.Discrete(2), seed=0)
+        self.w = np.asarray([0.5, -0.25, 1.0, 0.125], np.float32)
+
+    def compute_actions(self, input_batch: Any, explore: bool = True) -> Any:
+        raise NotImplementedError
+
+    def compute_values(self, input_batch: Any) -> Any:
+        obs = input_batch["obs"]
+        if isinstance(obs, torch.Tensor):
+            return obs @ torch.as_tensor(self.w, device=obs.device)
+        return np.asarray(obs) @ self.w
+
+
+def runner_columns(envs: int, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """``envs`` sub-envs' ``steps`` rows each, sub-env major, episodes ending with
+    probability 1/50 per step (a fifth of them by truncation), ``vf_preds`` recorded."""
+    rng = np.random.default_rng(seed)
+    ends = rng.random((envs, steps)) < 0.02
+    trunc = ends & (rng.random((envs, steps)) < 0.2)
+    new_ep = np.zeros((envs, steps), bool)
+    new_ep[:, 1:] = ends[:, :-1]
+    eps = np.arange(envs)[:, None] * steps + np.cumsum(new_ep, axis=1)
+    start = np.maximum.accumulate(np.where(new_ep, np.arange(steps), 0), axis=1)
+    rows = envs * steps
+    return {
+        "eps_id": eps.reshape(rows).astype(np.int64),
+        "t": (np.arange(steps)[None] - start).reshape(rows).astype(np.int64),
+        "obs": rng.normal(size=(rows, 4)).astype(np.float32),
+        "new_obs": rng.normal(size=(rows, 4)).astype(np.float32),
+        "rewards": np.ones(rows, np.float32),
+        "terminateds": (ends & ~trunc).reshape(rows),
+        "truncateds": trunc.reshape(rows),
+        "vf_preds": rng.normal(size=rows).astype(np.float32),
+    }
+
+
+def tensor_gae(device: str, rounds: int, envs: int = 4096, steps: int = 64) -> None:
+    """``rc.GAE`` on one runner-layout batch: numpy, and torch with and without the layout."""
+    cols = runner_columns(envs, steps)
+    meta = {"rows_per_env": steps}
+    tensors = rc.SampleBatch(
+        {k: torch.as_tensor(v, device=device) for k, v in cols.items()}, meta=meta
+    )
+    if not isinstance(tensors["rewards"], torch.Tensor):
+        print("skipped: this rc.SampleBatch turns torch tensors into numpy arrays")
+        return
+    general = tensors.copy()
+    del general.meta["rows_per_env"]
+    policy, gae = LinearValues(), rc.GAE(rc.ConnectorContext(OBS, gym.spaces.Discrete(2)))
+    numpy_batch = rc.SampleBatch(cols, meta=meta)
+    contenders = {
+        "numpy (compiled pass)": lambda: gae(numpy_batch.copy(), policy),
+        f"torch {device}, rows_per_env ({steps}-step loop)": lambda: gae(tensors.copy(), policy),
+        f"torch {device}, general (doubling scan)": lambda: gae(general.copy(), policy),
+    }
+    for fn in contenders.values():  # compiles numba's pass, warms torch: not timed
+        fn()
+
+    def timed(fn: Any) -> Any:
+        def run() -> float:
+            t0 = time.perf_counter()
+            torch.as_tensor(fn()["advantages"]).sum().item()  # waits for the device
+            return 1000 * (time.perf_counter() - t0)
+
+        return run
+
+    turns = take_turns({name: timed(fn) for name, fn in contenders.items()}, rounds)
+    print(f"GAE over {envs} sub-envs x {steps} rows, {rounds} rounds, {machine()}")
+    print_table(
+        ["contender", "ms per call, median [min-max]"],
+        [[n, median_range(t, ".1f")] for n, t in turns.items()],
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="20k rows, 3 rounds")
+    parser.add_argument("--tensors", action="store_true", help="GAE on [4096, 64] tensors")
+    parser.add_argument("--device", default="cpu", help="the tensors' device (--tensors)")
     args = parser.parse_args(argv)
+    if args.tensors:
+        tensor_gae(args.device, args.rounds)
+        return
     rows, rounds = (20_000, 3) if args.quick else (args.rows, args.rounds)
     policy = MLPPolicy(OBS, gym.spaces.Discrete(2), vf_head=True, seed=0)
     ctx = rc.ConnectorContext.from_policy(policy)

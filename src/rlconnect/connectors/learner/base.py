@@ -15,7 +15,8 @@ input it raises before writing anything. Like agent and action connectors it is 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, ClassVar
 
 from rlconnect.connectors.base import Connector
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from rlconnect.batches import SampleBatch
     from rlconnect.policy import Policy
 
-__all__ = ["LearnerConnector"]
+__all__ = ["LearnerConnector", "on_tensors"]
 
 
 class LearnerConnector(Connector):
@@ -33,7 +34,13 @@ class LearnerConnector(Connector):
     ``__call__(batch, policy)`` gets one policy's ``SampleBatch`` and the policy that
     collected it (as it is now) and returns the batch with its new columns. Compute every
     output first and assign them at the end, so that an error leaves the batch unchanged.
+
+    ``takes_tensors`` declares that ``__call__`` also takes a batch whose columns are torch
+    tensors on one device (the tensor path, API section 14) and keeps them there; a runner
+    on that path refuses, when it is built, a pipeline with a member that does not.
     """
+
+    takes_tensors: ClassVar[bool] = False
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
         raise NotImplementedError(f"{type(self).__name__} must implement __call__(batch, policy)")
@@ -41,3 +48,15 @@ class LearnerConnector(Connector):
     def check_policy(self, policy: Policy) -> None:
         """Raise ValueError naming this connector, what it needs and the fix if ``policy``
         cannot provide it (a runner calls this when it is built, not mid-run)."""
+
+
+def on_tensors(batch: SampleBatch, *names: str) -> bool:
+    """True when the first of the columns ``names`` that ``batch`` has is a torch tensor:
+    the batch is on the tensor path (torch is not imported to find out)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    for name in names:
+        if name in batch:
+            return isinstance(batch[name], torch.Tensor)
+    return False

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
 from rlconnect.connectors.base import ConnectorContext
-from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.base import LearnerConnector, on_tensors
 from rlconnect.connectors.learner.params import check_fraction
 from rlconnect.connectors.learner.scan import gae_columns
 from rlconnect.connectors.learner.trajectories import find_trajectories
@@ -43,6 +43,8 @@ class GAE(LearnerConnector):
         lambda_: GAE's bias/variance trade-off, in [0, 1] (1: Monte-Carlo advantages).
     """
 
+    takes_tensors: ClassVar[bool] = True
+
     def __init__(self, ctx: ConnectorContext, gamma: float = 0.99, lambda_: float = 0.95):
         self.gamma = check_fraction("GAE", "gamma", gamma)
         self.lambda_ = check_fraction("GAE", "lambda_", lambda_)
@@ -52,6 +54,10 @@ class GAE(LearnerConnector):
         require_values(policy, self.name)
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        if on_tensors(batch, "eps_id", "rewards"):
+            from rlconnect.connectors.learner.torch_connectors import gae_on_tensors
+
+            return gae_on_tensors(self, batch, policy)
         who = self.name
         has_vf = "vf_preds" in batch
         new_columns(batch, ("advantages", "value_targets", *(() if has_vf else ("vf_preds",))), who)

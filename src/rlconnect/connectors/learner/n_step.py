@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import tree
 
 from rlconnect.connectors.base import ConnectorContext
-from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.base import LearnerConnector, on_tensors
 from rlconnect.connectors.learner.params import check_fraction, check_steps
 from rlconnect.connectors.learner.scan import discounted_window_sum
 from rlconnect.connectors.learner.trajectories import find_trajectories
@@ -40,12 +40,18 @@ class NStepReturns(LearnerConnector):
         gamma: discount per row of a trajectory, in [0, 1].
     """
 
+    takes_tensors: ClassVar[bool] = True
+
     def __init__(self, ctx: ConnectorContext, n: int = 3, gamma: float = 0.99):
         self.n = check_steps("NStepReturns", "n", n)
         self.gamma = check_fraction("NStepReturns", "gamma", gamma)
         super().__init__(ctx, n=self.n, gamma=self.gamma)
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        if on_tensors(batch, "eps_id", "rewards"):
+            from rlconnect.connectors.learner.torch_connectors import n_step_on_tensors
+
+            return n_step_on_tensors(self, batch, policy)
         who = self.name
         states = [f"state_out_{i}" for i in range(policy.num_state_tensors())]
         outputs = ("n_step_rewards", "n_step_new_obs", "n_step_discount")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.base import LearnerConnector, on_tensors
 from rlconnect.connectors.learner.values import float_column
 from rlconnect.connectors.registry import register_connector
 
@@ -26,7 +26,13 @@ class NormalizeAdvantages(LearnerConnector):
     batch (float32): the one built-in that changes a column (a new array; the old one is
     left as it was). Put it after ``GAE``."""
 
+    takes_tensors: ClassVar[bool] = True
+
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        if on_tensors(batch, "advantages"):
+            from rlconnect.connectors.learner.torch_connectors import normalize_on_tensors
+
+            return normalize_on_tensors(self.name, batch, STD_FLOOR)
         adv = float_column(batch, "advantages", self.name)
         if len(adv) == 0:
             return batch

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.torch_checks import check_scope
 from rlconnect.connectors.pipeline import ConnectorPipeline
 
 if TYPE_CHECKING:
@@ -21,6 +22,8 @@ class LearnerConnectorPipeline(ConnectorPipeline[LearnerConnector]):
     ``remove``, ``to_state`` / ``from_state``, ``timings``). The members work on a shallow
     copy of the batch, which is returned: if one of them raises, the caller's batch has
     none of the columns the others added. An empty pipeline returns the batch itself.
+    On a batch of torch tensors the members' checks are read once, after the last member
+    (one host read per call; none inside ``deferred_checks()``, see :mod:`.torch_checks`).
 
     >>> import gymnasium as gym, numpy as np, rlconnect as rc
     >>> @rc.register_connector("AddOnes")
@@ -42,8 +45,18 @@ class LearnerConnectorPipeline(ConnectorPipeline[LearnerConnector]):
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
         if not self._members:
             return batch
-        out: SampleBatch = self._run(batch.copy(), policy)
+        with check_scope():  # (no checks, no read, on numpy)
+            out: SampleBatch = self._run(batch.copy(), policy)
         return out
+
+    @property
+    def takes_tensors(self) -> bool:
+        """True when every member takes batches of torch tensors (``takes_tensors``)."""
+        return not self.tensor_refusals()
+
+    def tensor_refusals(self) -> list[str]:
+        """The names of the members that do not take batches of torch tensors."""
+        return [name for name, c in self._members if not getattr(c, "takes_tensors", False)]
 
     def check_policy(self, policy: Policy) -> None:
         """Ask every member whether ``policy`` provides what it needs: ValueError (naming

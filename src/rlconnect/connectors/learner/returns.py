@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from rlconnect.connectors.base import ConnectorContext
-from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.base import LearnerConnector, on_tensors
 from rlconnect.connectors.learner.params import check_fraction
 from rlconnect.connectors.learner.scan import discounted_suffix_sum
 from rlconnect.connectors.learner.trajectories import find_trajectories
@@ -38,6 +38,8 @@ class DiscountedReturns(LearnerConnector):
         gamma: discount per row of a trajectory, in [0, 1].
     """
 
+    takes_tensors: ClassVar[bool] = True
+
     def __init__(self, ctx: ConnectorContext, gamma: float = 0.99):
         self.gamma = check_fraction("DiscountedReturns", "gamma", gamma)
         super().__init__(ctx, gamma=self.gamma)
@@ -46,6 +48,10 @@ class DiscountedReturns(LearnerConnector):
         require_values(policy, self.name)
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        if on_tensors(batch, "eps_id", "rewards"):
+            from rlconnect.connectors.learner.torch_connectors import returns_on_tensors
+
+            return returns_on_tensors(self, batch, policy)
         who = self.name
         new_columns(batch, ("returns",), who)
         traj = find_trajectories(batch, who)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
 from rlconnect.connectors.base import ConnectorContext
-from rlconnect.connectors.learner.base import LearnerConnector
+from rlconnect.connectors.learner.base import LearnerConnector, on_tensors
 from rlconnect.connectors.learner.params import check_fraction, check_positive
 from rlconnect.connectors.learner.scan import linear_suffix_scan
 from rlconnect.connectors.learner.trajectories import find_trajectories
@@ -53,6 +53,8 @@ class VTrace(LearnerConnector):
         clip_c: the truncation of the trace coefficients (c-bar), > 0.
         clip_pg_rho: the truncation of the weights of ``pg_advantages``, > 0.
     """
+
+    takes_tensors: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -118,6 +120,10 @@ class VTrace(LearnerConnector):
         return targets, advantages
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        if on_tensors(batch, "eps_id", "rewards"):
+            from rlconnect.connectors.learner.torch_connectors import vtrace_on_tensors
+
+            return vtrace_on_tensors(self, batch, policy)
         who = self.name
         new_columns(batch, ("vtrace_targets", "pg_advantages"), who)
         traj = find_trajectories(batch, who)
