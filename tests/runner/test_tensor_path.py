@@ -379,3 +379,44 @@ def test_vmas_agents_are_stacked_per_policy_and_reset_when_their_episodes_end() 
     records = runner.get_metrics()
     assert records and all(r["episode_length"] == 5 for r in records)
     assert set(records[0]["agent_rewards"]) == {(a, "shared") for a in names}
+
+
+def test_learner_connectors_run_on_the_device_and_equal_numpy() -> None:
+    env = BatchedCartPole(8, autoreset_mode=SAME)
+    policy = rc.MLPPolicy(
+        env.single_observation_space, env.single_action_space, vf_head=True, seed=0
+    )
+    runner = rc.EnvRunner(
+        env,
+        policy,
+        config=rc.RunnerConfig(num_envs=8, rollout_fragment_length=40, seed=0),
+        learner_pipelines={"default_policy": lambda ctx: [rc.GAE(ctx, gamma=0.9, lambda_=0.8)]},
+    )
+    batch = runner.sample()
+    assert isinstance(batch["advantages"], torch.Tensor) and batch.device == torch.device("cpu")
+    on_numpy = batch.numpy()
+    inputs = rc.SampleBatch(
+        {k: v for k, v in on_numpy.items() if k not in ("advantages", "value_targets")}
+    )
+    ctx = runner.learner_pipeline().ctx
+    expected = rc.GAE(ctx, gamma=0.9, lambda_=0.8)(inputs, policy)
+    np.testing.assert_allclose(on_numpy["advantages"], expected["advantages"], atol=1e-5)
+    assert on_numpy["terminateds"].any()  # GAE crossed episode ends
+    tm = batch.time_major()
+    assert tm["advantages"].shape == (40, 8)
+    assert torch.equal(tm["env_id"][0], torch.arange(8))
+
+
+def test_a_learner_connector_without_tensor_support_is_named_when_built() -> None:
+    class Mine(rc.LearnerConnector):
+        def __call__(self, batch: Any, policy: Any) -> Any:
+            return batch
+
+    env = BatchedCartPole(2, autoreset_mode=SAME)
+    with pytest.raises(ValueError, match=r"learner pipeline of policy 'default_policy'"):
+        rc.EnvRunner(
+            env,
+            _policy(env),
+            config=rc.RunnerConfig(num_envs=2),
+            learner_pipelines={"default_policy": lambda ctx: [Mine(ctx)]},
+        )

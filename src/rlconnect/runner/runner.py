@@ -124,16 +124,7 @@ class EnvRunner:
         once per agent, here), ``StepKernel`` for every other env."""
         cfg, env = self.config, self.env
         if isinstance(env, TensorEnv):
-            refuse_tensor_features(cfg, self.hooks, self.policies)
-            for pid, pipes in (("agent", self.pipelines.agent), ("action", self.pipelines.action)):
-                for policy_id, pipe in pipes.items():
-                    refusals = pipe.tensor_refusals()
-                    if refusals:
-                        raise ValueError(
-                            f"the {pid} pipeline of policy {policy_id!r} has members that do not "
-                            f"take torch tensors: {refusals}; on the tensor path every connector "
-                            "declares takes_tensors = True (see docs/writing-connectors.md)"
-                        )
+            refuse_tensor_features(cfg, self.hooks, self.policies, self.pipelines)
             probe = Episode(-1, -1, self.policy_mapping_fn)
             agent_policy = {a: probe.policy_for(a) for a in env.agents}
             return TensorKernel(

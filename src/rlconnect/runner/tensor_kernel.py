@@ -33,7 +33,7 @@ import torch
 
 from rlconnect.batches import SampleBatch
 from rlconnect.collectors.tensor_store import TensorStore
-from rlconnect.connectors import AgentData
+from rlconnect.connectors import AgentData, ConnectorPipeline
 from rlconnect.envs.tensor_envs import Nest, TensorEnv, map_nest, where_rows
 from rlconnect.episodes.tensor_episodes import EndedEpisodes, TensorEpisodes
 from rlconnect.errors import EnvCheckError
@@ -353,9 +353,38 @@ def _float_leaves(nest: Nest) -> list[torch.Tensor]:
 
 
 def refuse_tensor_features(
-    config: RunnerConfig, hooks: EpisodeHooks, policies: Mapping[str, Policy]
+    config: RunnerConfig,
+    hooks: EpisodeHooks,
+    policies: Mapping[str, Policy],
+    pipes: PolicyPipelines,
 ) -> None:
     """ValueError naming what the tensor path does not do, with the fix, at build time."""
+    refusals = _refused_settings(config, hooks)
+    for pid, policy in policies.items():
+        if type(policy).postprocess_trajectory is not Policy.postprocess_trajectory:
+            refusals.append(
+                f"policy {pid!r} overrides postprocess_trajectory (per trajectory on the "
+                "host); compute it in a learner connector instead"
+            )
+    kinds: dict[str, Mapping[str, ConnectorPipeline[Any]]] = {
+        "agent": pipes.agent,
+        "action": pipes.action,
+        "learner": pipes.learner,
+    }
+    for kind, by_policy in kinds.items():
+        for pid, pipe in by_policy.items():
+            members = pipe.tensor_refusals()
+            if members:
+                refusals.append(
+                    f"the {kind} pipeline of policy {pid!r}: its members {members} do not take "
+                    "torch tensors (a connector declares takes_tensors = True once it does: "
+                    "see docs/writing-connectors.md)"
+                )
+    if refusals:
+        raise ValueError("the tensor path does not take " + "; ".join(refusals))
+
+
+def _refused_settings(config: RunnerConfig, hooks: EpisodeHooks) -> list[str]:
     refusals = []
     if config.batch_mode.value != "truncate_episodes":
         refusals.append(
@@ -379,11 +408,4 @@ def refuse_tensor_features(
         refusals.append("observation_fn (a call per agent per round)")
     if config.sample_async:
         refusals.append("sample_async (the simulator already runs on its device)")
-    for pid, policy in policies.items():
-        if type(policy).postprocess_trajectory is not Policy.postprocess_trajectory:
-            refusals.append(
-                f"policy {pid!r} overrides postprocess_trajectory (per trajectory on the "
-                "host); compute it in a learner connector instead"
-            )
-    if refusals:
-        raise ValueError("the tensor path does not take " + "; ".join(refusals))
+    return refusals
