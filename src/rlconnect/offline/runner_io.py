@@ -95,7 +95,10 @@ class RunnerOutput:
         return out
 
     def write(self, batch: Batch, agent_ids: dict[str, Any]) -> None:
-        """Write ``batch`` and finish its file."""
+        """Write ``batch`` and finish its file (a batch of torch tensors, from the tensor
+        path, is converted to numpy here, once)."""
+        if batch.device is not None:
+            batch = batch.numpy()
         ids = self._ids()
         if ids != self._space_ids:  # a pipeline was edited: record its new output space
             self.writer._spaces = self.writer._space_json(self._spaces())
