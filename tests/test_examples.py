@@ -63,6 +63,11 @@ EXPECTED = {
         "iter    2  env_steps    1024",
         "done: 1024 env steps through TorchRL's GAE and ClipPPOLoss",
     ],
+    "ppo_tensor.py": [
+        "PPO on BatchedCartPole: 512 sub-envs x 16 steps per batch",
+        "iter    2  env_steps    16384",
+        "done: 16,384 env steps",
+    ],
     "sb3_dqn.py": [
         "SB3 DQN on CartPole-v1: 4 sub-envs x 128 steps per batch",
         "iter    2  buffer   1024",
