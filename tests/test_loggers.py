@@ -36,7 +36,7 @@ def test_every_logger_gets_one_record_per_sample(tmp_path: Path):
         episodes += len([m for m in runner.get_metrics() if not m["episode_faulty"]])
     runner.stop()
     lines = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
-    rows = list(csv.DictReader(open(tmp_path / "metrics.csv", newline="")))
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").read_text().splitlines()))
     assert len(lines) == len(rows) == 3
     assert [x["env_steps_lifetime"] for x in lines] == [80, 160, 240]
     assert sum(x["num_episodes"] for x in lines) == episodes > 0
@@ -53,7 +53,7 @@ def test_csv_columns_grow_and_keep_earlier_rows(tmp_path: Path):
     logger.write({"a": 2, "agent/x/num_episodes": 5})
     logger.write({"b": 3.5})
     logger.close()
-    rows = list(csv.reader(open(path, newline="")))
+    rows = list(csv.reader(path.read_text().splitlines()))
     assert rows[0] == ["wall_time", "a", "b", "agent/x/num_episodes"]
     assert [r[1:] for r in rows[1:]] == [["1", "", ""], ["2", "", "5"], ["", "3.5", ""]]
 
