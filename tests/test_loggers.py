@@ -164,3 +164,13 @@ def test_stop_flushes_and_closes_the_loggers(tmp_path: Path):
 def test_logger_error_pickles_with_its_path():
     error = pickle.loads(pickle.dumps(rc.LoggerError("cannot write 'x'", "x")))
     assert str(error) == "cannot write 'x'" and error.path == "x"
+
+
+def test_the_loggers_doctests_run():
+    import doctest
+
+    from rlconnect.loggers import event_files, files
+
+    for module in (files, event_files):
+        result = doctest.testmod(module)
+        assert result.attempted and not result.failed
