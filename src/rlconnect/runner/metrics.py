@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -186,30 +187,40 @@ class EpisodeLog:
 
 
 class _Returns:
-    """Episodes of one group (all, a policy's, an agent's) in the window: how many, the
-    sum, lowest and highest of their returns, and the sum of their lengths."""
+    """Episodes of one group (all, a policy's, an agent's) in the window: their returns
+    and lengths, appended as they come (cheap) and summed up when reported; past
+    ``_COMPACT`` episodes the lists are folded into the running figures (bounded)."""
 
-    __slots__ = ("count", "high", "length", "low", "total")
+    __slots__ = ("count", "high", "length", "lengths", "low", "returns", "total")
 
     def __init__(self) -> None:
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
         self.count, self.total, self.length = 0, 0.0, 0
         self.low, self.high = float("inf"), float("-inf")
 
-    def add(self, ret: float, length: int) -> None:
-        self.count += 1
-        self.total += ret
-        self.length += length
-        self.low = ret if ret < self.low else self.low
-        self.high = ret if ret > self.high else self.high
+    def compact(self) -> None:
+        """The lists folded into the running figures."""
+        if self.returns:
+            self.count += len(self.returns)
+            self.total += math.fsum(self.returns)
+            self.length += sum(self.lengths)
+            self.low = min(self.low, min(self.returns))
+            self.high = max(self.high, max(self.returns))
+            self.returns, self.lengths = [], []
 
     def report(self, prefix: str, out: dict[str, Any]) -> None:
         """``<prefix>num_episodes`` and the return and length figures (None: no episode)."""
+        self.compact()
         n = self.count
         out[prefix + "num_episodes"] = n
-        out[prefix + "episode_return_mean"] = self.total / n if n else None
-        out[prefix + "episode_return_min"] = self.low if n else None
-        out[prefix + "episode_return_max"] = self.high if n else None
-        out[prefix + "episode_len_mean"] = self.length / n if n else None
+        out[prefix + "episode_return_mean"] = float(self.total / n) if n else None
+        out[prefix + "episode_return_min"] = float(self.low) if n else None
+        out[prefix + "episode_return_max"] = float(self.high) if n else None
+        out[prefix + "episode_len_mean"] = float(self.length / n) if n else None
+
+
+_COMPACT = 65_536  # episodes a window's lists hold before they are folded
 
 
 class RunMetrics:
@@ -228,6 +239,7 @@ class RunMetrics:
         self._env_steps = self._agent_steps = self._batches = self._faulty = 0
         self._all = _Returns()
         self._groups: dict[str, _Returns] = {}
+        self._pairs: dict[tuple[Any, str], tuple[_Returns, _Returns]] = {}
 
     def add_batch(self, env_steps: int, agent_steps: int) -> None:
         """A batch ``sample()`` handed out."""
@@ -238,32 +250,53 @@ class RunMetrics:
     def add_episodes(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Per-episode records (as ``get_metrics()`` gives them); faulty ones are counted
         apart. A policy's return is the sum over its agents in the episode."""
-        groups, every = self._groups, self._all
+        every, pairs = self._all, self._pairs
+        rets, lens = every.returns, every.lengths
         for r in records:
-            if r.get("episode_faulty"):
+            if r["episode_faulty"]:
                 self._faulty += 1
                 continue
-            length = int(r["episode_length"])
-            every.add(float(r["episode_reward"]), length)
-            by_policy: dict[str, float] = {}
-            for (agent, pid), ret in r["agent_rewards"].items():
-                key = f"agent/{agent}/"
-                group = groups.get(key)
-                if group is None:
-                    group = groups[key] = _Returns()
-                    self._agents[key] = None
-                group.add(float(ret), length)
-                by_policy[pid] = by_policy.get(pid, 0.0) + float(ret)
-            for pid, ret in by_policy.items():
-                key = f"policy/{pid}/"
-                group = groups.get(key)
-                if group is None:
-                    group = groups[key] = _Returns()
-                group.add(ret, length)
+            length = r["episode_length"]
+            rets.append(r["episode_reward"])
+            lens.append(length)
+            rewards = r["agent_rewards"]
+            if len(rewards) == 1:  # one agent: its policy's return is its own
+                ((pair, ret),) = rewards.items()
+                for group in pairs.get(pair) or self._pair(pair):
+                    group.returns.append(ret)
+                    group.lengths.append(length)
+            else:
+                self._add_agents(rewards, length)
+        if len(rets) > _COMPACT:
+            for group in (every, *self._groups.values()):
+                group.compact()
+
+    def _pair(self, pair: tuple[Any, str]) -> tuple[_Returns, _Returns]:
+        """The agent's and the policy's groups of an ``(agent_id, policy_id)`` pair."""
+        agent_key, policy_key = f"agent/{pair[0]}/", f"policy/{pair[1]}/"
+        self._agents.setdefault(agent_key, None)
+        groups = self._groups
+        out = (groups.setdefault(agent_key, _Returns()), groups.setdefault(policy_key, _Returns()))
+        self._pairs[pair] = out
+        return out
+
+    def _add_agents(self, rewards: Mapping[tuple[Any, str], float], length: int) -> None:
+        """An episode of several agents: each one's return, and per policy their sum."""
+        by_policy: dict[int, tuple[_Returns, float]] = {}
+        for pair, ret in rewards.items():
+            agent, policy = self._pairs.get(pair) or self._pair(pair)
+            agent.returns.append(ret)
+            agent.lengths.append(length)
+            summed = by_policy.get(id(policy), (policy, 0.0))[1] + ret
+            by_policy[id(policy)] = (policy, summed)
+        for policy, ret in by_policy.values():
+            policy.returns.append(ret)
+            policy.lengths.append(length)
 
     def take(self) -> dict[str, Any]:
         """The window's metrics (see ``docs/metrics.md``), then a new window."""
         life = self._lifetime
+        self._all.compact()
         life["env_steps"] += self._env_steps
         life["agent_steps"] += self._agent_steps
         life["num_episodes"] += self._all.count
