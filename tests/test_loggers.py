@@ -174,3 +174,16 @@ def test_the_loggers_doctests_run():
     for module in (files, event_files):
         result = doctest.testmod(module)
         assert result.attempted and not result.failed
+
+
+def test_tensorboard_is_imported_only_by_its_logger(tmp_path: Path, monkeypatch):
+    import subprocess
+    import sys
+
+    code = "import sys, rlconnect; print('tensorboard' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if it were not installed
+    with pytest.raises(ImportError, match=r"pip install 'rlconnect\[tensorboard\]'"):
+        rc.loggers.TensorBoardLogger(tmp_path)

@@ -421,12 +421,14 @@ class EnvRunner:
     def stop(self) -> None:
         """Stop the background sampler (if any), close every sub-env, then flush and
         close the loggers (a logger that fails raises ``LoggerError`` after the rest)."""
-        if self._async is not None:
-            self._async.stop()
-        if not self._closed:
-            self._closed = True
-            self.env.close()
-        self._loggers.close()
+        try:
+            if self._async is not None:
+                self._async.stop()
+            if not self._closed:
+                self._closed = True
+                self.env.close()
+        finally:
+            self._loggers.close()
 
     close = stop
 
