@@ -178,3 +178,18 @@ def test_merge_weights_means_by_episodes_and_adds_counts():
     assert after["env_steps_per_second"] == pytest.approx(400 / 3.0)
     assert after["env_steps_lifetime"] == b["env_steps_lifetime"]
     assert merge_metrics([empty], parallel=True)["episode_return_mean"] is None
+
+
+def test_async_sampling_loses_no_episode_between_the_two_readers():
+    runner = cartpole_runner(sample_async=True)
+    records, counted, steps = [], 0, 0
+    for _ in range(4):
+        steps += len(runner.sample())
+        records += runner.get_metrics()
+        counted += runner.metrics()["num_episodes"]
+    runner.stop()
+    records += runner.get_metrics()
+    last = runner.metrics()
+    counted += last["num_episodes"]
+    assert counted == len(records) == last["num_episodes_lifetime"] > 0
+    assert last["env_steps_lifetime"] == steps == 800
