@@ -48,6 +48,10 @@ BENCHMARKS = {
         120,
         ("minibatches (torch)", "hand (numpy)", "ratio hand (torch) / minibatches (torch)"),
     ),
+    "bench_metrics.py": (
+        120,
+        ("ratio to no loggers", "episode folding (always on)", "metrics() + 3 loggers"),
+    ),
     "bench_multi_agent.py": (240, ("rps N=1", "four N=8", "runner / hand")),
     "bench_overhead.py": (120, ("own cost per env step", "CPU us per row", "256 ")),
     "bench_parallel.py": (300, ("SyncVectorEnv", "in-process", "env workers", "EnvPool")),

@@ -5,7 +5,7 @@ The public names of the API contract; everything else lives in the subpackages.
 
 from typing import TYPE_CHECKING, Any
 
-from rlconnect import interop, serve, spaces
+from rlconnect import interop, loggers, serve, spaces
 from rlconnect.batches import (
     DEFAULT_AGENT_ID,
     DEFAULT_POLICY_ID,
@@ -70,6 +70,7 @@ from rlconnect.errors import (
     EnvError,
     EnvTimeoutError,
     ExportError,
+    LoggerError,
     PolicyError,
     RunnerStateError,
     UnknownConnectorError,
@@ -133,6 +134,7 @@ __all__ = [
     "LSTMPolicy",
     "LearnerConnector",
     "LearnerConnectorPipeline",
+    "LoggerError",
     "MLPPolicy",
     "MeanStdFilter",
     "MultiAgentBatch",
@@ -174,6 +176,7 @@ __all__ = [
     "interop",
     "load_pipeline",
     "load_policy",
+    "loggers",
     "read_batches",
     "register_connector",
     "register_lambda",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "CallbackError",
     "CheckpointError",
@@ -9,6 +11,7 @@ __all__ = [
     "EnvError",
     "EnvTimeoutError",
     "ExportError",
+    "LoggerError",
     "PolicyError",
     "RunnerStateError",
     "UnknownConnectorError",
@@ -88,3 +91,19 @@ class RunnerStateError(RuntimeError):
     Its episodes were left half-processed, so it refuses to sample on; ``__cause__`` is
     the first error. Build a new runner (or restore one from a checkpoint).
     """
+
+
+class LoggerError(OSError):
+    """A metrics logger cannot write (a bad path, a full disk); ``path`` is its file or
+    folder. Raised when the logger is made, or by ``runner.sample()`` once its batch is
+    built: the batch is then this error's ``batch`` (and the metrics record it could not
+    write its ``record``), and the runner samples on without that logger."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.batch: Any = None
+        self.record: dict[str, Any] | None = None
+
+    def __str__(self) -> str:  # (OSError's own would show errno fields)
+        return str(self.args[0]) if self.args else ""

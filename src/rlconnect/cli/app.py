@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--plot", metavar="FILE", help="plot episode returns to a .png, .svg or .pdf (matplotlib)"
     )
+    s.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="log metrics() per batch to DIR: metrics.jsonl, metrics.csv and TensorBoard "
+        "event files (when tensorboard is installed)",
+    )
     add_import_option(s)
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--traceback", action="store_true", help="show the traceback of a failure")

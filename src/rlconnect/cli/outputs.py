@@ -85,6 +85,43 @@ def check_out(out: str) -> Path:
     return path
 
 
+LOG_FILES = ("metrics.jsonl", "metrics.csv")
+TB_HINT = "pip install 'rlconnect[tensorboard]'"
+
+
+def check_log_dir(log_dir: str) -> Path:
+    """Create ``--log-dir`` (and its parents) now; it must be a folder we can write that
+    holds no metrics logs yet (TensorBoard's other runs may share it)."""
+    path = Path(log_dir)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--log-dir {log_dir!r} is a file, not a folder")
+    held = [name for name in LOG_FILES if (path / name).exists()]
+    if held:
+        raise UsageError(
+            f"--log-dir {log_dir!r} already holds {held[0]} of another run; choose a new folder"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"--log-dir {log_dir!r}: cannot create the folder ({reason})") from None
+    _check_writable(path, f"--log-dir {log_dir!r}")
+    return path
+
+
+def make_loggers(log_dir: Path, hints: list[str]) -> list[Any]:
+    """The loggers of ``--log-dir``: JSON lines, CSV and (with tensorboard installed)
+    TensorBoard event files, all in ``log_dir``; a hint when tensorboard is missing."""
+    from rlconnect.loggers import CsvLogger, JsonlLogger, TensorBoardLogger
+
+    loggers: list[Any] = [JsonlLogger(log_dir / LOG_FILES[0]), CsvLogger(log_dir / LOG_FILES[1])]
+    try:
+        loggers.append(TensorBoardLogger(log_dir))
+    except ImportError:
+        hints.append(f"--log-dir: no TensorBoard event files: tensorboard is missing ({TB_HINT})")
+    return loggers
+
+
 def count_batch_files(out: Path) -> int:
     """Finished batch files in ``out`` (either format)."""
     from rlconnect.offline import list_batch_files

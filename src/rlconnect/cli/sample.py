@@ -24,6 +24,8 @@ from rlconnect.cli.build import build_runner
 from rlconnect.cli.progress import MEAN_RETURN_LABEL, MEAN_RETURN_LAST, Progress, time_shares
 from rlconnect.cli.settings import resolve_settings
 from rlconnect.cli.steps import EpisodeClock, LiveSteps
+from rlconnect.errors import LoggerError
+from rlconnect.runner.metrics import merge_metrics
 
 
 class _Run:
@@ -41,6 +43,17 @@ class _Run:
         self.policy_returns: dict[str, list[float]] = {}
         self.elapsed = 0.0
         self.interrupted = False
+        #: ``runner.metrics()`` of every batch (a logger of the run's own), for run.json
+        self.windows: list[dict[str, Any]] = []
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.windows.append(dict(record))
+
+    def flush(self) -> None:
+        """(Nothing to flush: the records stay in memory.)"""
+
+    def close(self) -> None:
+        """(Nothing to close.)"""
 
     def record(self, metric: dict[str, Any], before: int) -> None:
         """One episode's metric record, from the batch after ``before`` env steps."""
@@ -125,7 +138,13 @@ def _sample_until(
     from rlconnect.batches import MultiAgentBatch
 
     while result.steps < total and not ctrl_c.pending:
-        batch = runner.sample()
+        try:
+            batch = runner.sample()
+        except LoggerError as exc:  # the batch is built all the same; sampling goes on
+            if exc.batch is None:
+                raise
+            batch = exc.batch
+            print(f"rlconnect sample: warning: {exc}", file=sys.stderr)
         if write is not None:
             write(batch)
         before = result.steps
@@ -156,8 +175,11 @@ def cmd_sample(args: argparse.Namespace) -> int:
     """Collect ``steps`` env steps; progress on stderr, a summary table on stdout."""
     run, config = resolve_settings(args)
     config, out, fmt, plot_format = _prepare_outputs(args, config)
+    log_dir = outputs.check_log_dir(args.log_dir) if args.log_dir else None
     hints: list[str] = []
     runner = build_runner(run, config, hints)
+    result = _Run(runner.num_envs)
+    _add_loggers(runner, result, log_dir, hints)
     live = LiveSteps.of(runner)
     for hint in hints:
         print(f"rlconnect sample: hint: {hint}", file=sys.stderr)
@@ -166,8 +188,9 @@ def cmd_sample(args: argparse.Namespace) -> int:
         from rlconnect.offline import BatchWriter
 
         write = BatchWriter(out).write
-    result = _Run(runner.num_envs)
     notes: list[tuple[str, str]] = []
+    if log_dir is not None:
+        notes.append(("metrics logs", f"{log_dir} (metrics.jsonl, metrics.csv, TensorBoard)"))
     progress = Progress(run["steps"], sys.stderr, enabled=not args.quiet, live_steps=live)
     try:
         _collect(runner, run["steps"], result, progress, write, live)
@@ -199,6 +222,17 @@ def cmd_sample(args: argparse.Namespace) -> int:
         )
         return 130
     return 0
+
+
+def _add_loggers(runner: Any, result: _Run, log_dir: Any, hints: list[str]) -> None:
+    """The run's own record of every batch's metrics, and the loggers of ``--log-dir``."""
+    try:
+        runner.add_logger(result)
+        for logger in outputs.make_loggers(log_dir, hints) if log_dir is not None else []:
+            runner.add_logger(logger)
+    except BaseException:
+        runner.stop()
+        raise
 
 
 def _config_json(config: Any) -> Any:
@@ -309,6 +343,7 @@ def _summary_json(r: _Run, run: dict[str, Any], perf: dict[str, Any]) -> dict[st
             if by is not None
         },
         "time_shares": {k: round(v, 4) for k, v in time_shares(perf)},
+        "metrics": merge_metrics(r.windows, parallel=False),
     }
 
 

@@ -30,6 +30,7 @@ from rlconnect.distributed.sync import apply_deltas, check_frozen_filters
 from rlconnect.distributed.worker import RunnerSpec
 from rlconnect.policy import Policy
 from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
+from rlconnect.runner.metrics import LoggerSet, MetricsLogger, merge_metrics
 from rlconnect.runner.pipelines import PipelineSpecs
 from rlconnect.runner.versions import mark_weights_lag
 
@@ -134,6 +135,7 @@ class RunnerGroup:
         self.last_sample_info: dict[str, Any] = {}
         self._stopped = False
         self._pool: RunnerPool | None = None
+        self._loggers = LoggerSet()
         if num_runners == 0:
             return
         self._ray = _import_ray()
@@ -177,13 +179,23 @@ class RunnerGroup:
         runner order. Its ``meta`` (of each policy batch) holds ``runner_rows``
         (rows per runner index) and ``runner_failures`` (records of this call)."""
         if self.num_runners == 0:
-            return self.local_runner.sample()
-        self._require_runners()
-        count_by = self.config.count_steps_by.value
-        out, info = sample_round(self._remote, self._inbox, count_by, self.num_runners)
-        self.last_sample_info = info
-        mark_weights_lag(out, self.local_runner.policies)  # behind the learner's versions
+            out = self.local_runner.sample()
+        else:
+            self._require_runners()
+            count_by = self.config.count_steps_by.value
+            out, info = sample_round(self._remote, self._inbox, count_by, self.num_runners)
+            self.last_sample_info = info
+            mark_weights_lag(out, self.local_runner.policies)  # behind the learner's versions
+        if self._loggers:
+            self._loggers.write(self.metrics(), out)
         return out
+
+    def add_logger(self, logger: MetricsLogger) -> None:
+        """Write one record of ``metrics()`` (merged over the runners) per ``sample()``
+        to ``logger`` (``sample_async`` writes none: asking the runners would stall their
+        stream); ``stop()`` flushes and closes it. A logger that cannot write makes
+        ``sample()`` raise ``rc.LoggerError`` with the batch as its ``batch``."""
+        self._loggers.add(logger)
 
     def sample_async(self, num_batches: int | None = None) -> Iterator[Batch]:
         """Yield runners' batches as they finish (each tagged ``meta["runner_index"]``);
@@ -286,6 +298,22 @@ class RunnerGroup:
             per_runner = dict(zip(self.healthy_runner_indices, self._call_all("get_metrics")))
         return [{**r, "runner_index": k} for k, recs in per_runner.items() for r in recs]
 
+    def metrics(self) -> dict[str, Any]:
+        """``runner.metrics()`` of every healthy runner that samples (the local one when
+        K=0), merged: counts and seconds summed, means weighted by their episode counts,
+        steps per second added up (the runners sample side by side); with
+        ``num_runners_merged``, ``num_healthy_runners`` and ``num_runner_failures_lifetime``
+        (see ``fault_metrics``). Each call starts every runner's next window."""
+        if self.num_runners == 0:
+            per_runner = [self.local_runner.metrics()]
+        else:
+            per_runner = self._call_all("apply", runner_metrics)
+        out = merge_metrics(per_runner, parallel=True)
+        out["num_runners_merged"] = len(per_runner)
+        out["num_healthy_runners"] = len(self._actors) if self.num_runners else 1
+        out["num_runner_failures_lifetime"] = len(self._pool_failures)
+        return out
+
     @property
     def _pool_failures(self) -> list[RunnerFailure]:
         return self._pool.failures if self._pool else []
@@ -363,6 +391,7 @@ class RunnerGroup:
         if self._pool is not None:
             self._pool.kill_all(grace_s=10)
         self.local_runner.stop()
+        self._loggers.close()
 
     close = stop
 
@@ -374,3 +403,8 @@ class RunnerGroup:
 
     def __repr__(self) -> str:
         return f"RunnerGroup(num_runners={self.num_runners}, healthy={self.healthy_runner_indices})"
+
+
+def runner_metrics(runner: EnvRunner) -> dict[str, Any]:
+    """``runner.metrics()``, run where the runner is (a Ray actor)."""
+    return runner.metrics()

@@ -423,10 +423,11 @@ class EpisodeTracker:
             )
 
     def take_metrics(self) -> list[dict[str, Any]]:
-        """The metric records of episodes ended since the last call."""
-        out = list(self.metrics)
-        self.metrics.clear()
-        return out
+        """The metric records of episodes ended since the last call (taken one by one: a
+        record the sampling thread of ``sample_async`` adds meanwhile waits for the next
+        call instead of being cleared unseen)."""
+        records, pop = self.metrics, self.metrics.popleft
+        return [pop() for _ in range(len(records))]
 
 
 def episode_flags(

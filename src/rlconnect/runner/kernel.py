@@ -248,8 +248,10 @@ class StepKernel:
         self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
         if facts.firsts:  # episodes begun at this poll are made once the actions are out
             self.episodes.actions_sent()
+        t0 = _clock()
         for policy_step in steps:
             self._record(policy_step, facts)
+        self.timers.seconds["mean_recording_ms"] += _clock() - t0
         self._finish(facts)
 
     # -- the phases of a step -------------------------------------------------------------

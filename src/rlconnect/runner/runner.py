@@ -26,6 +26,7 @@ and Ray plug in through ``rlconnect.runner.extensions``.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,13 +46,13 @@ from rlconnect.episodes import Episode
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
 from rlconnect.runner.async_sampler import AsyncSampler
-from rlconnect.runner.bookkeeping import EpisodeHooks
+from rlconnect.runner.bookkeeping import MAX_METRICS, EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extensions
 from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel
-from rlconnect.runner.metrics import PerfTimers
+from rlconnect.runner.metrics import EpisodeLog, LoggerSet, MetricsLogger, PerfTimers, RunMetrics
 from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
 from rlconnect.runner.policy_set import policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
@@ -117,6 +118,9 @@ class EnvRunner:
         self._failed: BaseException | None = None  # what made sample() raise midway
         self._sinks: list[BatchSink] = []
         self._source: BatchSource | None = None
+        self._episode_log = EpisodeLog(MAX_METRICS)
+        self._run_metrics = RunMetrics(list(self.policies), self.timers)
+        self._loggers = LoggerSet()
         self._attach()
 
     def _make_kernel(self) -> StepKernel | TensorKernel:
@@ -185,6 +189,14 @@ class EnvRunner:
         agent_ids)`` first (see ``rlconnect.runner.extensions``)."""
         self._sinks.append(sink)
 
+    def add_logger(self, logger: MetricsLogger) -> None:
+        """Write one record of ``metrics()`` per ``sample()`` to ``logger`` (see
+        ``rc.loggers``); ``stop()`` flushes and closes it. Loggers are not part of the
+        config or a checkpoint. A logger that cannot write makes ``sample()`` raise
+        ``rc.LoggerError`` after the batch is built: the batch is the error's ``batch``,
+        and the runner samples on without that logger."""
+        self._loggers.add(logger)
+
     def set_batch_source(self, source: BatchSource | None) -> None:
         """Make ``sample()`` return ``source.next()`` (None: sample the envs again). The
         source's batches are returned as they come: it runs the learner pipelines on them
@@ -211,9 +223,29 @@ class EnvRunner:
         else:
             out = self._next_batch()
         if self._source is None:
+            t0 = time.perf_counter()
             out = self.apply_learner_pipelines(out)
+            self.timers.learner += time.perf_counter() - t0
         mark_weights_lag(out, self.policies)  # against the versions of now
+        self._count(out)
+        if self._loggers:
+            self._loggers.write(self.metrics(), out)
         return out
+
+    def _count(self, out: SampleBatch | MultiAgentBatch) -> None:
+        """The batch and the episodes ended so far into the ``metrics()`` window."""
+        self._take_episodes()
+        if isinstance(out, MultiAgentBatch):
+            self._run_metrics.add_batch(out.env_steps(), out.agent_steps())
+        else:
+            self._run_metrics.add_batch(len(out), len(out))
+
+    def _take_episodes(self) -> None:
+        """Episode records of the step into ``get_metrics()``'s log and ``metrics()``."""
+        records = self._kernel.episodes.take_metrics()
+        if records:
+            self._episode_log.extend(records)
+            self._run_metrics.add_episodes(records)
 
     def apply_learner_pipelines(
         self, out: SampleBatch | MultiAgentBatch
@@ -239,11 +271,14 @@ class EnvRunner:
     def sample_envs(self) -> SampleBatch | MultiAgentBatch:
         """One batch sampled from the envs, whatever batch source is set."""
         self._refuse_if_failed()
+        t0 = time.perf_counter()
         try:
             return self._sample_envs()
         except BaseException as exc:  # whatever it was, the loop's state is now unknown
             self._failed = exc
             raise
+        finally:
+            self.timers.sampling += time.perf_counter() - t0
 
     @property
     def failure(self) -> BaseException | None:
@@ -319,7 +354,18 @@ class EnvRunner:
 
     def get_metrics(self) -> list[dict[str, Any]]:
         """Per-episode records since the last call (and clear them)."""
-        return self._kernel.episodes.take_metrics()
+        self._take_episodes()
+        return self._episode_log.take()
+
+    def metrics(self) -> dict[str, Any]:
+        """The run's figures since the last call, JSON-ready (string keys, numbers or
+        None): steps, episodes and their returns (also per policy and per agent), steps
+        per second, and the seconds of each phase of sampling with the runner's own share
+        (``time/overhead_share``). Apart from ``get_metrics()``: neither clears the
+        other's. Each call starts a new window, whoever makes it (a logger calls it once
+        per ``sample()``). Every key: ``docs/metrics.md``."""
+        self._take_episodes()
+        return self._run_metrics.take()
 
     def perf_stats(self) -> dict[str, Any]:
         """Mean milliseconds per step in each stage (``mean_learner_processing_ms``: the
@@ -387,12 +433,16 @@ class EnvRunner:
             self.pipelines.action[pid].set_statistics(st.get("action", {}))
 
     def stop(self) -> None:
-        """Stop the background sampler (if any) and close every sub-env."""
-        if self._async is not None:
-            self._async.stop()
-        if not self._closed:
-            self._closed = True
-            self.env.close()
+        """Stop the background sampler (if any), close every sub-env, then flush and
+        close the loggers (a logger that fails raises ``LoggerError`` after the rest)."""
+        try:
+            if self._async is not None:
+                self._async.stop()
+            if not self._closed:
+                self._closed = True
+                self.env.close()
+        finally:
+            self._loggers.close()
 
     close = stop
 
