@@ -388,6 +388,8 @@ class EnvRunner:
                 if isinstance(pipe, LearnerConnectorPipeline):
                     learner_ms += share
         stats["mean_learner_processing_ms"] = learner_ms
+        if isinstance(self._kernel, TensorKernel):  # the tensor path: reads of the device
+            stats["host_reads_per_poll"] = self._kernel.host_reads / steps
         stats["connectors"] = conn
         return stats
 

@@ -119,6 +119,13 @@ class TensorKernel:
         self.poll_index = 0
         self._inputs: dict[str, dict[str, Any]] = {}  # per policy: what it acts on next
         self._check_rows = False  # this sample's finite check is on its recorded rows
+        self.reads = 0  #: the host reads of ``sample()`` calls (one each)
+
+    @property
+    def host_reads(self) -> int:
+        """Reads of device data back to the host so far: one per ``sample()``, plus what
+        the env adapter itself needs (VMAS: one per round)."""
+        return self.reads + self.env.host_reads
 
     # -- the loop -------------------------------------------------------------------------
     def sample(self) -> tuple[dict[str, SampleBatch], int]:
@@ -159,6 +166,7 @@ class TensorKernel:
     def _read_back(self) -> EndedEpisodes:
         """The sample's one host read: the ended episodes, with every check deferred to
         it (the env's, the finite check, each agent connector's) raised by name."""
+        self.reads += 1
         check = self.env.deferred_check()
         pipes = [(pid, self.pipes.agent[pid]) for pid in self.layouts]
         pending = [
@@ -207,8 +215,10 @@ class TensorKernel:
         finals = {
             pid: self._step_rows(pid, rows, step, term, trunc) for pid, rows in self.layouts.items()
         }
+        t0 = _clock()
         for pid, data in finals.items():
             stores[pid].write(k, self._record(pid, data, outputs[pid]))
+        self.timers.seconds["mean_recording_ms"] += _clock() - t0
         self.episodes.end(k, ended)
         self._finish(ended, finals)
 
