@@ -340,7 +340,7 @@ def check_pipeline(
     s = _prepare(pipeline_or_connector, observations, steps=steps, **kw)
     for fn in _CHECK_FNS.values():
         fn(s.pipe, s.inputs, steps=steps, **kw)
-    checks = CHECKS
+    checks: tuple[str, ...] = CHECKS
     if device is not None:
         check_tensor_matches_numpy(s.pipe, s.inputs, device=device, steps=steps, **kw)
         checks = (*CHECKS, "tensor_matches_numpy")
