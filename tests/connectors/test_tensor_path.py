@@ -124,7 +124,7 @@ def test_the_tensor_check_names_a_host_read_and_a_difference():
     with pytest.raises(PipelineCheckError, match=r"host read.*__float__") as err:
         check_tensor_matches_numpy(_ReadsTheHost(_ctx()), device="cpu")
     assert err.value.check == "tensor_matches_numpy" and err.value.member == "_ReadsTheHost"
-    with pytest.raises(PipelineCheckError, match="on numpy vs .* on tensors"):
+    with pytest.raises(PipelineCheckError, match=r"on numpy vs .* on tensors"):
         check_tensor_matches_numpy(_Differs(_ctx()), device="cpu")
 
 
@@ -278,8 +278,8 @@ def _replay_both(make: Any, steps: int, seed: int, feed: Any = None) -> None:
         want = on_numpy(_numpy_rows(obs[real], np.flatnonzero(real), rewards[real]))
         mask = None if real.all() else torch.as_tensor(real)
         got = on_tensors(_rows(obs, mask=mask, rewards=rewards, t=t))
-        for col in want.keys():
-            got_col = tree.map_structure(lambda x: x.numpy()[real], got[col])
+        for col in want:
+            got_col = tree.map_structure(lambda x, r=real: x.numpy()[r], got[col])
             tree.map_structure(
                 lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), got_col, want[col]
             )
