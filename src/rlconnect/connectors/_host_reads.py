@@ -71,7 +71,6 @@ class HostReadCounter:
 
     def __init__(self) -> None:
         self._mode: Any = None
-        self.by_name: Counter[str] = Counter()
 
     def __enter__(self) -> HostReadCounter:
         self._mode = _counter_class()()
@@ -80,10 +79,13 @@ class HostReadCounter:
 
     def __exit__(self, *exc: object) -> None:
         self._mode.__exit__(*exc)
-        self.by_name = Counter(self._mode.reads)
+
+    @property
+    def by_name(self) -> Counter[str]:
+        """Reads counted so far, by method or function name."""
+        return Counter() if self._mode is None else Counter(self._mode.reads)
 
     @property
     def total(self) -> int:
-        """Reads counted (so far inside the block, or in all once it ended)."""
-        mode = self._mode
-        return sum((mode.reads if mode is not None else self.by_name).values())
+        """Reads counted so far (inside the block, or in all once it ended)."""
+        return sum(self.by_name.values())
