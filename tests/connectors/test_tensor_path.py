@@ -434,3 +434,32 @@ def test_lambdas_receive_the_tensor():
     c = rc.AgentLambda(_ctx(), fn="tensor_path_test_double")
     out = c(_rows(np.ones((2, 4), np.float32)))["obs"]
     assert seen == [torch.Tensor] and out.sum().item() == 16.0
+
+
+def test_prev_actions_of_a_dict_action_space_on_tensors():
+    act = gym.spaces.Dict(
+        {
+            "move": gym.spaces.Box(-1.0, 1.0, (2,)),
+            "fire": gym.spaces.Discrete(3, start=1),
+            "aim": gym.spaces.MultiDiscrete([2, 3]),
+        }
+    )
+    connector = rc.PrevActionsRewards(_ctx(act=act))
+    report = rc.check_pipeline(
+        connector, device="cpu", env_ids=[0, 0, 1, 1, 2, 2, 3, 3], agent_ids=["a", "b"] * 4
+    )
+    assert report.checks[-1] == "tensor_matches_numpy"
+
+
+def test_context_from_policy_takes_a_device_and_pipelines_move_state():
+    policy = rc.RandomPolicy(OBS, ACT, seed=0)
+    ctx = rc.ConnectorContext.from_policy(
+        policy, {"observation_filter": "MeanStdFilter"}, device="cpu"
+    )
+    assert ctx.device == "cpu"
+    pipe = rc.default_agent_pipeline(ctx)
+    pipe.to("cpu")
+    assert isinstance(pipe["MeanStdFilter"]._total[1], torch.Tensor)
+    with HostReadCounter() as reads:
+        pipe(_rows(_obs(np.random.default_rng(12))))
+    assert reads.total == 0 and pipe["MeanStdFilter"].count == N

@@ -53,7 +53,7 @@ def _counter_class() -> type:
             super().__init__()
             self.reads: Counter[str] = Counter()
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(self, func, _types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             name = getattr(func, "__name__", "")
             if name in HOST_READS or (name == "__getitem__" and _bool_index(args)):
                 self.reads["x[bool mask]" if name == "__getitem__" else name] += 1
