@@ -130,11 +130,17 @@ def _batch_moments(x: np.ndarray) -> Stats:
 
 
 def _numpy_stats(stats: Any) -> Stats:
-    """Statistics held as tensors (or numpy) as numpy: ``(float, array, array)``."""
+    """Statistics held as tensors (or numpy) as numpy: ``(float, array, array)``; tensors
+    are read on the host in one transfer."""
     count, mean, m2 = stats
-    if not isinstance(mean, np.ndarray):
-        return float(count.item()), mean.cpu().numpy(), m2.cpu().numpy()
-    return stats
+    if isinstance(mean, np.ndarray):
+        return stats
+    import torch
+
+    flat = torch.cat([count.reshape(1), mean.reshape(-1), m2.reshape(-1)]).cpu().numpy()
+    size = mean.numel()
+    shape = tuple(mean.shape)
+    return float(flat[0]), flat[1 : 1 + size].reshape(shape), flat[1 + size :].reshape(shape)
 
 
 def _tensor_stats(stats: Any, device: Any) -> Any:
