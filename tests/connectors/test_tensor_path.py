@@ -136,7 +136,9 @@ def test_host_read_counter_counts_reads_and_only_reads():
     assert reads.total == 0
     with HostReadCounter() as reads:
         bool(x[0] > 0), x.sum().item(), x.tolist(), np.asarray(x), x[x > 1], x.nonzero()
+        torch.where(x > 2)
     assert reads.by_name == {
+        "where": 1,
         "__bool__": 1,
         "item": 1,
         "tolist": 1,

@@ -3,9 +3,9 @@
 A read is a call that needs a tensor's values on the host, which on an accelerator waits
 for the device: ``item``, ``tolist``, ``numpy``, ``cpu``, ``bool(t)``, ``int(t)``,
 ``float(t)``, ``t.__index__``, ``np.asarray(t)``, ``nonzero`` (and ``torch.nonzero``,
-``torch.unique``, ``masked_select``, and ``x[mask]`` with a bool tensor mask, whose result
-shape depends on the values). On a CPU-only machine these are cheap, but the count is what
-a GPU run would pay, so tests on CPU catch them.
+``torch.unique``, ``masked_select``, one-argument ``torch.where``, and ``x[mask]`` with a
+bool tensor mask: their result shape depends on the values). On a CPU-only machine these
+are cheap, but the count is what a GPU run would pay, so tests on CPU catch them.
 """
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ def _counter_class() -> type:
 
         def __torch_function__(self, func, _types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             name = getattr(func, "__name__", "")
-            if name in HOST_READS or (name == "__getitem__" and _bool_index(args)):
-                self.reads["x[bool mask]" if name == "__getitem__" else name] += 1
+            if name == "__getitem__" and _bool_index(args):
+                self.reads["x[bool mask]"] += 1
+            elif name in HOST_READS or (name == "where" and len(args) + len(kwargs or {}) == 1):
+                self.reads[name] += 1
             return func(*args, **(kwargs or {}))
 
     return _Mode
