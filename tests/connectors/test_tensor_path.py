@@ -157,30 +157,91 @@ def _full_pipes(ctx: rc.ConnectorContext) -> tuple[Any, Any]:
     return agent, rc.default_action_pipeline(ctx)
 
 
-def test_a_steady_state_poll_reads_nothing_on_the_host():
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+"""The devices the tensor tests run on: the CPU always, a GPU where there is one."""
+
+
+def _no_sync(device: str) -> Any:
+    """On a GPU, any synchronising call inside the block raises (torch's sync debug mode);
+    on the CPU, nothing (the host-read counter stands in)."""
+    import contextlib
+
+    if not device.startswith("cuda"):
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def guard() -> Any:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    return guard()
+
+
+def _poll_inputs(rng: np.random.Generator, device: str) -> list[dict[str, Any]]:
+    """Six polls of rows built on ``device`` beforehand (building them copies from the host)."""
+    polls = []
+
+    def as_t(x: Any, **kw: Any) -> torch.Tensor:
+        return torch.as_tensor(x, device=device, **kw)
+
+    for _ in range(6):
+        mask = as_t(rng.random(N) < 0.3)
+        cols = {"obs": as_t(_obs(rng)), "rewards": as_t(rng.normal(size=N), dtype=torch.float32)}
+        first = {"obs": as_t(_obs(rng)), "rewards": torch.zeros(N, device=device)}
+        polls.append(
+            {
+                "rows": rc.AgentData(as_t(np.arange(N)), ["agent0"] * N, cols),
+                "first": rc.AgentData(as_t(np.arange(N)), ["agent0"] * N, first, mask=mask),
+                "actions": as_t(rng.normal(size=(N, 2)), dtype=torch.float32),
+                "ended": mask,
+            }
+        )
+    return polls
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_steady_state_poll_reads_nothing_on_the_host(device):
     config = {"observation_filter": "MeanStdFilter", "clip_rewards": 1.0, "framestack": 3}
-    ctx = _ctx(config=config, initial_states=[np.zeros(2, np.float32)], device="cpu")
+    ctx = _ctx(config=config, initial_states=[np.zeros(2, np.float32)], device=device)
     agent, action = _full_pipes(ctx)
-    rng = np.random.default_rng(0)
+    agent.to(device)
     reads_per_poll = []
-    for t in range(6):
-        ended = torch.as_tensor(rng.random(N) < 0.3)
-        with HostReadCounter() as reads:
-            data = agent(_rows(_obs(rng), rewards=rng.normal(size=N), t=t))
+    for poll in _poll_inputs(np.random.default_rng(0), device):
+        with HostReadCounter() as reads, _no_sync(device):
+            data = agent(poll["rows"])
             out = rc.ActionData(
                 data.env_ids,
                 data.agent_ids,
-                {"actions": torch.randn(N, 2), "state_out_0": data["state_in_0"] + 1},
+                {"actions": poll["actions"], "state_out_0": data["state_in_0"] + 1},
             )
             agent.on_policy_output(out)
             env_actions = action(out)["actions"]
-            agent.reset_where(ended)
-            agent(_rows(_obs(rng), mask=ended, rewards=np.zeros(N), t=0))
+            agent.reset_where(poll["ended"])
+            agent(poll["first"])
             flags = agent.pending_flags()
         reads_per_poll.append(reads.total)
     assert reads_per_poll == [0] * 6
-    assert isinstance(env_actions, torch.Tensor) and list(flags) == ["MeanStdFilter"]
+    assert env_actions.device.type == torch.device(device).type
+    assert list(flags) == ["MeanStdFilter"]
     assert not bool(torch.stack(list(flags.values())).any())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_default_pipelines_match_numpy_on_each_device(device):
+    config = {"observation_filter": "MeanStdFilter", "clip_rewards": True, "framestack": 2}
+    space = gym.spaces.Dict({"pos": OBS, "mode": gym.spaces.MultiDiscrete([3, 2])})
+    ctx = _ctx(space, config=config, initial_states=[np.zeros(2, np.float32)])
+    check_tensor_matches_numpy(
+        rc.default_agent_pipeline(ctx),
+        device=device,
+        env_ids=[0, 1, 2, 3, 0, 1, 2, 3],
+        agent_ids=["red"] * 4 + ["blue"] * 4,  # agent-major blocks, as for VMAS
+    )
+    action_pipe = rc.default_action_pipeline(_ctx(config={"clip_actions": True}))
+    check_tensor_matches_numpy(action_pipe, device=device)
 
 
 # -- MeanStdFilter ---------------------------------------------------------------------------
