@@ -66,7 +66,8 @@ def _run_members(pipe: ConnectorPipeline, data: Any, t: int, counted: bool) -> l
             try:
                 data = c(data)
             except Exception as exc:
-                msg = f"raised {type(exc).__name__} at step {t} on tensors: {exc}"
+                side = "tensors" if counted else "numpy"
+                msg = f"raised {type(exc).__name__} at step {t} on {side}: {exc}"
                 raise _fail(CHECK, msg, pipe, name) from exc
         if counted and reads.total and not isinstance(c, ConvertToNumpy):  # its job: to host
             msg = f"step {t}: {reads.total} host read(s) on tensors ({dict(reads.by_name)})"

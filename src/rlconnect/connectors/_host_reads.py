@@ -3,9 +3,9 @@
 A read is a call that needs a tensor's values on the host, which on an accelerator waits
 for the device: ``item``, ``tolist``, ``numpy``, ``cpu``, ``bool(t)``, ``int(t)``,
 ``float(t)``, ``t.__index__``, ``np.asarray(t)``, ``nonzero`` (and ``torch.nonzero``,
-``torch.unique``, ``masked_select``, and ``x[mask]`` with a bool tensor mask, whose result
-shape depends on the values). On a CPU-only machine these are cheap, but the count is what
-a GPU run would pay, so tests on CPU catch them.
+``torch.unique``, ``masked_select``, one-argument ``torch.where``, and ``x[mask]`` with a
+bool tensor mask: their result shape depends on the values). On a CPU-only machine these
+are cheap, but the count is what a GPU run would pay, so tests on CPU catch them.
 """
 
 from __future__ import annotations
@@ -53,10 +53,12 @@ def _counter_class() -> type:
             super().__init__()
             self.reads: Counter[str] = Counter()
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(self, func, _types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             name = getattr(func, "__name__", "")
-            if name in HOST_READS or (name == "__getitem__" and _bool_index(args)):
-                self.reads["x[bool mask]" if name == "__getitem__" else name] += 1
+            if name == "__getitem__" and _bool_index(args):
+                self.reads["x[bool mask]"] += 1
+            elif name in HOST_READS or (name == "where" and len(args) + len(kwargs or {}) == 1):
+                self.reads[name] += 1
             return func(*args, **(kwargs or {}))
 
     return _Mode
@@ -71,7 +73,6 @@ class HostReadCounter:
 
     def __init__(self) -> None:
         self._mode: Any = None
-        self.by_name: Counter[str] = Counter()
 
     def __enter__(self) -> HostReadCounter:
         self._mode = _counter_class()()
@@ -80,10 +81,13 @@ class HostReadCounter:
 
     def __exit__(self, *exc: object) -> None:
         self._mode.__exit__(*exc)
-        self.by_name = Counter(self._mode.reads)
+
+    @property
+    def by_name(self) -> Counter[str]:
+        """Reads counted so far, by method or function name."""
+        return Counter() if self._mode is None else Counter(self._mode.reads)
 
     @property
     def total(self) -> int:
-        """Reads counted (so far inside the block, or in all once it ended)."""
-        mode = self._mode
-        return sum((mode.reads if mode is not None else self.by_name).values())
+        """Reads counted so far (inside the block, or in all once it ended)."""
+        return sum(self.by_name.values())

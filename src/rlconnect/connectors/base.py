@@ -351,6 +351,8 @@ class Connector:
         """Tensor path: ``ended`` is a bool tensor ``(N,)`` over sub-envs, True where the
         sub-env's episode ended at this poll; drop the per-episode state of the rows whose
         sub-env ended (``ended[data.env_ids]``) with tensor operations, no host read.
+        A runner calls it after the call that carried those sub-envs' final observations
+        and before the call (``mask=ended``) with their new episodes' first ones.
         Default: nothing (a connector without per-episode state)."""
 
     def to(self, device: Any) -> None:

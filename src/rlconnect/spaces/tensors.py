@@ -12,6 +12,7 @@ the caller to report later (``FlattenObservations`` defers it to the runner's ch
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -26,9 +27,14 @@ __all__ = ["TensorFlattener", "torch_dtype"]
 
 def torch_dtype(dtype: Any) -> Any:
     """The torch dtype of a numpy dtype (``np.float32`` -> ``torch.float32``)."""
+    return _torch_dtype(np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_dtype(dtype: np.dtype) -> Any:
     import torch
 
-    return torch.from_numpy(np.zeros(0, np.dtype(dtype))).dtype
+    return torch.from_numpy(np.zeros(0, dtype)).dtype
 
 
 def _one_hot_columns(space: gs.Discrete | gs.MultiDiscrete) -> tuple[np.ndarray, np.ndarray]:

@@ -130,11 +130,17 @@ def _batch_moments(x: np.ndarray) -> Stats:
 
 
 def _numpy_stats(stats: Any) -> Stats:
-    """Statistics held as tensors (or numpy) as numpy: ``(float, array, array)``."""
+    """Statistics held as tensors (or numpy) as numpy: ``(float, array, array)``; tensors
+    are read on the host in one transfer."""
     count, mean, m2 = stats
-    if not isinstance(mean, np.ndarray):
-        return float(count.item()), mean.cpu().numpy(), m2.cpu().numpy()
-    return stats
+    if isinstance(mean, np.ndarray):
+        return stats
+    import torch
+
+    flat = torch.cat([count.reshape(1), mean.reshape(-1), m2.reshape(-1)]).cpu().numpy()
+    size = mean.numel()
+    shape = tuple(mean.shape)
+    return float(flat[0]), flat[1 : 1 + size].reshape(shape), flat[1 + size :].reshape(shape)
 
 
 def _tensor_stats(stats: Any, device: Any) -> Any:
@@ -305,10 +311,16 @@ class MeanStdFilter(ObservationConnector):
         return data
 
     def _move(self, device: Any) -> None:
-        """Hold the statistics on ``device`` (None: as numpy)."""
+        """Hold the statistics on ``device`` (None: as numpy); tensors move device to device."""
         for name in ("_total", "_delta", "_frozen"):
-            stats = _numpy_stats(getattr(self, name))
-            setattr(self, name, stats if device is None else _tensor_stats(stats, device))
+            stats = getattr(self, name)
+            if device is None:
+                stats = _numpy_stats(stats)
+            elif isinstance(stats[1], np.ndarray):
+                stats = _tensor_stats(stats, device)
+            else:
+                stats = tuple(x.to(device) for x in stats)
+            setattr(self, name, stats)
         self._device = device
 
     def _fit(self, stats: Stats) -> Any:
@@ -320,7 +332,7 @@ class MeanStdFilter(ObservationConnector):
         import torch
 
         self._ensure_bound()
-        self._move(torch.device(device))
+        self._move(torch.empty(0, device=device).device)  # "cuda" -> "cuda:0", as tensors say
 
     def transform(self, value: Any) -> Any:
         """Normalise with the current (or, when freezing, the frozen) statistics, without

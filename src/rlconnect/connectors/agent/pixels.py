@@ -90,6 +90,7 @@ class Grayscale(ObservationConnector):
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
         self._dtype: np.dtype = np.dtype(np.uint8)
+        self._weights: dict[Any, Any] = {}  # BT601 as a tensor, per device
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
         box = image_box("Grayscale", input_space, (3,))
@@ -109,7 +110,9 @@ class Grayscale(ObservationConnector):
     def transform_tensor(self, value: Any) -> Any:
         import torch
 
-        weights = torch.as_tensor(BT601, device=value.device)
+        weights = self._weights.get(value.device)
+        if weights is None:
+            weights = self._weights[value.device] = torch.as_tensor(BT601, device=value.device)
         return tensor_to_dtype(value.to(torch.float32) @ weights, self._dtype)
 
 
