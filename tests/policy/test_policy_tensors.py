@@ -12,12 +12,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import tree
 from policy_models import GRUModel, LinearModel
+from test_policy_random import OBS as RANDOM_OBS
+from test_policy_random import SPACES as RANDOM_SPACES
 from torch.overrides import TorchFunctionMode
 
 from rlconnect.policy import (
     LSTMPolicy,
     MLPPolicy,
+    RandomPolicy,
     TorchPolicy,
     policy_from_spec,
     policy_kind,
@@ -335,3 +339,72 @@ def test_to_moves_and_reseeds_the_torch_generator() -> None:
 def test_bad_device_is_named(device: Any, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         MLPPolicy(OBS, SPACES["discrete"], device=device)
+
+
+# -- RandomPolicy ---------------------------------------------------------------------------
+
+
+def _random_actions(space: gym.Space, rows: int, seed: int = 0) -> Any:
+    policy = RandomPolicy(RANDOM_OBS, space, seed=seed)
+    return policy.compute_actions({"obs": torch.zeros((rows, 2))})
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_SPACES))
+def test_random_policy_samples_tensors_in_the_space(name: str) -> None:
+    space = RANDOM_SPACES[name]
+    actions, states, extra = _random_actions(space, 200)
+    assert states == [] and extra == {}
+    leaves, spaces = tree.flatten(actions), _leaf_spaces(space)
+    for leaf, leaf_space in zip(leaves, spaces, strict=True):
+        assert isinstance(leaf, torch.Tensor) and leaf.shape == (200, *leaf_space.shape)
+        assert str(leaf.dtype).removeprefix("torch.") == str(np.dtype(leaf_space.dtype))
+    for i in range(200):
+        assert space.contains(tree.map_structure(lambda x, i=i: x[i].numpy(), actions))
+    again = _random_actions(space, 200)
+    assert all(torch.equal(a, b) for a, b in zip(tree.flatten(again), leaves, strict=True))
+    other = _random_actions(space, 200, seed=1)
+    assert not all(torch.equal(a, b) for a, b in zip(tree.flatten(other), leaves, strict=True))
+
+
+def _leaf_spaces(space: gym.Space) -> list[gym.Space]:
+    if isinstance(space, gym.spaces.Tuple):
+        return [s for sub in space.spaces for s in _leaf_spaces(sub)]
+    if isinstance(space, gym.spaces.Dict):
+        return [s for k in sorted(space.spaces) for s in _leaf_spaces(space.spaces[k])]
+    return [space]
+
+
+def test_random_policy_tensor_distributions() -> None:
+    discrete, _, _ = _random_actions(gym.spaces.Discrete(4, start=-1), 40_000)
+    freq = torch.bincount(discrete + 1, minlength=4).to(torch.float64) / len(discrete)
+    torch.testing.assert_close(freq, torch.full((4,), 0.25, dtype=torch.float64), atol=0.01, rtol=0)
+    box, _, _ = _random_actions(RANDOM_SPACES["box_mixed"], 40_000)
+    # N(0, 1), 0 + Exp(1), 1 - Exp(1), U(-1, 1): means 0, 1, 0, 0 and stds 1, 1, 1, 0.577
+    torch.testing.assert_close(
+        box.mean(0), torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64), atol=0.03, rtol=0
+    )
+    torch.testing.assert_close(
+        box.std(0), torch.tensor([1.0, 1.0, 1.0, 3**-0.5], dtype=torch.float64), atol=0.03, rtol=0
+    )
+
+
+def test_random_policy_on_tensors_makes_no_host_read() -> None:
+    policies = [RandomPolicy(RANDOM_OBS, space, seed=0) for space in RANDOM_SPACES.values()]
+    batch = {"obs": torch.zeros((16, 2))}
+    for policy in policies:  # the generator is made at the first call
+        policy.compute_actions(batch)
+
+    def calls() -> None:
+        for policy in policies:
+            policy.compute_actions(batch)
+
+    assert _count_reads(calls) == []
+
+
+def test_random_policy_keeps_numpy_for_numpy_input_and_refuses_odd_spaces() -> None:
+    policy = RandomPolicy(RANDOM_OBS, gym.spaces.Discrete(3), seed=0)
+    actions, _, _ = policy.compute_actions({"obs": np.zeros((4, 2), np.float32)})
+    assert isinstance(actions, np.ndarray) and policy.torch_random is None
+    text = RandomPolicy(RANDOM_OBS, gym.spaces.Text(5), seed=0)
+    with pytest.raises(TypeError, match="numpy observations"):
+        text.compute_actions({"obs": torch.zeros((2, 2))})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,6 +89,14 @@ class RandomPolicy(Policy):
     ``np.random.Generator`` (seeded by ``seed``), with ``sample_space_batch``. The same seed
     and sequence of calls give the same actions. Has no weights and no extra fetches.
 
+    On the tensor path (``obs`` a torch tensor) the actions are torch tensors on ``obs``'s
+    device, of the space's dtype, drawn by torch with ``self.torch_random``: a generator
+    on that device, made at the first such call and seeded from ``seed`` (again when the
+    device changes), so no host read happens; the distributions are the numpy path's, the
+    draws are not. A batch that says its row count (an int ``num_rows``, the numpy
+    runner's row views) is taken as numpy. Discrete, MultiDiscrete, MultiBinary, Box,
+    Tuple and Dict spaces sample as tensors.
+
     >>> import gymnasium as gym, numpy as np
     >>> p = RandomPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4, start=1), seed=0)
     >>> actions, states, extra = p.compute_actions({"obs": np.zeros((5, 3), np.float32)})
@@ -97,7 +106,39 @@ class RandomPolicy(Policy):
     True
     """
 
+    torch_random: Any = None
+    """The ``torch.Generator`` of the tensor path (None until a call with tensor ``obs``)."""
+
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
         """One action per row of ``input_batch["obs"]`` (``explore`` is ignored)."""
+        torch = sys.modules.get("torch")  # tensors exist only once torch is imported
+        if torch is not None and type(getattr(input_batch, "num_rows", None)) is not int:
+            obs = input_batch.get("obs")
+            if isinstance(obs, torch.Tensor):
+                return self._compute_actions_tensor(obs), [], {}
         actions = sample_space_batch(self.action_space, batch_size(input_batch), self.np_random)
         return actions, [], {}
+
+    def _compute_actions_tensor(self, obs: Any) -> Any:
+        """Actions as tensors on ``obs``'s device (see the class docstring)."""
+        import torch
+
+        from rlconnect.policy.random_torch import sample_space_tensors
+
+        gen = self.torch_random
+        if gen is None or gen.device != obs.device:
+            gen = self.torch_random = torch.Generator(device=obs.device)
+            self._seed_torch(gen)
+        return sample_space_tensors(self.action_space, obs.shape[0], gen, obs.device)
+
+    def _seed_torch(self, gen: Any) -> None:
+        if self._seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(self._seed)
+
+    def seed(self, seed: int | None = None) -> None:
+        """Re-seed the numpy generator, and the torch one when there is one."""
+        super().seed(seed)
+        if self.torch_random is not None:
+            self._seed_torch(self.torch_random)
