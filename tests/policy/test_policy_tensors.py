@@ -134,6 +134,14 @@ def test_tensor_sampling_is_seeded(space: gym.Space) -> None:
     assert not all(torch.equal(runs[0][0], later) for later in runs[0][1:])
 
 
+def test_gaussian_mode_does_not_share_storage_with_the_dist_inputs() -> None:
+    policy = _mlp(SPACES["box"])
+    actions, _, extra = policy.compute_actions({"obs": _obs(4)}, explore=False)
+    before = extra["action_dist_inputs"].clone()
+    actions.clamp_(0.0, 0.0)  # an action connector clipping in place
+    assert torch.equal(extra["action_dist_inputs"], before)
+
+
 def test_vf_preds_equal_compute_values_on_tensors() -> None:
     policy = _mlp(SPACES["discrete"])
     obs = _obs(10)
@@ -408,3 +416,22 @@ def test_random_policy_keeps_numpy_for_numpy_input_and_refuses_odd_spaces() -> N
     text = RandomPolicy(RANDOM_OBS, gym.spaces.Text(5), seed=0)
     with pytest.raises(TypeError, match="numpy observations"):
         text.compute_actions({"obs": torch.zeros((2, 2))})
+
+
+def test_empty_tensor_batches() -> None:
+    policy = _mlp(SPACES["multi_mixed"])
+    actions, _, extra = policy.compute_actions({"obs": torch.zeros((0, 4))})
+    assert actions.shape == (0, 2) and extra["vf_preds"].shape == (0,)
+    assert policy.compute_values({"obs": torch.zeros((0, 4))}).shape == (0,)
+    lstm = _lstm()
+    empty = torch.zeros((0, 5))
+    actions, states, _ = lstm.compute_actions(_state_batch(torch.zeros((0, 4)), [empty, empty]))
+    assert actions.shape == (0,) and [s.shape for s in states] == [(0, 5), (0, 5)]
+
+
+def test_tensor_obs_with_numpy_state_gives_tensor_state_outs() -> None:
+    policy = _lstm()
+    zeros = np.zeros((3, 5), np.float32)
+    _, states, extra = policy.compute_actions(_state_batch(_obs(3), [zeros, zeros]))
+    assert all(isinstance(s, torch.Tensor) and s.dtype == torch.float32 for s in states)
+    assert extra["vf_preds"].shape == (3,)

@@ -1,4 +1,6 @@
-"""The policy interface: one batched call per step, numpy in and numpy out.
+"""The policy interface: one batched call per step, numpy in and numpy out (or, on the
+tensor path of batched simulators, torch tensors in and torch tensors out on the input's
+device: ``TorchPolicy``, ``MLPPolicy``, ``LSTMPolicy`` and ``RandomPolicy`` do both).
 
 A policy maps a batch of rows (all agents of one policy that act in this step, across all
 sub-environments) to actions. The runner calls it like this::

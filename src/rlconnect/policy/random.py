@@ -82,6 +82,12 @@ def sample_space_batch(space: gym.Space, n: int, rng: np.random.Generator) -> An
     return out
 
 
+def _is_tensor(x: Any) -> bool:
+    """True for a torch tensor (without importing torch: none exists before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
 class RandomPolicy(Policy):
     """Samples uniformly (per gymnasium's rules) from the action space; ignores observations.
 
@@ -111,13 +117,16 @@ class RandomPolicy(Policy):
 
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
         """One action per row of ``input_batch["obs"]`` (``explore`` is ignored)."""
-        torch = sys.modules.get("torch")  # tensors exist only once torch is imported
-        if torch is not None and type(getattr(input_batch, "num_rows", None)) is not int:
+        rows = getattr(input_batch, "num_rows", None)
+        if type(rows) is not int:
             obs = input_batch.get("obs")
-            if isinstance(obs, torch.Tensor):
+            if type(obs) is np.ndarray:
+                rows = obs.shape[0]
+            elif _is_tensor(obs):
                 return self._compute_actions_tensor(obs), [], {}
-        actions = sample_space_batch(self.action_space, batch_size(input_batch), self.np_random)
-        return actions, [], {}
+            else:
+                rows = batch_size(input_batch)  # nests, and the error for a missing obs
+        return sample_space_batch(self.action_space, rows, self.np_random), [], {}
 
     def _compute_actions_tensor(self, obs: Any) -> Any:
         """Actions as tensors on ``obs``'s device (see the class docstring)."""
