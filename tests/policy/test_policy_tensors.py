@@ -435,3 +435,25 @@ def test_tensor_obs_with_numpy_state_gives_tensor_state_outs() -> None:
     _, states, extra = policy.compute_actions(_state_batch(_obs(3), [zeros, zeros]))
     assert all(isinstance(s, torch.Tensor) and s.dtype == torch.float32 for s in states)
     assert extra["vf_preds"].shape == (3,)
+
+
+def test_lstm_to_keeps_numpy_and_tensor_paths_equal() -> None:
+    policy = _lstm(device=torch.device("cpu"))
+    assert policy.to(torch.device("cpu")) is policy
+    other = LSTMPolicy(OBS, SPACES["discrete"], hiddens=(8,), cell_size=5, vf_head=True, seed=5)
+    policy.set_weights(other.get_weights())
+    zeros = np.zeros((4, 5), np.float32)
+    obs = _obs(4)
+    numpy_values = policy.compute_values(_state_batch(obs.numpy(), [zeros, zeros]))
+    tensor_values = policy.compute_values(_state_batch(obs, [torch.zeros((4, 5))] * 2))
+    np.testing.assert_allclose(tensor_values.numpy(), numpy_values, atol=1e-5)
+    with pytest.raises(TypeError, match="needs a device"):
+        policy.to(None)
+
+
+def test_get_weights_are_copies() -> None:
+    policy = _mlp(SPACES["discrete"])
+    weights = policy.get_weights()
+    for w in weights.values():
+        w[...] = 0
+    assert any(np.abs(w).sum() > 0 for w in policy.get_weights().values())

@@ -227,7 +227,9 @@ class Policy(abc.ABC):
         :meth:`compute_actions`' input (``obs``, and ``state_in_*`` for recurrent policies:
         one step from that state). No gradient, no random number drawn; equals the
         ``vf_preds`` the policy records when sampling. Learner connectors (``GAE``,
-        ``DiscountedReturns``, ``VTrace``) call it for bootstrap values.
+        ``DiscountedReturns``, ``VTrace``) call it for bootstrap values. For a batch of
+        torch tensors (the tensor path) a policy that takes tensors returns a float32
+        tensor (B,) on the device of ``obs``.
 
         Raises:
             NotImplementedError: the policy has no value function (no value head).
@@ -241,7 +243,8 @@ class Policy(abc.ABC):
         """Log-probabilities (B,) float32 of the given ``actions`` under the policy's own
         action distribution, recomputed from ``input_batch`` (as :meth:`compute_actions`
         takes it). No gradient, no random number drawn. ``VTrace`` uses it for the target
-        policy's log-probabilities of recorded actions.
+        policy's log-probabilities of recorded actions. Tensor input gives a float32
+        tensor (B,) on the device of ``obs`` (policies that take tensors).
 
         Raises:
             NotImplementedError: the policy has no action distribution.

@@ -344,7 +344,7 @@ class TorchPolicy(Policy):
     def get_weights(self) -> dict[str, np.ndarray]:
         """Copies of the model's ``state_dict`` as numpy arrays, keyed by its names (on the
         host, whatever the policy's device)."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        return {k: _host_copy(v.detach()) for k, v in self.model.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         """Copy ``weights`` (numpy arrays, read-only ones included, or tensors on any
@@ -371,6 +371,11 @@ class TorchPolicy(Policy):
         """Constructor kwargs besides the model and spaces (the model itself is not JSON;
         ``device`` is left out so that the spec rebuilds on any machine)."""
         return super().get_config()
+
+
+def _host_copy(t: torch.Tensor) -> np.ndarray:
+    """A numpy copy of ``t`` that shares nothing with it (one copy from any device)."""
+    return t.numpy().copy() if t.device.type == "cpu" else t.cpu().numpy()
 
 
 def _obs_column(input_batch: Mapping[str, Any]) -> Any:
