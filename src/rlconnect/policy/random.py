@@ -114,6 +114,7 @@ class RandomPolicy(Policy):
 
     torch_random: Any = None
     """The ``torch.Generator`` of the tensor path (None until a call with tensor ``obs``)."""
+    _sampler: Any = None  # its TensorSampler (the space's constants on the device)
 
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
         """One action per row of ``input_batch["obs"]`` (``explore`` is ignored)."""
@@ -130,15 +131,17 @@ class RandomPolicy(Policy):
 
     def _compute_actions_tensor(self, obs: Any) -> Any:
         """Actions as tensors on ``obs``'s device (see the class docstring)."""
-        import torch
+        sampler = self._sampler
+        if sampler is None or sampler.gen is not self.torch_random or sampler.device != obs.device:
+            import torch
 
-        from rlconnect.policy.random_torch import sample_space_tensors
+            from rlconnect.policy.random_torch import TensorSampler
 
-        gen = self.torch_random
-        if gen is None or gen.device != obs.device:
-            gen = self.torch_random = torch.Generator(device=obs.device)
-            self._seed_torch(gen)
-        return sample_space_tensors(self.action_space, obs.shape[0], gen, obs.device)
+            if self.torch_random is None or self.torch_random.device != obs.device:
+                self.torch_random = torch.Generator(device=obs.device)
+                self._seed_torch(self.torch_random)
+            sampler = self._sampler = TensorSampler(self.torch_random)
+        return sampler.sample(self.action_space, obs.shape[0])
 
     def _seed_torch(self, gen: Any) -> None:
         if self._seed is None:
