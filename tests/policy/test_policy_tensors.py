@@ -67,6 +67,8 @@ class HostReads(TorchFunctionMode):
 
 #: every device here: the CPU, and a GPU where there is one (CI runs on the CPU)
 DEVICES = ["cpu", *(["cuda:0"] if torch.cuda.is_available() else [])]
+#: a device this machine does not have
+ABSENT = "cuda:99" if torch.cuda.is_available() else "cuda:0"
 
 
 def _obs(rows: int = 6, seed: int = 0, device: str = "cpu") -> torch.Tensor:
@@ -363,11 +365,17 @@ def test_to_moves_and_reseeds_the_torch_generator() -> None:
 
 @pytest.mark.parametrize(
     ("device", "error", "match"),
-    [(3, TypeError, "device must be a str"), ("gpu0", ValueError, "not a torch device")],
+    [
+        (3, TypeError, "device must be a str"),
+        ("gpu0", ValueError, "not a torch device"),
+        (ABSENT, ValueError, f"cannot run on device '{ABSENT}' here.*pass a device"),
+    ],
 )
 def test_bad_device_is_named(device: Any, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         MLPPolicy(OBS, SPACES["discrete"], device=device)
+    with pytest.raises(error, match=match):
+        _mlp(SPACES["discrete"]).to(device)
 
 
 # -- RandomPolicy ---------------------------------------------------------------------------

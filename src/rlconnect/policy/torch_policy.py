@@ -145,12 +145,9 @@ class TorchPolicy(Policy):
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model)}")
-        target = as_device(device, type(self).__name__)
         self.dist = ActionDistSpec(action_space)
-        self.model = model if target is None else model.to(target)
-        first = next(iter(model.parameters()), None)
-        self.device = first.device if first is not None else (target or torch.device("cpu"))
-        self.torch_random = torch.Generator(device=self.device)
+        self.model = model
+        self._place(as_device(device, type(self).__name__))
         super().__init__(observation_space, action_space, config, seed=seed)
         self.model.eval()
         get_initial_state = getattr(model, "get_initial_state", None)
@@ -167,13 +164,30 @@ class TorchPolicy(Policy):
         target = as_device(device, type(self).__name__)
         if target is None:
             raise TypeError(f"{type(self).__name__}.to needs a device such as 'cpu', got None")
-        self.model.to(target)
-        first = next(iter(self.model.parameters()), None)
-        self.device = first.device if first is not None else target
-        self.torch_random = torch.Generator(device=self.device)
+        self._place(target)
         self._seed_torch()
         self._on_weights_changed()
         return self
+
+    def _place(self, target: torch.device | None) -> None:
+        """Move the model to ``target`` (None: leave it) and set ``device`` and a fresh,
+        unseeded ``torch_random`` there.
+
+        Raises:
+            ValueError: the device does not exist here, naming it and what to pass instead.
+        """
+        try:
+            if target is not None:
+                self.model.to(target)
+            first = next(iter(self.model.parameters()), None)
+            self.device = first.device if first is not None else (target or torch.device("cpu"))
+            self.torch_random = torch.Generator(device=self.device)
+        except (RuntimeError, AssertionError) as err:  # torch's words for a missing device
+            have = "'cpu'" + (", 'cuda:0'" if torch.cuda.is_available() else "")
+            raise ValueError(
+                f"{type(self).__name__}: cannot run on device {str(target)!r} here ({err}); "
+                f"pass a device this machine has ({have}), or device=None"
+            ) from err
 
     # -- seeding -------------------------------------------------------------------------
 
