@@ -514,3 +514,22 @@ def test_outputs_come_back_to_the_inputs_device(policy_device: str, data_device:
     logp = policy.compute_log_likelihoods(here, acts)
     assert logp.device == torch.device(data_device)
     np.testing.assert_allclose(_host(logp), _host(extra["action_logp"]), atol=1e-5)
+
+
+def test_read_only_inputs_do_not_warn() -> None:
+    """Batches read from files or Ray's object store hold read-only arrays."""
+    policy = _lstm()
+    batch = {
+        k: v.copy()
+        for k, v in _state_batch(_host(_obs(4)), [np.zeros((4, 5), np.float32)] * 2).items()
+    }
+    actions = policy.compute_actions(batch)[0]
+    policy.numpy_threshold = 0  # the torch path, where read-only arrays would warn
+    for value in [*batch.values(), actions]:
+        value.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logp = policy.compute_log_likelihoods(batch, actions)
+        policy.compute_values(batch)
+        policy.compute_actions(batch)
+    assert logp.shape == (4,)

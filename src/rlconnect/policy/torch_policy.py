@@ -48,10 +48,10 @@ def to_float_tensor(x: Any, device: torch.device | None = None) -> torch.Tensor:
     return t if device is None or device.type == "cpu" else t.to(device)
 
 
-def writable_weight(value: Any) -> Any:
-    """A weight as ``Tensor.copy_`` takes it without torch's "NumPy array is not writable"
-    warning: a tensor as it is, a writable array as a view, a read-only one (what Ray's
-    object store hands out) copied once."""
+def quiet_tensor(value: Any) -> torch.Tensor:
+    """``value`` as a tensor without torch's "NumPy array is not writable" warning: a
+    tensor as it is, a writable array as a view, a read-only one (what Ray's object store
+    and memory-mapped files hand out) copied once."""
     if isinstance(value, torch.Tensor):
         return value
     arr = np.asarray(value)
@@ -334,9 +334,7 @@ class TorchPolicy(Policy):
         with torch.no_grad() if on_tensors else torch.inference_mode():
             dist_inputs, _, _ = self.forward(input_batch)
             self.dist.check_inputs(dist_inputs.shape, b)
-            if not isinstance(actions, torch.Tensor):
-                actions = np.asarray(actions)
-            acts = torch.as_tensor(actions, device=dist_inputs.device)
+            acts = quiet_tensor(actions).to(dist_inputs.device)
             logp = self.dist.logp_torch(dist_inputs.to(torch.float32), acts)
         if on_tensors:
             return logp.to(device=obs.device, dtype=torch.float32)
@@ -375,7 +373,7 @@ class TorchPolicy(Policy):
         )
         with torch.no_grad():
             for name, target in state.items():
-                target.copy_(writable_weight(weights[name]))
+                target.copy_(quiet_tensor(weights[name]))
         self._on_weights_changed()
 
     def _on_weights_changed(self) -> None:
