@@ -128,6 +128,7 @@ class TorchPolicy(Policy):
 
     Raises:
         TypeError: if the action space is not Discrete, MultiDiscrete or Box.
+        ValueError: ``device`` is no torch device, or one this machine does not have.
     """
 
     numpy_sampling_rows = 4096
@@ -160,6 +161,9 @@ class TorchPolicy(Policy):
         ``self.torch_random`` becomes a generator on the new device, seeded again from
         ``seed`` (a generator's state does not carry across device types), so the torch
         draws after a move restart from the seed; ``np_random`` is kept.
+
+        Raises:
+            ValueError: as for ``device=`` at construction.
         """
         target = as_device(device, type(self).__name__)
         if target is None:
