@@ -1,4 +1,6 @@
-"""The policy interface: one batched call per step, numpy in and numpy out.
+"""The policy interface: one batched call per step, numpy in and numpy out (or, on the
+tensor path of batched simulators, torch tensors in and torch tensors out on the input's
+device: ``TorchPolicy``, ``MLPPolicy``, ``LSTMPolicy`` and ``RandomPolicy`` do both).
 
 A policy maps a batch of rows (all agents of one policy that act in this step, across all
 sub-environments) to actions. The runner calls it like this::
@@ -225,7 +227,9 @@ class Policy(abc.ABC):
         :meth:`compute_actions`' input (``obs``, and ``state_in_*`` for recurrent policies:
         one step from that state). No gradient, no random number drawn; equals the
         ``vf_preds`` the policy records when sampling. Learner connectors (``GAE``,
-        ``DiscountedReturns``, ``VTrace``) call it for bootstrap values.
+        ``DiscountedReturns``, ``VTrace``) call it for bootstrap values. For a batch of
+        torch tensors (the tensor path) a policy that takes tensors returns a float32
+        tensor (B,) on the device of ``obs``.
 
         Raises:
             NotImplementedError: the policy has no value function (no value head).
@@ -239,7 +243,8 @@ class Policy(abc.ABC):
         """Log-probabilities (B,) float32 of the given ``actions`` under the policy's own
         action distribution, recomputed from ``input_batch`` (as :meth:`compute_actions`
         takes it). No gradient, no random number drawn. ``VTrace`` uses it for the target
-        policy's log-probabilities of recorded actions.
+        policy's log-probabilities of recorded actions. Tensor input gives a float32
+        tensor (B,) on the device of ``obs`` (policies that take tensors).
 
         Raises:
             NotImplementedError: the policy has no action distribution.

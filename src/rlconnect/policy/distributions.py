@@ -196,7 +196,7 @@ class ActionDistSpec:
             a = mean + log_std.exp() * noise
             logp = (-0.5 * noise.square() - log_std).sum(dim=1) - self.dim * _HALF_LOG_2PI
         else:
-            a = mean
+            a = mean.clone()  # own storage: clipping actions in place keeps the inputs
             logp = -log_std.sum(dim=1) - self.dim * _HALF_LOG_2PI
         return a, logp
 

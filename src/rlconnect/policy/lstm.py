@@ -59,6 +59,7 @@ class LSTMModel(nn.Module):
         vf_head: bool = False,
     ) -> None:
         super().__init__()
+        self.in_dim = in_dim
         layers: list[nn.Module] = []
         width = in_dim
         for h in hiddens:
@@ -112,7 +113,7 @@ class LSTMModel(nn.Module):
     def forward(self, obs: torch.Tensor, state: Sequence[torch.Tensor]) -> tuple[Any, ...]:
         """One step: obs ``(B, *shape)``, ``[h, c]`` ``(B, cell_size)`` ->
         ``(dist_inputs (B, w), [h, c])`` plus values ``(B,)`` with a value head."""
-        x = self.encoder(self._float(obs).reshape(obs.shape[0], -1))
+        x = self.encoder(self._float(obs).reshape(obs.shape[0], self.in_dim))  # 0 rows too
         h0, c0 = (self._float(s)[None] for s in state)
         out, (h, c) = self.lstm(x[:, None], (h0, c0))
         return self._outputs(out[:, 0], [h[0], c[0]])

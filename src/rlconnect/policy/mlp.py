@@ -125,6 +125,7 @@ class MLPModel(nn.Module):
         vf_head: bool = False,
     ) -> None:
         super().__init__()
+        self.in_dim = in_dim
         self.pi = _mlp(in_dim, hiddens, out_dim, activation)
         self.vf = _mlp(in_dim, hiddens, 1, activation) if vf_head else None
 
@@ -141,7 +142,7 @@ class MLPModel(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """(B, *shape) -> dist_inputs (B, out_dim) [, value (B,)]."""
-        x = obs.reshape(obs.shape[0], -1)
+        x = obs.reshape(obs.shape[0], self.in_dim)  # not -1: a batch may have 0 rows
         out = self.pi(x)
         if self.vf is None:
             return out
@@ -190,6 +191,13 @@ class MLPPolicy(TorchPolicy):
     >>> actions.dtype, sorted(extra)
     (dtype('int64'), ['action_dist_inputs', 'action_logp'])
     >>> rebuilt = MLPPolicy(p.observation_space, p.action_space, **p.get_config())
+
+    Tensor observations (the tensor path) give tensors on their device:
+
+    >>> import torch
+    >>> actions, _, extra = p.compute_actions({"obs": torch.zeros((3, 4))})
+    >>> actions.dtype, extra["action_logp"].dtype, actions.device.type
+    (torch.int64, torch.float32, 'cpu')
 
     Args:
         observation_space: a Box.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,12 +82,26 @@ def sample_space_batch(space: gym.Space, n: int, rng: np.random.Generator) -> An
     return out
 
 
+def _is_tensor(x: Any) -> bool:
+    """True for a torch tensor (without importing torch: none exists before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
 class RandomPolicy(Policy):
     """Samples uniformly (per gymnasium's rules) from the action space; ignores observations.
 
     Vectorized: each call draws its rows at once from the policy's own
     ``np.random.Generator`` (seeded by ``seed``), with ``sample_space_batch``. The same seed
     and sequence of calls give the same actions. Has no weights and no extra fetches.
+
+    On the tensor path (``obs`` a torch tensor) the actions are torch tensors on ``obs``'s
+    device, of the space's dtype, drawn by torch with ``self.torch_random``: a generator
+    on that device, made at the first such call and seeded from ``seed`` (again when the
+    device changes), so no host read happens; the distributions are the numpy path's, the
+    draws are not. A batch that says its row count (an int ``num_rows``, the numpy
+    runner's row views) is taken as numpy. Discrete, MultiDiscrete, MultiBinary, Box,
+    Tuple and Dict spaces sample as tensors.
 
     >>> import gymnasium as gym, numpy as np
     >>> p = RandomPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4, start=1), seed=0)
@@ -97,7 +112,45 @@ class RandomPolicy(Policy):
     True
     """
 
+    torch_random: Any = None
+    """The ``torch.Generator`` of the tensor path (None until a call with tensor ``obs``)."""
+    _sampler: Any = None  # its TensorSampler (the space's constants on the device)
+
     def compute_actions(self, input_batch: Mapping[str, Any], explore: bool = True) -> PolicyOutput:
         """One action per row of ``input_batch["obs"]`` (``explore`` is ignored)."""
-        actions = sample_space_batch(self.action_space, batch_size(input_batch), self.np_random)
-        return actions, [], {}
+        rows = getattr(input_batch, "num_rows", None)
+        if type(rows) is not int:
+            obs = input_batch.get("obs")
+            if type(obs) is np.ndarray:
+                rows = obs.shape[0]
+            elif _is_tensor(obs):
+                return self._compute_actions_tensor(obs), [], {}
+            else:
+                rows = batch_size(input_batch)  # nests, and the error for a missing obs
+        return sample_space_batch(self.action_space, rows, self.np_random), [], {}
+
+    def _compute_actions_tensor(self, obs: Any) -> Any:
+        """Actions as tensors on ``obs``'s device (see the class docstring)."""
+        sampler = self._sampler
+        if sampler is None or sampler.gen is not self.torch_random or sampler.device != obs.device:
+            import torch
+
+            from rlconnect.policy.random_torch import TensorSampler
+
+            if self.torch_random is None or self.torch_random.device != obs.device:
+                self.torch_random = torch.Generator(device=obs.device)
+                self._seed_torch(self.torch_random)
+            sampler = self._sampler = TensorSampler(self.torch_random)
+        return sampler.sample(self.action_space, obs.shape[0])
+
+    def _seed_torch(self, gen: Any) -> None:
+        if self._seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(self._seed)
+
+    def seed(self, seed: int | None = None) -> None:
+        """Re-seed the numpy generator, and the torch one when there is one."""
+        super().seed(seed)
+        if self.torch_random is not None:
+            self._seed_torch(self.torch_random)

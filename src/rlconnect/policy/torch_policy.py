@@ -48,10 +48,10 @@ def to_float_tensor(x: Any, device: torch.device | None = None) -> torch.Tensor:
     return t if device is None or device.type == "cpu" else t.to(device)
 
 
-def writable_weight(value: Any) -> Any:
-    """A weight as ``Tensor.copy_`` takes it without torch's "NumPy array is not writable"
-    warning: a tensor as it is, a writable array as a view, a read-only one (what Ray's
-    object store hands out) copied once."""
+def quiet_tensor(value: Any) -> torch.Tensor:
+    """``value`` as a tensor without torch's "NumPy array is not writable" warning: a
+    tensor as it is, a writable array as a view, a read-only one (what Ray's object store
+    and memory-mapped files hand out) copied once."""
     if isinstance(value, torch.Tensor):
         return value
     arr = np.asarray(value)
@@ -128,6 +128,7 @@ class TorchPolicy(Policy):
 
     Raises:
         TypeError: if the action space is not Discrete, MultiDiscrete or Box.
+        ValueError: ``device`` is no torch device, or one this machine does not have.
     """
 
     numpy_sampling_rows = 4096
@@ -145,12 +146,9 @@ class TorchPolicy(Policy):
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model)}")
-        target = as_device(device, type(self).__name__)
         self.dist = ActionDistSpec(action_space)
-        self.model = model if target is None else model.to(target)
-        first = next(iter(model.parameters()), None)
-        self.device = first.device if first is not None else (target or torch.device("cpu"))
-        self.torch_random = torch.Generator(device=self.device)
+        self.model = model
+        self._place(as_device(device, type(self).__name__))
         super().__init__(observation_space, action_space, config, seed=seed)
         self.model.eval()
         get_initial_state = getattr(model, "get_initial_state", None)
@@ -163,17 +161,37 @@ class TorchPolicy(Policy):
         ``self.torch_random`` becomes a generator on the new device, seeded again from
         ``seed`` (a generator's state does not carry across device types), so the torch
         draws after a move restart from the seed; ``np_random`` is kept.
+
+        Raises:
+            ValueError: as for ``device=`` at construction.
         """
         target = as_device(device, type(self).__name__)
         if target is None:
             raise TypeError(f"{type(self).__name__}.to needs a device such as 'cpu', got None")
-        self.model.to(target)
-        first = next(iter(self.model.parameters()), None)
-        self.device = first.device if first is not None else target
-        self.torch_random = torch.Generator(device=self.device)
+        self._place(target)
         self._seed_torch()
         self._on_weights_changed()
         return self
+
+    def _place(self, target: torch.device | None) -> None:
+        """Move the model to ``target`` (None: leave it) and set ``device`` and a fresh,
+        unseeded ``torch_random`` there.
+
+        Raises:
+            ValueError: the device does not exist here, naming it and what to pass instead.
+        """
+        try:
+            if target is not None:
+                self.model.to(target)
+            first = next(iter(self.model.parameters()), None)
+            self.device = first.device if first is not None else (target or torch.device("cpu"))
+            self.torch_random = torch.Generator(device=self.device)
+        except (RuntimeError, AssertionError) as err:  # torch's words for a missing device
+            have = "'cpu'" + (", 'cuda:0'" if torch.cuda.is_available() else "")
+            raise ValueError(
+                f"{type(self).__name__}: cannot run on device {str(target)!r} here ({err}); "
+                f"pass a device this machine has ({have}), or device=None"
+            ) from err
 
     # -- seeding -------------------------------------------------------------------------
 
@@ -320,9 +338,7 @@ class TorchPolicy(Policy):
         with torch.no_grad() if on_tensors else torch.inference_mode():
             dist_inputs, _, _ = self.forward(input_batch)
             self.dist.check_inputs(dist_inputs.shape, b)
-            if not isinstance(actions, torch.Tensor):
-                actions = np.asarray(actions)
-            acts = torch.as_tensor(actions, device=dist_inputs.device)
+            acts = quiet_tensor(actions).to(dist_inputs.device)
             logp = self.dist.logp_torch(dist_inputs.to(torch.float32), acts)
         if on_tensors:
             return logp.to(device=obs.device, dtype=torch.float32)
@@ -344,7 +360,7 @@ class TorchPolicy(Policy):
     def get_weights(self) -> dict[str, np.ndarray]:
         """Copies of the model's ``state_dict`` as numpy arrays, keyed by its names (on the
         host, whatever the policy's device)."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        return {k: _host_copy(v.detach()) for k, v in self.model.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, Any]) -> None:
         """Copy ``weights`` (numpy arrays, read-only ones included, or tensors on any
@@ -361,7 +377,7 @@ class TorchPolicy(Policy):
         )
         with torch.no_grad():
             for name, target in state.items():
-                target.copy_(writable_weight(weights[name]))
+                target.copy_(quiet_tensor(weights[name]))
         self._on_weights_changed()
 
     def _on_weights_changed(self) -> None:
@@ -371,6 +387,11 @@ class TorchPolicy(Policy):
         """Constructor kwargs besides the model and spaces (the model itself is not JSON;
         ``device`` is left out so that the spec rebuilds on any machine)."""
         return super().get_config()
+
+
+def _host_copy(t: torch.Tensor) -> np.ndarray:
+    """A numpy copy of ``t`` that shares nothing with it (one copy from any device)."""
+    return t.numpy().copy() if t.device.type == "cpu" else t.cpu().numpy()
 
 
 def _obs_column(input_batch: Mapping[str, Any]) -> Any:
