@@ -19,6 +19,10 @@ Hyper-parameters: 512 sub-envs x 16 steps per batch, 4 epochs of minibatches of 
 lr 1e-3 decaying linearly over ``--max-steps``, clip 0.2, gamma 0.99, lambda 0.95. It
 stops when the mean return of the last 200 episodes reaches 475 (CartPole-v1's "solved").
 
+Measured: ``python examples/ppo_tensor.py`` (seed 0, one torch thread, CPU) solved in
+1,163,264 env steps, 300 s of wall time on a shared 2-core VM at a load average of 10-13
+(other jobs running); the env steps vary across machines as training's float sums do.
+
 Run::
 
     python examples/ppo_tensor.py                 # train until solved

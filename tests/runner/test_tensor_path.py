@@ -101,6 +101,34 @@ def test_rows_equal_the_numpy_path_on_the_same_episodes(mode: Any) -> None:
     assert ended >= n  # the comparison crossed episode ends
 
 
+def test_stateful_connectors_give_the_numpy_path_rows() -> None:
+    """A MeanStdFilter and a FrameStack on the tensor path (two pipeline calls a round,
+    the second masked to the new episodes) record what the numpy path records."""
+    n, t = 6, 60
+    config = {"observation_filter": "MeanStdFilter", "framestack": 3, "explore": False}
+    tensor_env = BatchedCartPole(n, autoreset_mode=SAME)
+    space = gym.spaces.Box(-np.inf, np.inf, (3, 4), np.float32)
+    tp = rc.MLPPolicy(space, tensor_env.single_action_space, seed=0)
+    np_policy = rc.MLPPolicy(space, tensor_env.single_action_space, seed=0)
+    np_policy.set_weights(tp.get_weights())
+    tb = _runner(tensor_env, tp, rollout_fragment_length=t, **config).sample()
+    nb = _runner(
+        NumpyView(BatchedCartPole(n, autoreset_mode=SAME)),
+        np_policy,
+        rollout_fragment_length=2 * t,
+        tensor=False,
+        **config,
+    ).sample()
+    ended = 0
+    for e in range(n):
+        mine = {k: v[tb["env_id"] == e].numpy() for k, v in tb.items()}
+        theirs = {k: v[nb["env_id"] == e][:t] for k, v in nb.items() if k != "infos"}
+        for col in ("obs", "new_obs", "actions", "rewards", "t"):
+            np.testing.assert_allclose(mine[col], theirs[col], rtol=1e-5, atol=1e-5, err_msg=col)
+        ended += int(mine["terminateds"].sum())
+    assert ended >= n // 2  # the comparison crossed episode ends (new stacks, masked)
+
+
 def test_a_round_reads_nothing_and_a_sample_reads_once() -> None:
     env = BatchedCartPole(64, autoreset_mode=SAME)
     runner = _runner(env, rollout_fragment_length=16)
