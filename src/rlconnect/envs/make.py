@@ -88,6 +88,10 @@ def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
     first = creator(s.context(0))
     if isinstance(first, BaseEnv):
         return first
+    if isinstance(first, gym.vector.VectorEnv):  # one env of all the sub-envs (the tensor
+        return _from_vector_env(first, s)  # path's simulators: each runner builds its own)
+    if is_vmas(first):
+        return VmasEnv(first)
     if isinstance(first, ExternalEnv):
         return _external(first, s)
     envs = [first, *(creator(s.context(i)) for i in range(1, s.num_envs))]
