@@ -128,6 +128,10 @@ def torchrl_cartpole(n: int, t_len: int) -> Fragment:
             )
             self.action_spec = Categorical(2, shape=(n,), dtype=torch.int64)
             self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32)
+            flag = Categorical(2, shape=(n, 1), dtype=torch.bool)
+            self.full_done_spec = Composite(
+                done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=(n,)
+            )
 
         def _reset(self, td: Any = None, **kwargs: Any) -> Any:
             mask = None if td is None else td.get("_reset", None)
@@ -135,7 +139,7 @@ def torchrl_cartpole(n: int, t_len: int) -> Fragment:
             obs, _ = self.sim.reset(options=options)
             flag = torch.zeros(n, 1, dtype=torch.bool)
             return TensorDict(
-                {"observation": obs, "done": flag, "terminated": flag.clone()},
+                {"observation": obs, "done": flag, "terminated": flag, "truncated": flag},
                 batch_size=self.batch_size,
             )
 
