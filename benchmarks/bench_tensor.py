@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import torch
 from _common import machine, median_range, print_table, ratios, take_turns
 from torch import nn
@@ -268,9 +270,16 @@ def hand_vmas(n: int, t_len: int) -> Fragment:
     return fragment
 
 
+def gymnasium_box(space: Any) -> gym.spaces.Box:
+    """VMAS's old-gym Box as a gymnasium Box (what rlconnect's policies take)."""
+    low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
+    return gym.spaces.Box(low, high, dtype=np.float32)
+
+
 def rlconnect_vmas(n: int, t_len: int) -> Fragment:
     env = make_vmas(n)
-    policy = mlp_policy(env.observation_space[0], env.action_space[0])
+    obs_space, act_space = gymnasium_box(env.observation_space[0]), env.action_space[0]
+    policy = mlp_policy(obs_space, gymnasium_box(act_space))
     return rlconnect_runner(env, policy, t_len, n)
 
 
