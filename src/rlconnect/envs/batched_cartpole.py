@@ -54,6 +54,10 @@ class BatchedCartPole(gym.vector.VectorEnv):
       the sub-envs where the bool tensor ``mask`` is True (an all-False mask is a no-op
       that costs a few tensor ops, no host read).
 
+    NEXT_STEP is the default, as in gymnasium, so that the env compares step for step
+    with ``gymnasium.make_vec("CartPole-v1")``; rlconnect's tensor path takes SAME_STEP
+    or DISABLED (it refuses NEXT_STEP, naming the fix).
+
     Randomness comes from one ``torch.Generator`` on ``device``, seeded by
     ``reset(seed=...)``. ``state`` (N, 4) and ``elapsed_steps`` (N,) are plain tensors a
     test may set by hand.
