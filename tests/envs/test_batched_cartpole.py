@@ -88,7 +88,7 @@ def test_truncates_at_500_steps_like_the_time_limit() -> None:
         results = [g.step(a) for g, a in zip(gyms, (0, 1), strict=True)]
         assert trunc.tolist() == [r[3] for r in results] == expected
         assert term.tolist() == [r[2] for r in results] == [False, False]
-        np.testing.assert_allclose(obs.numpy(), np.stack([r[0] for r in results]), rtol=1e-6)
+        np.testing.assert_array_equal(obs.numpy(), np.stack([r[0] for r in results]))
 
 
 def _set_elapsed(env: gym.Env, k: int) -> None:
@@ -118,7 +118,7 @@ def test_next_step_mode_matches_gymnasium_vector_cartpole() -> None:
         np.testing.assert_array_equal(tr.numpy(), gtr)
         fresh = gr == 0.0  # reset steps: their reset draws come from another RNG
         resets += int(fresh.sum())
-        np.testing.assert_allclose(o.numpy()[~fresh], go[~fresh], rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(o.numpy()[~fresh], go[~fresh])
         assert np.all(np.abs(o.numpy()[fresh]) <= 0.05)
         # Keep the two in the same state so later steps stay comparable.
         theirs.unwrapped.state = ours.state.numpy().T.copy()
@@ -143,7 +143,19 @@ def test_next_step_returns_the_reset_obs_with_zero_reward_and_ignores_the_action
     expected.state = env.state[1:2].clone()
     o1, *_ = expected.step(torch.tensor([0]))
     o3, *_ = env.step(torch.tensor([1, 0, 1]))
-    torch.testing.assert_close(o3[1:2], o1)
+    assert torch.equal(o3[1:2], o1)
+
+
+def test_next_step_mode_starts_over_after_a_truncation() -> None:
+    env = BatchedCartPole(2, max_episode_steps=500)
+    env.reset(seed=4)
+    env.elapsed_steps[0] = 499
+    _, rew, term, trunc, _ = env.step(torch.tensor([0, 1]))
+    assert trunc.tolist() == [True, False] and term.tolist() == [False, False]
+    assert rew.tolist() == [1.0, 1.0]
+    obs, rew, term, trunc, _ = env.step(torch.tensor([0, 1]))
+    assert rew.tolist() == [0.0, 1.0] and trunc.tolist() == [False, False]
+    assert env.elapsed_steps.tolist() == [0, 2] and torch.all(obs[0].abs() <= 0.05)
 
 
 def test_same_step_mode_resets_at_once_and_reports_the_final_obs() -> None:
@@ -166,8 +178,8 @@ def test_same_step_mode_resets_at_once_and_reports_the_final_obs() -> None:
     stepped.reset()
     stepped.state = before
     want, *_ = stepped.step(torch.tensor([0, 0, 0, 0]))
-    torch.testing.assert_close(final[done], want[done])
-    torch.testing.assert_close(obs[~done], want[~done])
+    assert torch.equal(final[done], want[done])
+    assert torch.equal(obs[~done], want[~done])
     assert torch.all(obs[done].abs() <= 0.05) and abs(final[2, 0].item()) > 2.4
     assert env.elapsed_steps.tolist() == [1, 1, 0, 0]
 
@@ -180,10 +192,10 @@ def test_disabled_mode_resets_only_the_masked_sub_envs() -> None:
     mask = torch.tensor([True, False, False, True])
     new, infos = env.reset(options={"reset_mask": mask})
     assert infos == {} and env.elapsed_steps.tolist() == [0, 3, 3, 0]
-    torch.testing.assert_close(new[~mask], obs[~mask])
+    assert torch.equal(new[~mask], obs[~mask])
     assert torch.all(new[mask].abs() <= 0.05) and not torch.equal(new[mask], obs[mask])
     same, _ = env.reset(options={"reset_mask": torch.zeros(4, dtype=torch.bool)})
-    torch.testing.assert_close(same, new)
+    assert torch.equal(same, new)
     with pytest.raises(ValueError, match="reset_mask must be a bool tensor shaped"):
         env.reset(options={"reset_mask": torch.ones(3, dtype=torch.bool)})
 
@@ -192,7 +204,7 @@ def test_seeded_resets_repeat_and_differ_across_seeds() -> None:
     a, b = BatchedCartPole(8, autoreset_mode="same_step"), BatchedCartPole(8, "cpu", "same_step")
     oa, _ = a.reset(seed=7)
     ob, _ = b.reset(seed=7)
-    torch.testing.assert_close(oa, ob)
+    assert torch.equal(oa, ob)
     oc, _ = b.reset(seed=8)
     assert not torch.equal(oa, oc)
     assert torch.all(oa.abs() <= 0.05)

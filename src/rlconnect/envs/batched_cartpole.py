@@ -54,6 +54,10 @@ class BatchedCartPole(gym.vector.VectorEnv):
       the sub-envs where the bool tensor ``mask`` is True (an all-False mask is a no-op
       that costs a few tensor ops, no host read).
 
+    NEXT_STEP is the default, as in gymnasium, so that the env compares step for step
+    with ``gymnasium.make_vec("CartPole-v1")``; rlconnect's tensor path takes SAME_STEP
+    or DISABLED (it refuses NEXT_STEP, naming the fix).
+
     Randomness comes from one ``torch.Generator`` on ``device``, seeded by
     ``reset(seed=...)``. ``state`` (N, 4) and ``elapsed_steps`` (N,) are plain tensors a
     test may set by hand.
@@ -102,7 +106,6 @@ class BatchedCartPole(gym.vector.VectorEnv):
         self.state: torch.Tensor | None = None
         self.elapsed_steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         self.prev_done = torch.zeros(num_envs, dtype=torch.bool, device=self.device)
-        self._reward = torch.ones(num_envs, dtype=torch.float32, device=self.device)
 
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
@@ -147,11 +150,11 @@ class BatchedCartPole(gym.vector.VectorEnv):
         terminated = (state[:, 0].abs() > X_THRESHOLD) | (state[:, 2].abs() > THETA_THRESHOLD)
         self.elapsed_steps += 1
         truncated = self.elapsed_steps >= self.max_episode_steps
-        reward = self._reward
+        reward = torch.ones(self.num_envs, dtype=torch.float32, device=self.device)
         infos: dict[str, Any] = {}
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            state, reward, terminated, truncated = self._reset_previous(
-                state, terminated, truncated
+            state, terminated, truncated = self._reset_previous(
+                state, reward, terminated, truncated
             )
         elif self.autoreset_mode == AutoresetMode.SAME_STEP:
             done = terminated | truncated
@@ -159,21 +162,25 @@ class BatchedCartPole(gym.vector.VectorEnv):
             state = torch.where(done[:, None], self._fresh(), state)
             self.elapsed_steps.masked_fill_(done, 0)
         self.state = state
-        return state.to(torch.float32), reward.clone(), terminated, truncated, infos
+        return state.to(torch.float32), reward, terminated, truncated, infos
 
     def _reset_previous(
-        self, state: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        self,
+        state: torch.Tensor,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """NEXT_STEP: sub-envs that ended at the previous step start their new episode
-        now (reward 0, flags False, their action ignored)."""
+        now (reward 0 written into ``reward``, flags False, their action ignored)."""
         prev = self.prev_done
         state = torch.where(prev[:, None], self._fresh(), state)
         self.elapsed_steps.masked_fill_(prev, 0)
-        reward = self._reward.masked_fill(prev, 0.0)
+        reward.masked_fill_(prev, 0.0)
         terminated = terminated & ~prev
         truncated = truncated & ~prev
         self.prev_done = terminated | truncated
-        return state, reward, terminated, truncated
+        return state, terminated, truncated
 
     def _fresh(self) -> torch.Tensor:
         """A reset state for every sub-env, uniform in (-0.05, 0.05)."""
