@@ -6,8 +6,10 @@ ops), N = 4,096 sub-envs, a 64x64 tanh MLP with categorical sampling, one CPU th
 T = 64 steps per fragment. Contenders, alternated round by round:
 
 - ``hand loop``: the simulator in SAME_STEP mode, one forward pass and one sample per step,
-  the rows (obs, actions, rewards, terminateds, truncateds, new_obs with the final obs of
-  ended sub-envs, action_logp, action_dist_inputs) written into preallocated [T, N] tensors;
+  the rows rlconnect records (obs, actions, rewards, terminateds, truncateds, new_obs with
+  the final obs of ended sub-envs, action_logp, action_dist_inputs, eps_id, t) written into
+  preallocated [T, N] tensors, with the episode ids, lengths and returns a loop needs for
+  its metrics kept as tensors and read once per fragment;
 - ``TorchRL Collector``: torchrl's ``Collector`` over a torchrl ``EnvBase`` stepping the same
   simulator (DISABLED mode, torchrl resets through its ``_reset`` mask), the same network
   in a ``ProbabilisticActor``; skipped with a message if torchrl is not installed (it is
@@ -72,7 +74,10 @@ def rate(fragment: Fragment, fragments: int) -> Callable[[], float]:
 
 
 def hand_cartpole(n: int, t_len: int) -> Fragment:
-    """The reference: SAME_STEP simulator, sample, rows into preallocated [T, N] tensors."""
+    """The reference: SAME_STEP simulator, sample, the rows rlconnect records into
+    preallocated [T, N] tensors (``eps_id`` and ``t`` included), and the episode
+    bookkeeping a user's loop needs for its metrics (ids, lengths, returns of ended
+    episodes, read back once per fragment)."""
     env = BatchedCartPole(n, autoreset_mode="same_step")
     model = make_model()
     bufs = {
@@ -84,12 +89,22 @@ def hand_cartpole(n: int, t_len: int) -> Fragment:
         "truncateds": torch.zeros(t_len, n, dtype=torch.bool),
         "action_logp": torch.zeros(t_len, n),
         "action_dist_inputs": torch.zeros(t_len, n, 2),
+        "eps_id": torch.zeros(t_len, n, dtype=torch.int64),
+        "t": torch.zeros(t_len, n, dtype=torch.int64),
     }
-    state = {"obs": env.reset(seed=0)[0]}
+    ended_len = torch.zeros(t_len, n, dtype=torch.int64)
+    ended_ret = torch.zeros(t_len, n)
+    state = {
+        "obs": env.reset(seed=0)[0],
+        "eps": torch.arange(n),
+        "next": torch.tensor(n),
+        "len": torch.zeros(n, dtype=torch.int64),
+        "ret": torch.zeros(n),
+    }
 
     @torch.inference_mode()
     def fragment() -> int:
-        obs = state["obs"]
+        obs, eps, length, ret = state["obs"], state["eps"], state["len"], state["ret"]
         for t in range(t_len):
             logits = model(obs)
             logp_all = torch.log_softmax(logits, -1)
@@ -100,10 +115,19 @@ def hand_cartpole(n: int, t_len: int) -> Fragment:
             bufs["action_logp"][t] = logp_all.gather(-1, action).squeeze(-1)
             bufs["action_dist_inputs"][t] = logits
             bufs["rewards"][t], bufs["terminateds"][t], bufs["truncateds"][t] = rew, term, trunc
-            done = (term | trunc)[:, None]
-            torch.where(done, info["final_obs"], nxt, out=bufs["new_obs"][t])
+            bufs["eps_id"][t], bufs["t"][t] = eps, length
+            done = term | trunc
+            torch.where(done[:, None], info["final_obs"], nxt, out=bufs["new_obs"][t])
+            length += 1
+            ret += rew
+            ended_len[t], ended_ret[t] = length * done, ret * done
+            eps = torch.where(done, state["next"] + torch.cumsum(done, 0) - 1, eps)
+            state["next"] += done.sum()
+            length.masked_fill_(done, 0)
+            ret.masked_fill_(done, 0.0)
             obs = nxt
-        state["obs"] = obs
+        state["obs"], state["eps"] = obs, eps
+        ended_len.cpu().numpy()  # the episodes' metrics: one read per fragment
         return t_len * n
 
     fragment()  # warm-up
