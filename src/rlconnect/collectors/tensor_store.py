@@ -30,15 +30,17 @@ class TensorStore:
     def __init__(self, rounds: int, rows: int, device: torch.device) -> None:
         self.rounds, self.rows, self.device = rounds, rows, device
         self._columns: dict[str, Any] = {}
+        self._rounds: dict[str, list[Any]] = {}  # per column: the view of each round's row
 
     def write(self, k: int, columns: Mapping[str, Any]) -> None:
         """Round ``k``'s rows of every column in ``columns`` (tensors (rows, ...), nests
         of them, or Python numbers repeated for every row)."""
         for name, value in columns.items():
-            store = self._columns.get(name)
-            if store is None:
+            rows = self._rounds.get(name)
+            if rows is None:
                 store = self._columns[name] = self._alloc(value)
-            _write(store, k, value)
+                rows = self._rounds[name] = _round_views(store, self.rounds)
+            _write(rows[k], value)
 
     def _alloc(self, value: Any) -> Any:
         if isinstance(value, Mapping):
@@ -105,14 +107,25 @@ def _leaves(store: Any) -> list[torch.Tensor]:
     return [store]
 
 
-def _write(store: Any, k: int, value: Any) -> None:
+def _round_views(store: Any, rounds: int) -> list[Any]:
+    """The view of round k's row of a column (a nest of views for a nested one)."""
     if isinstance(store, Mapping):
-        for key, sub in store.items():
-            _write(sub, k, value[key])
-    elif isinstance(store, tuple):
-        for sub, v in zip(store, value):
-            _write(sub, k, v)
+        per_key = {key: _round_views(v, rounds) for key, v in store.items()}
+        return [{key: views[k] for key, views in per_key.items()} for k in range(rounds)]
+    if isinstance(store, tuple):
+        parts = [_round_views(v, rounds) for v in store]
+        return [tuple(views[k] for views in parts) for k in range(rounds)]
+    return list(store.unbind(0))
+
+
+def _write(row: Any, value: Any) -> None:
+    if isinstance(row, Mapping):
+        for key, sub in row.items():
+            _write(sub, value[key])
+    elif isinstance(row, tuple):
+        for sub, v in zip(row, value):
+            _write(sub, v)
     elif isinstance(value, int | float):
-        store[k].fill_(value)
+        row.fill_(value)
     else:
-        store[k].copy_(value)
+        row.copy_(value)

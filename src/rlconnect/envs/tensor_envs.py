@@ -42,6 +42,14 @@ __all__ = [
 ]
 
 Nest = Any  #: a tensor, or a dict / tuple of them (nested observation spaces)
+#: steps whose tensors are checked (type, device, rows): an env that returns numpy or
+#: another device does so from its first step; later steps are not looked at
+CHECKED_STEPS = 3
+
+
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype`` (no call when it is already: a round counts its operations)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 @attrs.frozen
@@ -213,6 +221,7 @@ class TorchVectorEnv(TensorEnv):
         self._next: Nest = None  # SAME_STEP: the observations the env returned last
         #: SAME_STEP: whether a sub-env ended at a step without ``infos["final_obs"]``
         self._lost_final = torch.zeros((), dtype=torch.bool, device=self.device)
+        self._checks_left = CHECKED_STEPS
 
     def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
         return self._space_pair
@@ -224,24 +233,31 @@ class TorchVectorEnv(TensorEnv):
 
     def step(self, actions: Mapping[Any, torch.Tensor]) -> TensorStep:
         obs, rewards, terminated, truncated, infos = self.venv.step(actions[DEFAULT_AGENT_ID])
-        n, device = self.num_envs, self.device
-        check_tensors("obs", obs, device, n)
-        check_tensors("rewards", rewards, device, n)
-        check_tensors("terminations", terminated, device, n)
-        check_tensors("truncations", truncated, device, n)
-        terminated, truncated = terminated.to(torch.bool), truncated.to(torch.bool)
+        final = infos.get("final_obs") if isinstance(infos, Mapping) else None
+        if self._checks_left:  # what the env returns, checked on its first steps
+            self._checks_left -= 1
+            self._check_step(obs, rewards, terminated, truncated, final)
+        terminated, truncated = _as(terminated, torch.bool), _as(truncated, torch.bool)
         if self.mode is gym.vector.AutoresetMode.SAME_STEP:
             self._next = obs
-            final = infos.get("final_obs") if isinstance(infos, Mapping) else None
+            ended = terminated | truncated
             if final is None:  # right until a sub-env ends: refused at the sample's read
-                self._lost_final |= (terminated | truncated).any()
+                self._lost_final |= ended.any()
             else:
-                check_tensors('infos["final_obs"]', final, device, n)
-                obs = where_rows(terminated | truncated, final, obs)
-        rewards = rewards.to(torch.float32).reshape(n)
+                obs = where_rows(ended, final, obs)
+        rewards = _as(rewards, torch.float32).reshape(self.num_envs)
         return TensorStep(
             {DEFAULT_AGENT_ID: obs}, {DEFAULT_AGENT_ID: rewards}, terminated, truncated
         )
+
+    def _check_step(self, obs: Nest, rewards: Any, term: Any, trunc: Any, final: Any) -> None:
+        n, device = self.num_envs, self.device
+        check_tensors("obs", obs, device, n)
+        check_tensors("rewards", rewards, device, n)
+        check_tensors("terminations", term, device, n)
+        check_tensors("truncations", trunc, device, n)
+        if final is not None and self.mode is gym.vector.AutoresetMode.SAME_STEP:
+            check_tensors('infos["final_obs"]', final, device, n)
 
     def deferred_check(self) -> tuple[torch.Tensor, str] | None:
         if self.mode is not gym.vector.AutoresetMode.SAME_STEP:

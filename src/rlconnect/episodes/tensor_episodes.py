@@ -6,11 +6,13 @@ length, return per agent) on the device and updates it with masked whole-tensor
 operations, so a round reads nothing back. The episodes that end are logged, a tensor per
 round, and read back once per ``sample()`` (``read_back``): one transfer that also
 carries the first non-finite value each sub-env returned (the deferred finite check).
-Per-episode records (``take_metrics``) are made from that read only when asked for.
+Per-episode records are made from that read only when ``get_metrics()`` asks for them;
+``metrics()`` folds the arrays (``hand_over``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,6 +68,7 @@ class TensorEpisodes:
         self.eps_id = torch.full((num_envs,), -1, dtype=torch.int64, device=device)
         self._next = torch.zeros((), dtype=torch.int64, device=device)
         self._log = torch.zeros((0, 3 + len(self.agents), num_envs), dtype=torch.float64)
+        self._log_rows: list[tuple[torch.Tensor, ...]] = []  # per round: views of its row
         self._bad_poll = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
         self._bad_field = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self._ended: list[EndedEpisodes] = []
@@ -89,7 +92,7 @@ class TensorEpisodes:
         """One env step of every episode with ``rewards`` (A, N): lengths and returns grow;
         returns ``(terminated, truncated, ended)`` with the horizon's truncation added."""
         self.length += 1
-        self.returns += rewards.to(torch.float64)
+        self.returns += rewards  # (float32 rewards added in float64)
         if horizon is not None:
             truncated = truncated | (self.length >= horizon)
         return terminated, truncated, terminated | truncated
@@ -117,14 +120,15 @@ class TensorEpisodes:
         per round of (ended, length, eps_id, return per agent) for every sub-env."""
         shape = (rounds, 3 + len(self.agents), self.num_envs)
         self._log = torch.zeros(shape, dtype=torch.float64, device=self.device)
+        self._log_rows = [(row[0], row[1], row[2], row[3:]) for row in self._log.unbind(0)]
 
     def end(self, k: int, ended: torch.Tensor) -> None:
         """Log round ``k``'s episodes that ``ended`` (N,); begin new ones in their sub-envs."""
-        row = self._log[k]
-        row[0].copy_(ended)
-        row[1].copy_(self.length)
-        row[2].copy_(self.eps_id)
-        row[3:].copy_(self.returns)
+        ended_row, length_row, eps_row, returns_row = self._log_rows[k]
+        ended_row.copy_(ended)
+        length_row.copy_(self.length)
+        eps_row.copy_(self.eps_id)
+        returns_row.copy_(self.returns)
         new_ids = self._next + torch.cumsum(ended, 0, dtype=torch.int64) - 1
         self.eps_id = torch.where(ended, new_ids, self.eps_id)
         self._next += ended.sum()
@@ -174,29 +178,40 @@ class TensorEpisodes:
             "RunnerConfig(check_finite=False) to record such values as they are"
         )
 
-    def take_metrics(self) -> list[dict[str, Any]]:
-        """The metric records of the episodes ended since the last call (made now)."""
-        out = []
+    def hand_over(self, log: Any, run_metrics: Any) -> None:
+        """The episodes ended since the last call, as whole arrays to the runner's
+        ``metrics()`` window (``add_episode_arrays``) and as records made only when
+        ``get_metrics()`` asks (``log.extend_lazy``)."""
+        pairs = [(a, self._policy_of(a)) for a in self.agents]
         for ended in self._ended:
-            for i in range(len(ended)):
-                out.append(self._record(ended, i))
+            if len(ended):
+                run_metrics.add_episode_arrays(ended.length, ended.returns, pairs)
+                log.extend_lazy(len(ended), functools.partial(self.records, ended))
         self._ended.clear()
-        return out
 
-    def _record(self, ended: EndedEpisodes, i: int) -> dict[str, Any]:
-        returns = ended.returns[i]
-        return {
-            "episode_id": int(ended.eps_id[i]),
-            "env_id": int(ended.env_id[i]),
-            "episode_length": int(ended.length[i]),
-            "episode_reward": float(returns.sum()),
-            "agent_rewards": {
-                (a, self._policy_of(a)): float(r) for a, r in zip(self.agents, returns.tolist())
-            },
-            "custom_metrics": {},
-            "hist_data": {},
-            "episode_faulty": False,
-        }
+    def records(self, ended: EndedEpisodes) -> list[dict[str, Any]]:
+        """The ``get_metrics()`` records of ``ended``: one dict each, made from lists."""
+        pairs = [(a, self._policy_of(a)) for a in self.agents]
+        rows = zip(
+            ended.eps_id.tolist(),
+            ended.env_id.tolist(),
+            ended.length.tolist(),
+            ended.returns.sum(1).tolist(),
+            ended.returns.tolist(),
+        )
+        return [
+            {
+                "episode_id": eps,
+                "env_id": env,
+                "episode_length": length,
+                "episode_reward": total,
+                "agent_rewards": dict(zip(pairs, returns)),
+                "custom_metrics": {},
+                "hist_data": {},
+                "episode_faulty": False,
+            }
+            for eps, env, length, total, returns in rows
+        ]
 
     def episode(self, ended: EndedEpisodes, i: int, runner: Any) -> Episode:
         """An ``Episode`` of ended episode ``i``, for ``on_episode_end`` callbacks."""

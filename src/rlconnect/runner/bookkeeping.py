@@ -422,6 +422,14 @@ class EpisodeTracker:
                 "episodes; set RunnerConfig.horizon (or use 'truncate_episodes')"
             )
 
+    def hand_over(self, log: Any, run_metrics: Any) -> None:
+        """The records of the episodes ended since the last call, to the runner's
+        ``get_metrics()`` log and its ``metrics()`` window."""
+        records = self.take_metrics()
+        if records:
+            log.extend(records)
+            run_metrics.add_episodes(records)
+
     def take_metrics(self) -> list[dict[str, Any]]:
         """The metric records of episodes ended since the last call (taken one by one: a
         record the sampling thread of ``sample_async`` adds meanwhile waits for the next

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from rlconnect.errors import LoggerError, describe_exception
@@ -172,15 +172,28 @@ class EpisodeLog:
     """Episode records kept for ``get_metrics()`` (taken and cleared there; at most
     ``maxlen``, the latest), apart from the ones ``RunMetrics`` folds."""
 
-    __slots__ = ("_kept",)
+    __slots__ = ("_kept", "_pending")
 
     def __init__(self, maxlen: int) -> None:
         self._kept: collections.deque[dict[str, Any]] = collections.deque(maxlen=maxlen)
+        self._pending: list[tuple[int, Callable[[], list[dict[str, Any]]]]] = []
 
     def extend(self, records: Iterable[dict[str, Any]]) -> None:
         self._kept.extend(records)
 
+    def extend_lazy(self, count: int, make: Callable[[], list[dict[str, Any]]]) -> None:
+        """``count`` records that ``make()`` builds when they are taken (the tensor path
+        ends thousands of episodes per ``sample()``: their dicts are made only for a
+        caller of ``get_metrics()``); past ``maxlen`` the oldest are dropped unmade."""
+        self._pending.append((count, make))
+        maxlen = self._kept.maxlen or 0
+        while len(self._pending) > 1 and sum(c for c, _ in self._pending[1:]) >= maxlen:
+            self._pending.pop(0)
+
     def take(self) -> list[dict[str, Any]]:
+        for _, make in self._pending:
+            self._kept.extend(make())
+        self._pending.clear()
         out = list(self._kept)
         self._kept.clear()
         return out
@@ -269,6 +282,29 @@ class RunMetrics:
                 self._add_agents(rewards, length)
         if len(rets) > _COMPACT:
             for group in (every, *self._groups.values()):
+                group.compact()
+
+    def add_episode_arrays(
+        self, lengths: Any, returns: Any, pairs: Sequence[tuple[Any, str]]
+    ) -> None:
+        """Episodes as whole arrays (the tensor path's): ``lengths`` (E,), ``returns``
+        (E, A) of the agents ``pairs`` (``(agent_id, policy_id)``, in columns' order);
+        the same figures as ``add_episodes`` of their records, without a dict each."""
+        self._all.returns.extend(returns.sum(1).tolist())
+        length_list = lengths.tolist()
+        self._all.lengths.extend(length_list)
+        by_policy: dict[str, list[int]] = {}
+        for i, pair in enumerate(pairs):
+            agent, _ = self._pairs.get(pair) or self._pair(pair)
+            agent.returns.extend(returns[:, i].tolist())
+            agent.lengths.extend(length_list)
+            by_policy.setdefault(pair[1], []).append(i)
+        for pid, columns in by_policy.items():
+            group = self._groups[f"policy/{pid}/"]
+            group.returns.extend(returns[:, columns].sum(1).tolist())
+            group.lengths.extend(length_list)
+        if len(self._all.returns) > _COMPACT:
+            for group in (self._all, *self._groups.values()):
                 group.compact()
 
     def _pair(self, pair: tuple[Any, str]) -> tuple[_Returns, _Returns]:

@@ -242,10 +242,7 @@ class EnvRunner:
 
     def _take_episodes(self) -> None:
         """Episode records of the step into ``get_metrics()``'s log and ``metrics()``."""
-        records = self._kernel.episodes.take_metrics()
-        if records:
-            self._episode_log.extend(records)
-            self._run_metrics.add_episodes(records)
+        self._kernel.episodes.hand_over(self._episode_log, self._run_metrics)
 
     def apply_learner_pipelines(
         self, out: SampleBatch | MultiAgentBatch

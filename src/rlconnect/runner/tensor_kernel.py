@@ -76,6 +76,8 @@ class PolicyRows:
 
     def split(self, actions: Nest, names: tuple) -> dict[Any, Nest]:
         """Env actions (R, ...) back to ``{agent id: (N, ...)}`` (views)."""
+        if len(self.agents) == 1:
+            return {names[self.agents[0]]: actions}
         n = self.num_envs
         return {
             names[a]: map_nest(lambda x, i=i: x[i * n : (i + 1) * n], actions)
