@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "CallbackError",
     "CheckpointError",
@@ -13,6 +15,7 @@ __all__ = [
     "RunnerStateError",
     "UnknownConnectorError",
     "describe_exception",
+    "did_you_mean",
     "import_hint",
 ]
 
@@ -88,3 +91,13 @@ class RunnerStateError(RuntimeError):
     Its episodes were left half-processed, so it refuses to sample on; ``__cause__`` is
     the first error. Build a new runner (or restore one from a checkpoint).
     """
+
+
+def did_you_mean(name: object, known: Iterable[object]) -> str:
+    """``" (did you mean 'x'?)"`` when one of ``known`` (an iterable of names) is close
+    to ``name`` (difflib's ratio), else ``""``: appended to an error naming a misspelling."""
+    import difflib  # only on error paths
+
+    words = [str(k) for k in known]
+    close = difflib.get_close_matches(str(name), words, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
