@@ -132,13 +132,14 @@ def _actions_fit(policy_space: gym.Space, env_space: gym.Space) -> bool:
     """Whether a policy acting in ``policy_space`` can drive an env taking ``env_space``
     through the default action chain: the same kind of space and size (Box bounds may
     differ: the chain unsquashes or clips into the env's)."""
-    a, b = policy_space, env_space
+    a: Any = policy_space
+    b: Any = env_space  # the same type as ``a`` once checked below
     if type(a) is not type(b):
         return False
     if isinstance(a, gym.spaces.Dict):
         return a.keys() == b.keys() and all(_actions_fit(a[k], b[k]) for k in a.spaces)
     if isinstance(a, gym.spaces.Tuple):
-        return len(a) == len(b) and all(_actions_fit(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_actions_fit(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, gym.spaces.Discrete):
         return int(a.n) == int(b.n)
     if isinstance(a, gym.spaces.MultiDiscrete):

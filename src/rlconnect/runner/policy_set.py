@@ -31,7 +31,7 @@ class CheckedMapping:
     function does (remote runners)."""
 
     def __init__(self, fn: Callable[..., str], policy_ids: list[str]) -> None:
-        self.fn = fn.fn if isinstance(fn, CheckedMapping) else fn
+        self.fn: Callable[..., str] = fn.fn if isinstance(fn, CheckedMapping) else fn
         self.policy_ids = list(policy_ids)
 
     def __call__(self, agent_id: Any, episode: Episode, **kwargs: Any) -> str:
