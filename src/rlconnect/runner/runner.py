@@ -415,7 +415,8 @@ class EnvRunner:
         config_overrides: Mapping[str, Any] | None = None,
     ) -> EnvRunner:
         """Rebuild a runner on ``env`` from a checkpoint whose policies are of registered
-        kinds (``rc.register_policy``); ``config_overrides`` replace saved config fields."""
+        kinds (``rc.register_policy``); ``config_overrides`` replace saved config fields.
+        ``env`` may also be ``"module:function"``, the command line's form."""
         from rlconnect.runner.checkpoint import runner_from_checkpoint
 
         return runner_from_checkpoint(
