@@ -20,4 +20,4 @@ def test_a_misspelled_attribute_suggests_the_public_name():
     with pytest.raises(
         AttributeError, match=r"no attribute 'MLPPolicyy' \(did you mean 'MLPPolicy'\?\)"
     ):
-        rc.MLPPolicyy  # noqa: B018
+        rc.MLPPolicyy
