@@ -51,7 +51,7 @@ from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
-from rlconnect.runner.policy_set import policy_set
+from rlconnect.runner.policy_set import CheckedMapping, policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
 from rlconnect.runner.versions import mark_weights_lag, weights_versions
 
@@ -86,7 +86,9 @@ class EnvRunner:
             raise TypeError(f"config must be an rc.RunnerConfig, got {type(self.config).__name__}")
         self.callbacks = callbacks or Callbacks()
         cfg = self.config
-        self.policies, self.policy_mapping_fn = policy_set(policies, policy_mapping_fn, cfg)
+        self.policies, mapping = policy_set(policies, policy_mapping_fn, cfg)
+        #: the user's function, as given (the runner calls it through a check of its ids)
+        self.policy_mapping_fn = mapping.fn if isinstance(mapping, CheckedMapping) else mapping
         self.env_spec = env  # what evaluate() builds its separate sub-envs from
         self.env = make_base_env(env, cfg.env_settings())
         self.num_envs = self.env.num_envs
@@ -96,7 +98,7 @@ class EnvRunner:
         self.pipelines = build_pipelines(
             self.env,
             self.policies,
-            self.policy_mapping_fn,
+            mapping,
             cfg,
             PipelineSpecs(agent_pipelines, action_pipelines, learner_pipelines),
         )
@@ -113,11 +115,9 @@ class EnvRunner:
             self.collectors,
             self.timers,
             self.hooks,
-            self.policy_mapping_fn,
+            mapping,
         )
-        self._inference = Inference(
-            self.policies, self.pipelines, self.policy_mapping_fn, self.num_envs
-        )
+        self._inference = Inference(self.policies, self.pipelines, mapping, self.num_envs)
         self._async: AsyncSampler | None = None
         self._closed = False
         self._failed: BaseException | None = None  # what made sample() raise midway
