@@ -34,3 +34,29 @@ def test_normalize_takes_any_real_dtype_and_gives_float32(dtype):
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, (a - a.mean()) / a.std(), rtol=1e-6)
     assert abs(float(out.std()) - 1.0) < 1e-5
+
+
+def _cartpole_batch() -> tuple[rc.SampleBatch, rc.Policy]:
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    policy = rc.MLPPolicy(env.observation_space, env.action_space, vf_head=True, seed=0)
+    config = rc.RunnerConfig(rollout_fragment_length=6, seed=0)
+    batch = rc.EnvRunner("CartPole-v1", policy, config=config).sample()
+    assert isinstance(batch, rc.SampleBatch)
+    return batch, policy
+
+
+def test_vtrace_on_an_empty_batch_gives_empty_columns():
+    """Before: torch's ``cannot reshape tensor of 0 elements`` from the MLP."""
+    batch, policy = _cartpole_batch()
+    ctx_ = rc.ConnectorContext.from_policy(policy)
+    no_logp = batch[0:0].copy()
+    del no_logp["action_logp"]
+    out = rc.VTrace(ctx_)(batch[0:0].copy(), policy)
+    for name in ("vtrace_targets", "pg_advantages"):
+        assert out[name].shape == (0,) and out[name].dtype == np.float32
+    full = rc.VTrace(ctx_)(batch, policy)  # and the same connector on rows still works
+    assert full["vtrace_targets"].shape == (6,)
+    with pytest.raises(ValueError, match="action_logp"):  # what it needs is still checked
+        rc.VTrace(ctx_)(no_logp, policy)
