@@ -60,3 +60,19 @@ def test_vtrace_on_an_empty_batch_gives_empty_columns():
     assert full["vtrace_targets"].shape == (6,)
     with pytest.raises(ValueError, match="action_logp"):  # what it needs is still checked
         rc.VTrace(ctx_)(no_logp, policy)
+
+
+def test_n_step_sums_beyond_float32_are_a_named_error_not_a_silent_inf():
+    """Before: finite rewards of 2e38 gave ``n_step_rewards`` of inf (two of them sum to
+    3.98e38, beyond float32's 3.4e38), with only numpy's overflow warning."""
+    batch = batch_of([3], ["cut"], seed=0)
+    batch["rewards"] = np.full(3, 2e38, np.float32)
+    with pytest.raises(ValueError) as info:
+        rc.NStepReturns(ctx(), n=3, gamma=0.99)(batch, ValuePolicy())
+    msg = str(info.value)
+    assert msg.startswith("NStepReturns: the n-step reward sum (column 'n_step_rewards') at row 0")
+    assert "beyond float32's range" in msg and "clip_rewards" in msg
+    assert "n_step_rewards" not in batch  # the batch is unchanged
+    batch["rewards"] = np.full(3, 1e38, np.float32)  # large, but the sums fit: exact
+    out = rc.NStepReturns(ctx(), n=3, gamma=0.5)(batch, ValuePolicy())["n_step_rewards"]
+    np.testing.assert_allclose(out, [1.75e38, 1.5e38, 1e38], rtol=1e-6)
