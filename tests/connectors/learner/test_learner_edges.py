@@ -76,3 +76,61 @@ def test_n_step_sums_beyond_float32_are_a_named_error_not_a_silent_inf():
     batch["rewards"] = np.full(3, 1e38, np.float32)  # large, but the sums fit: exact
     out = rc.NStepReturns(ctx(), n=3, gamma=0.5)(batch, ValuePolicy())["n_step_rewards"]
     np.testing.assert_allclose(out, [1.75e38, 1.5e38, 1e38], rtol=1e-6)
+
+
+def test_the_compiled_passes_are_cached_on_disk(tmp_path):
+    """A fresh process with ``NUMBA_CACHE_DIR`` writes the machine code there, and a second
+    one loads it instead of compiling (before: every process compiled, 1-2 s)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from machine_speed import scaled
+
+    here = Path(__file__).parent
+    src = Path(rc.__file__).parents[1]
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+        "import rlconnect as rc\n"
+        "from learner_fakes import ValuePolicy, batch_of, ctx\n"
+        "rc.GAE(ctx())(batch_of([4, 2], ['cut', 'term'], seed=0), ValuePolicy())\n"
+        "from rlconnect.connectors.learner import _kernels\n"
+        "print(sum(d.stats.cache_hits.total() for d in [_kernels.gae, _kernels.trajectory_ends]))\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code, str(src), str(here)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=scaled(120),
+            check=True,
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    assert list(tmp_path.rglob("*.nbi")), "nothing was cached"
+    assert int(runs[0][-1]) == 0 and int(runs[1][-1]) >= 2  # compiled, then loaded
+
+
+def test_without_a_writable_cache_folder_the_passes_still_compile(monkeypatch):
+    """numba refuses ``cache=True`` at decoration where no folder is writable (a read-only
+    install): the kernel is then compiled per process, without failing."""
+    import numba
+
+    from rlconnect.connectors.learner import _kernels
+
+    real = numba.njit
+
+    def no_locator(*args, **kwargs):
+        if kwargs.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(numba, "njit", no_locator)
+
+    def add_one(x):
+        return x + 1
+
+    assert _kernels._compiled(add_one)(2) == 3
