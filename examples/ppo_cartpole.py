@@ -51,6 +51,11 @@ Run::
     python examples/ppo_cartpole.py            # train until the mean return >= 475
     python examples/ppo_cartpole.py --seed 1 --checkpoint ckpt   # keep the checkpoint
     python examples/ppo_cartpole.py --smoke    # two iterations, a few seconds
+    python examples/ppo_cartpole.py --env Acrobot-v1 --target-return -100   # another env
+
+``--env`` takes any gymnasium id (``module:EnvId`` too) with a Discrete or Box action
+space; ``--target-return`` is the mean return that ends training (475 for CartPole-v1;
+without it another env trains for the whole ``--max-steps`` budget).
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ import rlconnect as rc
 
 ENV_ID = "CartPole-v1"
 TARGET_RETURN = 475.0
+"""CartPole-v1's "solved" threshold: the default ``--target-return`` on that env."""
 
 
 def learner_pipeline(ctx: rc.ConnectorContext) -> rc.LearnerConnectorPipeline:
@@ -132,9 +138,10 @@ def ppo_update(
 
 
 def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
-    """Train until the last 100 episodes average ``TARGET_RETURN`` (or the budget ends)."""
+    """Train until the last 100 episodes average ``args.target_return`` (or the budget
+    ends)."""
     num_envs, fragment = (8, 128)
-    env = gym.make(ENV_ID)
+    env = gym.make(args.env)
     policy = rc.MLPPolicy(env.observation_space, env.action_space, vf_head=True, seed=args.seed)
     env.close()
     config = rc.RunnerConfig(
@@ -145,7 +152,7 @@ def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
         seed=args.seed,
     )
     runner = rc.EnvRunner(
-        ENV_ID, policy, config=config, learner_pipelines={"default_policy": learner_pipeline}
+        args.env, policy, config=config, learner_pipelines={"default_policy": learner_pipeline}
     )
     optimizer = torch.optim.Adam(policy.model.parameters(), lr=args.lr, eps=1e-5)
     rng = np.random.default_rng(args.seed)
@@ -153,7 +160,7 @@ def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
     episodes = env_steps = 0
     iterations = 2 if args.smoke else 10**9
     start = time.perf_counter()
-    print(f"PPO on {ENV_ID}: {num_envs} sub-envs x {fragment} steps per batch, seed {args.seed}")
+    print(f"PPO on {args.env}: {num_envs} sub-envs x {fragment} steps per batch, seed {args.seed}")
     for it in range(1, iterations + 1):
         batch = runner.sample()
         assert isinstance(batch, rc.SampleBatch) and len(batch) == num_envs * fragment
@@ -178,7 +185,8 @@ def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
                 f"mean_return(last 100) {mean_return:6.1f}  "
                 f"value_loss {stats['value_loss']:8.3f}  epochs {stats['epochs']:.0f}"
             )
-        if len(returns) == returns.maxlen and mean_return >= TARGET_RETURN:
+        target = args.target_return
+        if target is not None and len(returns) == returns.maxlen and mean_return >= target:
             break
         if env_steps >= args.max_steps:
             break
@@ -191,13 +199,15 @@ def train(args: argparse.Namespace) -> tuple[rc.EnvRunner, dict[str, float]]:
     return runner, result
 
 
-def evaluate_restored(runner: rc.EnvRunner, checkpoint: Path, num_episodes: int) -> None:
+def evaluate_restored(
+    runner: rc.EnvRunner, checkpoint: Path, num_episodes: int, env_id: str = ENV_ID
+) -> None:
     """Save, rebuild with ``from_checkpoint`` and check both runners score the same."""
     runner.save_checkpoint(checkpoint)
     trained = [r["episode_reward"] for r in runner.evaluate(num_episodes)]
     saved = runner.agent_pipeline()["MeanStdFilter"].get_statistics()
     runner.stop()
-    restored = rc.EnvRunner.from_checkpoint(checkpoint, env=ENV_ID)
+    restored = rc.EnvRunner.from_checkpoint(checkpoint, env=env_id)
     stats = restored.agent_pipeline()["MeanStdFilter"].get_statistics()
     print(
         f"restored {restored.agent_pipeline()} from {checkpoint.name}: filter mean "
@@ -220,6 +230,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="two iterations, no target")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--env", default=ENV_ID, help="gymnasium id (default %(default)s)")
+    parser.add_argument(
+        "--target-return",
+        type=float,
+        help=f"mean return of the last 100 episodes that ends training ({TARGET_RETURN:g} on "
+        f"{ENV_ID}; other envs: none, train for the whole budget)",
+    )
     parser.add_argument(
         "--max-steps", type=int, default=300_000, help="budget; the lr decays to 0 over it"
     )
@@ -228,18 +245,20 @@ def main() -> None:
     parser.add_argument("--minibatch-size", type=int, default=256)
     parser.add_argument("--checkpoint", type=Path, help="keep the checkpoint in this folder")
     args = parser.parse_args()
+    if args.target_return is None and args.env == ENV_ID:
+        args.target_return = TARGET_RETURN
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
 
     runner, result = train(args)
     if not args.smoke:
-        if result["mean_return"] < TARGET_RETURN:
+        target = args.target_return
+        if target is not None and result["mean_return"] < target:
             runner.stop()
-            raise SystemExit(
-                f"did not reach {TARGET_RETURN} within {result['env_steps']} env steps"
-            )
+            raise SystemExit(f"did not reach {target} within {result['env_steps']} env steps")
+        outcome = "solved" if target is not None else "budget spent"
         print(
-            f"solved: mean return {result['mean_return']:.1f} over the last 100 episodes after "
+            f"{outcome}: mean return {result['mean_return']:.1f} over the last 100 episodes after "
             f"{result['env_steps']} env steps ({result['episodes']} episodes) "
             f"in {result['seconds']:.1f} s"
         )
@@ -247,10 +266,10 @@ def main() -> None:
         print(f"smoke run done: {result['env_steps']} env steps in {result['seconds']:.1f} s")
     num_episodes = 2 if args.smoke else 20
     if args.checkpoint is not None:
-        evaluate_restored(runner, args.checkpoint, num_episodes)
+        evaluate_restored(runner, args.checkpoint, num_episodes, args.env)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        evaluate_restored(runner, Path(tmp) / "checkpoint", num_episodes)
+        evaluate_restored(runner, Path(tmp) / "checkpoint", num_episodes, args.env)
 
 
 if __name__ == "__main__":

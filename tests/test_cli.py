@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 import rlconnect as rc
+from machine_speed import scaled
 from rlconnect.cli import Progress, main, time_shares
 from rlconnect.offline import read_batches
 
@@ -337,7 +338,7 @@ def test_console_script_entry_point_runs():
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
     assert res.returncode == 0, res.stderr
@@ -350,7 +351,7 @@ def test_bad_env_in_a_subprocess_has_no_traceback():
         [sys.executable, "-m", "rlconnect.cli", "sample", "--env", "Nope-v0"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
     assert res.returncode == 2

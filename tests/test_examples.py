@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from machine_speed import scaled
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 #: example -> lines (substrings) its smoke run must print
@@ -87,7 +89,7 @@ def test_example_smoke(name: str, tmp_path: Path) -> None:
         [sys.executable, str(EXAMPLES / name), "--smoke"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         cwd=tmp_path,  # examples must not depend on (or litter) the working directory
         env=env,
         check=False,
@@ -97,6 +99,23 @@ def test_example_smoke(name: str, tmp_path: Path) -> None:
         assert line in done.stdout, f"{name} did not print {line!r}:\n{done.stdout}"
 
 
+def test_ppo_cartpole_takes_another_env(tmp_path: Path) -> None:
+    """``--env``: the same PPO on another gymnasium id (issue 55)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "ppo_cartpole.py"), "--smoke", "--env", "Acrobot-v1"],
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert "PPO on Acrobot-v1: 8 sub-envs x 128 steps per batch" in done.stdout
+    assert "OK: the checkpoint (weights and filter statistics) reproduces" in done.stdout
+
+
 def _train_seed_0(example: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run a training example on seed 0 with one math thread; it must exit 0."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -104,7 +123,7 @@ def _train_seed_0(example: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, str(EXAMPLES / example), "--seed", "0"],
         capture_output=True,
         text=True,
-        timeout=480,
+        timeout=scaled(480),
         cwd=cwd,
         env=env,
         check=False,
@@ -186,7 +205,7 @@ def test_training_example_checkpoint_exports(
         [sys.executable, str(EXAMPLES / f"{example}.py"), "--smoke", "--checkpoint", "ckpt"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         cwd=tmp_path,
         env=env,
         check=False,
@@ -200,7 +219,7 @@ def test_training_example_checkpoint_exports(
     export += ["--out", f"{out}.policy", "--onnx", f"{out}.onnx"]
     where = EXAMPLES if custom else tmp_path  # (the example itself is importable or not)
     exported = subprocess.run(
-        export, capture_output=True, text=True, timeout=120, cwd=where, env=env, check=False
+        export, capture_output=True, text=True, timeout=scaled(120), cwd=where, env=env, check=False
     )
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.count("wrote ") == 2
@@ -208,7 +227,7 @@ def test_training_example_checkpoint_exports(
         [sys.executable, "-c", _PLAY, example if custom else "-", str(out)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         cwd=where,
         env=env,
         check=False,

@@ -196,4 +196,14 @@ def __getattr__(name: str) -> Any:
         from rlconnect import policy
 
         return getattr(policy, name)
-    raise AttributeError(f"module 'rlconnect' has no attribute {name!r}")
+    from rlconnect.errors import did_you_mean
+
+    raise AttributeError(
+        f"module 'rlconnect' has no attribute {name!r}{did_you_mean(name, __all__)}"
+    )
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``, the lazily imported policies among them), not the
+    typing helpers and submodules this file happens to hold."""
+    return sorted(__all__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "RunnerStateError",
     "UnknownConnectorError",
     "describe_exception",
+    "did_you_mean",
     "import_hint",
 ]
 
@@ -107,3 +109,13 @@ class LoggerError(OSError):
 
     def __str__(self) -> str:  # (OSError's own would show errno fields)
         return str(self.args[0]) if self.args else ""
+
+
+def did_you_mean(name: object, known: Iterable[object]) -> str:
+    """``" (did you mean 'x'?)"`` when one of ``known`` (an iterable of names) is close
+    to ``name`` (difflib's ratio), else ``""``: appended to an error naming a misspelling."""
+    import difflib  # only on error paths
+
+    words = [str(k) for k in known]
+    close = difflib.get_close_matches(str(name), words, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from machine_speed import scaled
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
@@ -29,7 +31,7 @@ def run_cli(
         [sys.executable, "-m", "rlconnect", *args],
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=scaled(timeout),
         cwd=cwd,
         env=user_env(**env),
         check=False,

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from tests.cli.conftest import run_cli
 
+from machine_speed import scaled
+
 HERE = Path(__file__).resolve().parent
 SMALL = ["--steps", "200", "--num-envs", "2", "--quiet"]
 
@@ -132,7 +134,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path) -> None:
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()  # the reader leaves before the summary is printed
     stderr = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 1
+    assert proc.wait(timeout=scaled(120)) == 1
     assert "Error" not in stderr and "Traceback" not in stderr, stderr
 
 
@@ -165,7 +167,7 @@ def test_a_missing_extra_is_named_with_its_pip_command(tmp_path, env, extra) -> 
 
     cmd = [sys.executable, "-c", WITHOUT_EXTRAS, "sample", "--env", env, *SMALL]
     done = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env=user_env(), cwd=tmp_path
+        cmd, capture_output=True, text=True, timeout=scaled(120), env=user_env(), cwd=tmp_path
     )
     assert done.returncode == 2, done.stderr  # like --plot without matplotlib: usage
     assert (

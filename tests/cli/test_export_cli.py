@@ -107,3 +107,49 @@ def _inspect_json(path, capsys) -> str:
     capsys.readouterr()
     assert main(["inspect", str(path), "--json"]) == 0
     return capsys.readouterr().out
+
+
+def _dict_checkpoint(tmp_path):
+    """A checkpoint of a runner on a Dict-observation env (its FlattenObservations
+    flattens the observations)."""
+    import gymnasium as gym
+
+    space = gym.spaces.Dict(
+        {"mode": gym.spaces.Discrete(3), "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+    )
+
+    class DictEnv(gym.Env):
+        observation_space = space
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 1.0, False, False, {}
+
+    policy = rc.MLPPolicy(gym.spaces.Box(-1.0, 1.0, (5,), np.float32), DictEnv.action_space)
+    runner = rc.EnvRunner(
+        lambda ctx: gym.wrappers.TimeLimit(DictEnv(), 5),
+        policy,
+        config=rc.RunnerConfig(rollout_fragment_length=5, seed=0),
+    )
+    runner.sample()
+    runner.save_checkpoint(tmp_path / "ck")
+    return tmp_path / "ck"
+
+
+def test_a_failed_onnx_export_leaves_neither_file(tmp_path, capsys):
+    """Before: ``--onnx`` refusing a Dict observation left the ``.policy`` written."""
+    checkpoint = _dict_checkpoint(tmp_path)
+    policy, model = tmp_path / "d.policy", tmp_path / "d.onnx"
+    assert main(["export", str(checkpoint), "--out", str(policy), "--onnx", str(model)]) != 0
+    err = capsys.readouterr().err
+    assert "ExportError" in err and "no single ONNX input" in err and "rc.export_policy" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # nothing written, no temp
+    policy.write_bytes(b"an older export")  # a file there before is left as it was
+    assert main(["export", str(checkpoint), "--out", str(policy), "--onnx", str(model)]) != 0
+    assert policy.read_bytes() == b"an older export" and not model.exists()
+    assert main(["export", str(checkpoint), "--out", str(policy)]) == 0  # the policy alone
+    deployed = rc.load_policy(policy)
+    assert deployed.compute_action({"mode": 1, "pos": np.zeros(2, np.float32)}) in (0, 1)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from tests.cli.conftest import user_env
 
+from machine_speed import scaled
+
 
 def _python(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
     """``script`` in a fresh interpreter (a user's environment), ``folder`` as its argument."""
@@ -15,7 +17,7 @@ def _python(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-c", script, str(folder)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         env=user_env(),
         check=False,
     )

@@ -14,6 +14,7 @@ import pytest
 from tests.cli.conftest import run_cli, user_env
 
 import rlconnect as rc
+from machine_speed import scaled
 
 SMALL = ["--steps", "200", "--num-envs", "2", "--quiet"]
 
@@ -46,7 +47,7 @@ def test_without_pyarrow_rlb_is_used_and_parquet_names_the_extra(tmp_path: Path)
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-c", WITHOUT_PYARROW, "sample", *SMALL, *args]
         return subprocess.run(
-            cmd, capture_output=True, text=True, timeout=120, env=user_env(), check=False
+            cmd, capture_output=True, text=True, timeout=scaled(120), env=user_env(), check=False
         )
 
     done = run("--out", str(tmp_path / "a"))
@@ -90,7 +91,7 @@ def test_an_interrupted_run_leaves_a_folder_inspect_reads(tmp_path: Path, worker
             time.sleep(0.2)
         assert list(out.glob("*.parquet")), "no batch written within 120 s"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
-        stdout, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=scaled(120))
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from tests.cli.conftest import run_cli, user_env
 
+from machine_speed import scaled
+
 #: the user's module: a policy kind, a connector (with an ONNX form) and a gymnasium id
 USER_MODULE = """
 import gymnasium as gym
@@ -106,7 +108,7 @@ def _python(script: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[s
         [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         cwd=cwd,
         env=user_env(),
         check=False,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -64,16 +65,19 @@ def make_indexed(ctx: rc.EnvContext) -> gym.Env:
     return gym.wrappers.TimeLimit(StepCountEnv(offset=offset), max_episode_steps=7)
 
 
-def _helper_loop(conn, env_end, linger_s: float) -> None:
+def _helper_loop(conn, env_end, linger_s: float, release: str | None) -> None:
     """A process an env starts (a simulator server): answers ``x`` with ``x + 1``; ends
     ``linger_s`` after the env's process is gone (``env_end``, inherited when forked, is
-    closed first so that the helper sees it go)."""
+    closed first so that the helper sees it go), or sooner once the file ``release``
+    exists (so a test can hold it for as long as it needs, then let it go)."""
     env_end.close()
     try:
         while (x := conn.recv()) is not None:
             conn.send(x + 1.0)
     except EOFError:
-        time.sleep(linger_s)
+        deadline = time.monotonic() + linger_s
+        while time.monotonic() < deadline and not (release and os.path.exists(release)):
+            time.sleep(0.02)
 
 
 class HelperProcessEnv(StepCountEnv):
@@ -81,10 +85,12 @@ class HelperProcessEnv(StepCountEnv):
     ``multiprocessing.Process``, which daemonic processes may not start); its step infos
     carry the helper's pid, and ``close()`` ends the helper."""
 
-    def __init__(self, offset: float = 0.0, linger_s: float = 0.0) -> None:
+    def __init__(
+        self, offset: float = 0.0, linger_s: float = 0.0, release: str | None = None
+    ) -> None:
         super().__init__(offset)
         self._conn, child = multiprocessing.Pipe()
-        args = (child, self._conn, linger_s)
+        args = (child, self._conn, linger_s, release)
         self.helper = multiprocessing.Process(target=_helper_loop, args=args)
         self.helper.start()
         child.close()
@@ -103,8 +109,11 @@ class HelperProcessEnv(StepCountEnv):
 
 def make_with_helper(ctx: rc.EnvContext) -> gym.Env:
     """A StepCountEnv per sub-env (its index in the obs) with a helper process, which
-    outlives the env's process by ``env_config["helper_linger_s"]``."""
-    env = HelperProcessEnv(10_000 * ctx.vector_index, ctx.config.get("helper_linger_s", 0.0))
+    outlives the env's process by ``env_config["helper_linger_s"]`` (or until the file
+    ``env_config["helper_release"]`` exists)."""
+    cfg = ctx.config
+    linger_s, release = cfg.get("helper_linger_s", 0.0), cfg.get("helper_release")
+    env = HelperProcessEnv(10_000 * ctx.vector_index, linger_s, release)
     return gym.wrappers.TimeLimit(env, max_episode_steps=7)
 
 

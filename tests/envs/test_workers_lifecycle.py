@@ -25,6 +25,7 @@ import pytest
 from env_cases import StepCountEnv, check_count_truth, make_with_helper
 
 import rlconnect as rc
+from machine_speed import scaled
 
 ENVS_DIR = Path(__file__).parent
 SRC_DIR = Path(rc.__file__).parents[1]
@@ -48,7 +49,7 @@ def alive(pid: int) -> bool:
 
 
 def all_gone(pids: set[int], within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
+    deadline = time.monotonic() + scaled(within_s)
     while any(alive(p) for p in pids):
         if time.monotonic() > deadline:
             return False
@@ -134,10 +135,10 @@ def script(hold_s: float = 0.0) -> tuple[list[str], dict[str, str]]:
 
 def test_interpreter_exit_ends_the_workers_of_a_runner_never_stopped():
     cmd, env = script()
-    start = time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, check=False)
+    # exit did not wait on a worker forever (a wait that long is a hang, and raises)
+    timeout = scaled(60.0)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     assert out.returncode == 0, out.stderr
-    assert time.monotonic() - start < 30  # exit did not wait on a worker forever
     pids = {int(p) for p in out.stdout.split()}
     assert len(pids) == 4  # two workers, two helpers
     assert all_gone(pids)
@@ -160,26 +161,33 @@ def test_the_workers_of_a_killed_runner_process_end_by_themselves():
 
 
 @pytest.mark.slow
-def test_a_killed_worker_whose_env_started_a_process_is_still_found_dead():
-    """The helper, which outlives the killed worker by 4 s, holds the worker's end of the
-    pipe open: no end of file tells the runner, the worker's process does (within about
-    a second); the worker is replaced, the old helper ends by itself."""
+def test_a_killed_worker_whose_env_started_a_process_is_still_found_dead(tmp_path):
+    """The helper, which outlives the killed worker until released, holds the worker's
+    end of the pipe open: no end of file tells the runner, the worker's process does; the
+    worker is replaced while the old helper still runs, and that helper, once released,
+    ends by itself."""
     before = children()
-    r = runner(
-        remote_envs=True, restart_failed_sub_environments=True, env_config={"helper_linger_s": 4.0}
-    )
+    release = tmp_path / "release"
+    env_config = {"helper_linger_s": 120.0, "helper_release": str(release)}
+    r = runner(remote_envs=True, restart_failed_sub_environments=True, env_config=env_config)
     try:
         helpers = helper_pids(r.sample())
         r.get_metrics()
         old = {p.name: p.pid for p in multiprocessing.active_children() if p.pid not in before}
         os.kill(old["rlconnect-env-worker-1"], signal.SIGKILL)
-        start = time.monotonic()
+        # a runner that waited for the helper would hang: let it go after a while, so
+        # that such a runner fails the check below instead
+        watchdog = threading.Timer(scaled(20.0), release.touch)
+        watchdog.start()
         batches = [r.sample() for _ in range(2)]
-        assert time.monotonic() - start < 3.5  # not waiting for the helper to end
+        watchdog.cancel()
+        # not waiting for the helper to end: every old helper, the killed worker's too, runs
+        assert all(alive(p) for p in helpers)
         metrics = r.get_metrics()
         helpers |= set().union(*(helper_pids(b) for b in batches))
         assert len(helpers) == 4  # the rebuilt sub-env started a new one
     finally:
+        release.touch()
         r.stop()
     assert children() <= before
     assert all_gone(helpers)  # the killed worker's helper too
@@ -210,7 +218,10 @@ def make_logged(ctx: rc.EnvContext):
     return gym.wrappers.TimeLimit(LoggedClose(ctx), max_episode_steps=7)
 
 
-def test_stop_closes_every_env_also_in_workers_busy_with_a_step(tmp_path):
+def test_stop_closes_every_env_also_in_workers_busy_with_a_step(tmp_path, monkeypatch):
+    """stop() waits for a step in flight (0.05 s), then the workers close their envs: it
+    neither kills them at once nor waits out the kill deadline (made long here)."""
+    monkeypatch.setattr("rlconnect.envs.workers.pool.CLOSE_WAIT_S", 30.0)
     log = tmp_path / "closed"
     config = rc.RunnerConfig(
         num_envs=4,
@@ -226,7 +237,7 @@ def test_stop_closes_every_env_also_in_workers_busy_with_a_step(tmp_path):
     r.sample()  # returns while the slow sub-envs' workers still step
     start = time.monotonic()
     r.stop()
-    assert time.monotonic() - start < 1.5  # a step's wait, not the kill deadline
+    assert time.monotonic() - start < scaled(3.0)  # a step's wait, not the kill deadline
     assert children() <= before
     assert sorted(int(i) for i in log.read_text().split()) == [0, 1, 2, 3]
 

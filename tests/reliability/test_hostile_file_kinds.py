@@ -34,6 +34,7 @@ import pytest
 import safetensors.numpy
 
 import rlconnect as rc
+from machine_speed import scaled
 from rlconnect.checkpoints import load_statistics
 from rlconnect.checkpoints.container import _digest
 from rlconnect.checkpoints.files import MAX_FILE_BYTES
@@ -88,7 +89,7 @@ def bounded(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + DEADLINE_S
+    deadline = time.monotonic() + scaled(DEADLINE_S)
     while thread.is_alive() and time.monotonic() < deadline:
         peak[0] = max(peak[0], _rss())
         thread.join(0.005)
@@ -106,7 +107,7 @@ def bounded(
         "rss_growth_mb": round(grown / 2**20, 1),
     }
     assert result["outcome"] != "accepted", f"{name}: accepted"
-    assert result["seconds"] < SECONDS_BOUND, f"{name}: took {result['seconds']:.1f} s"
+    assert result["seconds"] < scaled(SECONDS_BOUND), f"{name}: took {result['seconds']:.1f} s"
     assert grown < RSS_BOUND, f"{name}: resident memory grew by {grown / 2**20:.0f} MB"
     return result["outcome"], result["seconds"]
 

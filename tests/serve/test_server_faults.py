@@ -13,6 +13,7 @@ import pytest
 from server_probes import raw_post, sample_forever
 
 import rlconnect as rc
+from machine_speed import scaled
 from rlconnect.envs import BadObservationError, TooManyEpisodesError
 from rlconnect.serve import (
     PolicyClient,
@@ -152,7 +153,7 @@ def test_a_trickling_request_is_cut_at_its_deadline(sampling: Sampling) -> None:
     start = time.monotonic()
     with socket.create_connection((sampling.server.address, sampling.server.port), 5) as sock:
         assert not trickle(sock, head + data, 0.1, 5.0)  # cut before it was all sent
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < scaled(3)
     assert sampling.server.disconnects == 1
     assert PolicyClient(sampling.server.url).health()["ok"] is True
 
@@ -163,7 +164,7 @@ def test_hundreds_of_connections_wait_in_the_backlog(sampling: Sampling) -> None
     try:
         for _ in range(300):
             socks.append(socket.create_connection(("127.0.0.1", sampling.server.port), 5))
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < scaled(5)
         assert PolicyClient(sampling.server.url).health()["ok"] is True
     finally:
         for sock in socks:
@@ -369,7 +370,7 @@ def test_after_the_runner_fails_every_call_answers_503_at_once() -> None:
         start = time.monotonic()
         with pytest.raises(RunnerFailedError, match="a policy bug"):
             client.get_action(second, np.array([9, 0, 0], np.float32))  # in flight
-        assert time.monotonic() - start < 5.0  # not get_action_timeout_s
+        assert time.monotonic() - start < min(scaled(5.0), 25.0)  # not get_action_timeout_s
         obs = np.zeros(3, np.float32)
         calls = {
             "start_episode": lambda: client.start_episode(),
@@ -384,7 +385,7 @@ def test_after_the_runner_fails_every_call_answers_503_at_once() -> None:
             start = time.monotonic()
             with pytest.raises(RunnerFailedError, match="a policy bug") as info:
                 call()
-            assert info.value.status == 503 and time.monotonic() - start < 1.0, name
+            assert info.value.status == 503 and time.monotonic() - start < scaled(1.0), name
         assert client._http.retries == 0
         health = client.health()
         assert health["ok"] is False and "a policy bug" in health["problem"]
@@ -403,7 +404,7 @@ def test_a_report_that_can_never_fit_is_413_at_once() -> None:
         start = time.monotonic()
         with pytest.raises(RequestTooLargeError, match="can never fit; send at most 6"):
             client._http.call("report", {"commands": [step] * 7})
-        assert time.monotonic() - start < 1.0 and client._http.retries == 0
+        assert time.monotonic() - start < scaled(1.0) and client._http.retries == 0
         assert s.server.env.hub.queued == 0  # nothing of it was taken
     finally:
         s.stop()

@@ -12,6 +12,7 @@ that does not exist or an unregistered kind is a usage error (exit 2, one line).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -82,9 +83,18 @@ def cmd_export(args: argparse.Namespace) -> int:
         missing = [m for m in ("onnx", "onnxruntime") if importlib.util.find_spec(m) is None]
         if missing:
             raise UsageError(f"--onnx needs {missing}: pip install 'rlconnect[onnx]'")
-    size = rc.export_policy(checkpoint, args.out, policy_id=args.policy)
+    # one command, one outcome: the policy file is written aside and put in place only
+    # once the ONNX model (if asked) is written too, so a failed export leaves neither
+    staged = f"{args.out}.partial-{os.getpid()}"
+    try:
+        size = rc.export_policy(checkpoint, staged, policy_id=args.policy)
+        if args.onnx:
+            rc.export_onnx(checkpoint, args.onnx, policy_id=args.policy)
+        os.replace(staged, args.out)
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(staged)
     print(f"wrote {args.out} ({size:,} bytes): policy {args.policy!r} with its pipelines")
     if args.onnx:
-        rc.export_onnx(checkpoint, args.onnx, policy_id=args.policy)
         print(f"wrote {args.onnx} ({os.path.getsize(args.onnx):,} bytes): ONNX model")
     return 0

@@ -17,7 +17,7 @@ from rlconnect.connectors.base import (
     Connector,
     ConnectorContext,
 )
-from rlconnect.connectors.registry import get_connector_class
+from rlconnect.connectors.registry import MemberSpec, connector_from_spec, get_connector_class
 
 __all__ = ["ActionConnectorPipeline", "AgentConnectorPipeline", "ConnectorPipeline"]
 
@@ -57,11 +57,12 @@ class ConnectorPipeline(Generic[C]):
     member_type: type[C]  # set by each subclass: the class its members must be
     _ctx_space = "observation_space"
 
-    def __init__(self, ctx: ConnectorContext, connectors: Iterable[C] = ()) -> None:
+    def __init__(self, ctx: ConnectorContext, connectors: Iterable[C | MemberSpec] = ()) -> None:
         self.ctx = ctx
         self._members: list[tuple[str, C]] = []
-        for c in connectors:
-            self._members.append((self._unique_name(c.name), self._check_type(c)))
+        for spec in connectors:  # connectors, registered names or (name, params) pairs
+            c = self._check_type(spec)
+            self._members.append((self._unique_name(c.name), c))
         self._output_space = self._rebind(self._members)
         #: accumulated seconds spent in each member, by name (see ``timings``)
         self._seconds: dict[str, float] = {name: 0.0 for name, _ in self._members}
@@ -72,7 +73,8 @@ class ConnectorPipeline(Generic[C]):
         self._pending: tuple[list[tuple[str, C]], list[str]] | None = None
 
     # -- composition ----------------------------------------------------------------------
-    def _check_type(self, c: object) -> C:
+    def _check_type(self, spec: object) -> C:
+        c = connector_from_spec(self.ctx, spec, type(self).__name__)
         if not isinstance(c, self.member_type):
             raise TypeError(f"{type(self).__name__} takes {self.member_type.__name__}s, got {c!r}")
         return c
@@ -169,7 +171,7 @@ class ConnectorPipeline(Generic[C]):
         raise ValueError(f"no connector named {name!r} in the pipeline; members: {self.names}")
 
     def _insert(self, index: int, c: C, edit: str) -> str:
-        self._check_type(c)
+        c = self._check_type(c)
         name = self._unique_name(c.name)
         members = list(self._members)
         members.insert(index, (name, c))

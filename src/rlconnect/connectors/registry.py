@@ -11,9 +11,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
 from rlconnect.connectors.base import Connector, ConnectorContext
-from rlconnect.errors import UnknownConnectorError, import_hint
+from rlconnect.errors import UnknownConnectorError, did_you_mean, import_hint
 
 __all__ = [
+    "MemberSpec",
+    "connector_from_spec",
     "get_connector",
     "get_connector_class",
     "get_lambda",
@@ -24,6 +26,10 @@ __all__ = [
 ]
 
 C = TypeVar("C", bound=type[Connector])
+
+#: what a pipeline takes as a member: a connector, its registered name, or a pair
+#: ``(name, params)`` built as ``Cls(ctx, **params)``
+MemberSpec = Connector | str | tuple[str, Mapping[str, Any]]
 
 _CONNECTORS: dict[str, type[Connector]] = {}
 _LAMBDAS: dict[str, Callable[..., Any]] = {}
@@ -79,11 +85,35 @@ def get_connector_class(name: object) -> type[Connector]:
     (also for a name that is not a string, as a damaged saved pipeline may hold)."""
     klass = _CONNECTORS.get(name) if isinstance(name, str) else None
     if klass is None:
+        known = registered_connectors()
         raise UnknownConnectorError(
-            f"no connector registered as {name!r}; registered: {', '.join(registered_connectors())}"
-            ". " + import_hint("rc.register_connector")
+            f"no connector registered as {name!r}{did_you_mean(name, known)}; registered: "
+            f"{', '.join(known)}. " + import_hint("rc.register_connector")
         )
     return klass
+
+
+def connector_from_spec(ctx: ConnectorContext, spec: object, pipeline: str) -> object:
+    """A pipeline member from what a user may write: a connector (returned as it is), a
+    registered name (``"MeanStdFilter"``: built as ``Cls(ctx)``) or a pair ``(name,
+    params)`` (``("FrameStack", {"num_frames": 4})``: built as ``Cls(ctx, **params)``).
+    Anything else is a TypeError saying what ``pipeline`` takes; an unknown name is an
+    UnknownConnectorError."""
+    if isinstance(spec, Connector):
+        return spec
+    if isinstance(spec, str):
+        return get_connector_class(spec)(ctx)
+    if (
+        isinstance(spec, tuple | list)
+        and len(spec) == 2
+        and isinstance(spec[0], str)
+        and isinstance(spec[1], Mapping)
+    ):
+        return get_connector_class(spec[0])(ctx, **spec[1])
+    raise TypeError(
+        f'{pipeline} takes connectors, registered connector names ("MeanStdFilter") or '
+        f'(name, params) pairs (("FrameStack", {{"num_frames": 4}})), got {spec!r}'
+    )
 
 
 def get_connector(
@@ -116,10 +146,11 @@ def get_lambda(name: str) -> Callable[..., Any]:
     try:
         return _LAMBDAS[name]
     except (KeyError, TypeError):
-        known = ", ".join(registered_lambdas()) or "(none)"
+        names = registered_lambdas()
+        known = ", ".join(names) or "(none)"
         raise UnknownConnectorError(
-            f"no lambda registered as {name!r}; registered lambdas: {known}. "
-            + import_hint("rc.register_lambda")
+            f"no lambda registered as {name!r}{did_you_mean(name, names)}; registered "
+            f"lambdas: {known}. " + import_hint("rc.register_lambda")
         ) from None
 
 

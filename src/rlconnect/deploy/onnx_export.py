@@ -131,8 +131,11 @@ def _check_policy(src: PolicySource) -> TorchPolicy:
     obs_space = src.agent_pipeline.input_space
     if not isinstance(obs_space, _LEAF_OBS):
         raise ExportError(
-            f"the observation space {describe_space(obs_space)} has no single ONNX input; "
-            "flatten Dict and Tuple observations in the env to export an ONNX model"
+            f"policy {src.policy_id!r}: the observation space {describe_space(obs_space)} has "
+            "no single ONNX input (the model takes one array 'obs'), so nothing was written; "
+            "flatten Dict and Tuple observations in the env (gymnasium's FlattenObservation "
+            "wrapper) to export an ONNX model, or deploy this policy as it is with "
+            "rc.export_policy and rc.load_policy, which take Dict and Tuple observations"
         )
     return policy
 

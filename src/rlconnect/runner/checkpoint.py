@@ -435,6 +435,62 @@ def _pipeline_loader(
     return load
 
 
+class ZeroArgEnvCreator:
+    """An env creator ``f(env_context)`` over a user's function that takes no argument
+    (it pickles when the function does, so remote runners get it too)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, ctx: Any = None) -> Any:
+        return self.fn()
+
+
+def _takes_no_argument(fn: Callable[..., Any]) -> bool:
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: assume f(ctx)
+        return False
+    try:
+        sig.bind(None)
+    except TypeError:
+        return True
+    return False
+
+
+def env_from_spec(env: Any) -> Any:
+    """What ``from_checkpoint(env=...)`` builds on: anything but a ``"module:function"``
+    string as it is; that form (the command line's ``--env``) imports ``module`` and
+    gives its env creator (a function of the env context, or of nothing). ``module:EnvId``
+    (gymnasium's form: importing registers the id) and ``envpool:Task`` stay strings.
+    A module that does not import, or a name it lacks, is a ValueError saying so."""
+    if not isinstance(env, str) or ":" not in env or env.startswith("envpool:"):
+        return env
+    import importlib
+
+    module, _, attr = env.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise ValueError(
+            f"env {env!r}: cannot import module {module!r} ({exc}); put it on the path (the "
+            "current folder or PYTHONPATH), or pass the env creator itself"
+        ) from exc
+    creator = getattr(mod, attr, None)
+    if callable(creator):
+        return ZeroArgEnvCreator(creator) if _takes_no_argument(creator) else creator
+    import gymnasium as gym
+
+    if attr in gym.registry:  # module:EnvId, registered by importing the module
+        return env
+    raise ValueError(
+        f"env {env!r}: module {module!r} has no function {attr!r} and registers no gymnasium "
+        "id of that name; give module:function (an env creator) or a gymnasium id"
+    )
+
+
 def runner_from_checkpoint(
     cls: Callable[..., R],
     path: str | os.PathLike[str],
@@ -449,6 +505,7 @@ def runner_from_checkpoint(
     The saved config's ``output`` and ``input`` paths are not used (a checkpoint never
     chooses where the runner writes or reads files); give them in ``config_overrides``.
     """
+    env = env_from_spec(env)
     ck = load_checkpoint(path)
     config = ck.runner_config(config_overrides)
     policies = {pid: _build_policy(ck, rec) for pid, rec in ck.policies.items()}

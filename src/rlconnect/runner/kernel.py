@@ -47,7 +47,7 @@ from rlconnect.runner.bookkeeping import (
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, check_finite
 from rlconnect.runner.metrics import PerfTimers
-from rlconnect.runner.pipelines import PolicyPipelines
+from rlconnect.runner.pipelines import PolicyPipelines, check_agent_output
 from rlconnect.spaces import stack_samples
 
 __all__ = ["CHECKED_POLLS", "StepKernel"]
@@ -406,6 +406,7 @@ class StepKernel:
         data = AgentData.trusted(env_ids, agent_ids, columns)
         if len(pipe):
             data = pipe(data)
+            check_agent_output(pid, pipe, data["obs"])
         return PolicyStep(
             pid, data, made, traj, 0 if agent_index is None else agent_index, done, obs
         )

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 import gymnasium as gym
+import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID, SampleBatch
 from rlconnect.connectors import (
@@ -35,11 +36,18 @@ from rlconnect.connectors import (
 )
 from rlconnect.envs.base import BaseEnv
 from rlconnect.episodes import Episode
+from rlconnect.errors import did_you_mean
 from rlconnect.policy import Policy
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.spaces import describe_space
 
-__all__ = ["PipelineSpec", "PipelineSpecs", "PolicyPipelines", "build_pipelines"]
+__all__ = [
+    "PipelineSpec",
+    "PipelineSpecs",
+    "PolicyPipelines",
+    "build_pipelines",
+    "check_agent_output",
+]
 
 PipelineSpec = Any  # a pipeline, or a callable ctx -> pipeline (learner: or a list of members)
 
@@ -97,6 +105,60 @@ class PolicyPipelines:
                     if getattr(c.reset, "__func__", None) is not Connector.reset:
                         out.append(c.reset)
         return out
+
+
+def check_agent_output(pid: str, pipe: AgentConnectorPipeline, obs: Any) -> None:
+    """ValueError blaming the connector, not the policy, when the agent pipeline of
+    ``pid`` emitted ``obs`` rows of another shape than its members declare (one shape
+    compare per step; observation spaces without a shape are not checked)."""
+    want = pipe.output_space.shape
+    got = getattr(obs, "shape", None)
+    if want is None or got is None or tuple(got[1:]) == tuple(want):
+        return
+    names = pipe.names
+    own = [n for n, c in pipe.items() if not type(c).__module__.startswith("rlconnect.")]
+    culprit = own[-1] if own else names[-1]
+    others = [n for n in names if n != culprit]
+    also = f" (or one of the members before it: {others})" if others else ""
+    raise ValueError(
+        f"connector {culprit!r}{also} in the agent pipeline of policy {pid!r} emitted obs "
+        f"rows of shape {tuple(got[1:])}, but the pipeline declares {tuple(want)} (what the "
+        "policy was built for); the policy was not called. Make the connector's output "
+        "match its output_space(), or declare the shape it emits there"
+    )
+
+
+def _actions_fit(policy_space: gym.Space, env_space: gym.Space) -> bool:
+    """Whether a policy acting in ``policy_space`` can drive an env taking ``env_space``
+    through the default action chain: the same kind of space and size (Box bounds may
+    differ: the chain unsquashes or clips into the env's)."""
+    a: Any = policy_space
+    b: Any = env_space  # the same type as ``a`` once checked below
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, gym.spaces.Dict):
+        return a.keys() == b.keys() and all(_actions_fit(a[k], b[k]) for k in a.spaces)
+    if isinstance(a, gym.spaces.Tuple):
+        return len(a) == len(b) and all(_actions_fit(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, gym.spaces.Discrete):
+        return int(a.n) == int(b.n)
+    if isinstance(a, gym.spaces.MultiDiscrete):
+        return np.array_equal(a.nvec, b.nvec)
+    return getattr(a, "shape", None) == getattr(b, "shape", None)
+
+
+def check_action_spaces(pid: str, policy: Policy, env_space: gym.Space) -> None:
+    """ValueError naming both spaces when ``policy`` acts in a space the env's agents
+    cannot take (a Box policy on a Discrete env): refused when the runner is built rather
+    than at the first ``sample()``."""
+    if _actions_fit(policy.action_space, env_space):
+        return
+    raise ValueError(
+        f"policy {pid!r} ({type(policy).__name__}) acts in {describe_space(policy.action_space)}"
+        f", but the env's agents mapped to it take {describe_space(env_space)}; build the "
+        "policy for the env's action space, or give action_pipelines an entry for this "
+        "policy that maps its actions into the env's"
+    )
 
 
 def _same_shape(a: gym.Space, b: gym.Space) -> bool:
@@ -185,6 +247,24 @@ def check_learner(pipe: LearnerConnectorPipeline, pid: str, policy: Policy) -> N
         raise ValueError(f"policy {pid!r} ({type(policy).__name__}): {exc}") from None
 
 
+def check_spec_ids(specs: PipelineSpecs, policy_ids: list[str]) -> None:
+    """ValueError naming a policy id that ``agent_pipelines``, ``action_pipelines`` or
+    ``learner_pipelines`` is keyed by and the runner has no policy for (a misspelling
+    would otherwise leave that policy on the default pipelines, silently)."""
+    for kind, given in (
+        ("agent", specs.agent),
+        ("action", specs.action),
+        ("learner", specs.learner),
+    ):
+        for pid in given:
+            if pid not in policy_ids:
+                raise ValueError(
+                    f"{kind}_pipelines has an entry for policy id {pid!r}, which is not one "
+                    f"of the runner's policies {policy_ids}{did_you_mean(pid, policy_ids)}; "
+                    "key it by one of those ids"
+                )
+
+
 def build_pipelines(
     env: BaseEnv,
     policies: Mapping[str, Policy],
@@ -195,11 +275,7 @@ def build_pipelines(
     """Every policy's pipelines; a policy whose observation space does not match what
     its agent pipeline outputs is a ValueError naming both, as is a learner pipeline
     whose members need what the policy cannot give."""
-    unknown = sorted(set(specs.learner) - set(policies))
-    if unknown:
-        raise ValueError(
-            f"learner_pipelines for unknown policies {unknown}; known: {list(policies)}"
-        )
+    check_spec_ids(specs, list(policies))
     pipes = PolicyPipelines()
     connector_config = config.connector_config()
     device = getattr(env, "device", None)  # a tensor env's: the tensor path
@@ -219,6 +295,7 @@ def build_pipelines(
         if agent_pipe is None:
             agent_pipe = default_agent_pipeline(ctx)
         if action_pipe is None:
+            check_action_spaces(pid, policy, action_space)
             action_pipe = default_action_pipeline(action_ctx)
         out, want = agent_pipe.output_space, policy.observation_space
         if not _same_shape(out, want):

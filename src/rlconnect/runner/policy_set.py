@@ -9,10 +9,11 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_POLICY_ID
 from rlconnect.episodes import Episode
+from rlconnect.errors import did_you_mean
 from rlconnect.policy import Policy
 from rlconnect.runner.config import RunnerConfig
 
-__all__ = ["policy_set"]
+__all__ = ["CheckedMapping", "policy_set"]
 
 
 def _only(policy_id: str) -> Callable[..., str]:
@@ -20,6 +21,28 @@ def _only(policy_id: str) -> Callable[..., str]:
         return policy_id
 
     return mapping
+
+
+class CheckedMapping:
+    """A user's ``policy_mapping_fn`` whose every answer is checked against the runner's
+    policy ids: an unknown id is a ValueError naming the agent, the id and the known ids
+    at the first episode it is returned for (also with one policy, which would otherwise
+    take every agent silently). It runs once per agent per episode; it pickles when the
+    function does (remote runners)."""
+
+    def __init__(self, fn: Callable[..., str], policy_ids: list[str]) -> None:
+        self.fn: Callable[..., str] = fn.fn if isinstance(fn, CheckedMapping) else fn
+        self.policy_ids = list(policy_ids)
+
+    def __call__(self, agent_id: Any, episode: Episode, **kwargs: Any) -> str:
+        pid = self.fn(agent_id, episode, **kwargs)
+        if pid not in self.policy_ids:
+            raise ValueError(
+                f"policy_mapping_fn mapped agent {agent_id!r} to policy id {pid!r}, which is "
+                f"not one of the runner's policies {self.policy_ids}"
+                f"{did_you_mean(pid, self.policy_ids)}; return one of those ids"
+            )
+        return pid
 
 
 def policy_set(
@@ -37,6 +60,8 @@ def policy_set(
         if len(by_id) > 1:
             raise ValueError(f"{len(by_id)} policies need a policy_mapping_fn(agent_id, episode)")
         mapping_fn = _only(next(iter(by_id)))
+    else:
+        mapping_fn = CheckedMapping(mapping_fn, list(by_id))
     if config.seed is not None:
         seeds = np.random.SeedSequence([config.seed, config.worker_index]).spawn(len(by_id))
         for p, ss in zip(by_id.values(), seeds):

@@ -54,7 +54,7 @@ from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import EpisodeLog, LoggerSet, MetricsLogger, PerfTimers, RunMetrics
 from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
-from rlconnect.runner.policy_set import policy_set
+from rlconnect.runner.policy_set import CheckedMapping, policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
 from rlconnect.runner.tensor_kernel import TensorKernel, refuse_tensor_features
 from rlconnect.runner.versions import mark_weights_lag, weights_versions
@@ -90,7 +90,9 @@ class EnvRunner:
             raise TypeError(f"config must be an rc.RunnerConfig, got {type(self.config).__name__}")
         self.callbacks = callbacks or Callbacks()
         cfg = self.config
-        self.policies, self.policy_mapping_fn = policy_set(policies, policy_mapping_fn, cfg)
+        self.policies, mapping = policy_set(policies, policy_mapping_fn, cfg)
+        #: the user's function, as given (the runner calls it through a check of its ids)
+        self.policy_mapping_fn = mapping.fn if isinstance(mapping, CheckedMapping) else mapping
         self.env_spec = env  # what evaluate() builds its separate sub-envs from
         self.env = make_base_env(env, cfg.env_settings())
         self.num_envs = self.env.num_envs
@@ -100,7 +102,7 @@ class EnvRunner:
         self.pipelines = build_pipelines(
             self.env,
             self.policies,
-            self.policy_mapping_fn,
+            mapping,
             cfg,
             PipelineSpecs(agent_pipelines, action_pipelines, learner_pipelines),
         )
@@ -109,10 +111,8 @@ class EnvRunner:
         )
         self.timers = PerfTimers()
         self.hooks = EpisodeHooks(self.callbacks, self, self.env, self.policies)
-        self._kernel: StepKernel | TensorKernel = self._make_kernel()
-        self._inference = Inference(
-            self.policies, self.pipelines, self.policy_mapping_fn, self.num_envs
-        )
+        self._kernel: StepKernel | TensorKernel = self._make_kernel(mapping)
+        self._inference = Inference(self.policies, self.pipelines, mapping, self.num_envs)
         self._async: AsyncSampler | None = None
         self._closed = False
         self._failed: BaseException | None = None  # what made sample() raise midway
@@ -123,20 +123,20 @@ class EnvRunner:
         self._loggers = LoggerSet()
         self._attach()
 
-    def _make_kernel(self) -> StepKernel | TensorKernel:
+    def _make_kernel(self, mapping: Callable[..., str]) -> StepKernel | TensorKernel:
         """The step: ``TensorKernel`` for a batched tensor simulator (its policies mapped
-        once per agent, here), ``StepKernel`` for every other env."""
+        once per agent by ``mapping``, here), ``StepKernel`` for every other env."""
         cfg, env = self.config, self.env
         if isinstance(env, TensorEnv):
             refuse_tensor_features(cfg, self.hooks, self.policies, self.pipelines)
-            probe = Episode(-1, -1, self.policy_mapping_fn)
+            probe = Episode(-1, -1, mapping)
             agent_policy = {a: probe.policy_for(a) for a in env.agents}
             return TensorKernel(
                 env, self.policies, self.pipelines, cfg, self.timers, self.hooks, agent_policy
             )
         return StepKernel(
             env, self.policies, self.pipelines, cfg, self.collectors, self.timers, self.hooks,
-            self.policy_mapping_fn,
+            mapping,
         )  # fmt: skip
 
     def _attach(self) -> None:
@@ -478,7 +478,8 @@ class EnvRunner:
         config_overrides: Mapping[str, Any] | None = None,
     ) -> EnvRunner:
         """Rebuild a runner on ``env`` from a checkpoint whose policies are of registered
-        kinds (``rc.register_policy``); ``config_overrides`` replace saved config fields."""
+        kinds (``rc.register_policy``); ``config_overrides`` replace saved config fields.
+        ``env`` may also be ``"module:function"``, the command line's form."""
         from rlconnect.runner.checkpoint import runner_from_checkpoint
 
         return runner_from_checkpoint(

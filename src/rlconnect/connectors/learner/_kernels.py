@@ -5,9 +5,12 @@ Each kernel walks the batch once: the scans from its last row back to its first,
 trajectory by trajectory (``last_rows``: each trajectory's last row, in row order),
 keeping the running sum in float64 and writing each output row once (``window_sums``
 reads each row twice, a block at a time); ``trajectory_ends`` from the first row on.
-numba compiles a kernel on its first call with each set of input dtypes (under a second,
-once per process); this module is imported only then, so that ``import rlconnect`` does
-not load numba.
+numba compiles a kernel on its first call with each set of input dtypes; this module is
+imported only then, so that ``import rlconnect`` does not load numba. The compiled code is
+cached on disk (numba's ``cache=True``: next to this file in ``__pycache__``, else in the
+user's cache folder, or in ``NUMBA_CACHE_DIR`` when set), so only the first process on a
+machine compiles, and later ones load the machine code. Where no cache folder is writable
+(a read-only install without ``NUMBA_CACHE_DIR``), every process compiles, as before.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_compiled = numba.njit(nogil=True)  # IEEE arithmetic as written (no fastmath), GIL released
+
+def _compiled(fn):  # type: ignore[no-untyped-def]
+    """``fn`` compiled (IEEE arithmetic as written, no fastmath; the GIL released), its
+    machine code cached on disk where numba finds a writable folder."""
+    try:
+        return numba.njit(nogil=True, cache=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available": read-only
+        return numba.njit(nogil=True)(fn)
 
 
 @_compiled

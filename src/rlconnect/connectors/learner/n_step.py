@@ -12,7 +12,12 @@ from rlconnect.connectors.learner.base import LearnerConnector, on_tensors
 from rlconnect.connectors.learner.params import check_fraction, check_steps
 from rlconnect.connectors.learner.scan import discounted_window_sum
 from rlconnect.connectors.learner.trajectories import find_trajectories
-from rlconnect.connectors.learner.values import check_finite, float_column, new_columns
+from rlconnect.connectors.learner.values import (
+    as_float32,
+    check_finite,
+    float_column,
+    new_columns,
+)
 from rlconnect.connectors.registry import register_connector
 
 if TYPE_CHECKING:
@@ -64,12 +69,13 @@ class NStepReturns(LearnerConnector):
         rem = traj.rem()
         sums = discounted_window_sum(rewards, traj.last_rows, self.gamma, self.n)
         check_finite(sums, "the n-step reward sum", who)
+        sums32 = as_float32(sums, "the n-step reward sum (column 'n_step_rewards')", who)
         k_minus_1 = np.minimum(rem, self.n - 1)
         last = np.arange(len(batch)) + k_minus_1
         discount = np.power(self.gamma, k_minus_1 + 1.0)
         discount[traj.terminating_rows()[last]] = 0.0
         out = {
-            "n_step_rewards": sums.astype(np.float32),
+            "n_step_rewards": sums32,
             "n_step_new_obs": tree.map_structure(lambda x: x[last], batch["new_obs"]),
             "n_step_discount": discount.astype(np.float32),
             **{f"n_step_{s}": batch[s][last] for s in states},

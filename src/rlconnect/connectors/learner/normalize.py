@@ -23,8 +23,13 @@ STD_FLOOR = 1e-8
 @register_connector("NormalizeAdvantages")
 class NormalizeAdvantages(LearnerConnector):
     """Replaces ``advantages`` with ``(advantages - mean) / max(std, 1e-8)`` over the whole
-    batch (float32): the one built-in that changes a column (a new array; the old one is
-    left as it was). Put it after ``GAE``."""
+    batch: the one built-in that changes a column. Put it after ``GAE``.
+
+    The result is a new float32 array: the old column is left as it was, so normalising a
+    minibatch slice (a view into a larger batch) never writes into the parent. Any real
+    input dtype is taken: the mean and std are computed in float64, so float16 advantages
+    whose squares overflow float16 (above ~256) and int64 advantages are standardised
+    exactly like their float32 values."""
 
     takes_tensors: ClassVar[bool] = True
 
@@ -36,7 +41,8 @@ class NormalizeAdvantages(LearnerConnector):
         adv = float_column(batch, "advantages", self.name)
         if len(adv) == 0:
             return batch
-        adv -= adv.mean()
-        adv /= max(float(np.sqrt(np.mean(adv * adv))), STD_FLOOR)
-        batch["advantages"] = adv.astype(np.float32)
+        wide = adv.astype(np.float64)  # a copy: the column itself is only read
+        wide -= wide.mean()
+        wide /= max(float(np.sqrt(np.mean(wide * wide))), STD_FLOOR)
+        batch["advantages"] = wide.astype(np.float32)
         return batch

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rlconnect.policy import Policy
 
 __all__ = [
+    "as_float32",
     "check_finite",
     "float_column",
     "new_columns",
@@ -35,7 +36,9 @@ __all__ = [
 def check_finite(values: np.ndarray, what: str, who: str, rows: np.ndarray | None = None) -> None:
     """Raise ValueError naming the first row (of the batch: ``rows[i]`` when given) where
     ``values`` is NaN or infinite, ``what`` it is and ``who`` read it."""
-    if np.isfinite(np.sum(values)):  # one reduction, no temporary: NaN and inf propagate
+    with np.errstate(over="ignore"):  # a finite sum that overflows is looked at below
+        total = np.sum(values)
+    if np.isfinite(total):  # one reduction, no temporary: NaN and inf propagate
         return
     ok = np.isfinite(values)
     if ok.all():  # finite values whose sum overflows
@@ -46,6 +49,28 @@ def check_finite(values: np.ndarray, what: str, who: str, rows: np.ndarray | Non
         f"{who}: {what} is {np.asarray(values[i]).tolist()} at row {row}; learner connectors "
         "need finite rewards and values (fix the env or the policy, or drop those rows); the "
         "batch is unchanged"
+    )
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def as_float32(values: np.ndarray, what: str, who: str) -> np.ndarray:
+    """``values`` (finite, summed in float64) as the float32 column they are stored in; a
+    ValueError naming the first row whose value lies beyond float32's range (where the
+    cast would silently give inf), what it is and the fix."""
+    with np.errstate(over="ignore"):
+        out = values.astype(np.float32)
+    with np.errstate(over="ignore"):
+        total = np.sum(out)
+    if np.isfinite(total) or np.isfinite(out).all():
+        return out
+    i = int(np.flatnonzero(~np.isfinite(out))[0])
+    raise ValueError(
+        f"{who}: {what} at row {i} is {float(values[i]):.6g}, beyond float32's range "
+        f"(+-{FLOAT32_MAX:.4g}), so it would be stored as inf; scale or clip the rewards "
+        "(e.g. RunnerConfig(clip_rewards=...) or a reward-scaling connector); the batch is "
+        "unchanged"
     )
 
 

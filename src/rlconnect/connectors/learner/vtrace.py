@@ -128,6 +128,11 @@ class VTrace(LearnerConnector):
         new_columns(batch, ("vtrace_targets", "pg_advantages"), who)
         traj = find_trajectories(batch, who)
         rewards = float_column(batch, "rewards", who)
+        if len(batch) == 0:  # nothing to weigh; no policy call (torch models refuse 0 rows)
+            float_column(batch, "action_logp", who)
+            empty = np.zeros(0, np.float32)
+            batch.update({"vtrace_targets": empty, "pg_advantages": empty.copy()})
+            return batch
         rho = self._rho(batch, policy)
         values, after_last = values_and_bootstrap(batch, policy, traj, rows_too=True, who=who)
         targets, advantages = self._columns(
