@@ -184,8 +184,8 @@ def test_tensorboard_is_imported_only_by_its_logger(tmp_path: Path, monkeypatch)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
-    for name in [m for m in sys.modules if m.split(".")[0] == "tensorboard"] + ["tensorboard"]:
-        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed (also when
-        # an earlier test of this process imported it)
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
     with pytest.raises(ImportError, match=r"pip install 'rlconnect\[tensorboard\]'"):
         rc.loggers.TensorBoardLogger(tmp_path)
