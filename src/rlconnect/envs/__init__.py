@@ -1,7 +1,6 @@
 """Envs: the BaseEnv contract the runner drives, and adapters for every env kind."""
 
 from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.batched_cartpole import BatchedCartPole
 from rlconnect.envs.external import (
     BadActionError,
     BadObservationError,
@@ -45,3 +44,13 @@ __all__ = [
     "make_base_env",
     "register_env_adapter",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``BatchedCartPole`` is imported when first asked for (it needs torch, which
+    ``import rlconnect`` does not import)."""
+    if name == "BatchedCartPole":
+        from rlconnect.envs.batched_cartpole import BatchedCartPole
+
+        return BatchedCartPole
+    raise AttributeError(f"module 'rlconnect.envs' has no attribute {name!r}")

@@ -41,6 +41,8 @@ class BaseEnv:
     num_envs: int = 1
     is_multi_agent: bool = False
     possible_agents: tuple = ()
+    #: a batched tensor simulator, driven by the tensor kernel (``rlconnect.envs.tensor_envs``)
+    on_tensors: bool = False
 
     def observation_space(self, agent_id: Any) -> gym.Space:
         """The observation space of ``agent_id``."""

@@ -27,7 +27,6 @@ from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.parallel import check_parallel_spec
 from rlconnect.envs.settings import EnvSettings
 from rlconnect.envs.sub_envs import EnvContext
-from rlconnect.envs.tensor_envs import TorchVectorEnv, VmasEnv, is_tensor_vector_env, is_vmas
 from rlconnect.envs.vector import VectorEnvAdapter
 from rlconnect.envs.workers import WorkerEnvs
 
@@ -91,7 +90,7 @@ def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
     if isinstance(first, gym.vector.VectorEnv):  # one env of all the sub-envs (the tensor
         return _from_vector_env(first, s)  # path's simulators: each runner builds its own)
     if is_vmas(first):
-        return VmasEnv(first)
+        return _from_vmas(first, s)
     if isinstance(first, ExternalEnv):
         return _external(first, s)
     envs = [first, *(creator(s.context(i)) for i in range(1, s.num_envs))]
@@ -166,12 +165,37 @@ def _from_instance(env: Any, s: EnvSettings) -> BaseEnv:
     return MultiAgentEnvs(creator, 1, envs=[instance], contexts=s.contexts())
 
 
+def is_tensor_vector_env(env: Any, tensor: bool | None) -> bool:
+    """Whether a gymnasium ``VectorEnv`` takes the tensor path: ``tensor`` when set
+    (``RunnerConfig(tensor=...)``), else whether it says it lives on a torch device (a
+    ``device`` attribute, as Isaac Lab's, ManiSkill's, ``NumpyToTorch`` and
+    ``BatchedCartPole`` have: a ``torch.device`` or its name)."""
+    if tensor is not None:
+        return tensor
+    device = getattr(env, "device", None)
+    return isinstance(device, str) or type(device).__module__ == "torch"
+
+
+def is_vmas(env: Any) -> bool:
+    """Whether ``env`` is a VMAS environment (``vmas.make_env(...)``)."""
+    return (type(env).__module__ or "").startswith("vmas.") and hasattr(env, "reset_at")
+
+
 def _from_vector_env(env: gym.vector.VectorEnv, s: EnvSettings) -> BaseEnv:
-    """A VectorEnv of torch tensors takes the tensor path (``rlconnect.envs.tensor_envs``),
-    any other the numpy one."""
+    """A VectorEnv of torch tensors takes the tensor path (``rlconnect.envs.tensor_envs``,
+    imported here: it needs torch), any other the numpy one."""
     if is_tensor_vector_env(env, s.tensor):
+        from rlconnect.envs.tensor_envs import TorchVectorEnv
+
         return TorchVectorEnv(env, horizon=s.horizon)
     return VectorEnvAdapter(env, seed=s.seed)
+
+
+def _from_vmas(env: Any, s: EnvSettings) -> BaseEnv:
+    """A VMAS env: multi-agent, on the tensor path."""
+    from rlconnect.envs.tensor_envs import VmasEnv
+
+    return VmasEnv(env)
 
 
 def _kind(cls: type) -> _Match:
@@ -183,7 +207,7 @@ _BUILT_IN: list[tuple[_Match, EnvFactory]] = [
     (_kind(BaseEnv), lambda env, s: env),
     (_kind(ExternalEnv), _external),
     (_kind(gym.vector.VectorEnv), _from_vector_env),
-    (is_vmas, lambda env, s: VmasEnv(env)),
+    (is_vmas, _from_vmas),
     (_kind(str), _from_id),
     (_is_instance, _from_instance),
     (callable, _from_creator),

@@ -37,8 +37,6 @@ __all__ = [
     "TensorStep",
     "TorchVectorEnv",
     "VmasEnv",
-    "is_tensor_vector_env",
-    "is_vmas",
 ]
 
 Nest = Any  #: a tensor, or a dict / tuple of them (nested observation spaces)
@@ -125,6 +123,7 @@ class TensorEnv(BaseEnv):
     device: torch.device
     agents: tuple[Any, ...] = (DEFAULT_AGENT_ID,)
     host_reads = 0
+    on_tensors = True
 
     def deferred_check(self) -> tuple[torch.Tensor, str] | None:
         """A 0-d bool tensor that is True when this env returned something it must be
@@ -173,16 +172,6 @@ def _device_of(venv: Any) -> torch.device | None:
         except RuntimeError:
             return None
     return None
-
-
-def is_tensor_vector_env(env: Any, tensor: bool | None) -> bool:
-    """Whether a gymnasium ``VectorEnv`` takes the tensor path: ``tensor`` when set
-    (``RunnerConfig(tensor=...)``), else whether it says it lives on a torch device (a
-    ``device`` attribute, as Isaac Lab's, ManiSkill's, ``NumpyToTorch`` and
-    ``BatchedCartPole`` have)."""
-    if not isinstance(env, gym.vector.VectorEnv):
-        return False
-    return _device_of(env) is not None if tensor is None else tensor
 
 
 class TorchVectorEnv(TensorEnv):
@@ -279,11 +268,6 @@ class TorchVectorEnv(TensorEnv):
 
     def close(self) -> None:
         self.venv.close()
-
-
-def is_vmas(env: Any) -> bool:
-    """Whether ``env`` is a VMAS environment (``vmas.make_env(...)``)."""
-    return (type(env).__module__ or "").startswith("vmas.") and hasattr(env, "reset_at")
 
 
 def _gymnasium_space(space: Any) -> gym.Space:

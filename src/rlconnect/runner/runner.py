@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -41,7 +41,6 @@ from rlconnect.connectors import (
 )
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.envs.make import make_base_env
-from rlconnect.envs.tensor_envs import TensorEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
@@ -56,8 +55,10 @@ from rlconnect.runner.metrics import EpisodeLog, LoggerSet, MetricsLogger, PerfT
 from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
 from rlconnect.runner.policy_set import CheckedMapping, policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
-from rlconnect.runner.tensor_kernel import TensorKernel, refuse_tensor_features
 from rlconnect.runner.versions import mark_weights_lag, weights_versions
+
+if TYPE_CHECKING:
+    from rlconnect.runner.tensor_kernel import TensorKernel
 
 __all__ = ["EnvRunner"]
 
@@ -127,7 +128,11 @@ class EnvRunner:
         """The step: ``TensorKernel`` for a batched tensor simulator (its policies mapped
         once per agent by ``mapping``, here), ``StepKernel`` for every other env."""
         cfg, env = self.config, self.env
-        if isinstance(env, TensorEnv):
+        if env.on_tensors:  # (imported here: the tensor path needs torch)
+            from rlconnect.envs.tensor_envs import TensorEnv
+            from rlconnect.runner.tensor_kernel import TensorKernel, refuse_tensor_features
+
+            env = cast(TensorEnv, env)
             refuse_tensor_features(cfg, self.hooks, self.policies, self.pipelines)
             probe = Episode(-1, -1, mapping)
             agent_policy = {a: probe.policy_for(a) for a in env.agents}
@@ -296,9 +301,10 @@ class EnvRunner:
             pipe.start_sample()
         digests = {pid: state_digest(p) for pid, p in self.pipelines.agent.items()}
         agent_ids: dict[str, Any] = {}
-        if isinstance(kernel, TensorKernel):
-            batches, env_steps = kernel.sample()
+        if self.env.on_tensors:
+            batches, env_steps = cast("TensorKernel", kernel).sample()
         else:
+            kernel = cast(StepKernel, kernel)
             target = cfg.rollout_fragment_length * self.fragment_envs
             mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
             kernel.run_until(mode, target, count_by)
@@ -385,8 +391,8 @@ class EnvRunner:
                 if isinstance(pipe, LearnerConnectorPipeline):
                     learner_ms += share
         stats["mean_learner_processing_ms"] = learner_ms
-        if isinstance(self._kernel, TensorKernel):  # the tensor path: reads of the device
-            stats["host_reads_per_poll"] = self._kernel.host_reads / steps
+        if self.env.on_tensors:  # the tensor path: reads of the device
+            stats["host_reads_per_poll"] = cast("TensorKernel", self._kernel).host_reads / steps
         stats["connectors"] = conn
         return stats
 
