@@ -58,7 +58,6 @@ class TensorEpisodes:
         *,
         first_id: int,
         policy_of: Callable[[Any], str],
-        max_records: int,
     ) -> None:
         self.num_envs, self.agents, self.device = num_envs, tuple(agents), device
         self.next_id = first_id
@@ -72,7 +71,6 @@ class TensorEpisodes:
         self._bad_poll = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
         self._bad_field = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self._ended: list[EndedEpisodes] = []
-        self._max_records = max_records
 
     def start(self) -> None:
         """Every sub-env begins an episode (the first round)."""
@@ -160,9 +158,7 @@ class TensorEpisodes:
             rounds[ended_at, 1, env].astype(np.int64),
             rounds[ended_at, 3:, env],
         )
-        self._ended.append(out)
-        while sum(len(e) for e in self._ended) > self._max_records and len(self._ended) > 1:
-            self._ended.pop(0)
+        self._ended.append(out)  # (until the runner's hand_over, once per sample())
         return out, flag_values
 
     def _refuse_nonfinite(self, bad_poll: np.ndarray, bad_field: np.ndarray) -> None:

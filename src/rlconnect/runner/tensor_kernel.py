@@ -116,7 +116,6 @@ class TensorKernel:
             env.device,
             first_id=config.worker_index << 40,
             policy_of=agent_policy.__getitem__,
-            max_records=100_000,
         )
         self.poll_index = 0
         self._inputs: dict[str, dict[str, Any]] = {}  # per policy: what it acts on next
@@ -191,9 +190,8 @@ class TensorKernel:
         """Reset every sub-env and run the agent pipelines on the first observations."""
         first = self.env.start(self.config.seed)
         self.episodes.start()
-        none = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.env.device)
         for pid in self.layouts:
-            self._inputs[pid] = self._first_rows(pid, first, none, mask=None)
+            self._inputs[pid] = self._first_rows(pid, first, mask=None)
 
     def step(self, k: int, stores: Mapping[str, TensorStore]) -> None:
         """Round ``k``: act, step, advance, record, finish (see the module docstring)."""
@@ -328,7 +326,7 @@ class TensorKernel:
                 "obs": rows.stack(first, self.env.agents),
                 "t": final["t"].masked_fill(row_ended, 0),
             }
-        fresh = self._first_rows(pid, first, ended, mask=row_ended)
+        fresh = self._first_rows(pid, first, mask=row_ended)
         return {
             name: where_rows(row_ended, fresh[name], value)
             for name, value in final.columns.items()
@@ -336,7 +334,7 @@ class TensorKernel:
         }
 
     def _first_rows(
-        self, pid: str, first: Mapping[Any, Nest], ended: torch.Tensor, mask: torch.Tensor | None
+        self, pid: str, first: Mapping[Any, Nest], mask: torch.Tensor | None
     ) -> dict[str, Any]:
         """Policy ``pid``'s first rows of new episodes (``mask``: the rows that are;
         None: all) through its agent pipeline."""
