@@ -103,8 +103,11 @@ class ServerSettings:
         return attrs.evolve(settings or cls(), **overrides)
 
     def hub_limits(self) -> HubLimits:
-        """The episode hub's share: the settings named as ``HubLimits``' fields."""
-        return HubLimits(**{name: getattr(self, name) for name in attrs.fields_dict(HubLimits)})
+        """The episode hub's share: the settings named as ``HubLimits``' fields (steps
+        that do not fit the queue are refused, never waited for)."""
+        shared = set(attrs.fields_dict(HubLimits)) & set(attrs.fields_dict(ServerSettings))
+        # the event loop queues steps: one that does not fit is refused (503), never waited for
+        return HubLimits(wait_for_room=False, **{name: getattr(self, name) for name in shared})
 
     def http_limits(self) -> Limits:
         """The HTTP layer's share: body sizes and the request deadlines."""
