@@ -40,6 +40,7 @@ import gymnasium as gym
 from rlconnect.envs.external import ExternalEnvAdapter, QueueFullError
 from rlconnect.envs.external_replies import Reply, notify_each
 from rlconnect.policy import Policy
+from rlconnect.serve.decoder import FairDecoder
 from rlconnect.serve.deployed import DeployedEndpoints
 from rlconnect.serve.endpoints import Endpoints
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv
@@ -132,7 +133,7 @@ class PolicyServer:
         self.settings = settings = ServerSettings.of(settings, limits)
         self.requests = 0
         self._listener = Listener(self._dispatch, settings.http_limits(), self._watch)
-        self._decoder = concurrent.futures.ThreadPoolExecutor(1, "PolicyServer-decode")
+        self._decoder = FairDecoder(decode)
         self._endpoints: Endpoints | DeployedEndpoints
         #: the runner whose batches the served episodes fill (None for a DeployedPolicy)
         self.runner: Any = None
@@ -205,7 +206,7 @@ class PolicyServer:
     def stop(self) -> None:
         """Stop listening, fail waiting calls and close the env (the runner stays usable)."""
         self._listener.stop()
-        self._decoder.shutdown(wait=False, cancel_futures=True)
+        self._decoder.stop()
         self._endpoints.close()
 
     close = stop
@@ -223,9 +224,10 @@ class PolicyServer:
     # -- requests ---------------------------------------------------------------------------
     def _dispatch(self, conn: HttpConnection, method: str, path: str, body: bytes) -> None:
         """Answer one HTTP request (on the event loop thread). A body above
-        ``wire.INLINE_BYTES`` is walked and decoded in the decoder thread, one at a time, so
-        a costly body never holds the loop (its bytes stay charged to the body budget until
-        it is answered)."""
+        ``wire.INLINE_BYTES`` is walked and decoded in the decoder thread, one at a time and
+        peers in turn (``serve.decoder``), so a costly body never holds the loop and one
+        peer's bodies never hold another's (its bytes stay charged to the body budget
+        until it is answered)."""
         name = path.split("?", 1)[0].removeprefix("/v1/").strip("/")
         if method == "GET":
             if name == "health":
@@ -243,12 +245,18 @@ class PolicyServer:
             return
         seq = conn.seq
 
-        def decoded(future: concurrent.futures.Future) -> None:
-            if conn.seq == seq:  # else the client is gone: nothing to do for it
-                self._run(conn, name, call, future.result)
+        def decoded(value: Any, error: BaseException | None) -> None:
+            if conn.seq != seq:  # the client is gone: nothing to do for it
+                return
+            if error is not None:
+                call.finish(None, error)
+            else:
+                self._run(conn, name, call, lambda: value)
 
-        future = self._decoder.submit(decode, body)
-        future.add_done_callback(lambda f: self._listener.call_soon(decoded, f))
+        def done(value: Any, error: BaseException | None) -> None:  # in the decoder thread
+            self._listener.call_soon(decoded, value, error)
+
+        self._decoder.submit(conn.peer, body, done)
 
     def _call(self, conn: HttpConnection, name: str) -> Call:
         """The answer channel of the request ``conn`` is receiving now."""
