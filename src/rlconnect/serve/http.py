@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import json
 import logging
 import re
 import socket
@@ -180,8 +181,11 @@ class HttpConnection(asyncio.Protocol):
             self.refuse(411, "LengthRequired", "send a Content-Length header, not chunks")
 
     def on_headers_complete(self) -> None:
-        if self._refused is not None or self.parser.get_method() != b"POST":
+        if self._refused is not None:
             return
+        if self.parser.get_method() != b"POST" and not self._length:
+            return  # a GET (or another method) without a body: nothing to check
+        # a body, whatever the method: the same checks as a POST's (413, 415, budget)
         problem = self.listener.check_post(self._length, self._type, self.peer)
         if problem is not None:
             self.refuse(*problem)
@@ -225,16 +229,20 @@ class HttpConnection(asyncio.Protocol):
         if not self._queue and self.transport is not None and self._refused is None:
             self.transport.resume_reading()
 
-    def respond(self, status: int, payload: Any, *, close: bool = False) -> None:
-        """Answer the request being served (a no-op once the connection is gone)."""
+    def respond(
+        self, status: int, payload: Any, *, close: bool = False, as_json: bool = False
+    ) -> None:
+        """Answer the request being served (a no-op once the connection is gone), in
+        msgpack, or in JSON (``as_json``: ``GET /v1/health``, for curl and probes)."""
         try:
-            data = encode(payload)
-        except TypeError as exc:  # e.g. an action the wire format cannot carry
+            data = json.dumps(payload).encode() if as_json else encode(payload)
+        except (TypeError, ValueError) as exc:  # e.g. an action the wire cannot carry
             status, data = 500, encode({"error": "EncodeError", "message": str(exc)})
+            as_json = False
         if status >= 400:
             self.listener.errors += 1
         close = close or self._peer_done or not self.parser.should_keep_alive()
-        self._write(status, data, close)
+        self._write(status, data, close, b"application/json" if as_json else b"")
         self._give_back(self._answering)
         self._answering = 0
         self._busy = False
@@ -244,14 +252,19 @@ class HttpConnection(asyncio.Protocol):
         if not close:
             self._next()
 
-    def _write(self, status: int, data: bytes, close: bool) -> None:
+    def _write(self, status: int, data: bytes, close: bool, content_type: bytes = b"") -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         head = (
             b"HTTP/1.1 %d %s\r\nServer: rlconnect-serve/2\r\n"
-            b"Content-Type: application/x-msgpack\r\nContent-Length: %d\r\n"
-            % (status, _REASONS.get(status, b"Error"), len(data))
+            b"Content-Type: %s\r\nContent-Length: %d\r\n"
+            % (
+                status,
+                _REASONS.get(status, b"Error"),
+                content_type or b"application/x-msgpack",
+                len(data),
+            )
         )
         if status == 503:
             head += b"Retry-After: 1\r\n"

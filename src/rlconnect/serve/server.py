@@ -17,11 +17,12 @@ checkpoint         {}                                          files: {path: byt
 weights            {}                                          weights, connector_states
 =================  ==========================================  ======================
 
-``GET /v1/health`` answers ``{"ok": ..., ...}``. The server is one asyncio event loop in
-its own thread (``serve.http``: httptools' parser, whole-request deadlines, body limits);
-the runner's sampling thread takes the queued observations in batches (``max_batch``,
-``batch_wait_s``) and hands every step's actions back to the loop at once. The modules:
-``serve.http`` (connections), ``serve.endpoints`` (what each request does),
+``GET /v1/health`` answers ``{"ok": ..., ...}`` in JSON (``POST /v1/health`` in msgpack).
+The server is one asyncio event loop in its own thread (``serve.http``: httptools'
+parser, whole-request deadlines, body limits); the runner's sampling thread takes the
+queued observations in batches (``max_batch``, ``batch_wait_s``) and hands every step's
+actions back to the loop at once. The modules: ``serve.http`` (connections),
+``serve.decoder`` (large bodies, peers in turn), ``serve.endpoints`` (what each request does),
 ``serve.handler`` (fields and statuses), ``serve.tasks`` (runner work a request needs),
 ``serve.envs`` (the ServingEnvs).
 """
@@ -229,11 +230,12 @@ class PolicyServer:
         peer's bodies never hold another's (its bytes stay charged to the body budget
         until it is answered)."""
         name = path.split("?", 1)[0].removeprefix("/v1/").strip("/")
-        if method == "GET":
+        if method == "GET":  # JSON, for curl, load balancers and probes
             if name == "health":
-                conn.respond(200, self.health())
+                conn.respond(200, self.health(), as_json=True)
             else:
-                conn.respond(404, {"error": "NotFound", "message": f"no endpoint GET {path}"})
+                message = f"no endpoint GET {path}; GET /v1/health answers JSON"
+                conn.respond(404, {"error": "NotFound", "message": message}, as_json=True)
             return
         if method != "POST":
             conn.respond(501, {"error": "NotImplemented", "message": f"no {method} requests"})
