@@ -112,3 +112,35 @@ def test_the_docs_onnxruntime_loop_runs_as_written_without_onnx_torch_rlconnect(
     lines = done.stdout.splitlines()
     assert [line.split(":")[0] for line in lines[:-1]] == ["episode 0", "episode 1", "episode 2"]
     assert lines[-1] == "clean"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"inputs": 5},
+        {"inputs": [7]},
+        {"outputs": [{"name": "actions", "shape": 3, "dtype": "int64"}]},
+        {"observation_space": "Box"},
+    ],
+    ids=["inputs-int", "entry-int", "shape-int", "space-str"],
+)
+def test_inspect_of_a_malformed_interface_with_a_valid_digest_is_one_named_error(
+    model_path: Path, tmp_path: Path, edit: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The digest can be recomputed by anyone, so a well-signed interface of the wrong
+    shape must still end in a named error (issue 55, item 14), not a bare TypeError."""
+    from rlconnect.cli import main
+
+    model = onnx.load(str(model_path))
+    interface = json.loads({p.key: p.value for p in model.metadata_props}[METADATA_KEY])
+    interface.update(edit)
+    interface[DIGEST_KEY] = model_digest(model, interface)
+    for p in model.metadata_props:
+        if p.key == METADATA_KEY:
+            p.value = json.dumps(interface)
+    bad = tmp_path / "bad.onnx"
+    onnx.save(model, str(bad))
+    assert main(["inspect", str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "cannot load ONNX model" in err and "interface is malformed" in err, err

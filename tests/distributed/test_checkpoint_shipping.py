@@ -97,3 +97,45 @@ def test_files_from_elsewhere_cannot_write_outside_the_folder(tmp_path, files, m
     with pytest.raises(ValueError, match=match):
         write_folder(files, tmp_path / "ckpt")
     assert not (tmp_path / "escape.bin").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_group_ships_only_the_files_the_manifest_lists(tmp_path) -> None:
+    """Issue 55, item 9: a restore reads the manifest and the files it lists, each size-
+    and digest-checked, and nothing else the folder holds (a sparse 1 GiB stray file, a
+    FIFO, a symlink to /dev/zero); the shipped files restore a remote runner."""
+    from rlconnect.distributed.group import checkpoint_files
+
+    spec = _spec()
+    source = spec.build(0)
+    source.sample()
+    ck = tmp_path / "ckpt"
+    source.save_checkpoint(ck)
+    with open(ck / "stray.bin", "wb") as f:
+        f.truncate(1 << 30)
+    os.mkfifo(ck / "policies" / "pipe")
+    os.symlink("/dev/zero", ck / "zero")
+    tracemalloc.start()
+    try:
+        files = checkpoint_files(ck)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    manifest = rc.runner.checkpoint_format.read_manifest(str(ck))
+    listed = {e["path"] for p in manifest["policies"] for e in p["files"].values()}
+    assert set(files) == {"manifest.json", *listed}
+    assert peak < 16 << 20, peak
+    remote = RemoteRunner(spec, 1)
+    try:
+        remote.restore_files(files)
+        w = source.get_weights()["default_policy"]
+        got = remote.runner.get_weights()["default_policy"]
+        assert all(np.array_equal(w[k], got[k]) for k in w)
+    finally:
+        remote.runner.stop()
+        source.stop()
+    (ck / "stray.bin").unlink()
+    weights = next(p for p in listed if p.endswith("weights.safetensors"))
+    (ck / weights).write_bytes(b"x" * len(files[weights]))
+    with pytest.raises(rc.CheckpointError):  # a listed file that changed is refused
+        checkpoint_files(ck)

@@ -236,7 +236,14 @@ def test_bodies_that_fill_the_budget_and_stall_lock_out_for_the_stall_deadline()
     """Connections that really send bytes fill the budget: others get 503 (``/health``
     says so in ``refusing``) and retry; the stalled ones are cut after
     ``stall_timeout_s``, which bounds the lockout."""
-    s = Live(max_concurrent=8, stall_timeout_s=1.0, max_body_bytes=1 << 20)
+    # every socket here is on 127.0.0.1: one peer may hold the whole budget for this test
+    # (the per-peer share is attacked in tests/serve/test_peer_bounds.py)
+    s = Live(
+        max_concurrent=8,
+        stall_timeout_s=1.0,
+        max_body_bytes=1 << 20,
+        max_body_bytes_per_peer=2 << 20,
+    )
     try:
         head = (
             b"POST /v1/get_action HTTP/1.1\r\nHost: x\r\n"

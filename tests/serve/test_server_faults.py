@@ -172,7 +172,7 @@ def test_hundreds_of_connections_wait_in_the_backlog(sampling: Sampling) -> None
 
 
 def test_bodies_and_ids_are_bounded() -> None:
-    s = serve(max_body_bytes=1000)
+    s = serve(max_body_bytes=1000, max_body_bytes_per_peer=2000)  # all on one address
     try:
         client = PolicyClient(s.server.url, max_body_bytes=10**6)
         eid = client.start_episode()

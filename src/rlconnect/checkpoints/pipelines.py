@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlconnect.checkpoints.atomic import atomic_write_bytes
+from rlconnect.checkpoints.budget import MAX_PIPELINE_BYTES, pipeline_cost
 from rlconnect.checkpoints.container import load_nest, pack
 from rlconnect.checkpoints.nest import encode_into
 from rlconnect.connectors.base import STATE_KEY, ConnectorContext
@@ -40,6 +41,7 @@ from rlconnect.connectors.pipeline import (
 )
 from rlconnect.connectors.registry import get_connector_class
 from rlconnect.errors import CheckpointError, UnknownConnectorError
+from rlconnect.spaces import describe_space
 
 __all__ = [
     "PIPELINE_FORMAT",
@@ -105,6 +107,15 @@ def build_pipeline(
     connector registry; ``CheckpointError`` naming ``where`` and the member that rejects its
     params, ``UnknownConnectorError`` (unwrapped) for an unregistered connector."""
     cls = _KINDS[state["kind"]]
+    space = ctx.observation_space
+    if space is not None:
+        cost, member = pipeline_cost(state, space)
+        if member is not None:
+            raise CheckpointError(
+                f"cannot load {where}: building it would allocate about {cost:,} bytes, more "
+                f"than the limit {MAX_PIPELINE_BYTES:,} (checkpoints.budget.MAX_PIPELINE_BYTES) "
+                f"at {member}, on {describe_space(space)}; nothing was built"
+            )
     try:
         return cls.from_state(ctx, state)
     except UnknownConnectorError:

@@ -6,6 +6,7 @@ rlconnect sample  [--env CartPole-v1] [--num-envs 8] [--steps 20000] [--policy r
 rlconnect inspect PATH   (a saved pipeline, batch files or folder, a checkpoint, a run folder,
                           an exported policy file or ONNX model)
 rlconnect export RUN_OR_CHECKPOINT --out FILE [--onnx FILE] [--policy ID]
+rlconnect serve POLICY_FILE [--host 127.0.0.1] [--port 9900]   (rc.serve.PolicyServer)
 rlconnect --version      (also: python -m rlconnect ...; a bare ``rlconnect`` prints help)
 
 ``sample`` collects with the default pipelines, draws progress on stderr (rich) and prints a

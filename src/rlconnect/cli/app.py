@@ -14,6 +14,7 @@ from rlconnect.cli.errors import UsageError, missing_extra
 from rlconnect.cli.export import add_export_parser
 from rlconnect.cli.imports import add_import_option, import_user_modules
 from rlconnect.cli.sample import cmd_sample
+from rlconnect.cli.serve import add_serve_parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
     i.set_defaults(func=cmd_inspect)
     add_export_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 

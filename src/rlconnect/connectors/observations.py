@@ -6,8 +6,9 @@ not from an env the runner checked, so every one is checked against the agent pi
 input space before it reaches a pipeline, where a NaN would stay in a session's state (an
 RNN state, a frame stack) for good: structure (dict keys, tuple lengths), shape, dtype
 (castable to the space's dtype under numpy's ``same_kind`` rule: no strings, objects, or
-floats for an integer space), finiteness, and Discrete / MultiDiscrete ranges. A failure raises
-``EnvCheckError`` naming the field, e.g. ``obs`` or ``obs['pos']``. Box bounds are not
+floats for an integer space), finiteness in the space's dtype (1e300 sent as float64
+for a float32 space would be inf there), and Discrete / MultiDiscrete ranges. A failure
+raises ``EnvCheckError`` naming the field, e.g. ``obs`` or ``obs['pos']``. Box bounds are not
 enforced (envs often return values outside their declared bounds; the runner accepts them
 too).
 """
@@ -45,6 +46,12 @@ def _leaf(space: gym.Space, value: Any, rows: int | None, path: str) -> None:
         )
     if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
         raise EnvCheckError(f"{path}: non-finite values (NaN or inf)")
+    if dtype.kind in "iuf" and arr.dtype.kind in "iuf" and arr.size and not _fits(arr, dtype):
+        info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+        raise EnvCheckError(
+            f"{path}: values beyond what {dtype} holds ({info.min} to {info.max}): stored "
+            f"as {dtype} they would become inf or wrap; send values within that range"
+        )
     if isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
         start = np.asarray(space.start)
         size = np.asarray(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec)
@@ -52,6 +59,15 @@ def _leaf(space: gym.Space, value: Any, rows: int | None, path: str) -> None:
             raise EnvCheckError(f"{path}: values outside {describe_space(space)}")
     if isinstance(space, gym.spaces.MultiBinary) and ((arr != 0) & (arr != 1)).any():
         raise EnvCheckError(f"{path}: values other than 0 and 1")
+
+
+def _fits(arr: np.ndarray, dtype: np.dtype) -> bool:
+    """Every value of ``arr`` is a finite value of ``dtype`` (cast there, none becomes inf
+    or wraps); cheap when ``dtype`` holds every value of ``arr``'s dtype."""
+    if np.can_cast(arr.dtype, dtype, "safe"):
+        return True
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    return bool(((arr >= info.min) & (arr <= info.max)).all())
 
 
 def _check(space: gym.Space, value: Any, rows: int | None, path: str) -> None:

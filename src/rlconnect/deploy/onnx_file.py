@@ -59,7 +59,35 @@ def read_interface(model: Any, source: str) -> dict[str, Any]:
         raise _fail(source, f"its rlconnect metadata is not an object with a {DIGEST_KEY!r}")
     if model_digest(model, interface) != interface[DIGEST_KEY]:
         raise _fail(source, DIGEST_MISMATCH)
+    problem = _interface_problem(interface)
+    if problem is not None:  # a digest anyone can recompute: the shape is checked too
+        raise _fail(source, f"its rlconnect interface is malformed: {problem}")
     return interface
+
+
+def _interface_problem(interface: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of an interface (as ``export_onnx`` writes it), or
+    None: ``inputs`` and ``outputs`` are lists of objects with a string ``name``, a
+    ``shape`` list of ints and strings and a string ``dtype``; the spaces are objects."""
+    for key in ("inputs", "outputs"):
+        entries = interface.get(key)
+        if not isinstance(entries, list):
+            return f"{key!r} must be a list, got {type(entries).__name__}"
+        for i, e in enumerate(entries):
+            if not isinstance(e, dict):
+                return f"{key}[{i}] must be an object, got {type(e).__name__}"
+            shape = e.get("shape")
+            if not (
+                isinstance(e.get("name"), str)
+                and isinstance(e.get("dtype"), str)
+                and isinstance(shape, list)
+                and all(isinstance(d, int | str) and not isinstance(d, bool) for d in shape)
+            ):
+                return f"{key}[{i}] needs a string 'name', a 'shape' list and a string 'dtype'"
+    for key in ("observation_space", "action_space", "pipelines"):
+        if key in interface and not isinstance(interface[key], dict):
+            return f"{key!r} must be an object, got {type(interface[key]).__name__}"
+    return None
 
 
 def read_onnx_model(data: bytes, source: str) -> tuple[Any, dict[str, Any]]:

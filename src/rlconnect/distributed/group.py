@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from rlconnect.checkpoints.files import read_folder
+from rlconnect.checkpoints.files import read_regular_file
 from rlconnect.distributed.faults import FaultTolerance, RunnerFailedError, RunnerFailure
 from rlconnect.distributed.gather import Batch, DeltaInbox, sample_round, sample_stream, tag_batch
 from rlconnect.distributed.pool import RunnerPool
@@ -34,7 +34,30 @@ from rlconnect.runner.metrics import LoggerSet, MetricsLogger, merge_metrics
 from rlconnect.runner.pipelines import PipelineSpecs
 from rlconnect.runner.versions import mark_weights_lag
 
-__all__ = ["RunnerGroup"]
+__all__ = ["RunnerGroup", "checkpoint_files"]
+
+
+def checkpoint_files(path: str | os.PathLike[str]) -> dict[str, bytes]:
+    """The files a group's remote runners restore from: the checkpoint's manifest and the
+    files it lists, each checked for its size (before it is read) and its SHA-256, by
+    '/'-separated relative path. Nothing else in the folder is read (a big stray file, a
+    FIFO or a device left there costs nothing)."""
+    from rlconnect.runner.checkpoint_format import (
+        MANIFEST,
+        MAX_MANIFEST_BYTES,
+        read_blob,
+        read_manifest,
+    )
+
+    root = os.fspath(path)
+    manifest = read_manifest(root)
+    files = {
+        MANIFEST: read_regular_file(os.path.join(root, MANIFEST), max_bytes=MAX_MANIFEST_BYTES)
+    }
+    for policy in manifest["policies"]:
+        for entry in policy["files"].values():
+            files[entry["path"]] = read_blob(root, entry)[1]
+    return files
 
 
 def _import_ray() -> Any:
@@ -341,7 +364,7 @@ class RunnerGroup:
         self.local_runner.restore(path)
         if self.num_runners == 0:
             return
-        self._remote.checkpoint_ref = self._ray.put(read_folder(path))
+        self._remote.checkpoint_ref = self._ray.put(checkpoint_files(path))
         self._remote.weights_ref = None
         self._inbox.clear()
         if self._actors:
@@ -369,7 +392,7 @@ class RunnerGroup:
             config_overrides=config_overrides,
         )
         group = cls.__new__(cls)
-        files = read_folder(path) if num_runners else None
+        files = checkpoint_files(path) if num_runners else None
         group._setup(
             local,
             env,

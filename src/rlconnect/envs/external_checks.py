@@ -98,14 +98,32 @@ def check_episode_id(eid: Any) -> None:
 def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
     """``obs`` converted to the space's dtype, or BadObservationError naming the mismatch.
 
-    A Box takes real numbers only, finite and inside its bounds: a cast would drop the
-    imaginary part of a complex number or read a string as a number, bools are not numbers
-    (unless the Box holds bools), fractions are not integers, and a NaN or an out-of-bounds
-    value would stop the runner's checks later (after the request was answered). Floats of
-    another width are cast, as any env's observations are.
+    A Box takes real numbers only, finite and inside its bounds *in the dtype the runner
+    stores* (1e300 sent as float64 for a float32 Box would become inf there): a cast would
+    drop the imaginary part of a complex number or read a string as a number, bools are
+    not numbers (unless the Box holds bools), fractions are not integers, and a NaN or an
+    out-of-bounds value would stop the runner's checks later (after the request was
+    answered). Floats of another width are cast, as any env's observations are. Dict and
+    Tuple observations are checked part by part, each part named in the message.
     """
     if isinstance(space, gym.spaces.Box):
         return _box_obs(space, obs, label)
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(obs, Mapping) or set(obs) != set(space.spaces):
+            raise BadObservationError(
+                f"{label}: observation {obs!r:.80} is not a dict with the keys "
+                f"{sorted(map(str, space.spaces))} of {space}"
+            )
+        return {k: check_obs(sub, obs[k], f"{label}, field {k!r}") for k, sub in space.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        if not isinstance(obs, tuple | list) or len(obs) != len(space.spaces):
+            raise BadObservationError(
+                f"{label}: observation {obs!r:.80} is not a tuple of {len(space.spaces)} parts"
+            )
+        return tuple(
+            check_obs(sub, o, f"{label}, part {i}")
+            for i, (sub, o) in enumerate(zip(space.spaces, obs))
+        )
     try:
         ok = space.contains(obs)
     except Exception:
@@ -115,28 +133,52 @@ def check_obs(space: gym.Space, obs: Any, label: str) -> Any:
     return obs
 
 
+def _box_problem(space: gym.spaces.Box, obs: Any, raw: np.ndarray) -> str | None:
+    """What makes ``raw`` (read from ``obs``) no value of ``space``, or None."""
+    kind, want = raw.dtype.kind, space.dtype.kind
+    if kind not in "biuf":
+        what = "complex numbers" if kind == "c" else f"values of dtype kind {kind!r}"
+        return (
+            f"cannot read {obs!r:.80} as {space}: it holds {what}; send real {space.dtype} values"
+        )
+    if raw.shape != space.shape:
+        return f"observation has shape {raw.shape}, the space {space} wants {space.shape}"
+    if kind == "b" and want != "b":
+        return f"observation holds bools; the space {space} wants {space.dtype} numbers"
+    if kind == "f" and not np.isfinite(raw).all():
+        return "observation holds NaN or infinite values"
+    if kind == "f" and want in "iu" and (raw != np.round(raw)).any():
+        return f"observation holds fractions; the space {space} wants integers"
+    if want != "b" and not ((raw >= space.low) & (raw <= space.high)).all():
+        return f"observation {obs!r:.80} has values outside the bounds of {space}"
+    if want in "iuf" and not _fits(raw, space.dtype):
+        return (
+            f"observation {obs!r:.80} has values beyond what {space.dtype} holds (the runner "
+            f"stores {space.dtype}: they would become inf or wrap); send values within "
+            f"{_range_of(space.dtype)}"
+        )
+    return None
+
+
+def _fits(raw: np.ndarray, dtype: np.dtype) -> bool:
+    """Every value of ``raw`` is a finite value of ``dtype`` (an integer dtype's range)."""
+    if raw.size == 0 or np.can_cast(raw.dtype, dtype, "safe"):
+        return True
+    lo, hi = _range_of(dtype)
+    return bool((raw >= lo).all() and (raw <= hi).all())
+
+
+def _range_of(dtype: np.dtype) -> tuple[Any, Any]:
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    return info.min, info.max
+
+
 def _box_obs(space: gym.spaces.Box, obs: Any, label: str) -> np.ndarray:
     try:
         raw = np.asarray(obs)
     except (TypeError, ValueError) as exc:
         raise BadObservationError(f"{label}: cannot read {obs!r:.80} as {space}: {exc}") from None
-    kind, want = raw.dtype.kind, space.dtype.kind
-    problem = None
-    if kind not in "biuf":
-        what = "complex numbers" if kind == "c" else f"values of dtype kind {kind!r}"
-        problem = (
-            f"cannot read {obs!r:.80} as {space}: it holds {what}; send real {space.dtype} values"
-        )
-    elif raw.shape != space.shape:
-        problem = f"observation has shape {raw.shape}, the space {space} wants {space.shape}"
-    elif kind == "b" and want != "b":
-        problem = f"observation holds bools; the space {space} wants {space.dtype} numbers"
-    elif kind == "f" and not np.isfinite(raw).all():
-        problem = "observation holds NaN or infinite values"
-    elif kind == "f" and want in "iu" and (raw != np.round(raw)).any():
-        problem = f"observation holds fractions; the space {space} wants integers"
-    elif want != "b" and not ((raw >= space.low) & (raw <= space.high)).all():
-        problem = f"observation {obs!r:.80} has values outside the bounds of {space}"
+    problem = _box_problem(space, obs, raw)
     if problem is not None:
         raise BadObservationError(f"{label}: {problem}")
     return raw.astype(space.dtype, copy=False)

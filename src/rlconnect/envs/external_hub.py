@@ -273,9 +273,28 @@ class EpisodeHub:
             for a, o in obs.items()
         }
 
+    def _make_room(self, events: int, what: str) -> None:
+        """Return once ``events`` more events fit ``max_queued_steps`` (lock held): at once,
+        or after waiting for the runner to take some (``wait_for_room``); QueueFullError
+        when they do not fit in time. Every route that queues steps comes through here."""
+        limits = self._limits
+        limit = limits.max_queued_steps
+        assert limit is not None  # resolved
+        deadline = time.monotonic() + (limits.get_action_timeout_s if limits.wait_for_room else 0)
+        while self._lanes.queued + events > limit and not self._closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise QueueFullError(
+                    f"the runner has {self._lanes.queued} steps queued (at most {limit}, "
+                    f"max_queued_steps): {what} does not fit yet; retry"
+                )
+            self._lock.wait(min(left, 0.1))
+
     def observe(self, eid: Any, obs: dict, logged: Any, kind: str = "obs") -> Reply | None:
         """Queue an observation; returns where the action will come for ``get_action``."""
         with self._lock:
+            if kind == "obs":  # an episode's end is bounded by the episodes running
+                self._make_room(1, f"this step of episode {eid!r}")
             ep = self._get(eid)
             checked = self._checked_obs(eid, obs)
             if logged is not NO_ACTION and self._act_space is not None:
@@ -294,6 +313,7 @@ class EpisodeHub:
         step before): everything is checked before anything is queued, so one bad part
         refuses the whole call and changes nothing."""
         with self._lock:
+            self._make_room(len(steps), f"{len(steps)} steps")
             checked = []
             for eid, obs, rewards in steps:
                 ep = self._get(eid)
@@ -386,6 +406,8 @@ class EpisodeHub:
             events = self._lanes.take() if self._lanes.ready else []
             tasks = list(self._tasks)
             self._tasks.clear()
+            if events and self._limits.wait_for_room:
+                self._lock.notify_all()  # simulator threads waiting for room
         return events, tasks
 
     def _wait_for_batch(self, timeout_s: float, alive: Callable[[], bool]) -> None:

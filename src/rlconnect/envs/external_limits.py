@@ -48,6 +48,10 @@ class HubLimits:
     batch_wait_s: float = attrs.field(default=0.0, validator=_non_negative)
     #: events waiting for the runner at most (``admit``); None: 16 per lane, at least 4096
     max_queued_steps: int | None = attrs.field(default=None, validator=_count_or_none)
+    #: a step that does not fit waits for room (up to ``get_action_timeout_s``, then
+    #: ``QueueFullError``), as a simulator thread can; False refuses it at once (a server's
+    #: event loop must not block: its clients retry the 503)
+    wait_for_room: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
     def resolved(self, lanes: int) -> HubLimits:
         """These limits with the defaults that depend on the number of lanes filled in."""

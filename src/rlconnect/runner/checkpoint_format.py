@@ -47,7 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlconnect.checkpoints.damage import DIGEST_MISMATCH, size_damage
-from rlconnect.checkpoints.files import open_regular_file, read_regular_file
+from rlconnect.checkpoints.files import MAX_FILE_BYTES, open_regular_file, read_regular_file
 from rlconnect.errors import CheckpointError
 
 __all__ = [
@@ -71,8 +71,10 @@ CHECKPOINT_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20
 """A manifest larger than this is rejected before it is read."""
-MAX_BLOB_BYTES = 1 << 36
-"""A file declared larger than this (64 GiB) is rejected before it is read."""
+MAX_BLOB_BYTES = MAX_FILE_BYTES
+"""A file declared larger than this (4 GiB, ``checkpoints.files.MAX_FILE_BYTES``, the
+limit of every other loader) is rejected from its manifest entry and its size on disk,
+before a byte of it is read."""
 FILE_ROLES = ("weights", "agent_pipeline", "action_pipeline", "learner_pipeline")
 REQUIRED_FILE_ROLES = FILE_ROLES[:3]
 """Every policy entry has these files; ``learner_pipeline`` is absent from checkpoints

@@ -8,6 +8,7 @@
 """
 
 from rlconnect.serve.client import (
+    AnswerTooLargeError,
     BadRequestError,
     InternalServerError,
     NotFoundError,
@@ -24,6 +25,7 @@ from rlconnect.serve.settings import ServerSettings
 from rlconnect.serve.wire import WireError
 
 __all__ = [
+    "AnswerTooLargeError",
     "BadRequestError",
     "InternalServerError",
     "NotFoundError",

@@ -39,6 +39,7 @@ from rlconnect.serve.http import MAX_BODY_BYTES
 from rlconnect.serve.wire import decode, encode
 
 __all__ = [
+    "AnswerTooLargeError",
     "BadRequestError",
     "InternalServerError",
     "NotFoundError",
@@ -81,7 +82,12 @@ class RunnerFailedError(ServerError):
 
 
 class ServerTimeoutError(ServerError, TimeoutError):
-    """HTTP 504: the runner gave no answer in time (is it sampling?)."""
+    """HTTP 504: the runner gave no answer in time (is it sampling?), or the client's own
+    deadline for the call (``max(timeout_s, retry_timeout_s)``, retries included) passed."""
+
+
+class AnswerTooLargeError(ServerError, ValueError):
+    """An answer larger than the client's ``max_answer_bytes``: it is not read."""
 
 
 class InternalServerError(ServerError):
@@ -130,11 +136,33 @@ class _Unavailable(Exception):
     """HTTP 503 (its body in ``args[0]``): retried like a connection failure."""
 
 
+MAX_ANSWER_BYTES = 1 << 30
+"""Largest answer body a ``PolicyClient`` reads by default (``max_answer_bytes``)."""
+_MSGPACK = ("application/x-msgpack", "application/msgpack", "application/vnd.msgpack")
+
+
+def _not_msgpack(status: int, content_type: str, payload: bytes) -> ServerError:
+    """The error of an answer that is not the server's msgpack (a proxy's HTML page)."""
+    snippet = payload[:200].decode("utf-8", "replace")
+    cls = _BY_STATUS.get(status, InternalServerError) if status >= 400 else InternalServerError
+    return cls(
+        status,
+        "NotMsgpack",
+        f"the answer is not a policy server's (Content-Type {content_type or 'none'!r}, "
+        f"{len(payload)} B): {snippet!r}; is a proxy or another server at this address?",
+    )
+
+
 class _Http:
     """One keep-alive connection per thread; retries connection failures with backoff."""
 
     def __init__(
-        self, url: str, timeout_s: float, retry_timeout_s: float, max_body_bytes: int
+        self,
+        url: str,
+        timeout_s: float,
+        retry_timeout_s: float,
+        max_body_bytes: int,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
@@ -142,6 +170,7 @@ class _Http:
         self.host, self.port = parts.hostname, parts.port or 80
         self.timeout_s, self.retry_timeout_s = timeout_s, retry_timeout_s
         self.max_body_bytes = max_body_bytes
+        self.max_answer_bytes = max_answer_bytes
         self.headers = {
             "Content-Type": "application/x-msgpack",
             "X-Rlconnect-Client": uuid.uuid4().hex,  # who we are, for client_key="token"
@@ -164,16 +193,61 @@ class _Http:
             conn.close()
             self._local.conn = None
 
-    def _post(self, name: str, data: bytes) -> tuple[int, bytes]:
+    def _post(self, name: str, data: bytes, deadline: float) -> tuple[int, bytes]:
+        """One attempt, cut at ``deadline`` (its socket is shut down then, whatever the
+        server sends or holds back): ``(status, msgpack body)``."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Late()
         conn = self._conn()
-        # refused before the body was read (413): its answer may still be there to read
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            conn.request("POST", f"/v1/{name}", data, self.headers)
-        resp = conn.getresponse()
-        payload = resp.read()
+        conn.sock.settimeout(min(self.timeout_s, left))
+        token = _WATCHDOG.cut_at(deadline, conn.sock)
+        try:
+            # refused before the body was read (413): its answer may still be there to read
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                conn.request("POST", f"/v1/{name}", data, self.headers)
+            resp = conn.getresponse()
+            payload = self._read(resp, name)
+        except (OSError, http.client.HTTPException):
+            if time.monotonic() >= deadline:
+                raise _Late() from None
+            raise
+        finally:
+            in_time = token is None or _WATCHDOG.cancel(token)
+        if not in_time:  # cut at the deadline: what was read is not a whole answer
+            raise _Late()
         if resp.will_close:
             self._drop()
+        content_type = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
+        if payload and content_type not in _MSGPACK:
+            self._drop()
+            if resp.status == 503:  # e.g. a proxy while the server restarts: retried
+                raise _Unavailable(payload)
+            raise _not_msgpack(resp.status, content_type, payload)
         return resp.status, payload
+
+    def _read(self, resp: http.client.HTTPResponse, name: str) -> bytes:
+        """The answer's body, at most ``max_answer_bytes`` read (RequestTooLargeError past
+        it: the connection is dropped, nothing more is read)."""
+        limit = self.max_answer_bytes
+        declared = resp.getheader("Content-Length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            self._drop()
+            raise AnswerTooLargeError(
+                resp.status,
+                "AnswerTooLarge",
+                f"the {name} answer declares {int(declared)} B; this client reads at most "
+                f"{limit} B (PolicyClient(max_answer_bytes=...))",
+            )
+        payload = resp.read(limit + 1)
+        if len(payload) > limit:
+            self._drop()
+            raise AnswerTooLargeError(
+                resp.status,
+                "AnswerTooLarge",
+                f"the {name} answer holds more than {limit} B (PolicyClient(max_answer_bytes=...))",
+            )
+        return payload
 
     def call(self, name: str, body: dict) -> Any:
         data = encode(body)
@@ -184,18 +258,28 @@ class _Http:
                 f"the {name} body has {len(data)} B; the server takes at most "
                 f"{self.max_body_bytes} B (PolicyClient(max_body_bytes=...))",
             )
-        deadline = time.monotonic() + self.retry_timeout_s
+        start = time.monotonic()
+        deadline = start + self.retry_timeout_s  # for retries
+        last = start + max(self.timeout_s, self.retry_timeout_s)  # for the whole call
         delay = 0.05
         while True:
             try:
-                status, payload = self._post(name, data)
+                status, payload = self._post(name, data, last)
                 # busy, shutting down or not sampling: may answer later (not a failed runner)
                 if status == 503 and _kind(payload) != "RunnerFailed":
                     raise _Unavailable(payload)
                 break
+            except _Late:
+                self._drop()
+                raise ServerTimeoutError(
+                    504,
+                    "ClientTimeout",
+                    f"{name}: no whole answer within {last - start:g} s, retries included "
+                    "(max(timeout_s, retry_timeout_s) of PolicyClient)",
+                ) from None
             except (*_RETRY, _Unavailable) as exc:
                 self._drop()
-                if time.monotonic() + delay > deadline:
+                if time.monotonic() + delay > min(deadline, last):
                     raise self._gave_up(exc) from exc
                 self.retries += 1
                 time.sleep(delay)
@@ -221,6 +305,56 @@ class _Http:
 
     def close(self) -> None:
         self._drop()
+
+
+class _Late(Exception):
+    """The call's deadline passed during an attempt."""
+
+
+class _Watchdog:
+    """One thread for every client of the process: shuts down a request's socket at its
+    call's deadline, so a server that trickles or holds back its answer cannot hold the
+    call longer (a socket timeout only bounds each read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._due: dict[int, tuple[float, socket.socket]] = {}
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def cut_at(self, deadline: float, sock: socket.socket | None) -> int | None:
+        """Shut ``sock`` down at ``deadline`` unless cancelled; the token to cancel it."""
+        if sock is None:
+            return None
+        token = next(self._ids)
+        with self._lock:
+            self._due[token] = (deadline, sock)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="rc-client")
+                self._thread.start()
+            self._lock.notify()
+        return token
+
+    def cancel(self, token: int) -> bool:
+        """Take back a cut not made yet (True); False when the socket was cut already."""
+        with self._lock:
+            return self._due.pop(token, None) is not None
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                late = [t for t, (when, _) in self._due.items() if when <= now]
+                socks = [self._due.pop(t)[1] for t in late]
+                soonest = min((when for when, _ in self._due.values()), default=now + 1.0)
+                if not socks:
+                    self._lock.wait(max(0.001, soonest - now))
+            for sock in socks:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _kind(payload: bytes) -> Any:
@@ -251,9 +385,13 @@ class PolicyClient:
         retry_timeout_s: how long connection failures and 503s (the server asking to
             slow down) are retried; the default outlasts the server's default
             ``request_timeout_s`` (60 s), the longest a request can hold the capacity
-            another one was refused for.
+            another one was refused for. Every call ends within
+            ``max(timeout_s, retry_timeout_s)`` of its start, retries included, whatever
+            the server sends or holds back (``ServerTimeoutError`` then).
         max_body_bytes: bodies above this raise ``RequestTooLargeError`` before they are
             sent (the server's ``max_body_bytes``, see ``health()``).
+        max_answer_bytes: answers above this (1 GiB by default; a local-inference
+            client's checkpoint is the largest) raise ``AnswerTooLargeError`` unread.
 
     Error answers raise the episode errors of ``rlconnect.envs`` by kind (404 unknown
     episode, 409, 422, 429) and otherwise a ``ServerError`` subclass by status:
@@ -272,6 +410,7 @@ class PolicyClient:
         timeout_s: float = 120.0,
         retry_timeout_s: float = 90.0,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
     ) -> None:
         if inference_mode not in ("remote", "local"):
             raise ValueError(f"inference_mode must be 'remote' or 'local', got {inference_mode!r}")
@@ -279,7 +418,7 @@ class PolicyClient:
         self.inference_mode = inference_mode
         self.update_interval = float(update_interval)
         self.report_size = int(report_size)
-        self._http = _Http(url, timeout_s, retry_timeout_s, max_body_bytes)
+        self._http = _Http(url, timeout_s, retry_timeout_s, max_body_bytes, max_answer_bytes)
         self._lock = threading.RLock()
         self._local: Any = None
         self._buffer: list[list[Any]] = []

@@ -30,7 +30,7 @@ from rlconnect.envs.external import (
 )
 from rlconnect.envs.external_checks import check_episode_id, check_obs, check_rewards
 from rlconnect.errors import EnvCheckError
-from rlconnect.serve.handler import PENDING, BadRequest, Call, field
+from rlconnect.serve.handler import PENDING, BadRequest, Call, field, plain
 from rlconnect.serve.settings import ServerSettings
 from rlconnect.serve.shares import Shares
 
@@ -125,7 +125,7 @@ class DeployedEndpoints:
     def get_action(self, body: dict, call: Call) -> Any:
         eid = _eid(body)
         steps = [self._step(eid, field(body, "obs"), body.get("reward"))]
-        return self._compute(steps, call, lambda actions: {"action": actions[0]})
+        return self._compute(steps, call, lambda actions: {"action": plain(actions[0])})
 
     def get_actions(self, body: dict, call: Call) -> Any:
         """Many episodes' observations (and previous rewards) in, all their actions out;

@@ -28,7 +28,15 @@ from rlconnect.envs.external_hub import NO_ACTION
 from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.envs.external_replies import Reply
 from rlconnect.serve.envs import _Idle
-from rlconnect.serve.handler import PENDING, BadRequest, Call, RunnerFailed, TooLarge, field
+from rlconnect.serve.handler import (
+    PENDING,
+    BadRequest,
+    Call,
+    RunnerFailed,
+    TooLarge,
+    field,
+    plain,
+)
 from rlconnect.serve.shares import Shares
 from rlconnect.serve.tasks import run_in_sampler
 
@@ -135,7 +143,9 @@ class Endpoints:
         return {DEFAULT_AGENT_ID: reward}
 
     def _action(self, got: dict) -> Any:
-        return dict(got) if self.multi else got[DEFAULT_AGENT_ID]
+        if self.multi:
+            return {agent: plain(a) for agent, a in got.items()}
+        return plain(got[DEFAULT_AGENT_ID])
 
     def get_action(self, body: dict, call: Call) -> Any:
         eid = _eid(body)

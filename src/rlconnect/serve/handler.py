@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from rlconnect.envs.external import (
     BadActionError,
     BadObservationError,
@@ -36,6 +38,7 @@ __all__ = [
     "TooLarge",
     "field",
     "kind_of",
+    "plain",
     "status_of",
 ]
 
@@ -108,6 +111,12 @@ class Call:
         self.episodes = episodes
         self.finish = finish
         self.wait_s: float | None = None
+
+
+def plain(action: Any) -> Any:
+    """A numpy scalar action (a Discrete action's ``np.int64``) as a Python number, so a
+    plain msgpack client reads an int, not an extension type; arrays stay arrays."""
+    return action.item() if isinstance(action, np.generic) else action
 
 
 def field(body: dict, name: str, kinds: tuple[type, ...] | None = None, default: Any = ...) -> Any:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http
+import json
 import logging
 import re
 import socket
@@ -61,12 +62,17 @@ REFUSAL_MEMORY_S = 10.0
 class Limits:
     """What one request may take: body bytes, body bytes of all requests held at once,
     seconds to arrive whole (also the idle time after which a connection is closed), and
-    seconds its bytes may stop coming."""
+    seconds its bytes may stop coming; what one peer (IP address) may hold: body bytes
+    of all its requests at once and connections; and the bytes of answers a connection
+    may leave unread beside the one being sent."""
 
     max_body_bytes: int = MAX_BODY_BYTES
     max_bodies_in_flight: int = 2 * MAX_BODY_BYTES
     request_timeout_s: float | None = 60.0
     stall_timeout_s: float | None = 10.0
+    max_body_bytes_per_peer: int = MAX_BODY_BYTES
+    max_connections_per_peer: int = 64
+    max_unread_answer_bytes: int = 4 << 20
 
 
 Dispatch = Callable[["HttpConnection", str, str, bytes], None]
@@ -92,6 +98,7 @@ class HttpConnection(asyncio.Protocol):
         self.parser = listener.httptools.HttpRequestParser(self)
         self.seq = 0  # requests answered so far: an answer for an older one is dropped
         self.peer = ""  # the client's IP address
+        self.counted = False  # counted in its peer's connections (refused ones are not)
         self.token: str | None = None  # the first X-Rlconnect-Client header it sent
         self.started: float | None = None  # first byte of the request being received
         self.last_byte = time.monotonic()
@@ -118,14 +125,16 @@ class HttpConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not self.listener.admit(self):
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:  # answers go out in one write: no Nagle delay to wait for
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.listener.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.connections.discard(self)
+        self.listener.leave(self)
         self._give_back(self.held)
         if exc is not None or self.started is not None or self._busy:
             self.listener.disconnects += 1
@@ -172,9 +181,12 @@ class HttpConnection(asyncio.Protocol):
             self.refuse(411, "LengthRequired", "send a Content-Length header, not chunks")
 
     def on_headers_complete(self) -> None:
-        if self._refused is not None or self.parser.get_method() != b"POST":
+        if self._refused is not None:
             return
-        problem = self.listener.check_post(self._length, self._type)
+        if self.parser.get_method() != b"POST" and not self._length:
+            return  # a GET (or another method) without a body: nothing to check
+        # a body, whatever the method: the same checks as a POST's (413, 415, budget)
+        problem = self.listener.check_post(self._length, self._type, self.peer)
         if problem is not None:
             self.refuse(*problem)
             return
@@ -185,11 +197,12 @@ class HttpConnection(asyncio.Protocol):
         if self._refused is not None:
             return
         listener = self.listener
-        if listener.body_bytes + len(body) > listener.limits.max_bodies_in_flight:
-            self.refuse(*listener.busy("too many body bytes are arriving at once; retry"))
+        problem = listener.check_room(self.peer, len(body))
+        if problem is not None:
+            self.refuse(*problem)
             return
         self.held += len(body)
-        listener.body_bytes += len(body)
+        listener.charge(self.peer, len(body))
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
@@ -216,16 +229,20 @@ class HttpConnection(asyncio.Protocol):
         if not self._queue and self.transport is not None and self._refused is None:
             self.transport.resume_reading()
 
-    def respond(self, status: int, payload: Any, *, close: bool = False) -> None:
-        """Answer the request being served (a no-op once the connection is gone)."""
+    def respond(
+        self, status: int, payload: Any, *, close: bool = False, as_json: bool = False
+    ) -> None:
+        """Answer the request being served (a no-op once the connection is gone), in
+        msgpack, or in JSON (``as_json``: ``GET /v1/health``, for curl and probes)."""
         try:
-            data = encode(payload)
-        except TypeError as exc:  # e.g. an action the wire format cannot carry
+            data = json.dumps(payload).encode() if as_json else encode(payload)
+        except (TypeError, ValueError) as exc:  # e.g. an action the wire cannot carry
             status, data = 500, encode({"error": "EncodeError", "message": str(exc)})
+            as_json = False
         if status >= 400:
             self.listener.errors += 1
         close = close or self._peer_done or not self.parser.should_keep_alive()
-        self._write(status, data, close)
+        self._write(status, data, close, b"application/json" if as_json else b"")
         self._give_back(self._answering)
         self._answering = 0
         self._busy = False
@@ -235,20 +252,31 @@ class HttpConnection(asyncio.Protocol):
         if not close:
             self._next()
 
-    def _write(self, status: int, data: bytes, close: bool) -> None:
+    def _write(self, status: int, data: bytes, close: bool, content_type: bytes = b"") -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
         head = (
             b"HTTP/1.1 %d %s\r\nServer: rlconnect-serve/2\r\n"
-            b"Content-Type: application/x-msgpack\r\nContent-Length: %d\r\n"
-            % (status, _REASONS.get(status, b"Error"), len(data))
+            b"Content-Type: %s\r\nContent-Length: %d\r\n"
+            % (
+                status,
+                _REASONS.get(status, b"Error"),
+                content_type or b"application/x-msgpack",
+                len(data),
+            )
         )
         if status == 503:
             head += b"Retry-After: 1\r\n"
         if close:
             head += b"Connection: close\r\n"
+        unread = transport.get_write_buffer_size()  # earlier answers the client left unread
         transport.write(head + b"\r\n" + data)
+        if unread and unread + len(data) > self.listener.limits.max_unread_answer_bytes:
+            self.listener.unread_cut += 1
+            log.debug("PolicyServer: a client left %d B of answers unread: cut", unread)
+            transport.abort()  # answers nobody reads are not kept (max_unread_answer_bytes)
+            return
         if close and self._refused is not None and transport.can_write_eof():
             transport.write_eof()  # the client may still be sending: let it read the answer
         elif close:
@@ -261,6 +289,19 @@ class HttpConnection(asyncio.Protocol):
         self._busy = True
         self.started = None
         self.respond(status, {"error": kind, "message": message}, close=True)
+
+    def turn_away(self, kind: str, message: str) -> None:
+        """Answer 503 to a connection refused as it opened, and close it (its requests
+        are never read)."""
+        self._refused = time.monotonic()
+        self.listener.errors += 1
+        data = encode({"error": kind, "message": message})
+        assert self.transport is not None
+        self.transport.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/x-msgpack\r\n"
+            b"Content-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" % len(data) + data
+        )
+        self.transport.close()
 
     def _parse_error(self, exc: Exception, data: bytes) -> None:
         found = _LENGTH.search(data)
@@ -275,7 +316,7 @@ class HttpConnection(asyncio.Protocol):
     def _give_back(self, size: int) -> None:
         """Return ``size`` body bytes of this connection to the budget."""
         size = min(size, self.held)
-        self.listener.body_bytes -= size
+        self.listener.charge(self.peer, -size)
         self.held -= size
 
     def check_deadlines(self, now: float, limits: Limits) -> None:
@@ -298,7 +339,10 @@ class HttpConnection(asyncio.Protocol):
         ):
             self.transport.abort()  # counted in connection_lost
         elif self.started is None and timeout is not None and now - self.idle_since > timeout:
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()  # its answer was never read: close() would keep it
+            else:
+                self.transport.close()
 
 
 class Listener:
@@ -315,13 +359,69 @@ class Listener:
         self.disconnects = 0  # clients cut or gone mid-request
         self.errors = 0  # answers with a 4xx or 5xx status
         self.body_bytes = 0  # body bytes received and not yet answered
+        self.peer_bytes: dict[str, int] = {}  # the same, by peer (only peers holding some)
+        self.peer_connections: dict[str, int] = {}  # open connections by peer
+        self.refused_connections = 0  # connections refused for their peer's limit
+        self.unread_cut = 0  # connections cut for leaving answers unread
         self.refused_for_capacity = 0  # 503s for capacity (bodies, queue), all told
         self.last_refusal: tuple[float, str] | None = None
         self.loop = asyncio.new_event_loop()
         self._server: asyncio.AbstractServer | None = None
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
-    def check_post(self, length: int | None, content_type: bytes | None) -> tuple | None:
+    def admit(self, conn: HttpConnection) -> bool:
+        """Count a new connection for its peer (True), or refuse it with 503 and close it
+        when the peer already has ``max_connections_per_peer`` (False)."""
+        limit = self.limits.max_connections_per_peer
+        if self.peer_connections.get(conn.peer, 0) >= limit:
+            self.refused_connections += 1
+            _, kind, message = self.busy(
+                f"this address has {limit} connections open (max_connections_per_peer); "
+                "reuse them or close some"
+            )
+            conn.turn_away(kind, message)
+            return False
+        self.peer_connections[conn.peer] = self.peer_connections.get(conn.peer, 0) + 1
+        conn.counted = True
+        self.connections.add(conn)
+        return True
+
+    def leave(self, conn: HttpConnection) -> None:
+        """A counted connection closed: its peer has one fewer."""
+        if conn.counted:
+            conn.counted = False
+            left = self.peer_connections[conn.peer] - 1
+            if left:
+                self.peer_connections[conn.peer] = left
+            else:
+                del self.peer_connections[conn.peer]
+
+    def charge(self, peer: str, size: int) -> None:
+        """``size`` body bytes more (or fewer, when negative) held for ``peer``."""
+        self.body_bytes += size
+        held = self.peer_bytes.get(peer, 0) + size
+        if held > 0:
+            self.peer_bytes[peer] = held
+        else:
+            self.peer_bytes.pop(peer, None)
+
+    def check_room(self, peer: str, size: int) -> tuple | None:
+        """The 503 refusal when ``size`` more body bytes overflow the budget or ``peer``'s
+        share of it (``max_body_bytes_per_peer``), else None."""
+        limits = self.limits
+        if self.body_bytes + size > limits.max_bodies_in_flight:
+            return self.busy("too many body bytes are arriving at once; retry")
+        if self.peer_bytes.get(peer, 0) + size > limits.max_body_bytes_per_peer:
+            return self.busy(
+                "this address's requests hold their share of the body bytes already "
+                f"(max_body_bytes_per_peer={limits.max_body_bytes_per_peer} B); retry when "
+                "they are answered"
+            )
+        return None
+
+    def check_post(
+        self, length: int | None, content_type: bytes | None, peer: str = ""
+    ) -> tuple | None:
         """The refusal (status, kind, message) of a POST's headers, or None."""
         limits = self.limits
         if length is None:
@@ -335,9 +435,7 @@ class Listener:
                 f"the body must be msgpack sent with Content-Type: {CONTENT_TYPES[0]} "
                 f"(got {content_type!r})",
             )
-        if self.body_bytes + length > limits.max_bodies_in_flight:
-            return self.busy("too many body bytes are arriving at once; retry")
-        return None
+        return self.check_room(peer, length)
 
     def busy(self, message: str) -> tuple[int, str, str]:
         """A 503 refusal for capacity, counted and remembered for ``/health``."""

@@ -17,11 +17,12 @@ checkpoint         {}                                          files: {path: byt
 weights            {}                                          weights, connector_states
 =================  ==========================================  ======================
 
-``GET /v1/health`` answers ``{"ok": ..., ...}``. The server is one asyncio event loop in
-its own thread (``serve.http``: httptools' parser, whole-request deadlines, body limits);
-the runner's sampling thread takes the queued observations in batches (``max_batch``,
-``batch_wait_s``) and hands every step's actions back to the loop at once. The modules:
-``serve.http`` (connections), ``serve.endpoints`` (what each request does),
+``GET /v1/health`` answers ``{"ok": ..., ...}`` in JSON (``POST /v1/health`` in msgpack).
+The server is one asyncio event loop in its own thread (``serve.http``: httptools'
+parser, whole-request deadlines, body limits); the runner's sampling thread takes the
+queued observations in batches (``max_batch``, ``batch_wait_s``) and hands every step's
+actions back to the loop at once. The modules: ``serve.http`` (connections),
+``serve.decoder`` (large bodies, peers in turn), ``serve.endpoints`` (what each request does),
 ``serve.handler`` (fields and statuses), ``serve.tasks`` (runner work a request needs),
 ``serve.envs`` (the ServingEnvs).
 """
@@ -40,6 +41,7 @@ import gymnasium as gym
 from rlconnect.envs.external import ExternalEnvAdapter, QueueFullError
 from rlconnect.envs.external_replies import Reply, notify_each
 from rlconnect.policy import Policy
+from rlconnect.serve.decoder import FairDecoder
 from rlconnect.serve.deployed import DeployedEndpoints
 from rlconnect.serve.endpoints import Endpoints
 from rlconnect.serve.envs import ServingEnv, ServingMultiAgentEnv
@@ -132,7 +134,7 @@ class PolicyServer:
         self.settings = settings = ServerSettings.of(settings, limits)
         self.requests = 0
         self._listener = Listener(self._dispatch, settings.http_limits(), self._watch)
-        self._decoder = concurrent.futures.ThreadPoolExecutor(1, "PolicyServer-decode")
+        self._decoder = FairDecoder(decode)
         self._endpoints: Endpoints | DeployedEndpoints
         #: the runner whose batches the served episodes fill (None for a DeployedPolicy)
         self.runner: Any = None
@@ -205,7 +207,7 @@ class PolicyServer:
     def stop(self) -> None:
         """Stop listening, fail waiting calls and close the env (the runner stays usable)."""
         self._listener.stop()
-        self._decoder.shutdown(wait=False, cancel_futures=True)
+        self._decoder.stop()
         self._endpoints.close()
 
     close = stop
@@ -223,15 +225,17 @@ class PolicyServer:
     # -- requests ---------------------------------------------------------------------------
     def _dispatch(self, conn: HttpConnection, method: str, path: str, body: bytes) -> None:
         """Answer one HTTP request (on the event loop thread). A body above
-        ``wire.INLINE_BYTES`` is walked and decoded in the decoder thread, one at a time, so
-        a costly body never holds the loop (its bytes stay charged to the body budget until
-        it is answered)."""
+        ``wire.INLINE_BYTES`` is walked and decoded in the decoder thread, one at a time and
+        peers in turn (``serve.decoder``), so a costly body never holds the loop and one
+        peer's bodies never hold another's (its bytes stay charged to the body budget
+        until it is answered)."""
         name = path.split("?", 1)[0].removeprefix("/v1/").strip("/")
-        if method == "GET":
+        if method == "GET":  # JSON, for curl, load balancers and probes
             if name == "health":
-                conn.respond(200, self.health())
+                conn.respond(200, self.health(), as_json=True)
             else:
-                conn.respond(404, {"error": "NotFound", "message": f"no endpoint GET {path}"})
+                message = f"no endpoint GET {path}; GET /v1/health answers JSON"
+                conn.respond(404, {"error": "NotFound", "message": message}, as_json=True)
             return
         if method != "POST":
             conn.respond(501, {"error": "NotImplemented", "message": f"no {method} requests"})
@@ -243,12 +247,18 @@ class PolicyServer:
             return
         seq = conn.seq
 
-        def decoded(future: concurrent.futures.Future) -> None:
-            if conn.seq == seq:  # else the client is gone: nothing to do for it
-                self._run(conn, name, call, future.result)
+        def decoded(value: Any, error: BaseException | None) -> None:
+            if conn.seq != seq:  # the client is gone: nothing to do for it
+                return
+            if error is not None:
+                call.finish(None, error)
+            else:
+                self._run(conn, name, call, lambda: value)
 
-        future = self._decoder.submit(decode, body)
-        future.add_done_callback(lambda f: self._listener.call_soon(decoded, f))
+        def done(value: Any, error: BaseException | None) -> None:  # in the decoder thread
+            self._listener.call_soon(decoded, value, error)
+
+        self._decoder.submit(conn.peer, body, done)
 
     def _call(self, conn: HttpConnection, name: str) -> Call:
         """The answer channel of the request ``conn`` is receiving now."""

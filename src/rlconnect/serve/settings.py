@@ -83,11 +83,28 @@ class ServerSettings:
     #: largest request body (413 above it); the bodies received and not yet answered may
     #: hold twice that in all, counted in bytes that arrived (503 above it, retried)
     max_body_bytes: int = attrs.field(default=MAX_BODY_BYTES, validator=_count)
+    #: body bytes the requests of one peer (IP address) may hold at once (None:
+    #: ``max_body_bytes``, half of the budget of all bodies), so one peer's trickling or
+    #: stalled bodies leave the rest to the others; beyond it 503, retried
+    max_body_bytes_per_peer: int | None = attrs.field(default=None, validator=_count_or_none)
+    #: connections one peer (IP address) may hold open; more are answered 503 and closed
+    #: as they open, so one peer cannot take every file descriptor
+    max_connections_per_peer: int = attrs.field(default=64, validator=_count)
+    #: bytes of answers a connection may leave unread beside the one being sent (a client
+    #: that pipelines requests and never reads): past it the connection is cut
+    max_unread_answer_bytes: int = attrs.field(default=4 << 20, validator=_count)
     #: connections the kernel queues before they are accepted
     backlog: int = attrs.field(default=1024, validator=_count)
 
     def __attrs_post_init__(self) -> None:
         self.hub_limits()  # the hub's validators check its share now, not at serving time
+        share = self.max_body_bytes_per_peer
+        if share is not None and share < self.max_body_bytes:
+            raise ValueError(
+                f"max_body_bytes_per_peer={share} is below max_body_bytes="
+                f"{self.max_body_bytes}: a body that large could never fit; raise it or "
+                "lower max_body_bytes"
+            )
 
     @classmethod
     def of(cls, settings: ServerSettings | None, overrides: Mapping[str, Any]) -> ServerSettings:
@@ -103,16 +120,23 @@ class ServerSettings:
         return attrs.evolve(settings or cls(), **overrides)
 
     def hub_limits(self) -> HubLimits:
-        """The episode hub's share: the settings named as ``HubLimits``' fields."""
-        return HubLimits(**{name: getattr(self, name) for name in attrs.fields_dict(HubLimits)})
+        """The episode hub's share: the settings named as ``HubLimits``' fields (steps
+        that do not fit the queue are refused, never waited for)."""
+        shared = set(attrs.fields_dict(HubLimits)) & set(attrs.fields_dict(ServerSettings))
+        # the event loop queues steps: one that does not fit is refused (503), never waited for
+        return HubLimits(wait_for_room=False, **{name: getattr(self, name) for name in shared})
 
     def http_limits(self) -> Limits:
-        """The HTTP layer's share: body sizes and the request deadlines."""
+        """The HTTP layer's share: body sizes, the request deadlines, what one peer and
+        one connection may hold."""
         return Limits(
             self.max_body_bytes,
             2 * self.max_body_bytes,
             self.request_timeout_s,
             self.stall_timeout_s,
+            self.max_body_bytes_per_peer or self.max_body_bytes,
+            self.max_connections_per_peer,
+            self.max_unread_answer_bytes,
         )
 
     def share(self, lanes: int) -> int:
