@@ -1,5 +1,7 @@
 """Envs: the BaseEnv contract the runner drives, and adapters for every env kind."""
 
+from typing import TYPE_CHECKING, Any
+
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.external import (
     BadActionError,
@@ -19,6 +21,9 @@ from rlconnect.envs.rows import EnvRowsBuilder, ExtraReward
 from rlconnect.envs.settings import EnvSettings
 from rlconnect.envs.sub_envs import EnvContext
 from rlconnect.envs.vector import VectorEnvAdapter
+
+if TYPE_CHECKING:
+    from rlconnect.envs.batched_cartpole import BatchedCartPole
 
 __all__ = [
     "BadActionError",
@@ -46,7 +51,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     """``BatchedCartPole`` is imported when first asked for (it needs torch, which
     ``import rlconnect`` does not import)."""
     if name == "BatchedCartPole":
