@@ -44,8 +44,9 @@ from rlconnect.envs.make import make_base_env
 from rlconnect.episodes import Episode
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
+from rlconnect.runner import bookkeeping
 from rlconnect.runner.async_sampler import AsyncSampler
-from rlconnect.runner.bookkeeping import MAX_METRICS, EpisodeHooks
+from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extensions
@@ -119,7 +120,7 @@ class EnvRunner:
         self._failed: BaseException | None = None  # what made sample() raise midway
         self._sinks: list[BatchSink] = []
         self._source: BatchSource | None = None
-        self._episode_log = EpisodeLog(MAX_METRICS)
+        self._episode_log = EpisodeLog(bookkeeping.MAX_METRICS)  # (read now: tests lower it)
         self._run_metrics = RunMetrics(list(self.policies), self.timers)
         self._loggers = LoggerSet()
         self._attach()
