@@ -371,10 +371,9 @@ def test_a_checkpoint_of_a_tensor_runner_restores_on_the_numpy_path(tmp_path: An
     assert isinstance(restored.sample()["obs"], np.ndarray)
 
 
-vmas = pytest.importorskip("vmas")
-
-
 def test_vmas_agents_are_stacked_per_policy_and_reset_when_their_episodes_end() -> None:
+    import vmas  # (the dev extra installs it; a VMAS env is a real batched torch simulator)
+
     n, t = 4, 12
     env = vmas.make_env(
         "balance",
