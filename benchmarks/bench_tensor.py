@@ -1,4 +1,4 @@
-"""Collection from batched torch simulators (issue 53, API.md section 14): rlconnect's
+"""Collection from batched torch simulators (issue 53, docs/gpu.md): rlconnect's
 tensor path against a hand-written torch loop and TorchRL's ``Collector``.
 
 Workload: ``rc.envs.BatchedCartPole`` (gymnasium's CartPole-v1 dynamics as whole-tensor
@@ -206,7 +206,7 @@ def torchrl_cartpole(n: int, t_len: int) -> Fragment:
 
 
 def mlp_policy(obs_space: Any, act_space: Any) -> rc.Policy:
-    """``rc.MLPPolicy`` (64x64 tanh) on the tensor path's device (API.md section 14)."""
+    """``rc.MLPPolicy`` (64x64 tanh) on the tensor path's device (docs/gpu.md)."""
     options: dict[str, Any] = {"seed": 0, "device": "cpu"}
     return rc.MLPPolicy(obs_space, act_space, **options)
 

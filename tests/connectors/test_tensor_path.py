@@ -1,4 +1,4 @@
-"""The connectors on the tensor path (API.md section 14): numpy vs torch on the same rows,
+"""The connectors on the tensor path (docs/gpu.md): numpy vs torch on the same rows,
 masks, reset_where, no host read, deferred checks, and state portable across paths.
 
 Every built-in is also checked on tensors through ConnectorTestMixin's

@@ -19,7 +19,7 @@ HOST_READS = frozenset(
 
 
 class HostReadCounter(torch.overrides.TorchFunctionMode):
-    """Counts tensor methods that read a value back to the host (TENSOR_CONTRACT.md 5)."""
+    """Counts tensor methods that read a value back to the host."""
 
     def __init__(self) -> None:
         super().__init__()

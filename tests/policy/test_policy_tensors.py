@@ -1,5 +1,5 @@
 """Policies on the tensor path: torch tensors in, torch tensors out, on the input's device,
-sampled with torch, without a host read (TENSOR_CONTRACT item 9, API.md section 14)."""
+sampled with torch, without a host read (the tensor path)."""
 
 from __future__ import annotations
 

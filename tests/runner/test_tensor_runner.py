@@ -1,4 +1,4 @@
-"""The tensor path (API.md 14): batched tensor simulators through ``rc.EnvRunner``.
+"""The tensor path: batched tensor simulators through ``rc.EnvRunner``.
 
 What is attacked: the rows equal the numpy path's on the same episodes, a round reads
 nothing from the device and a ``sample()`` reads once, every sub-env gives exactly
@@ -13,34 +13,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 import rlconnect as rc
 from rlconnect.envs import BatchedCartPole
+from rlconnect.testing import HostReadCounter
 
 SAME, DISABLED, NEXT = (
     gym.vector.AutoresetMode.SAME_STEP,
     gym.vector.AutoresetMode.DISABLED,
     gym.vector.AutoresetMode.NEXT_STEP,
 )
-HOST_READS = frozenset(
-    {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__",
-     "__array__", "nonzero"}
-)  # fmt: skip
-
-
-class HostReads(TorchFunctionMode):
-    """Counts the tensor methods that read device data back to the host."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[str] = []
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = getattr(func, "__name__", "")
-        if name in HOST_READS:
-            self.calls.append(name)
-        return func(*args, **(kwargs or {}))
 
 
 def _policy(env: gym.vector.VectorEnv, seed: int = 0) -> rc.MLPPolicy:
@@ -134,20 +116,20 @@ def test_a_round_reads_nothing_and_a_sample_reads_once() -> None:
     runner = _runner(env, rollout_fragment_length=16)
     runner.sample()  # the first sample resets and builds what it needs
     kernel = runner._kernel
-    per_round: list[list[str]] = []
+    per_round: list[dict[str, int]] = []
     step = kernel.step
 
     def counted(*args: Any) -> None:
-        with HostReads() as reads:
+        with HostReadCounter() as reads:
             step(*args)
-        per_round.append(reads.calls)
+        per_round.append(dict(reads.by_name))
 
     kernel.step = counted  # type: ignore[method-assign]
-    with HostReads() as whole:
+    with HostReadCounter() as whole:
         batch = runner.sample()
-    assert len(per_round) == 16 and all(calls == [] for calls in per_round)
-    assert whole.calls.count("cpu") == 1  # the one transfer
-    assert set(whole.calls) <= {"cpu", "numpy", "__array__"}  # ... and its host copy
+    assert len(per_round) == 16 and all(reads == {} for reads in per_round)
+    assert whole.by_name["cpu"] == 1  # the one transfer
+    assert set(whole.by_name) <= {"cpu", "numpy", "__array__"}  # ... and its host copy
     assert len(batch) == 64 * 16
 
 

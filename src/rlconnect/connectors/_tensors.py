@@ -1,6 +1,6 @@
 """Small helpers of the tensor path shared by the connectors; torch is never imported here.
 
-On the tensor path (``ConnectorContext.device`` set; API.md section 14) the columns of an
+On the tensor path (``ConnectorContext.device`` set; docs/gpu.md) the columns of an
 ``AgentData`` / ``ActionData`` are torch tensors on one device. These helpers tell the two
 paths apart without importing torch (if torch is not loaded, nothing can be a tensor) and
 build the few constants (bounds, one-hot tables) a connector keeps per device.

@@ -13,7 +13,7 @@ One step of the runner, as connectors see it::
     ...
     agent_pipeline.reset(env_id)               # an episode in sub-env `env_id` ended
 
-On the tensor path (``ctx.device`` set; API.md section 14) the same calls carry torch
+On the tensor path (``ctx.device`` set; docs/gpu.md) the same calls carry torch
 tensors on one device, rows keep a fixed layout at every poll, ``data.mask`` says which
 rows are real in a call, and ``reset_where(ended)`` replaces ``reset(env_id)``: a connector
 that declares ``takes_tensors = True`` works there without reading a tensor on the host.
@@ -294,7 +294,7 @@ class Connector:
     anything from the input space, and ``get_statistics`` / ``set_statistics`` for state
     that must survive a checkpoint.
 
-    On the tensor path (API.md section 14) a connector is called with torch tensors on one
+    On the tensor path (docs/gpu.md) a connector is called with torch tensors on one
     device. One that works there sets the class attribute ``takes_tensors = True`` and
     keeps to tensor operations (no ``.item()``, ``bool(t)``, ``x[mask]``...); a pipeline
     lists the members that do not in ``tensor_refusals()``, and a runner refuses them.

@@ -131,7 +131,7 @@ def runner_like(
     return rc.SampleBatch(out, meta={"rows_per_env": steps})
 
 
-#: the Tensor methods that read a value back to the host (TENSOR_CONTRACT item 5)
+#: the Tensor methods that read a value back to the host
 HOST_READS = frozenset(
     {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"}
     | {"__array__", "nonzero", "unique", "masked_select"}
