@@ -278,8 +278,7 @@ class TensorKernel:
         self, pid: str, rows: PolicyRows, columns: dict[str, Any], mask: torch.Tensor | None
     ) -> AgentData:
         t0 = _clock()
-        data = AgentData.trusted(rows.env_ids, rows.agent_ids, columns)
-        data.mask = mask
+        data = AgentData.trusted(rows.env_ids, rows.agent_ids, columns, mask)
         pipe = self.pipes.agent[pid]
         if len(pipe):
             data = pipe(data)
@@ -307,9 +306,8 @@ class TensorKernel:
         policy's next inputs are the step's rows, or the new first rows where ended."""
         for pid in self.layouts:
             for pipe in (self.pipes.agent[pid], self.pipes.action[pid]):
-                reset_where = getattr(pipe, "reset_where", None)
-                if reset_where is not None and len(pipe):
-                    reset_where(ended)
+                if len(pipe):
+                    pipe.reset_where(ended)
         t0 = _clock()
         first = self.env.restart(ended)
         self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
