@@ -27,9 +27,9 @@ class NormalizeAdvantages(LearnerConnector):
 
     The result is a new float32 array: the old column is left as it was, so normalising a
     minibatch slice (a view into a larger batch) never writes into the parent. Any real
-    input dtype is taken: the mean and std are computed in float64, so float16 advantages
-    whose squares overflow float16 (above ~256) and int64 advantages are standardised
-    exactly like their float32 values."""
+    input dtype is taken: the mean and std are computed in float32 for float16 and float32
+    columns and in float64 otherwise, so float16 advantages whose squares overflow float16
+    (above ~256) and int64 advantages are standardised like their float32 values."""
 
     takes_tensors: ClassVar[bool] = True
 
@@ -41,7 +41,10 @@ class NormalizeAdvantages(LearnerConnector):
         adv = float_column(batch, "advantages", self.name)
         if len(adv) == 0:
             return batch
-        wide = adv.astype(np.float64)  # a copy: the column itself is only read
+        # a copy (the column itself is only read), in float32 for float16 / float32
+        # columns (whose squares float32 holds: the same sums as ever), else in float64
+        small_float = adv.dtype.kind == "f" and adv.dtype.itemsize <= 4
+        wide = adv.astype(np.float32 if small_float else np.float64)
         wide -= wide.mean()
         wide /= max(float(np.sqrt(np.mean(wide * wide))), STD_FLOOR)
         batch["advantages"] = wide.astype(np.float32)
