@@ -36,8 +36,6 @@ from rlconnect.policy.mlp import (
 )
 from rlconnect.policy.torch_policy import DeviceLike, TorchPolicy
 
-_Tensor = torch.Tensor  # tensor obs take TorchPolicy's tensor path
-
 __all__ = ["LSTMModel", "LSTMPolicy"]
 
 _State = list[torch.Tensor]
@@ -280,12 +278,7 @@ class LSTMPolicy(TorchPolicy):
         """As :meth:`TorchPolicy.compute_actions`; small batches take the numpy path."""
         obs = input_batch["obs"]
         b = len(obs)
-        if (
-            b == 0
-            or b > self.numpy_threshold
-            or self.device.type != "cpu"
-            or isinstance(obs, _Tensor)
-        ):
+        if not self._numpy_serves(obs, b, self.numpy_threshold):
             return super().compute_actions(input_batch, explore)
         return self._compute_actions_numpy(input_batch, b, explore)
 
@@ -301,12 +294,7 @@ class LSTMPolicy(TorchPolicy):
             raise NotImplementedError(self._no_value_head())
         obs = input_batch["obs"]
         b = len(obs)
-        if (
-            b == 0
-            or b > self.numpy_threshold
-            or self.device.type != "cpu"
-            or isinstance(obs, _Tensor)
-        ):
+        if not self._numpy_serves(obs, b, self.numpy_threshold):
             return super().compute_values(input_batch)
         h_new, _ = self._numpy_step(input_batch, b)
         return _numpy_forward(cast(_NumpyLayers, self._np_vf), h_new, _identity)[:, 0]

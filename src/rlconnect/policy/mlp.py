@@ -30,7 +30,6 @@ __all__ = ["ACTIVATIONS", "MLPModel", "MLPPolicy"]
 DEFAULT_NUMPY_THRESHOLD = 4096
 _VERSION = operator.attrgetter("_version")
 _DATA_PTR = torch.Tensor.data_ptr
-_Tensor = torch.Tensor  # tensor obs take TorchPolicy's tensor path
 
 
 def numpy_threshold_of(config: Mapping[str, Any], numpy_threshold: int | None) -> int:
@@ -290,12 +289,7 @@ class MLPPolicy(TorchPolicy):
         """As :meth:`TorchPolicy.compute_actions`; small batches take the numpy path."""
         obs = input_batch["obs"]
         b = len(obs)
-        if (
-            b == 0
-            or b > self.numpy_threshold
-            or self.device.type != "cpu"
-            or isinstance(obs, _Tensor)
-        ):
+        if not self._numpy_serves(obs, b, self.numpy_threshold):
             return super().compute_actions(input_batch, explore)
         return self._compute_actions_numpy(obs, b, explore)
 
@@ -311,12 +305,7 @@ class MLPPolicy(TorchPolicy):
             raise NotImplementedError(self._no_value_head())
         obs = input_batch["obs"]
         b = len(obs)
-        if (
-            b == 0
-            or b > self.numpy_threshold
-            or self.device.type != "cpu"
-            or isinstance(obs, _Tensor)
-        ):
+        if not self._numpy_serves(obs, b, self.numpy_threshold):
             return super().compute_values(input_batch)
         x = self._numpy_input(obs, b)
         return _numpy_forward(cast(_NumpyLayers, self._np_vf), x, self._np_act)[:, 0]

@@ -322,6 +322,15 @@ class TorchPolicy(Policy):
             raise NotImplementedError(self._no_value_head())
         return _to_numpy_f32(value.reshape(b))
 
+    def _numpy_serves(self, obs: Any, rows: int, threshold: int) -> bool:
+        """Whether a subclass's numpy mirror of the model serves these rows: a numpy batch
+        of 1..``threshold`` rows on a CPU policy (tensor input always takes torch)."""
+        return (
+            0 < rows <= threshold
+            and self.device.type == "cpu"
+            and not isinstance(obs, torch.Tensor)
+        )
+
     def _no_value_head(self) -> str:
         return (
             f"{type(self).__name__} has no value head: compute_values needs a model that "
