@@ -215,6 +215,43 @@ def test_the_servers_limits_are_spelled_once():
     assert not spelled, f"PolicyServer.__init__ spells settings fields again: {spelled}"
 
 
+def _reachable_docstrings(body: list[ast.stmt]) -> list[str]:
+    """Docstrings doctest's finder reaches: classes' and functions' defined at module level
+    or in a class (and in module-level ``if``/``try``), never a function's inner ones."""
+    out = []
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append(ast.get_docstring(node, clean=False) or "")
+            if isinstance(node, ast.ClassDef):
+                out.extend(_reachable_docstrings(node.body))
+        elif isinstance(node, (ast.If, ast.Try)):
+            handlers = [h.body for h in getattr(node, "handlers", [])]
+            for block in (node.body, node.orelse, *handlers):
+                out.extend(_reachable_docstrings(block))
+    return out
+
+
+def test_every_docstring_example_is_collected():
+    """A ``>>>`` line outside a docstring doctest reaches would never run (tests/test_doctests
+    runs every module with one, and counts them again on import)."""
+    from test_doctests import MODULES, example_count
+
+    bad, with_examples = [], set()
+    for p in _modules(PACKAGE):
+        source = p.read_text()
+        written = example_count(source)
+        if not written:
+            continue
+        with_examples.add(p)
+        tree = ast.parse(source)
+        docs = [ast.get_docstring(tree, clean=False) or "", *_reachable_docstrings(tree.body)]
+        reached = sum(example_count(d) for d in docs)
+        if reached != written:
+            bad.append(f"{p.relative_to(PACKAGE)}: {written - reached} of {written} not reached")
+    assert not bad, f"examples doctest never runs: {bad}"
+    assert with_examples == set(MODULES.values())
+
+
 def _bodies(path: Path) -> list[tuple[int, str, str]]:
     """``(line, name, body)`` of every function in ``path`` (the body without its
     docstring, as ``ast.dump``)."""

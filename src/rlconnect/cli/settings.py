@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -42,11 +43,11 @@ def _config_error(path: str) -> Callable[[str], UsageError]:
 
 def _read_config_file(path: str) -> dict[str, Any]:
     """The settings of a TOML file: keys of RunnerConfig plus env, steps, policy."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python 3.10
+    else:
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ImportError:
             raise UsageError("--config needs Python >= 3.11 or `pip install tomli`") from None
     try:

@@ -318,14 +318,14 @@ class EnvPoolEnv(BaseEnv):
             self._started = True
             if self._async:
                 pool.async_reset()
-                return pool.recv()  # type: ignore[no-any-return]
+                return pool.recv()
             obs, info = pool.reset()
             zeros = np.zeros(self.num_envs, dtype=bool)
             return obs, np.zeros(self.num_envs), zeros, zeros, info
         if not self._sent:
             self._send()
         self._sent = False
-        return pool.recv()  # type: ignore[no-any-return]
+        return pool.recv()
 
     def _send(self) -> None:
         """Send the queued actions and resets (a synchronous pool: every sub-env's)."""
