@@ -18,6 +18,8 @@ class SharedPolicies:
         self.policy_of_agent = policy_of_agent
 
     def __call__(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
+        """The policy id of ``agent_id`` (episode and keyword arguments unused: the pairing
+        of spaces alone decides)."""
         return self.policy_of_agent[agent_id]
 
 

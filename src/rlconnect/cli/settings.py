@@ -118,6 +118,7 @@ class ZeroArgCreator:
         self.fn = fn
 
     def __call__(self, ctx: Any = None) -> Any:
+        """Build the env, ignoring the ``EnvContext`` the runner passes."""
         return self.fn()
 
 

@@ -52,6 +52,7 @@ class RunnerPool:
 
     @property
     def indices(self) -> list[int]:
+        """The indices of the live actors, ascending (the order results come back in)."""
         return sorted(self.actors)
 
     def versions(self) -> dict[str, int]:
@@ -167,6 +168,8 @@ class RunnerPool:
         return actor
 
     def call_all(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method(*args)`` on every actor at once and wait for all; RunnerFailedError
+        names the first runner that failed."""
         indices = self.indices
         refs = [getattr(self.actors[k], method).remote(*args) for k in indices]
         out = []

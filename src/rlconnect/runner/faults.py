@@ -301,6 +301,8 @@ class ActionCheck:
         return None
 
     def __call__(self, actions: Any, env_ids: np.ndarray, agent_ids: Sequence[Any]) -> None:
+        """Raise if an action is outside its action space; integer Discrete actions and
+        whole-batch Box checks take a fast path, the general check names the bad rows."""
         if (
             self._discrete_n is not None
             and type(actions) is np.ndarray
