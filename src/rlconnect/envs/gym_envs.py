@@ -112,8 +112,8 @@ class GymEnvs(BaseEnv):
         self._subs.try_restart(env_id)
 
     def poll(self) -> EnvRows:
-        """Step or reset the sub-envs that need it and return their rows (dense columns when
-        every sub-env took part)."""
+        """Step or reset the sub-envs that need it and return their rows; a sub-env that
+        raises comes back as an error row."""
         out = self.poll_columns()
         if not isinstance(out, DenseColumns):
             return out

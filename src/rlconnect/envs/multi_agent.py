@@ -203,8 +203,9 @@ class MultiAgentEnvs(BaseEnv):
         self._subs.try_restart(env_id)
 
     def poll(self) -> EnvRows:
-        """Step the sub-envs that have every acting agent's action, reset those asked to,
-        and return one row per agent that observed."""
+        """Step each sub-env given actions (an idle one with none), reset those asked to,
+        and return a row per agent that observed; a sub-env that raises, or returns an
+        observation outside its space, comes back as an error row."""
         rows = EnvRowsBuilder(memo=self._memo)
         subs = self._subs
         resets, soft, actions, idle = subs.needs_reset, subs.soft, subs.actions, self._idle

@@ -236,8 +236,8 @@ class PettingZooAECEnv(_PettingZooBase):
 
     def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
         """Play the selected agent's action; returns the next selected agent's observation
-        and every agent's reward since its last turn. ValueError unless exactly the
-        selected agent acts."""
+        and the rewards given since they were last reported. ValueError unless exactly
+        the selected agent acts."""
         state = self._state
         if not state.agents:
             raise RuntimeError("step() called on a finished episode: call reset() first")

@@ -301,8 +301,9 @@ class WorkerEnvs(BaseEnv):
 
     # -- polling --------------------------------------------------------------------------
     def poll(self) -> EnvRows:
-        """Wake the workers that have work, wait for their replies and return the rows
-        (a dead or late worker's sub-envs come back as error rows)."""
+        """Wake the workers that have work, wait for their answers (all, or enough for
+        ``poll_size`` sub-envs) and return the rows; a worker that died or timed out
+        reports its sub-envs' errors."""
         errors: dict[int, BaseException] = {}
         self._dispatch(errors)
         replies = self._collect(errors)
