@@ -12,6 +12,7 @@ import doctest
 import importlib
 import importlib.util
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,14 @@ def test_optional_entries_name_modules_with_examples():
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_docstring_examples_run(name: str):
+def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     extra, needs = OPTIONAL.get(name, ("", ()))
     missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"{name}'s examples need the {extra!r} extra ({', '.join(missing)} absent)")
+    # examples write where tempfile and the cwd point: inside this test's folder
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     module = importlib.import_module(name)
     runner = doctest.DocTestRunner(optionflags=FLAGS)
     report: list[str] = []
