@@ -87,7 +87,7 @@ class MetricsLogger(Protocol):
     """What ``runner.add_logger`` takes (``rc.loggers`` has JSONL, CSV and TensorBoard)."""
 
     def write(self, record: Mapping[str, Any]) -> None:
-        """Record one metrics dict (one episode or one window of the runner's metrics)."""
+        """Record one dict of the runner's ``metrics()``, written once per ``sample()``."""
 
     def flush(self) -> None:
         """Push what is buffered to the destination."""
