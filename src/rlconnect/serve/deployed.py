@@ -27,8 +27,10 @@ from rlconnect.envs.external import (
     EpisodeError,
     TooManyEpisodesError,
     UnknownEpisodeError,
+    check_episode_id,
+    check_obs,
+    check_rewards,
 )
-from rlconnect.envs.external_checks import check_episode_id, check_obs, check_rewards
 from rlconnect.errors import EnvCheckError
 from rlconnect.serve.handler import PENDING, BadRequest, Call, field, plain
 from rlconnect.serve.settings import ServerSettings

@@ -22,11 +22,15 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.checkpoints.files import read_folder
-from rlconnect.envs.external import EpisodeError, ExternalEnv
-from rlconnect.envs.external_checks import check_agent_dict, check_episode_id
-from rlconnect.envs.external_hub import NO_ACTION
-from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
-from rlconnect.envs.external_replies import Reply
+from rlconnect.envs.external import (
+    NO_ACTION,
+    EpisodeError,
+    ExternalEnv,
+    ExternalMultiAgentEnv,
+    Reply,
+    check_agent_dict,
+    check_episode_id,
+)
 from rlconnect.serve.envs import _Idle
 from rlconnect.serve.handler import (
     PENDING,
@@ -247,10 +251,13 @@ class Endpoints:
     def checkpoint(self, body: dict, call: Call) -> Any:
         if self.multi:
             raise BadRequest("local inference is not supported for multi-agent serving yet")
-        return self._in_runner(lambda r: {"files": _checkpoint_files(r)}, "checkpoint", call)
+        runner = self.runner
+        return self._in_runner(lambda: {"files": _checkpoint_files(runner)}, "checkpoint", call)
 
     def weights(self, body: dict, call: Call) -> Any:
-        def weights(runner: Any) -> dict:
+        runner = self.runner
+
+        def weights() -> dict:
             return {
                 "weights": runner.get_weights(),
                 "connector_states": runner.get_connector_states(),
@@ -258,9 +265,9 @@ class Endpoints:
 
         return self._in_runner(weights, "weights", call)
 
-    def _in_runner(self, fn: Callable[[Any], Any], what: str, call: Call) -> Any:
-        """``fn(runner)`` on the sampling thread, between two steps (see ``serve.tasks``);
-        waited for in an executor thread, never on the event loop."""
+    def _in_runner(self, fn: Callable[[], Any], what: str, call: Call) -> Any:
+        """``fn()`` (work on the runner) on the sampling thread, between two steps (see
+        ``serve.tasks``); waited for in an executor thread, never on the event loop."""
         timeout_s = self.hub.limits.get_action_timeout_s
         wait = functools.partial(run_in_sampler, self.hub, fn, what, timeout_s)
         future = self.loop.run_in_executor(None, wait)

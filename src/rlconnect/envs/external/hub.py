@@ -1,19 +1,21 @@
 """The episodes an ``ExternalEnv`` shares with the runner, behind one lock: ``EpisodeHub``.
 
-``EpisodeHub`` is a monitor: its lock, its episodes, its lanes (``external_lanes``), its
-queue of runner work and its limits (a frozen ``HubLimits``) are private, and every
+``EpisodeHub`` is a monitor: its lock, its episodes, its lanes (``lanes``), its queue of
+work for the sampling thread and its limits (a frozen ``HubLimits``) are private, and every
 operation takes the lock itself. Three kinds of caller use it, each in one direction:
 
 - the simulator side (an ``ExternalEnv``'s thread, or a policy server's event loop) starts
   episodes and queues their observations and rewards (``start``, ``observe``, ``act``,
-  ``add_returns``), asks for runner work (``submit``, ``withdraw``) and checks for room
-  (``admit``, ``forget_ended``);
+  ``add_returns``), asks for work on the sampling thread (``submit``, ``withdraw``) and
+  checks for room (``admit``, ``forget_ended``); every such call is checked here, before
+  anything is queued, whoever makes it (``checks``);
 - the runner's ``ExternalEnvAdapter.poll`` takes a batch (``take_batch``: one event per
-  ready lane, and the queued runner work) and answers it (``answer``, ``complete``);
+  ready lane, and the queued work) and answers it (``answer``, ``complete``); the work
+  gets the runner's ``ServedInference``, never the runner;
 - the owner sets the limits and the delivery of answers (``set_limits``,
   ``set_delivery``) and closes it.
 
-Answers come back as replies (``external_replies``): a waiting thread blocks on one, a
+Answers come back as replies (``replies``): a waiting thread blocks on one, a
 server gives each a ``notify`` callback and sets the hub's delivery, so one sampling step
 hands all its actions to the server's thread at once.
 """
@@ -31,7 +33,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external_checks import (
+from rlconnect.envs.base import ServedInference
+from rlconnect.envs.external.checks import (
     EpisodeError,
     QueueFullError,
     TooManyEpisodesError,
@@ -41,9 +44,9 @@ from rlconnect.envs.external_checks import (
     check_obs,
     check_rewards,
 )
-from rlconnect.envs.external_lanes import Lanes
-from rlconnect.envs.external_limits import HubLimits
-from rlconnect.envs.external_replies import Reply, Task, notify_each
+from rlconnect.envs.external.lanes import Lanes
+from rlconnect.envs.external.limits import HubLimits
+from rlconnect.envs.external.replies import Reply, Task, notify_each
 from rlconnect.errors import EnvError
 
 __all__ = ["NO_ACTION", "EpisodeHub"]
@@ -328,14 +331,15 @@ class EpisodeHub:
                 replies.append(reply)
             return replies
 
-    def submit(self, fn: Callable[[Any], Any]) -> Reply:
-        """Queue runner work: ``fn(runner)`` runs on the sampling thread at its next poll
-        (between two steps); the returned reply's event is set when it has run."""
+    def submit(self, fn: Callable[[], Any]) -> Reply:
+        """Queue work for the sampling thread: ``fn()`` runs there at its next poll
+        (between two steps, so never beside a step in flight); the returned reply's event
+        is set when it has run."""
         reply = Reply()
         with self._lock:
             if self._closed:
                 raise EnvError("the external env is closed: no runner work is taken any more")
-            self._tasks.append((fn, reply))
+            self._tasks.append((lambda inference: fn(), reply))
             self._lock.notify_all()
         return reply
 
@@ -378,11 +382,9 @@ class EpisodeHub:
         ep.rewards, ep.infos = {}, {}
         key = ep.lane  # a negative inference env id, distinct per episode
         if kind == "end":
-            self._tasks.append((functools.partial(_reset_inference, env_id=key), Reply()))
+            self._tasks.append((functools.partial(_end_served, env_id=key), Reply()))
         elif reply is not None:
-            self._tasks.append(
-                (lambda runner: runner.compute_actions(obs, explore=False, env_id=key), reply)
-            )
+            self._tasks.append((functools.partial(_serve, obs=obs, env_id=key), reply))
         self._lock.notify_all()
 
     def _finish(self, ep: _Episode) -> None:
@@ -478,11 +480,15 @@ class EpisodeHub:
             self._finish(ep)
             self._timed_out.append(ep.eid)
             if not ep.training:  # drop its inference state, as end_episode does
-                reset = functools.partial(_reset_inference, env_id=ep.lane)
+                reset = functools.partial(_end_served, env_id=ep.lane)
                 self._tasks.append((reset, Reply()))
 
 
-def _reset_inference(runner: Any, env_id: int) -> None:
-    for pid in runner.policies:
-        runner.agent_pipeline(pid).reset(env_id)
-        runner.action_pipeline(pid).reset(env_id)
+def _serve(inference: ServedInference, obs: dict, env_id: int) -> dict:
+    """The actions of an episode that is served, not recorded (eval mode, its own state)."""
+    return inference.compute_actions(obs, explore=False, env_id=env_id)
+
+
+def _end_served(inference: ServedInference, env_id: int) -> None:
+    """A served episode ended (or timed out): its connector state goes."""
+    inference.reset(env_id)

@@ -11,8 +11,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import NO_ACTION, EpisodeError, ExternalEnv
-from rlconnect.envs.external_checks import check_agent_dict
+from rlconnect.envs.external.checks import EpisodeError, check_agent_dict
+from rlconnect.envs.external.env import ExternalEnv
+from rlconnect.envs.external.hub import NO_ACTION
 
 __all__ = ["ExternalMultiAgentEnv"]
 
