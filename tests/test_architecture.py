@@ -216,6 +216,78 @@ def test_the_servers_limits_are_spelled_once():
     assert not spelled, f"PolicyServer.__init__ spells settings fields again: {spelled}"
 
 
+EXTERNAL_FACE = "rlconnect.envs.external"
+
+
+def _names_envs(module: str, names: list[str]) -> bool:
+    """An import of ``rlconnect.envs`` or of a module in it (``from rlconnect import envs``)."""
+    return module.startswith("rlconnect.envs") or (module == "rlconnect" and "envs" in names)
+
+
+def test_serve_imports_of_envs_only_the_external_envs_face():
+    """serve/ uses envs/ through one module: ``rlconnect.envs.external``, the public face
+    of the external env (no module inside it, nothing else of envs/)."""
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{line} {module} {names}"
+        for p in _modules(PACKAGE / "serve")
+        for line, module, names in _imports(p)
+        if _names_envs(module, names) and module != EXTERNAL_FACE
+    ]
+    assert _modules(PACKAGE / "serve") and not bad, f"serve/ imports envs/ past the face: {bad}"
+
+
+def test_nothing_outside_the_external_env_imports_its_inner_modules():
+    """The package, its tests, benchmarks and examples import ``rlconnect.envs.external``
+    by its face only: its modules are its own parts."""
+    root = PACKAGE.parents[1]
+    inner = {p.stem for p in _modules(EXTERNAL)} - {"__init__"}
+    files = [PACKAGE, root / "tests", root / "benchmarks", root / "examples"]
+    bad = [
+        f"{p.relative_to(root)}:{line} {module} {names}"
+        for folder in files
+        for p in _modules(folder)
+        if EXTERNAL not in p.parents
+        for line, module, names in _imports(p)
+        if module.startswith(EXTERNAL_FACE + ".")
+        or (module == EXTERNAL_FACE and inner & set(names))
+    ]
+    assert inner and not bad, f"imports of the external env's inner modules: {bad}"
+
+
+def _identifiers(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of every name, attribute, argument, definition and import in
+    ``tree``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            out.append((node.lineno, node.attr))
+        elif isinstance(node, ast.arg):
+            out.append((node.lineno, node.arg))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.append((node.lineno, node.name))
+        elif isinstance(node, ast.ImportFrom):
+            out += [(node.lineno, node.module or ""), *((node.lineno, a.name) for a in node.names)]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+    return out
+
+
+def test_the_external_env_never_holds_the_runner():
+    """envs/external/ asks what a served episode needs through the ``ServedInference`` the
+    runner attaches (compute actions, drop an episode's state): no name, attribute,
+    argument or import there is the runner (``EnvRunner``, ``runner``, ``_runner``,
+    ``rlconnect.runner``)."""
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{line} {name}"
+        for p in _modules(EXTERNAL)
+        for line, name in _identifiers(ast.parse(p.read_text()))
+        if "runner" in name.lower()
+    ]
+    assert _modules(EXTERNAL) and not bad, f"the external env reaches the runner: {bad}"
+
+
 def _bodies(path: Path) -> list[tuple[int, str, str]]:
     """``(line, name, body)`` of every function in ``path`` (the body without its
     docstring, as ``ast.dump``)."""
