@@ -254,6 +254,25 @@ def test_nothing_outside_the_external_env_imports_its_inner_modules():
     assert inner and not bad, f"imports of the external env's inner modules: {bad}"
 
 
+def test_a_served_request_is_checked_by_the_episode_hub_alone():
+    """serve/ hands a request's values to the episode hub, which checks every call once,
+    served or an ExternalEnv's own: no module of serve/ calls a check of envs/external
+    but deployed.py (a DeployedPolicy's endpoints, which have no hub)."""
+    checks = {
+        node.name
+        for node in ast.parse((EXTERNAL / "checks.py").read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")
+    }
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{line} {name}"
+        for p in _modules(PACKAGE / "serve")
+        if p.name != "deployed.py"
+        for line, name in _identifiers(ast.parse(p.read_text()))
+        if name in checks
+    ]
+    assert checks and not bad, f"serve/ checks what the episode hub checks: {bad}"
+
+
 def _identifiers(tree: ast.AST) -> list[tuple[int, str]]:
     """``(line, name)`` of every name, attribute, argument, definition and import in
     ``tree``."""

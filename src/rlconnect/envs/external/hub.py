@@ -39,8 +39,10 @@ from rlconnect.envs.external.checks import (
     QueueFullError,
     TooManyEpisodesError,
     UnknownEpisodeError,
-    check_action,
+    check_agent_dict,
     check_episode_id,
+    check_infos,
+    check_logged_actions,
     check_obs,
     check_rewards,
 )
@@ -98,7 +100,8 @@ class _Event:
 class EpisodeHub:
     """The thread-safe state shared by the simulator side and the runner's poll.
 
-    All values are dicts keyed by agent id (single-agent envs use ``DEFAULT_AGENT_ID``).
+    All values are dicts keyed by agent id (single-agent envs use ``DEFAULT_AGENT_ID``),
+    checked here whoever sends them: the one check of every call.
     """
 
     def __init__(
@@ -258,11 +261,13 @@ class EpisodeHub:
         with self._lock:
             ids.intersection_update(self._episodes)
 
-    def add_returns(self, eid: Any, rewards: dict, infos: dict | None) -> None:
+    def add_returns(self, eid: Any, rewards: Any, infos: Any) -> None:
+        """Add ``rewards`` (and merge ``infos``, or None) by agent to the episode's step."""
+        rewards, infos = check_rewards(rewards, eid), check_infos(infos, eid)
         with self._lock:
             ep = self._get(eid)
-            self._add_rewards(ep, check_rewards(rewards, eid))
-            for a, info in (infos or {}).items():
+            self._add_rewards(ep, rewards)
+            for a, info in infos.items():
                 ep.infos.setdefault(a, {}).update(info)
 
     @staticmethod
@@ -270,10 +275,10 @@ class EpisodeHub:
         for a, r in rewards.items():
             ep.rewards[a] = ep.rewards.get(a, 0.0) + r
 
-    def _checked_obs(self, eid: Any, obs: dict) -> dict:
+    def _checked_obs(self, eid: Any, obs: Any) -> dict:
         return {
             a: check_obs(self._obs_space(a), o, f"episode {eid!r}, agent {a!r}")
-            for a, o in obs.items()
+            for a, o in check_agent_dict(obs, "observations", eid).items()
         }
 
     def _make_room(self, events: int, what: str) -> None:
@@ -293,34 +298,33 @@ class EpisodeHub:
                 )
             self._lock.wait(min(left, 0.1))
 
-    def observe(self, eid: Any, obs: dict, logged: Any, kind: str = "obs") -> Reply | None:
-        """Queue an observation; returns where the action will come for ``get_action``."""
+    def observe(self, eid: Any, obs: Any, logged: Any, kind: str = "obs") -> Reply | None:
+        """Queue observations by agent, with the actions logged for them (or
+        ``NO_ACTION``); returns where the action will come for ``get_action``."""
         with self._lock:
             if kind == "obs":  # an episode's end is bounded by the episodes running
                 self._make_room(1, f"this step of episode {eid!r}")
             ep = self._get(eid)
             checked = self._checked_obs(eid, obs)
-            if logged is not NO_ACTION and self._act_space is not None:
-                logged = {
-                    a: check_action(self._act_space(a), x, f"episode {eid!r}, agent {a!r}")
-                    for a, x in logged.items()
-                }
+            if logged is not NO_ACTION:
+                logged = check_logged_actions(self._act_space, logged, checked, eid)
             reply = Reply() if logged is NO_ACTION and kind == "obs" else None
             self._record(ep, checked, logged, kind, reply)
             return reply
 
     def act(
-        self, steps: list[tuple[Any, dict, dict]], notify: Callable[[Reply], None] | None = None
+        self, steps: list[tuple[Any, Any, Any]], notify: Callable[[Reply], None] | None = None
     ) -> list[Reply]:
         """``get_action`` for several episodes, given as (id, observations, rewards of the
-        step before): everything is checked before anything is queued, so one bad part
-        refuses the whole call and changes nothing."""
+        step before or None), by agent: everything is checked before anything is queued,
+        so one bad part refuses the whole call and changes nothing."""
         with self._lock:
             self._make_room(len(steps), f"{len(steps)} steps")
             checked = []
             for eid, obs, rewards in steps:
                 ep = self._get(eid)
-                checked.append((ep, self._checked_obs(eid, obs), check_rewards(rewards, eid)))
+                got = {} if rewards is None else check_rewards(rewards, eid)
+                checked.append((ep, self._checked_obs(eid, obs), got))
             if len({id(ep) for ep, _, _ in checked}) < len(checked):
                 raise EpisodeError("an episode can ask for one action at a time, not two at once")
             replies = []
