@@ -154,9 +154,10 @@ def test_no_package_imports_a_private_name_of_another():
     assert not bad, f"private names imported across packages: {bad}"
 
 
-HUB_MODULE = PACKAGE / "envs" / "external_hub.py"
+EXTERNAL = PACKAGE / "envs" / "external"
+HUB_MODULE = EXTERNAL / "hub.py"
 #: where code may hold an ExternalEnv's hub by its private name (the env and its adapters)
-HUB_HOLDERS = ("external.py", "external_multi_agent.py")
+HUB_HOLDERS = (EXTERNAL / "env.py", EXTERNAL / "multi_agent.py")
 
 
 def test_the_episode_hub_keeps_its_lock_and_state():
@@ -190,7 +191,7 @@ def test_the_episode_hub_keeps_its_lock_and_state():
             reaches_in = owner.endswith("hub") and (
                 node.attr.startswith("_") or node.attr == "cond"
             )
-            if reaches_in or (node.attr == "_hub" and p.name not in HUB_HOLDERS):
+            if reaches_in or (node.attr == "_hub" and p not in HUB_HOLDERS):
                 bad.append(f"{p.relative_to(root)}:{node.lineno} {owner}.{node.attr}")
     assert not bad, f"code reaching into the episode hub: {bad}"
 
@@ -250,6 +251,96 @@ def test_every_docstring_example_is_collected():
             bad.append(f"{p.relative_to(PACKAGE)}: {written - reached} of {written} not reached")
     assert not bad, f"examples doctest never runs: {bad}"
     assert with_examples == set(MODULES.values())
+
+EXTERNAL_FACE = "rlconnect.envs.external"
+
+
+def _names_envs(module: str, names: list[str]) -> bool:
+    """An import of ``rlconnect.envs`` or of a module in it (``from rlconnect import envs``)."""
+    return module.startswith("rlconnect.envs") or (module == "rlconnect" and "envs" in names)
+
+
+def test_serve_imports_of_envs_only_the_external_envs_face():
+    """serve/ uses envs/ through one module: ``rlconnect.envs.external``, the public face
+    of the external env (no module inside it, nothing else of envs/)."""
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{line} {module} {names}"
+        for p in _modules(PACKAGE / "serve")
+        for line, module, names in _imports(p)
+        if _names_envs(module, names) and module != EXTERNAL_FACE
+    ]
+    assert _modules(PACKAGE / "serve") and not bad, f"serve/ imports envs/ past the face: {bad}"
+
+
+def test_nothing_outside_the_external_env_imports_its_inner_modules():
+    """The package, its tests, benchmarks and examples import ``rlconnect.envs.external``
+    by its face only: its modules are its own parts."""
+    root = PACKAGE.parents[1]
+    inner = {p.stem for p in _modules(EXTERNAL)} - {"__init__"}
+    files = [PACKAGE, root / "tests", root / "benchmarks", root / "examples"]
+    bad = [
+        f"{p.relative_to(root)}:{line} {module} {names}"
+        for folder in files
+        for p in _modules(folder)
+        if EXTERNAL not in p.parents
+        for line, module, names in _imports(p)
+        if module.startswith(EXTERNAL_FACE + ".")
+        or (module == EXTERNAL_FACE and inner & set(names))
+    ]
+    assert inner and not bad, f"imports of the external env's inner modules: {bad}"
+
+
+def test_a_served_request_is_checked_by_the_episode_hub_alone():
+    """serve/ hands a request's values to the episode hub, which checks every call once,
+    served or an ExternalEnv's own: no module of serve/ calls a check of envs/external
+    but deployed.py (a DeployedPolicy's endpoints, which have no hub)."""
+    checks = {
+        node.name
+        for node in ast.parse((EXTERNAL / "checks.py").read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("check_")
+    }
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{line} {name}"
+        for p in _modules(PACKAGE / "serve")
+        if p.name != "deployed.py"
+        for line, name in _identifiers(ast.parse(p.read_text()))
+        if name in checks
+    ]
+    assert checks and not bad, f"serve/ checks what the episode hub checks: {bad}"
+
+
+def _identifiers(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, name)`` of every name, attribute, argument, definition and import in
+    ``tree``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            out.append((node.lineno, node.attr))
+        elif isinstance(node, ast.arg):
+            out.append((node.lineno, node.arg))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.append((node.lineno, node.name))
+        elif isinstance(node, ast.ImportFrom):
+            out += [(node.lineno, node.module or ""), *((node.lineno, a.name) for a in node.names)]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+    return out
+
+
+def test_the_external_env_never_holds_the_runner():
+    """envs/external/ asks what a served episode needs through the ``ServedInference`` the
+    runner attaches (compute actions, drop an episode's state): no name, attribute,
+    argument or import there is the runner (``EnvRunner``, ``runner``, ``_runner``,
+    ``rlconnect.runner``)."""
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{line} {name}"
+        for p in _modules(EXTERNAL)
+        for line, name in _identifiers(ast.parse(p.read_text()))
+        if "runner" in name.lower()
+    ]
+    assert _modules(EXTERNAL) and not bad, f"the external env reaches the runner: {bad}"
 
 
 def _bodies(path: Path) -> list[tuple[int, str, str]]:

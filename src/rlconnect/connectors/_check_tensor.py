@@ -86,9 +86,7 @@ def _numpy_step(s: _Setup, pipe: ConnectorPipeline, t: int, real: np.ndarray) ->
     return trace
 
 
-def _tensor_step(
-    s: _Setup, pipe: ConnectorPipeline, t: int, real: np.ndarray, device: str
-) -> list:
+def _tensor_step(s: _Setup, pipe: ConnectorPipeline, t: int, real: np.ndarray, device: str) -> list:
     import torch
 
     idx = (np.arange(s.n) + t) % s.n

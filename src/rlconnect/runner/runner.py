@@ -146,11 +146,9 @@ class EnvRunner:
         )  # fmt: skip
 
     def _attach(self) -> None:
-        """What plugs into a new runner: an ExternalEnv (it serves its episodes that are
-        not recorded with this runner's policies) and the extensions (offline I/O...)."""
-        attach = getattr(self.env, "attach_runner", None)
-        if attach is not None:
-            attach(self)
+        """What plugs into a new runner: its inference, for an env that serves episodes it
+        does not record (an ExternalEnv's), and the extensions (offline I/O...)."""
+        self.env.attach_inference(self._inference)
         for extension in runner_extensions():  # e.g. offline output and input
             extension(self)
         cfg = self.config

@@ -38,8 +38,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import ExternalEnvAdapter, QueueFullError
-from rlconnect.envs.external_replies import Reply, notify_each
+from rlconnect.envs.external import ExternalEnvAdapter, QueueFullError, Reply, notify_each
 from rlconnect.policy import Policy
 from rlconnect.serve.decoder import FairDecoder
 from rlconnect.serve.deployed import DeployedEndpoints
