@@ -429,3 +429,35 @@ def test_a_learner_connector_without_tensor_support_is_named_when_built() -> Non
             config=rc.RunnerConfig(num_envs=2),
             learner_pipelines={"default_policy": lambda ctx: [Mine(ctx)]},
         )
+
+
+def test_next_prev_inputs_are_what_the_policy_is_fed_at_the_next_step() -> None:
+    """PrevActionsRewards before ClipReward on tensors: ``new_prev_*`` of a row, the
+    bootstrap's inputs, are the ``prev_*`` of the next row of its trajectory (the first
+    row of the next sample after a cut), not the clipped ``rewards``."""
+    env = BatchedCartPole(3, autoreset_mode=SAME)
+
+    def agent_pipeline(ctx: rc.ConnectorContext) -> rc.AgentConnectorPipeline:
+        return rc.AgentConnectorPipeline(
+            ctx, [rc.PrevActionsRewards(ctx), rc.ClipReward(ctx, limit=0.5)]
+        )
+
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        config=rc.RunnerConfig(num_envs=3, rollout_fragment_length=30, seed=0),
+        agent_pipelines={"default_policy": agent_pipeline},
+    )
+    first, second = runner.sample().numpy(), runner.sample().numpy()
+    for col in ("prev_actions", "prev_rewards"):
+        mine, nxt = first[f"new_{col}"], first[col]
+        same = first["eps_id"][:-1] == first["eps_id"][1:]
+        np.testing.assert_array_equal(mine[:-1][same], nxt[1:][same], err_msg=col)
+        cut = np.flatnonzero(np.diff(first["env_id"], append=-1))  # each block's last row
+        following = np.flatnonzero(np.diff(second["env_id"], prepend=-1))  # and next first
+        ongoing = first["eps_id"][cut] == second["eps_id"][following]
+        assert ongoing.any()
+        np.testing.assert_array_equal(
+            mine[cut][ongoing], second[col][following][ongoing], err_msg=col
+        )
+    assert np.abs(first["rewards"]).max() <= 0.5 < np.abs(first["new_prev_rewards"]).max()

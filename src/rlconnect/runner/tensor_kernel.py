@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from rlconnect.batches import SampleBatch
+from rlconnect.batches.columns import NEXT_INPUTS_OF
 from rlconnect.collectors.tensor_store import TensorStore
 from rlconnect.connectors import AgentData, ConnectorPipeline
 from rlconnect.envs.tensor_envs import Nest, TensorEnv, map_nest, where_rows
@@ -293,6 +294,9 @@ class TensorKernel:
         record = {name: value for name, value in inputs.items() if name not in _STEP_COLUMNS}
         record["obs"] = inputs["obs"]
         record["new_obs"] = data["obs"]
+        for name, next_name in NEXT_INPUTS_OF.items():  # what the policy is fed next
+            if name in data:
+                record[next_name] = data[name]
         record["rewards"] = data["rewards"]
         record["terminateds"] = data["terminateds"]
         record["truncateds"] = data["truncateds"]
