@@ -83,19 +83,21 @@ def test_rows_equal_the_numpy_path_on_the_same_episodes(mode: Any) -> None:
     assert ended >= n  # the comparison crossed episode ends
 
 
-def test_stateful_connectors_give_the_numpy_path_rows() -> None:
+@pytest.mark.parametrize("mode", [SAME, NEXT])
+def test_stateful_connectors_give_the_numpy_path_rows(mode: Any) -> None:
     """A MeanStdFilter and a FrameStack on the tensor path (two pipeline calls a round,
-    the second masked to the new episodes) record what the numpy path records."""
+    the second masked to the new episodes; NEXT_STEP: the reset steps masked out of the
+    first) record what the numpy path records."""
     n, t = 6, 60
     config = {"observation_filter": "MeanStdFilter", "framestack": 3, "explore": False}
-    tensor_env = BatchedCartPole(n, autoreset_mode=SAME)
+    tensor_env = BatchedCartPole(n, autoreset_mode=mode)
     space = gym.spaces.Box(-np.inf, np.inf, (3, 4), np.float32)
     tp = rc.MLPPolicy(space, tensor_env.single_action_space, seed=0)
     np_policy = rc.MLPPolicy(space, tensor_env.single_action_space, seed=0)
     np_policy.set_weights(tp.get_weights())
     tb = _runner(tensor_env, tp, rollout_fragment_length=t, **config).sample()
     nb = _runner(
-        NumpyView(BatchedCartPole(n, autoreset_mode=SAME)),
+        NumpyView(BatchedCartPole(n, autoreset_mode=mode)),
         np_policy,
         rollout_fragment_length=2 * t,
         tensor=False,
@@ -104,7 +106,8 @@ def test_stateful_connectors_give_the_numpy_path_rows() -> None:
     ended = 0
     for e in range(n):
         mine = {k: v[tb["env_id"] == e].numpy() for k, v in tb.items()}
-        theirs = {k: v[nb["env_id"] == e][:t] for k, v in nb.items() if k != "infos"}
+        rows = len(mine["obs"])
+        theirs = {k: v[nb["env_id"] == e][:rows] for k, v in nb.items() if k != "infos"}
         for col in ("obs", "new_obs", "actions", "rewards", "t"):
             np.testing.assert_allclose(mine[col], theirs[col], rtol=1e-5, atol=1e-5, err_msg=col)
         ended += int(mine["terminateds"].sum())
@@ -184,9 +187,37 @@ def test_a_same_step_env_cannot_take_a_horizon() -> None:
         _runner(BatchedCartPole(2, autoreset_mode=SAME), horizon=5)
 
 
-def test_next_step_is_refused_with_the_fix() -> None:
-    with pytest.raises(ValueError, match=r"NEXT_STEP.*SAME_STEP"):
-        _runner(BatchedCartPole(2, autoreset_mode=NEXT))
+def test_next_step_rows_equal_the_numpy_path_and_reset_steps_are_no_rows() -> None:
+    """NEXT_STEP: the step after a sub-env ended only resets it; on both paths that step
+    is no row, so each sub-env's rows over two samples are the numpy path's rows of it,
+    and a sub-env gives one row fewer per reset (time_major() says why it cannot fold)."""
+    n, t = 6, 60
+    tensor_env = BatchedCartPole(n, autoreset_mode=NEXT)
+    numpy_env = NumpyView(BatchedCartPole(n, autoreset_mode=NEXT))
+    tp, np_policy = _policy(tensor_env), _policy(tensor_env)
+    np_policy.set_weights(tp.get_weights())
+    runner = _runner(tensor_env, tp, rollout_fragment_length=t, explore=False)
+    tbs = [runner.sample() for _ in range(2)]
+    nb = _runner(
+        numpy_env, np_policy, rollout_fragment_length=3 * t, explore=False, tensor=False
+    ).sample()
+    resets = 0
+    for e in range(n):
+        mine = {
+            k: np.concatenate([b[k][b["env_id"] == e].numpy() for b in tbs])
+            for k in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t")
+        }
+        theirs = {k: v[nb["env_id"] == e] for k, v in nb.items() if k != "infos"}
+        rows = len(mine["obs"])
+        ends = int(mine["terminateds"][:-1].sum()) + int(mine["truncateds"][:-1].sum())
+        assert rows <= 2 * t and rows >= 2 * t - ends - 1
+        for col, value in mine.items():
+            np.testing.assert_allclose(value, theirs[col][:rows], atol=1e-6, err_msg=col)
+        resets += 2 * t - rows
+    assert resets >= n  # the comparison crossed reset steps
+    assert sum(len(b) for b in tbs) == 2 * n * t - resets  # reset steps are no rows
+    with pytest.raises(ValueError, match="drops the rows of NEXT_STEP resets"):
+        next(b for b in tbs if "rows_per_env" not in b.meta).time_major()
 
 
 class _NoFinalObs(gym.vector.VectorWrapper):
@@ -283,7 +314,6 @@ def test_an_env_returning_numpy_for_a_key_is_named() -> None:
     ("config", "needle"),
     [
         ({"batch_mode": "complete_episodes"}, "complete_episodes"),
-        ({"restart_failed_sub_environments": True}, "restart_failed_sub_environments"),
         ({"sample_async": True}, "sample_async"),
     ],
 )

@@ -26,10 +26,12 @@ from rlconnect.batches.tensors import leaf_to_numpy
 if TYPE_CHECKING:
     from rlconnect.batches.sample_batch import SampleBatch
 
-__all__ = ["ROWS_PER_ENV", "fold_time_major", "slot_layout"]
+__all__ = ["ROWS_PER_ENV", "UNEQUAL_ROWS", "fold_time_major", "slot_layout"]
 
 #: the batch meta key saying how many rows each sub-env (slot) has
 ROWS_PER_ENV = "rows_per_env"
+#: the batch meta key saying why its sub-envs have unequal rows (the error's fix)
+UNEQUAL_ROWS = "unequal_rows"
 
 _EQUAL_ROWS = "sample with RunnerConfig(equal_rows=True), which gives every sub-env exactly "
 _EQUAL_ROWS += "rollout_fragment_length rows"
@@ -64,7 +66,7 @@ def slot_layout(batch: SampleBatch) -> tuple[np.ndarray | None, int]:
         raise ValueError(
             f"time_major() needs the same number of rows from every sub-env, but this "
             f"batch has {int(counts.min())} to {int(counts.max())} rows per sub-env over "
-            f"{len(counts)} sub-envs; {_EQUAL_ROWS}"
+            f"{len(counts)} sub-envs; {batch.meta.get(UNEQUAL_ROWS, _EQUAL_ROWS)}"
         )
     rows = int(counts[0])
     declared = batch.meta.get(ROWS_PER_ENV)
