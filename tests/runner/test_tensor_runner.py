@@ -459,3 +459,148 @@ def test_a_learner_connector_without_tensor_support_is_named_when_built() -> Non
             config=rc.RunnerConfig(num_envs=2),
             learner_pipelines={"default_policy": lambda ctx: [Mine(ctx)]},
         )
+
+
+def _rows_per_env(batch: rc.SampleBatch, n: int) -> list[int]:
+    return torch.bincount(batch["env_id"], minlength=n).tolist()
+
+
+@pytest.mark.parametrize("mode", [DISABLED, SAME])
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
+    mode: Any, pipeline: bool
+) -> None:
+    """restart_failed_sub_environments: the sub-env that returned a NaN at its third step
+    (round 2) keeps its rows before it, is reset, and gives whole fragments again; its
+    episode is reported faulty; the value reaches no row. Found on the recorded rows
+    (empty agent pipeline) or at each round (a pipeline): the same outcome."""
+    n, t = 8, 6
+    env = _PoisonAt(BatchedCartPole(n, autoreset_mode=mode), sub_env=5, step=3)
+    agent_pipelines = (
+        {
+            "default_policy": lambda ctx: rc.AgentConnectorPipeline(
+                ctx, [rc.ClipReward(ctx, limit=1e9)]
+            )
+        }
+        if pipeline
+        else None
+    )
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        config=rc.RunnerConfig(
+            num_envs=n, rollout_fragment_length=t, seed=0, restart_failed_sub_environments=True
+        ),
+        agent_pipelines=agent_pipelines,
+    )
+    first = runner.sample()
+    assert _rows_per_env(first, n) == [t] * 5 + [2] + [t] * 2
+    assert torch.isfinite(first["obs"]).all() and torch.isfinite(first["new_obs"]).all()
+    with pytest.raises(ValueError, match="faulty sub-envs"):
+        first.time_major()
+    faulty = [r for r in runner.get_metrics() if r["episode_faulty"]]
+    assert [(r["env_id"], r["episode_length"]) for r in faulty] == [(5, 3)]
+    second = runner.sample()
+    assert _rows_per_env(second, n) == [t] * n and second.meta["rows_per_env"] == t
+    rows5 = second["env_id"] == 5
+    assert second["t"][rows5][0] == 0  # reset: a new episode, with a new id
+    assert second["eps_id"][rows5][0] not in first["eps_id"].tolist()
+    assert second.time_major()["obs"].shape == (t, n, 4)
+    assert runner.failure is None
+
+
+class _PoisonAlways(gym.vector.VectorWrapper):
+    """Sub-env 1 returns a NaN observation at every step."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.device = env.device
+
+    def step(self, actions: Any) -> Any:
+        obs, rew, term, trunc, info = self.env.step(actions)
+        obs = obs.clone()
+        obs[1, 0] = float("nan")
+        return obs, rew, term, trunc, info
+
+
+def test_a_sub_env_that_fails_every_episode_raises_after_the_restart_limit() -> None:
+    runner = _runner(
+        _PoisonAlways(BatchedCartPole(4, autoreset_mode=DISABLED)),
+        rollout_fragment_length=4,
+        restart_failed_sub_environments=True,
+        sub_env_restart_limit=2,
+    )
+    for _ in range(2):
+        assert _rows_per_env(runner.sample(), 4)[1] == 0
+    with pytest.raises(rc.EnvError, match=r"sub-env 1 failed 3 times in a row"):
+        runner.sample()
+
+
+def test_record_infos_keeps_tensor_infos_as_tensors_per_row() -> None:
+    """Off by default; with record_infos=True the env's per-sub-env tensors are the nested
+    column ``infos`` on the device, in the rows' order, still one host read a sample."""
+    n, t = 4, 60
+    assert "infos" not in _runner(BatchedCartPole(n, autoreset_mode=SAME)).sample()
+    runner = _runner(
+        BatchedCartPole(n, autoreset_mode=SAME), rollout_fragment_length=t, record_infos=True
+    )
+    runner.sample()
+    with HostReadCounter() as reads:
+        batch = runner.sample()
+    assert reads.by_name["cpu"] == 1
+    infos = batch["infos"]
+    assert set(infos) == {"final_obs", "_final_obs"} and infos["final_obs"].shape == (n * t, 4)
+    done = batch["terminateds"] | batch["truncateds"]
+    assert done.any() and torch.equal(infos["_final_obs"], done)
+    assert torch.equal(infos["final_obs"][done], batch["new_obs"][done])
+    assert batch.numpy()["infos"]["final_obs"].shape == (n * t, 4)
+
+
+class _SometimesInfo(gym.vector.VectorWrapper):
+    """A key only at every other step (gymnasium leaves keys out where no sub-env has
+    one), and a value that is not per sub-env."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.device, self.steps = env.device, 0
+
+    def step(self, actions: Any) -> Any:
+        obs, rew, term, trunc, info = self.env.step(actions)
+        self.steps += 1
+        info = {"log": {"mean": 1.0}}
+        if self.steps % 2:
+            info["odd"] = torch.full((self.num_envs,), self.steps)
+        return obs, rew, term, trunc, info
+
+
+def test_record_infos_fills_a_missing_key_with_zeros_and_leaves_out_non_rows() -> None:
+    runner = _runner(
+        _SometimesInfo(BatchedCartPole(2, autoreset_mode=SAME)),
+        rollout_fragment_length=4,
+        record_infos=True,
+    )
+    batch = runner.sample()
+    assert set(batch["infos"]) == {"odd"}
+    assert batch["infos"]["odd"].tolist() == [1, 0, 3, 0, 1, 0, 3, 0]
+
+
+def test_a_learner_pipeline_adds_no_host_read_and_its_errors_lose_one_batch() -> None:
+    """GAE's checks travel with the sample's one read; a check that fails raises from
+    sample() and the runner samples on."""
+    env = _PoisonAt(BatchedCartPole(8, autoreset_mode=SAME), sub_env=2, step=70, field="reward")
+    policy = rc.MLPPolicy(env.single_observation_space, env.single_action_space, vf_head=True)
+    runner = rc.EnvRunner(
+        env,
+        policy,
+        config=rc.RunnerConfig(num_envs=8, rollout_fragment_length=40, seed=0, check_finite=False),
+        learner_pipelines={"default_policy": lambda ctx: [rc.GAE(ctx, gamma=0.9, lambda_=0.8)]},
+    )
+    with HostReadCounter() as reads:
+        batch = runner.sample()
+    assert reads.by_name["cpu"] == 1 and set(reads.by_name) <= {"cpu", "numpy", "__array__"}
+    assert isinstance(batch["advantages"], torch.Tensor)
+    assert batch.meta["policy_id"] == "default_policy"
+    with pytest.raises(ValueError, match="GAE"):
+        runner.sample()  # the inf reward of round 70
+    assert runner.failure is None
+    assert "advantages" in runner.sample()
