@@ -19,7 +19,15 @@ without reading the host in a round:
 A policy's rows have one layout for the whole run (``PolicyRows``): the agents mapped to
 it, agent-major, each with all N sub-envs; so every column is a fixed-shape tensor and a
 batch is a view of ``[T, R]`` storage. Episode metrics and callbacks come once per
-``sample()``, from the one read of ``TensorEpisodes.read_back``.
+``sample()``, from the one read of ``TensorEpisodes.read_back``, which also carries the
+deferred checks (the env's, the finite check, the agent and learner connectors').
+
+Rows that are no transition are recorded like the others and dropped when the batch is
+built, from what the read says: a NEXT_STEP env's reset steps (the round after its
+sub-env ended: the action was ignored, the observation is the new episode's first), and,
+with ``restart_failed_sub_environments``, a faulty sub-env's rows from its bad round on
+(the sub-env is then reset by mask, once per sample). Such a batch is gathered from the
+store, its sub-envs' rows unequal in number.
 """
 
 from __future__ import annotations
