@@ -604,3 +604,33 @@ def test_a_learner_pipeline_adds_no_host_read_and_its_errors_lose_one_batch() ->
         runner.sample()  # the inf reward of round 70
     assert runner.failure is None
     assert "advantages" in runner.sample()
+
+
+class _Allocations(torch.overrides.TorchFunctionMode):
+    """Counts the calls of torch's zero-filled factories inside a ``with`` block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += getattr(func, "__name__", "") in ("zeros", "zeros_like", "full")
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_round_with_an_agent_pipeline_allocates_no_first_row_columns() -> None:
+    """The first rows of new episodes (through the pipeline at every round, masked) take
+    their zero rewards, flags and steps from columns made once, not per round."""
+    env = BatchedCartPole(8, autoreset_mode=SAME)
+    runner = _runner(env, rollout_fragment_length=4, observation_filter="MeanStdFilter")
+    runner.sample()
+    kernel, step, per_round = runner._kernel, runner._kernel.step, []
+
+    def counted(*args: Any) -> None:
+        with _Allocations() as allocations:
+            step(*args)
+        per_round.append(allocations.count)
+
+    kernel.step = counted  # type: ignore[method-assign]
+    runner.sample()
+    assert per_round == [0, 0, 0, 0]
