@@ -634,3 +634,23 @@ def test_a_round_with_an_agent_pipeline_allocates_no_first_row_columns() -> None
     kernel.step = counted  # type: ignore[method-assign]
     runner.sample()
     assert per_round == [0, 0, 0, 0]
+
+
+def test_the_learner_pipeline_runs_on_the_kept_rows_of_a_sample_with_a_fault() -> None:
+    """Rows dropped after the read: the batch is built again without them and the
+    learner pipeline runs on that one (a read of its own, in that sample only)."""
+    env = _PoisonAt(BatchedCartPole(8, autoreset_mode=DISABLED), sub_env=5, step=3)
+    policy = rc.MLPPolicy(env.single_observation_space, env.single_action_space, vf_head=True)
+    runner = rc.EnvRunner(
+        env,
+        policy,
+        config=rc.RunnerConfig(
+            num_envs=8, rollout_fragment_length=6, seed=0, restart_failed_sub_environments=True
+        ),
+        learner_pipelines={"default_policy": lambda ctx: [rc.GAE(ctx, gamma=0.9, lambda_=0.8)]},
+    )
+    batch = runner.sample()
+    assert len(batch["advantages"]) == len(batch) == 7 * 6 + 2
+    with HostReadCounter() as reads:
+        assert len(runner.sample()["advantages"]) == 48
+    assert reads.by_name["cpu"] == 1 and "tolist" not in reads.by_name
