@@ -357,12 +357,16 @@ class EnvRunner:
         return out
 
     def _deferred_learning(self) -> DeferredLearning | None:
-        """The learner pipelines to run before the tensor kernel's one read, or None: no
-        member to run, or an ``on_sample_end`` callback that may change the batches first
-        (the pipelines then run after it, reading their checks once themselves)."""
+        """The learner pipelines to run before the tensor kernel's one read, or None (the
+        pipelines then run after the batch is made, reading their checks once
+        themselves): no member to run, an ``on_sample_end`` callback that may change the
+        batches first, or restarts, where the read may drop rows a pipeline (and its
+        state) must never see."""
         if not any(len(p) for p in self.pipelines.learner.values()):
             return None
         if self.callbacks.overrides("on_sample_end"):
+            return None
+        if self.config.restart_failed_sub_environments:
             return None
         return DeferredLearning(self.pipelines, self.policies)
 

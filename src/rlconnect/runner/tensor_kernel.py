@@ -167,9 +167,10 @@ class TensorKernel:
         """``rounds`` rounds of every sub-env; the batches by policy and the env steps.
 
         ``learn(batches)`` (the learner pipelines, their checks deferred) runs on the
-        batches before the sample's one read and returns its checks' flags, read with it;
-        where the read drops rows (NEXT_STEP resets, faulty sub-envs) the batches are
-        built after it instead and ``learn`` is not called."""
+        batches before the sample's one read and returns its checks' flags, read with it.
+        A NEXT_STEP env's batches are built after the read (it drops rows), so ``learn``
+        is not called; if the read drops rows after ``learn`` ran (a faulty sub-env), its
+        result is not handed out (``learner_flags`` None)."""
         if not self._inputs:
             self._start()
         stores = {
@@ -199,9 +200,9 @@ class TensorKernel:
             batches, learned = self._build(stores, valid), None
         else:
             learned = read.flags[len(read.flags) - len(flags) :]
+        self._faults.episodes_completed(read.ended.env_id.tolist())  # (all before a fault)
         if read.bad:
             self._restart_faulty(read.bad)
-        self._faults.episodes_completed(read.ended.env_id.tolist())
         self._episode_ends(read.ended)
         steps = self.rounds * self.env.num_envs if valid is None else int(valid.sum())
         return TensorSample(batches, steps, learned)
