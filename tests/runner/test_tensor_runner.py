@@ -655,3 +655,17 @@ def test_the_learner_pipeline_runs_on_the_kept_rows_of_a_sample_with_a_fault() -
     with HostReadCounter() as reads:
         assert len(runner.sample()["advantages"]) == 48
     assert reads.by_name["cpu"] == 1 and reads.by_name["tolist"] == 1
+
+
+class _NoResetMask(_PoisonAt):
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        if options:
+            raise TypeError("reset() takes no options")
+        return self.env.reset(seed=seed)
+
+
+def test_restarting_an_env_that_takes_no_reset_mask_is_a_named_error() -> None:
+    env = _NoResetMask(BatchedCartPole(4, autoreset_mode=SAME), sub_env=1, step=2)
+    runner = _runner(env, rollout_fragment_length=4, restart_failed_sub_environments=True)
+    with pytest.raises(rc.EnvError, match=r"restarting sub-env\(s\) \[1\].*reset_mask"):
+        runner.sample()

@@ -35,6 +35,7 @@ import torch
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.errors import EnvError, describe_exception
 
 __all__ = [
     "TensorEnv",
@@ -280,7 +281,15 @@ class TorchVectorEnv(TensorEnv):
         return {DEFAULT_AGENT_ID: obs}
 
     def reset_where(self, mask: torch.Tensor, env_ids: list[int]) -> dict[Any, Nest]:
-        obs, _ = self.venv.reset(options={"reset_mask": mask})
+        try:
+            obs, _ = self.venv.reset(options={"reset_mask": mask})
+        except Exception as exc:
+            raise EnvError(
+                f"restarting sub-env(s) {env_ids} of {type(self.venv).__name__} "
+                "(restart_failed_sub_environments) calls reset(options={'reset_mask': mask}), "
+                f"which raised {describe_exception(exc)}; make the env take a reset mask, or "
+                "turn restarts off"
+            ) from exc
         check_tensors("obs", obs, self.device, self.num_envs)
         if self.mode is not gym.vector.AutoresetMode.DISABLED:
             self._next = obs
