@@ -252,6 +252,7 @@ def test_every_docstring_example_is_collected():
     assert not bad, f"examples doctest never runs: {bad}"
     assert with_examples == set(MODULES.values())
 
+
 EXTERNAL_FACE = "rlconnect.envs.external"
 
 

@@ -53,9 +53,11 @@ class TensorStore:
         shape = (self.rounds, self.rows, *value.shape[1:])
         return torch.empty(shape, dtype=value.dtype, device=self.device)
 
-    def build(self, constant: Mapping[str, Any]) -> SampleBatch:
+    def build(self, constant: Mapping[str, Any], keep: torch.Tensor | None = None) -> SampleBatch:
         """Every column's rows, slot major, with the ``constant`` columns: one row (R,)
-        each (or a Python int), the same at every round."""
+        each (or a Python int), the same at every round. ``keep``: the slot-major indices
+        of the rows to hand out (the others are dropped; the caller sets the layout meta);
+        None: all."""
         t, r = self.rounds, self.rows
 
         def rows_of(store: Any) -> Any:
@@ -63,16 +65,19 @@ class TensorStore:
                 return {k: rows_of(v) for k, v in store.items()}
             if isinstance(store, tuple):
                 return tuple(rows_of(v) for v in store)
-            return store.transpose(0, 1).reshape(r * t, *store.shape[2:])
+            flat = store.transpose(0, 1).reshape(r * t, *store.shape[2:])
+            return flat if keep is None else flat.index_select(0, keep)
 
         columns = {name: rows_of(s) for name, s in self._columns.items()}
+        count = r * t if keep is None else len(keep)
         for name, value in constant.items():
             if isinstance(value, int):
-                columns[name] = torch.full((r * t,), value, dtype=torch.int64, device=self.device)
+                columns[name] = torch.full((count,), value, dtype=torch.int64, device=self.device)
             else:
-                columns[name] = value.repeat_interleave(t)
-        meta = {"rows_per_env": self.rounds}
-        return SampleBatch._from_normalized(columns, self.rounds * self.rows, meta)
+                value = value.repeat_interleave(t)
+                columns[name] = value if keep is None else value.index_select(0, keep)
+        meta = {"rows_per_env": self.rounds} if keep is None else {}
+        return SampleBatch._from_normalized(columns, count, meta)
 
     def first_nonfinite(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per slot (R,): the first round whose ``obs``, ``new_obs`` or ``rewards`` holds a

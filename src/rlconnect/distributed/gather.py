@@ -12,6 +12,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
+from rlconnect.batches.time_major import NOT_FOLDABLE
 from rlconnect.distributed.faults import RunnerFailedError, RunnerFailure
 from rlconnect.distributed.pool import RunnerPool
 from rlconnect.distributed.sync import ConnectorDeltas
@@ -83,6 +84,12 @@ def sample_round(
         "missing_rows": pool.promised_rows * (num_runners - len(order)),
     }
     tag_batch(out, **info)
+    if len(order) > 1:  # runner k's sub-env i and runner j's are both env_id i
+        refusal = (
+            f"it joins the rows of {len(order)} runners, whose sub-envs share env ids; fold "
+            "each runner's batch (sample_async() yields them one at a time), then join"
+        )
+        tag_batch(out, **{NOT_FOLDABLE: refusal})
     return out, info
 
 

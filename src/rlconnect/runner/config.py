@@ -186,6 +186,10 @@ class RunnerConfig:
     record_env_actions: bool = attrs.field(default=False, validator=_bool)
     #: also record ``raw_obs``, the observations before the agent connectors
     keep_raw_obs: bool = attrs.field(default=False, validator=_bool)
+    #: tensor path: record the env's infos as the column ``infos``, a nest of tensors (one
+    #: row per sub-env and agent; values that are not per-sub-env tensors are left out).
+    #: Off by default there; the numpy path records its ``infos`` column always
+    record_infos: bool = attrs.field(default=False, validator=_bool)
     # -- env workers and asynchronous polls -------------------------------------------------
     #: step sub-envs in env worker processes, one per sub-env (``num_env_workers=num_envs``)
     remote_envs: bool = env_field("remote_envs", _OWNER)

@@ -53,7 +53,12 @@ from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extension
 from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import EpisodeLog, LoggerSet, MetricsLogger, PerfTimers, RunMetrics
-from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
+from rlconnect.runner.pipelines import (
+    DeferredLearning,
+    PipelineSpec,
+    PipelineSpecs,
+    build_pipelines,
+)
 from rlconnect.runner.policy_set import CheckedMapping, policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
 from rlconnect.runner.versions import mark_weights_lag, weights_versions
@@ -120,6 +125,8 @@ class EnvRunner:
         self._failed: BaseException | None = None  # what made sample() raise midway
         self._sinks: list[BatchSink] = []
         self._source: BatchSource | None = None
+        #: the tensor path's learner pipelines run before its read, and their flags' values
+        self._folded: tuple[DeferredLearning, list[bool]] | None = None
         self._episode_log = EpisodeLog(bookkeeping.MAX_METRICS)  # (read now: tests lower it)
         self._run_metrics = RunMetrics(list(self.policies), self.timers)
         self._loggers = LoggerSet()
@@ -225,10 +232,10 @@ class EnvRunner:
                 self._async = AsyncSampler(self._next_batch)
             out = self._async.next()
         else:
-            out = self._next_batch()
+            out = self._next_batch(fold_learner=True)
         if self._source is None:
             t0 = time.perf_counter()
-            out = self.apply_learner_pipelines(out)
+            out = self._learned(out)
             self.timers.learner += time.perf_counter() - t0
         mark_weights_lag(out, self.policies)  # against the versions of now
         self._count(out)
@@ -264,17 +271,33 @@ class EnvRunner:
         self.pipelines.learn(one, self.policies)
         return one[DEFAULT_POLICY_ID]
 
-    def _next_batch(self) -> SampleBatch | MultiAgentBatch:
+    def _learned(self, out: SampleBatch | MultiAgentBatch) -> SampleBatch | MultiAgentBatch:
+        """``out`` through the learner pipelines, or what they made of it already, their
+        checks read with the tensor path's one read (``DeferredLearning``)."""
+        folded, self._folded = self._folded, None
+        if folded is None:
+            return self.apply_learner_pipelines(out)
+        learning, values = folded
+        learned = learning.result(values)
+        if isinstance(out, MultiAgentBatch):
+            return MultiAgentBatch(learned, out.env_steps())
+        return learned.get(DEFAULT_POLICY_ID, out)
+
+    def _next_batch(self, *, fold_learner: bool = False) -> SampleBatch | MultiAgentBatch:
         if self._source is not None:  # e.g. RunnerConfig(input=...): a batch source
             return self._source.next()
-        return self.sample_envs()
+        return self._sample_guarded(fold_learner)
 
     def sample_envs(self) -> SampleBatch | MultiAgentBatch:
         """One batch sampled from the envs, whatever batch source is set."""
+        return self._sample_guarded(False)
+
+    def _sample_guarded(self, fold_learner: bool) -> SampleBatch | MultiAgentBatch:
         self._refuse_if_failed()
+        self._folded = None
         t0 = time.perf_counter()
         try:
-            return self._sample_envs()
+            return self._sample_envs(fold_learner)
         except BaseException as exc:  # whatever it was, the loop's state is now unknown
             self._failed = exc
             raise
@@ -294,14 +317,20 @@ class EnvRunner:
                 "from a checkpoint)"
             ) from self._failed
 
-    def _sample_envs(self) -> SampleBatch | MultiAgentBatch:
+    def _sample_envs(self, fold_learner: bool) -> SampleBatch | MultiAgentBatch:
         cfg, kernel = self.config, self._kernel
         for pipe in self.pipelines.agent.values():  # a lone runner's sync point
             pipe.start_sample()
         digests = {pid: state_digest(p) for pid, p in self.pipelines.agent.items()}
         agent_ids: dict[str, Any] = {}
+        learned: dict[str, SampleBatch] = {}
         if self.env.on_tensors:
-            batches, env_steps = cast("TensorKernel", kernel).sample()
+            learning = self._deferred_learning() if fold_learner else None
+            sampled = cast("TensorKernel", kernel).sample(learning)
+            batches, env_steps = sampled.batches, sampled.env_steps
+            if learning is not None and sampled.learner_flags is not None:
+                self._folded = (learning, sampled.learner_flags)
+                learned = learning.learned
         else:
             kernel = cast(StepKernel, kernel)
             target = cfg.rollout_fragment_length * self.fragment_envs
@@ -311,7 +340,7 @@ class EnvRunner:
             batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
             agent_ids = self._agent_ids(built) if self._sinks else {}
             kernel.trajectories.forget_handed_out(self.collectors)
-        for pid, b in batches.items():
+        for pid, b in [*batches.items(), *learned.items()]:
             b.meta["connector_state"] = digests[pid]
             b.meta["policy_id"] = pid
         out: SampleBatch | MultiAgentBatch
@@ -324,6 +353,20 @@ class EnvRunner:
         for sink in self._sinks:  # e.g. RunnerConfig(output=DIR): in finished files now
             sink(out, agent_ids)
         return out
+
+    def _deferred_learning(self) -> DeferredLearning | None:
+        """The learner pipelines to run before the tensor kernel's one read, or None (the
+        pipelines then run after the batch is made, reading their checks once
+        themselves): no member to run, an ``on_sample_end`` callback that may change the
+        batches first, or restarts, where the read may drop rows a pipeline (and its
+        state) must never see."""
+        if not any(len(p) for p in self.pipelines.learner.values()):
+            return None
+        if self.callbacks.overrides("on_sample_end"):
+            return None
+        if self.config.restart_failed_sub_environments:
+            return None
+        return DeferredLearning(self.pipelines, self.policies)
 
     def _agent_ids(self, built: dict[str, tuple[SampleBatch, np.ndarray]]) -> dict[str, Any]:
         """The agent id (as a string) of every built row, per policy (multi-agent only)."""
