@@ -22,8 +22,6 @@ UPPER_LAYERS = (
     "rlconnect.cli",
     "rlconnect.deploy",
 )
-#: what deploy/ may read of the runner: a checkpoint's files, never its loop
-RUNNER_FILES_FOR_DEPLOY = ("rlconnect.runner.checkpoint_load", "rlconnect.runner.checkpoint_format")
 
 
 def _modules(folder: Path) -> list[Path]:
@@ -64,15 +62,25 @@ def test_the_runner_imports_no_upper_layer():
 
 
 def test_deploy_reads_only_the_runners_checkpoint_files():
-    """A deployed policy is built on checkpoints, connectors and policies, not the loop."""
-    deploy = RUNNER.parent / "deploy"
+    """A deployed policy is built on checkpoints, connectors and policies, not the loop:
+    deploy/ reads a runner's checkpoint through checkpoints/ and imports nothing of runner/."""
+    deploy = PACKAGE / "deploy"
+    imports = [(p, line, module) for p in _modules(deploy) for line, module, _ in _imports(p)]
+    bad = [f"{p.name}:{line} {m}" for p, line, m in imports if m.startswith("rlconnect.runner")]
+    assert _modules(deploy) and not bad, f"deploy/ imports the runner: {bad}"
+    assert any(m == "rlconnect.checkpoints.runner_load" for _, _, m in imports)
+
+
+def test_checkpoints_sit_below_the_runner():
+    """checkpoints/ owns the runner's file format, verification and loading, and is handed
+    plain data and objects: it never imports runner/ (nor anything above it)."""
     bad = [
         f"{p.name}:{line} {module}"
-        for p in _modules(deploy)
+        for p in _modules(PACKAGE / "checkpoints")
         for line, module, _ in _imports(p)
-        if module.startswith("rlconnect.runner") and module not in RUNNER_FILES_FOR_DEPLOY
+        if module.startswith(("rlconnect.runner", *UPPER_LAYERS))
     ]
-    assert _modules(deploy) and not bad, f"deploy/ imports the runner: {bad}"
+    assert not bad, f"checkpoints/ imports the runner or a layer above it: {bad}"
 
 
 def test_runner_has_no_mixin_stubs():

@@ -6,6 +6,7 @@ The public names of the API contract; everything else lives in the subpackages.
 from typing import TYPE_CHECKING, Any
 
 from rlconnect import interop, loggers, serve, spaces
+from rlconnect._version import __version__ as __version__
 from rlconnect.batches import (
     DEFAULT_AGENT_ID,
     DEFAULT_POLICY_ID,
@@ -89,7 +90,6 @@ from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 if TYPE_CHECKING:
     from rlconnect.policy import LSTMPolicy, MLPPolicy, TorchPolicy
 
-__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_AGENT_ID",

@@ -55,7 +55,7 @@ def find_checkpoint(path: str | os.PathLike[str]) -> str:
     inner = os.path.join(root, RUN_CHECKPOINT)
     if os.path.exists(os.path.join(inner, "manifest.json")):
         return inner
-    from rlconnect.runner.checkpoint_format import CheckpointNotFoundError
+    from rlconnect.checkpoints.runner_format import CheckpointNotFoundError
 
     if not os.path.exists(root):
         raise CheckpointNotFoundError(f"{root!r} does not exist")
@@ -78,7 +78,7 @@ def _from_runner(runner: Any, policy_id: str) -> PolicySource:
 
 
 def _from_checkpoint(path: str | os.PathLike[str], policy_id: str) -> PolicySource:
-    from rlconnect.runner.checkpoint_load import load_checkpoint
+    from rlconnect.checkpoints.runner_load import load_checkpoint
 
     ck = load_checkpoint(find_checkpoint(path))
     if policy_id not in ck.policies:
