@@ -16,6 +16,7 @@ from rlconnect.batches import (
     chop_into_sequences,
     concat_samples,
 )
+from rlconnect.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.checkpoints import load_pipeline, save_pipeline
 from rlconnect.connectors import (
     GAE,
@@ -59,7 +60,6 @@ from rlconnect.connectors import (
     register_lambda,
     registered_connectors,
 )
-from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.deploy import DeployedPolicy, export_onnx, export_policy, load_policy
 from rlconnect.distributed import RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
