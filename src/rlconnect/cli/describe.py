@@ -15,10 +15,9 @@ import numpy as np
 
 from rlconnect.checkpoints.files import open_regular_file, read_regular_file
 from rlconnect.checkpoints.formats import FORMAT_KEY, VERSION_KEY, FileFormat
+from rlconnect.checkpoints.runner_format import MAX_MANIFEST_BYTES
 from rlconnect.cli.errors import UsageError
 from rlconnect.errors import CheckpointError
-
-_MAX_MANIFEST_BYTES = 16 << 20
 
 
 def peek_format(path: str) -> tuple[str, str] | None:
@@ -162,7 +161,7 @@ def _describe_checkpoint(folder: Path) -> dict[str, Any]:
     from rlconnect.errors import UnknownConnectorError
 
     manifest_path = folder / "manifest.json"
-    raw = read_regular_file(manifest_path, max_bytes=_MAX_MANIFEST_BYTES)
+    raw = read_regular_file(manifest_path, max_bytes=MAX_MANIFEST_BYTES)
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -270,7 +269,7 @@ def _non_default_config(config: dict[str, Any]) -> dict[str, Any]:
 def _describe_run(path: Path) -> Any:
     """run.json of ``sample --out``: settings, non-default runner config, summary."""
     try:
-        doc = json.loads(read_regular_file(path, max_bytes=_MAX_MANIFEST_BYTES).decode("utf-8"))
+        doc = json.loads(read_regular_file(path, max_bytes=MAX_MANIFEST_BYTES).decode("utf-8"))
         settings = dict(doc["settings"])
         config = settings.pop("runner_config")
         return {"settings": {**settings, **_non_default_config(config)}, "summary": doc["summary"]}
