@@ -26,7 +26,7 @@ from rlconnect.connectors.pipeline import (
     ConnectorPipeline,
 )
 from rlconnect.errors import CheckpointError
-from rlconnect.policy import Policy, policy_from_spec, registered_policies
+from rlconnect.policy import Policy, UnknownPolicyError, policy_from_spec, registered_policies
 from rlconnect.spaces import describe_space
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "PipelineLoader",
     "build_policies",
     "pipeline_loaders",
+    "rebuild_policy",
     "restore_policies",
 ]
 
@@ -245,11 +246,31 @@ def _same_members(a: ConnectorPipeline, b: ConnectorPipeline) -> bool:
 # -- rebuilding from nothing ----------------------------------------------------------------
 
 
+def rebuild_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
+    """The policy of ``rec``, rebuilt by kind through the policy registry, its saved
+    weights set once (with their saved version: a restore is no new version); the weights
+    its config declares are checked against them first, so a config edited to declare a
+    huge network is refused before anything is built. ``UnknownPolicyError`` for a kind
+    that is not registered, ``CheckpointError`` for a spec its class refuses."""
+    assert rec.kind is not None, "a policy of an unregistered class is refused by the caller"
+    try:
+        policy = policy_from_spec(  # the declared weights are checked before it is built
+            rec.kind, rec.observation_space, rec.action_space, rec.kwargs, weights=rec.weights
+        )
+    except UnknownPolicyError:
+        raise
+    except Exception as exc:  # the class's own validation of the saved kwargs and weights
+        raise CheckpointError(
+            f"checkpoint {ck.path!r}: policy {rec.policy_id!r}: cannot rebuild {rec.kind} "
+            f"from its saved spec and weights: {type(exc).__name__}: {exc}"
+        ) from None
+    policy.weights_seq = rec.weights_seq
+    return policy
+
+
 def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
-    """The policy of ``rec``, its saved weights set once (with their saved version: a
-    restore is no new version); the weights its config declares are checked against them
-    first, so a config edited to declare a huge network is refused before anything is
-    built."""
+    """``rebuild_policy``, once the kind is known to be registered (else a
+    ``CheckpointError`` saying how to register it, or to restore into a runner)."""
     known = registered_policies()
     if rec.kind is None or rec.kind not in known:
         what = "of an unregistered class" if rec.kind is None else f"of kind {rec.kind!r}"
@@ -259,17 +280,7 @@ def _build_policy(ck: LoadedCheckpoint, rec: PolicyRecord) -> Policy:
             "rc.register_policy(name, cls) (importing the module that does), or build the "
             "runner yourself and call runner.restore(path)"
         )
-    try:
-        policy = policy_from_spec(  # the declared weights are checked before it is built
-            rec.kind, rec.observation_space, rec.action_space, rec.kwargs, weights=rec.weights
-        )
-    except Exception as exc:  # the class's own validation of the saved kwargs and weights
-        raise CheckpointError(
-            f"checkpoint {ck.path!r}: policy {rec.policy_id!r}: cannot rebuild {rec.kind} "
-            f"from its saved spec and weights: {type(exc).__name__}: {exc}"
-        ) from None
-    policy.weights_seq = rec.weights_seq
-    return policy
+    return rebuild_policy(ck, rec)
 
 
 def build_policies(ck: LoadedCheckpoint) -> dict[str, Policy]:
