@@ -22,8 +22,6 @@ UPPER_LAYERS = (
     "rlconnect.cli",
     "rlconnect.deploy",
 )
-#: what deploy/ may read of the runner: a checkpoint's files, never its loop
-RUNNER_FILES_FOR_DEPLOY = ("rlconnect.runner.checkpoint_load", "rlconnect.runner.checkpoint_format")
 
 
 def _modules(folder: Path) -> list[Path]:
@@ -64,15 +62,25 @@ def test_the_runner_imports_no_upper_layer():
 
 
 def test_deploy_reads_only_the_runners_checkpoint_files():
-    """A deployed policy is built on checkpoints, connectors and policies, not the loop."""
-    deploy = RUNNER.parent / "deploy"
+    """A deployed policy is built on checkpoints, connectors and policies, not the loop:
+    deploy/ reads a runner's checkpoint through checkpoints/ and imports nothing of runner/."""
+    deploy = PACKAGE / "deploy"
+    imports = [(p, line, module) for p in _modules(deploy) for line, module, _ in _imports(p)]
+    bad = [f"{p.name}:{line} {m}" for p, line, m in imports if m.startswith("rlconnect.runner")]
+    assert _modules(deploy) and not bad, f"deploy/ imports the runner: {bad}"
+    assert any(m == "rlconnect.checkpoints.runner_load" for _, _, m in imports)
+
+
+def test_checkpoints_sit_below_the_runner():
+    """checkpoints/ owns the runner's file format, verification and loading, and is handed
+    plain data and objects: it never imports runner/ (nor anything above it)."""
     bad = [
         f"{p.name}:{line} {module}"
-        for p in _modules(deploy)
+        for p in _modules(PACKAGE / "checkpoints")
         for line, module, _ in _imports(p)
-        if module.startswith("rlconnect.runner") and module not in RUNNER_FILES_FOR_DEPLOY
+        if module.startswith(("rlconnect.runner", *UPPER_LAYERS))
     ]
-    assert _modules(deploy) and not bad, f"deploy/ imports the runner: {bad}"
+    assert not bad, f"checkpoints/ imports the runner or a layer above it: {bad}"
 
 
 def test_runner_has_no_mixin_stubs():
@@ -447,3 +455,153 @@ def test_the_step_kernel_holds_few_attributes():
         and isinstance(node.ctx, ast.Store)
     }
     assert len(names) <= 16, f"StepKernel holds {len(names)} attributes: {sorted(names)}"
+
+
+FORMATS_MODULE = PACKAGE / "checkpoints" / "formats.py"
+#: the header entries of a file format: written and checked by ``FileFormat`` alone
+HEADER_KEYS = ("format_version", "version")
+
+
+def _strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of ``tree`` that are not docstrings."""
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
+
+
+def test_the_format_header_is_written_in_one_place():
+    """Every file kind (runner checkpoints, weights, policy files, batch files, Parquet
+    files, pipeline files) has its ``FileFormat`` record in checkpoints/formats.py, which
+    alone writes and checks the format name and version: no other module spells the
+    version key, nor builds a header of its own (a dict with ``format`` and a version)."""
+    bad = []
+    for p in _modules(PACKAGE):
+        if p == FORMATS_MODULE:
+            continue
+        tree = ast.parse(p.read_text())
+        where = p.relative_to(PACKAGE)
+        bad += [
+            f"{where}:{s.lineno} {s.value!r}" for s in _strings(tree) if s.value == "format_version"
+        ]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                if "format" in keys and keys & set(HEADER_KEYS):
+                    bad.append(f"{where}:{node.lineno} a format header of its own")
+    assert not bad, f"format headers written outside checkpoints/formats.py: {bad}"
+    from rlconnect.checkpoints import formats
+
+    records = [v for v in vars(formats).values() if isinstance(v, formats.FileFormat)]
+    assert len({r.name for r in records}) == len(records) >= 6, records
+
+
+def _top_package_imports(path: Path) -> list[str]:
+    """``import rlconnect`` or ``from rlconnect import X`` where X is not a submodule."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [f"{node.lineno} import {a.name}" for a in node.names if a.name == "rlconnect"]
+        elif isinstance(node, ast.ImportFrom) and node.module == "rlconnect" and not node.level:
+            names = [a.name for a in node.names]
+            out += [
+                f"{node.lineno} from rlconnect import {n}"
+                for n in names
+                if not ((PACKAGE / n).is_dir() or (PACKAGE / f"{n}.py").is_file())
+            ]
+    return out
+
+
+def test_no_module_imports_the_top_package():
+    """Modules import what they use from the submodule that holds it, never the top
+    package (whose import pulls in every subpackage): ``rlconnect.__version__`` lives in
+    ``rlconnect._version``, which the build reads too (pyproject's ``tool.hatch.version``)."""
+    bad = [
+        f"{p.relative_to(PACKAGE)}:{hit}"
+        for p in _modules(PACKAGE)
+        for hit in _top_package_imports(p)
+    ]
+    assert not bad, f"modules importing the top package rlconnect: {bad}"
+    assignments = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno}"
+        for p in _modules(PACKAGE)
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
+    ]
+    assert assignments == ["_version.py:3"], assignments
+    pyproject = (PACKAGE.parents[1] / "pyproject.toml").read_text()
+    assert 'path = "src/rlconnect/_version.py"' in pyproject
+    assert 'dynamic = ["version"]' in pyproject
+
+
+def _package_graph() -> dict[str, dict[str, str]]:
+    """``{package: {imported package: first place}}`` among the subpackages (and
+    top-level modules) of rlconnect, for imports anywhere in a module."""
+    graph: dict[str, dict[str, str]] = {}
+    for p in _modules(PACKAGE):
+        rel = p.relative_to(PACKAGE).with_suffix("")
+        here = rel.parts[0]
+        for line, module, _ in _imports(p):
+            parts = module.split(".")
+            if parts[0] == "rlconnect" and len(parts) > 1 and parts[1] != here:
+                graph.setdefault(here, {}).setdefault(parts[1], f"{rel.as_posix()}.py:{line}")
+    graph.pop("__init__", None)  # the public names: it imports everything, by design
+    return graph
+
+
+def _cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The strongly connected components of more than one package (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_packages():
+    """The subpackages import each other in one direction only (e.g. checkpoints/ reads
+    connectors/, and the pipeline checker, above both, runs a pipeline through its file),
+    counting imports inside functions too."""
+    graph = _package_graph()
+    assert "checkpoints" in graph.get("checker", {}) and "connectors" in graph["checkpoints"]
+    cycles = _cycles(graph)
+    shown = [
+        " <-> ".join(c)
+        + ": "
+        + ", ".join(f"{a}->{b} {graph[a][b]}" for a in c for b in c if b in graph.get(a, {}))
+        for c in cycles
+    ]
+    assert not cycles, f"import cycles between packages: {shown}"

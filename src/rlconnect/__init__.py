@@ -6,6 +6,7 @@ The public names of the API contract; everything else lives in the subpackages.
 from typing import TYPE_CHECKING, Any
 
 from rlconnect import interop, loggers, serve, spaces
+from rlconnect._version import __version__ as __version__
 from rlconnect.batches import (
     DEFAULT_AGENT_ID,
     DEFAULT_POLICY_ID,
@@ -15,6 +16,7 @@ from rlconnect.batches import (
     chop_into_sequences,
     concat_samples,
 )
+from rlconnect.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.checkpoints import load_pipeline, save_pipeline
 from rlconnect.connectors import (
     GAE,
@@ -58,7 +60,6 @@ from rlconnect.connectors import (
     register_lambda,
     registered_connectors,
 )
-from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.deploy import DeployedPolicy, export_onnx, export_policy, load_policy
 from rlconnect.distributed import RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
@@ -89,7 +90,6 @@ from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 if TYPE_CHECKING:
     from rlconnect.policy import LSTMPolicy, MLPPolicy, TorchPolicy
 
-__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_AGENT_ID",

@@ -27,11 +27,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlconnect as rc
-from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT
+from rlconnect.checkpoints import PIPELINE_FILE, WEIGHTS_FILE, load_checkpoint
 from rlconnect.cli.describe import describe_path, render
 from rlconnect.cli.errors import UsageError
-from rlconnect.runner.checkpoint import load_checkpoint
-from rlconnect.runner.checkpoint_load import WEIGHTS_FORMAT
 
 pytestmark = pytest.mark.reliability
 
@@ -237,7 +235,7 @@ def test_mutated_file_structure(cks: Checkpoints, role: str, edits: list[fc.Json
     header, _ = fc.split_container(data)
     obj = json.loads(header["__metadata__"]["structure"])
     text = fc.json_text(fc.apply_edits(obj, edits))
-    fmt = WEIGHTS_FORMAT if role == "weights" else PIPELINE_FORMAT
+    fmt = (WEIGHTS_FILE if role == "weights" else PIPELINE_FILE).name
     arrays = safetensors.numpy.load(data)
     write_blob(path, role, fc.pack_text(text, arrays, fmt, 1), rehash=True)
     cks.check((role, edits), "structure_edit")

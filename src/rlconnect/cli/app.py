@@ -45,7 +45,7 @@ def _seed(text: str) -> int:
 
 
 def _version() -> str:
-    from rlconnect import __version__
+    from rlconnect._version import __version__
 
     return __version__
 

@@ -42,7 +42,7 @@ def checkpoint_files(path: str | os.PathLike[str]) -> dict[str, bytes]:
     files it lists, each checked for its size (before it is read) and its SHA-256, by
     '/'-separated relative path. Nothing else in the folder is read (a big stray file, a
     FIFO or a device left there costs nothing)."""
-    from rlconnect.runner.checkpoint_format import (
+    from rlconnect.checkpoints.runner_format import (
         MANIFEST,
         MAX_MANIFEST_BYTES,
         read_blob,

@@ -17,16 +17,8 @@ does not.
 
 from typing import Any
 
-from rlconnect.offline._common import (
-    PARQUET_FORMAT,
-    PARQUET_FORMAT_VERSION,
-    PARQUET_FORMAT_VERSIONS,
-    OfflineDataError,
-)
+from rlconnect.offline._common import OfflineDataError
 from rlconnect.offline.batch_files import (
-    BATCH_FORMAT,
-    BATCH_FORMAT_VERSION,
-    BATCH_FORMAT_VERSIONS,
     BatchWriter,
     read_batch_file,
     write_batches,
@@ -57,12 +49,6 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "BATCH_FORMAT",
-    "BATCH_FORMAT_VERSION",
-    "BATCH_FORMAT_VERSIONS",
-    "PARQUET_FORMAT",
-    "PARQUET_FORMAT_VERSION",
-    "PARQUET_FORMAT_VERSIONS",
     "BadFileWarning",
     "BatchReader",
     "BatchWriter",

@@ -503,7 +503,7 @@ class EnvRunner:
     #    evaluation hold the code) -----------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Write policies (spec, weights) and pipelines (with statistics) atomically to the
-        folder ``path`` (layout: ``rlconnect.runner.checkpoint_format``)."""
+        folder ``path`` (layout: ``rlconnect.checkpoints.runner_format``)."""
         from rlconnect.runner.checkpoint import save_checkpoint
 
         save_checkpoint(self, path)

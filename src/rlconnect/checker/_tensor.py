@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import tree
 
-from rlconnect.connectors._check_errors import _fail
-from rlconnect.connectors._check_replay import _clone, _reset_all, _Setup, _take
+from rlconnect.checker._errors import _fail
+from rlconnect.checker._replay import _clone, _reset_all, _Setup, _take
 from rlconnect.connectors._host_reads import HostReadCounter
 from rlconnect.connectors._tensors import numpy_of
 from rlconnect.connectors.action.convert_to_numpy import ConvertToNumpy

@@ -23,9 +23,11 @@ get ``rewards``, ``terminateds``, ``truncateds`` and ``t`` columns, and between 
 has ``initial_states``), so connectors that buffer actions or RNN state are exercised too.
 For an action pipeline, ``observations`` is the batch of policy outputs it transforms.
 
-This module holds the checks; their machinery lives in private siblings: ``_check_replay``
-(the inputs, and feeding rows through the members), ``_check_compare`` (where two traces or
-statistics first differ) and ``_check_errors`` (``PipelineCheckError``).
+This module holds the checks; their machinery lives in private siblings: ``_replay``
+(the inputs, and feeding rows through the members), ``_compare`` (where two traces or
+statistics first differ), ``_errors`` (``PipelineCheckError``) and ``_tensor`` (the
+tensor path). The checker sits above ``rlconnect.connectors`` and
+``rlconnect.checkpoints``: ``save_load_reproduces`` runs a pipeline through its file.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlconnect.connectors._check_compare import _compare, _stats, _stats_diff
-from rlconnect.connectors._check_errors import PipelineCheckError, _fail
-from rlconnect.connectors._check_replay import (
+from rlconnect.checker._compare import _compare, _stats, _stats_diff
+from rlconnect.checker._errors import PipelineCheckError, _fail
+from rlconnect.checker._replay import (
     _all_rows,
     _clone,
     _copy_leaf,
@@ -53,7 +55,8 @@ from rlconnect.connectors._check_replay import (
     _step,
     _take,
 )
-from rlconnect.connectors._check_tensor import run_tensor_check
+from rlconnect.checker._tensor import run_tensor_check
+from rlconnect.checkpoints.pipelines import load_pipeline, save_pipeline
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.spaces import batch_in_space, check_batch
 
@@ -136,8 +139,6 @@ def check_save_load_reproduces(
     pipeline_or_connector: Any, observations: Any = None, **kw: Any
 ) -> None:
     """Saved and loaded after a history, then both reset: identical inputs, identical outputs."""
-    from rlconnect.checkpoints import load_pipeline, save_pipeline
-
     s = _prepare(pipeline_or_connector, observations, **_kw(kw))
     check = "save_load_reproduces"
     pipe = _clone(s.pipe, check)

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlconnect.connectors._check_errors import _fail
+from rlconnect.checker._errors import _fail
 from rlconnect.connectors.action.convert_to_numpy import to_numpy
 from rlconnect.connectors.base import (
     ActionConnector,
