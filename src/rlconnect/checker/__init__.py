@@ -249,7 +249,7 @@ def check_isolation_and_reset(
         raise PipelineCheckError(check, exc.detail + hint, changed[0]) from exc
 
 
-def _isolation(s: _Setup, base, together, keys, check: str) -> None:
+def _isolation(s: _Setup, base: Any, together: Any, keys: Any, check: str) -> None:
     alone = [_clone(base, check) for _ in keys]
 
     def row(k: int, t: int) -> tuple[int, Any, int, float]:
@@ -327,7 +327,8 @@ def check_pipeline(
         pipeline_or_connector: an agent or action pipeline, or a single connector.
         observations: B rows of the context's ``observation_space`` (a stacked batch); for an
             action pipeline, B rows of policy outputs. None samples 8 rows (seeded).
-        env_ids, agent_ids: the B rows' identities (default ``range(B)`` and ``"agent0"``).
+        env_ids: the B rows' sub-env ids (default ``range(B)``).
+        agent_ids: the B rows' agent ids (default ``"agent0"`` for every row).
         rewards: B rewards (default: seeded normal values times 3).
         actions: rows of ``ctx.action_space`` given to ``on_policy_output`` (default: seeded
             samples of it).

@@ -178,7 +178,7 @@ def _swap_into_place(tmp: str, target: str, parent: str, name: str) -> None:
 
 
 def _fsync_tree(root: str) -> None:
-    """fsync every file and folder below ``root`` (folders after their contents)."""
+    """Call fsync on every file and folder below ``root`` (folders after their contents)."""
     for here, _dirs, files in os.walk(root, topdown=False):
         for f in files:
             fd = os.open(os.path.join(here, f), os.O_RDONLY)

@@ -65,7 +65,7 @@ class LivePolicy:
 
     def pipeline(self, role: str) -> ConnectorPipeline:
         """The pipeline of ``role``: ``"agent"``, ``"action"`` or ``"learner"``."""
-        return getattr(self, role)  # type: ignore[no-any-return]
+        return getattr(self, role)
 
 
 # -- fitting a checkpoint to live policies --------------------------------------------------
@@ -140,7 +140,7 @@ def _check_kind(
 
 
 def _file(rec: PolicyRecord, role: str) -> str | None:
-    return getattr(rec, f"{role}_pipeline_file")  # type: ignore[no-any-return]
+    return getattr(rec, f"{role}_pipeline_file")
 
 
 def _load_pipe(
