@@ -318,3 +318,18 @@ def test_the_step_kernel_holds_few_attributes():
         and isinstance(node.ctx, ast.Store)
     }
     assert len(names) <= 16, f"StepKernel holds {len(names)} attributes: {sorted(names)}"
+
+
+def test_offline_settings_are_declared_once():
+    """Offline's settings are ``OfflineConfig``'s fields (in ``rlconnect.offline``):
+    ``RunnerConfig`` holds one as its ``offline`` section and takes its settings as
+    keywords, declaring none of them itself."""
+    import attrs
+
+    from rlconnect.offline import OfflineConfig
+    from rlconnect.runner.config import RunnerConfig
+
+    names = set(attrs.fields_dict(OfflineConfig))
+    assert not names & set(attrs.fields_dict(RunnerConfig))
+    assert names <= set(RunnerConfig.keywords())
+    assert attrs.fields_dict(RunnerConfig)["offline"].default is None

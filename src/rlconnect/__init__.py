@@ -78,6 +78,7 @@ from rlconnect.errors import (
 from rlconnect.offline import (
     BadFileWarning,
     BatchWriter,
+    OfflineConfig,
     OfflineDataError,
     estimate_off_policy,
     read_batches,
@@ -142,6 +143,7 @@ __all__ = [
     "NStepReturns",
     "NormalizeAdvantages",
     "ObservationConnector",
+    "OfflineConfig",
     "OfflineDataError",
     "PipelineCheckError",
     "Policy",

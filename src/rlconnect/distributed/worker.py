@@ -53,7 +53,8 @@ class RunnerSpec:
 
     def config_for(self, index: int, incarnation: int = 0) -> RunnerConfig:
         seed = runner_seed(self.config.seed, index, self.config.num_envs, incarnation)
-        return attrs.evolve(self.config, seed=seed, worker_index=index)
+        changes = {"seed": seed, "worker_index": index}
+        return attrs.evolve(self.config, **changes)
 
     def build(self, index: int, incarnation: int = 0) -> EnvRunner:
         runner = EnvRunner(

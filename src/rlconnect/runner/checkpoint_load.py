@@ -27,9 +27,6 @@ __all__ = ["WEIGHTS_FORMAT", "LoadedCheckpoint", "PolicyRecord", "load_checkpoin
 
 WEIGHTS_FORMAT = "rlconnect.weights"
 WEIGHTS_FORMAT_VERSIONS = frozenset({1})
-PATH_FIELDS = ("output", "input")
-"""Config fields naming files or folders. A checkpoint never chooses where a rebuilt runner
-reads or writes: their saved values are ignored (pass them in ``config_overrides``)."""
 
 
 @attrs.define
@@ -61,8 +58,10 @@ class LoadedCheckpoint:
     def runner_config(self, overrides: Mapping[str, Any] | None = None) -> RunnerConfig:
         """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied.
 
-        The saved ``PATH_FIELDS`` (``output``, ``input``) are left at their defaults: a file
-        must not make the runner create, write or read files elsewhere. The saved
+        The saved file paths (``OfflineConfig``'s ``output`` and ``input``) are left at their
+        defaults (``RunnerConfig.without_paths``): a file must not make the runner create,
+        write or read files elsewhere. Configs saved with the offline settings as
+        top-level keys (before ``RunnerConfig.offline``) load the same. The saved
         ``env_config`` is restored, as the env creator's own input (for a gymnasium id, the
         ``gym.make`` keyword arguments), once checked to be plain JSON data (string keys,
         finite numbers, at most ``MAX_JSON_DEPTH`` levels); ``overrides`` can replace it
@@ -72,16 +71,13 @@ class LoadedCheckpoint:
         overrides = dict(overrides or {})
         if "env_config" in saved and "env_config" not in overrides:
             _check_plain(saved["env_config"], "env_config", 0, self.path)
-        fields = attrs.fields_dict(RunnerConfig)
-        unknown = sorted(set(saved) - set(fields))
+        unknown = sorted(set(saved) - set(RunnerConfig.keywords()))
         if unknown:
             raise CheckpointError(
                 f"checkpoint {self.path!r}: manifest.json: config has unknown fields {unknown}"
             )
-        for key in PATH_FIELDS:
-            saved.pop(key, None)
         try:
-            config = RunnerConfig(**saved)
+            config = RunnerConfig(**saved).without_paths()
         except (ValueError, TypeError) as exc:
             raise CheckpointError(
                 f"checkpoint {self.path!r}: manifest.json: invalid config: {exc}"

@@ -120,9 +120,8 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
         "sub_env_timeout_s": None,
         "env_build_timeout_s": None,
         "env_poll_size": None,
+        "offline": None,  # evaluation episodes are never written, nor read from files
     }
-    if "output" in attrs.fields_dict(RunnerConfig):  # never write evaluation batches
-        changes["output"] = None
     return attrs.evolve(config, **changes)
 
 
