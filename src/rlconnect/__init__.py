@@ -60,7 +60,7 @@ from rlconnect.connectors import (
 )
 from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.deploy import DeployedPolicy, export_onnx, export_policy, load_policy
-from rlconnect.distributed import RunnerFailedError, RunnerGroup
+from rlconnect.distributed import FaultTolerance, RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import (
@@ -128,6 +128,7 @@ __all__ = [
     "ExportError",
     "ExternalEnv",
     "ExternalMultiAgentEnv",
+    "FaultTolerance",
     "FlattenObservations",
     "FrameStack",
     "Grayscale",

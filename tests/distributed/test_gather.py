@@ -3,6 +3,7 @@
 import numpy as np
 
 import rlconnect as rc
+from rlconnect.collectors import CountStepsBy
 from rlconnect.distributed.gather import DeltaInbox, batch_rows, tag_batch
 
 
@@ -24,5 +25,6 @@ def test_tags_reach_every_policy_batch_and_rows_follow_count_by():
     ma = rc.MultiAgentBatch({"p": a, "q": b}, env_steps=3)
     tag_batch(ma, runner_index=2)
     assert a.meta["runner_index"] == b.meta["runner_index"] == 2
-    assert batch_rows(ma, "env_steps") == 3 and batch_rows(ma, "agent_steps") == 5
-    assert batch_rows(a, "agent_steps") == 3
+    env_steps, agent_steps = CountStepsBy.ENV_STEPS, CountStepsBy.AGENT_STEPS
+    assert batch_rows(ma, env_steps) == 3 and batch_rows(ma, agent_steps) == 5
+    assert batch_rows(a, agent_steps) == 3

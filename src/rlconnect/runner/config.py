@@ -8,25 +8,12 @@ from typing import Any, cast
 
 import attrs
 
+from rlconnect.collectors.modes import BatchMode, CountStepsBy
 from rlconnect.connectors.settings import ConnectorSettings, setting_field
 from rlconnect.envs.settings import EnvSettings, check_processes, check_timeouts, env_field
 from rlconnect.runner.extensions import ConfigSection, config_sections
 
 __all__ = ["BatchMode", "CountStepsBy", "RunnerConfig"]
-
-
-class BatchMode(str, enum.Enum):
-    """How ``sample()`` cuts episodes."""
-
-    TRUNCATE_EPISODES = "truncate_episodes"
-    COMPLETE_EPISODES = "complete_episodes"
-
-
-class CountStepsBy(str, enum.Enum):
-    """What ``rollout_fragment_length`` counts."""
-
-    ENV_STEPS = "env_steps"
-    AGENT_STEPS = "agent_steps"
 
 
 def _enum(kind: type[enum.Enum]) -> Callable[[Any], Any]:

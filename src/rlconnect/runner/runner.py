@@ -301,7 +301,7 @@ class EnvRunner:
         else:
             kernel = cast(StepKernel, kernel)
             target = cfg.rollout_fragment_length * self.fragment_envs
-            mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
+            mode, count_by = cfg.batch_mode, cfg.count_steps_by
             kernel.run_until(mode, target, count_by)
             built, env_steps = self.collectors.build(mode, target, count_by)
             batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
