@@ -10,9 +10,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "rlconnect"
 RUNNER = PACKAGE / "runner"
-#: a function in these folders reads on one screen
-SHORT_FUNCTION_FOLDERS = ("runner", "envs")
+#: every function of the package reads on one screen
 MAX_FUNCTION_LINES = 60
+#: in these folders no function body of two statements or more is written twice
+WRITTEN_ONCE_FOLDERS = ("runner", "envs")
 
 #: layers above the runner: it never imports them, not even inside a function
 UPPER_LAYERS = (
@@ -136,8 +137,7 @@ def _function_lengths(path: Path) -> dict[str, int]:
 def test_functions_read_on_one_screen():
     lengths = {
         f"{p.relative_to(PACKAGE)}:{name}": n
-        for folder in SHORT_FUNCTION_FOLDERS
-        for p in _modules(PACKAGE / folder)
+        for p in _modules(PACKAGE)
         for name, n in _function_lengths(p).items()
     }
     long = {name: n for name, n in lengths.items() if n > MAX_FUNCTION_LINES}
@@ -367,11 +367,11 @@ def _bodies(path: Path) -> list[tuple[int, str, str]]:
 
 
 def test_no_function_body_is_written_twice():
-    """In the folders that read on one screen, a body of two statements or more is written
-    once: what two classes share lives in an object both hold (e.g. ``SubEnvs``)."""
+    """In ``WRITTEN_ONCE_FOLDERS``, a body of two statements or more is written once: what
+    two classes share lives in an object both hold (e.g. ``SubEnvs``)."""
     seen: dict[str, str] = {}
     twice = []
-    for folder in SHORT_FUNCTION_FOLDERS:
+    for folder in WRITTEN_ONCE_FOLDERS:
         for p in _modules(PACKAGE / folder):
             for line, name, body in _bodies(p):
                 where = f"{p.relative_to(PACKAGE)}:{line} {name}"
@@ -605,3 +605,18 @@ def test_no_import_cycle_between_packages():
         for c in cycles
     ]
     assert not cycles, f"import cycles between packages: {shown}"
+
+
+def test_offline_settings_are_declared_once():
+    """Offline's settings are ``OfflineConfig``'s fields (in ``rlconnect.offline``):
+    ``RunnerConfig`` holds one as its ``offline`` section and takes its settings as
+    keywords, declaring none of them itself."""
+    import attrs
+
+    from rlconnect.offline import OfflineConfig
+    from rlconnect.runner.config import RunnerConfig
+
+    names = set(attrs.fields_dict(OfflineConfig))
+    assert not names & set(attrs.fields_dict(RunnerConfig))
+    assert names <= set(RunnerConfig.keywords())
+    assert attrs.fields_dict(RunnerConfig)["offline"].default is None

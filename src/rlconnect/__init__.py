@@ -61,7 +61,7 @@ from rlconnect.connectors import (
     registered_connectors,
 )
 from rlconnect.deploy import DeployedPolicy, export_onnx, export_policy, load_policy
-from rlconnect.distributed import RunnerFailedError, RunnerGroup
+from rlconnect.distributed import FaultTolerance, RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import (
@@ -79,6 +79,7 @@ from rlconnect.errors import (
 from rlconnect.offline import (
     BadFileWarning,
     BatchWriter,
+    OfflineConfig,
     OfflineDataError,
     estimate_off_policy,
     read_batches,
@@ -127,6 +128,7 @@ __all__ = [
     "ExportError",
     "ExternalEnv",
     "ExternalMultiAgentEnv",
+    "FaultTolerance",
     "FlattenObservations",
     "FrameStack",
     "Grayscale",
@@ -142,6 +144,7 @@ __all__ = [
     "NStepReturns",
     "NormalizeAdvantages",
     "ObservationConnector",
+    "OfflineConfig",
     "OfflineDataError",
     "PipelineCheckError",
     "Policy",

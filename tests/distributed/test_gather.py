@@ -3,6 +3,7 @@
 import numpy as np
 
 import rlconnect as rc
+from rlconnect.collectors import CountStepsBy
 from rlconnect.distributed.gather import DeltaInbox, batch_rows, tag_batch
 
 
@@ -24,8 +25,9 @@ def test_tags_reach_every_policy_batch_and_rows_follow_count_by():
     ma = rc.MultiAgentBatch({"p": a, "q": b}, env_steps=3)
     tag_batch(ma, runner_index=2)
     assert a.meta["runner_index"] == b.meta["runner_index"] == 2
-    assert batch_rows(ma, "env_steps") == 3 and batch_rows(ma, "agent_steps") == 5
-    assert batch_rows(a, "agent_steps") == 3
+    env_steps, agent_steps = CountStepsBy.ENV_STEPS, CountStepsBy.AGENT_STEPS
+    assert batch_rows(ma, env_steps) == 3 and batch_rows(ma, agent_steps) == 5
+    assert batch_rows(a, agent_steps) == 3
 
 
 class _TwoRunners:
@@ -55,7 +57,7 @@ def test_a_batch_of_several_runners_refuses_time_major_by_name():
 
     from rlconnect.distributed.gather import sample_round
 
-    out, _ = sample_round(_TwoRunners(), DeltaInbox(2), "env_steps", 2)
+    out, _ = sample_round(_TwoRunners(), DeltaInbox(2), CountStepsBy.ENV_STEPS, 2)
     assert out.meta["runner_rows"] == {1: 4, 2: 4}
     with pytest.raises(ValueError, match="joins the rows of 2 runners"):
         out.time_major()

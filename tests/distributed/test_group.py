@@ -393,7 +393,7 @@ def test_pipelines_reach_every_runner(tmp_path):
         runner_resources=SMALL,
         agent_pipelines={"default_policy": half_reward_pipeline},
         action_pipelines={"default_policy": constant_action_pipeline},
-        restart_failed_runners=True,  # a restarted runner gets them too
+        fault_tolerance=rc.FaultTolerance(restart_failed_runners=True),  # restarted: them too
     ) as group:
         for _ in range(2):
             batch = group.sample()

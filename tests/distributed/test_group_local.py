@@ -42,7 +42,11 @@ def test_bad_num_runners_is_a_named_error():
     with pytest.raises(ValueError, match="num_runners"):
         RunnerGroup("CartPole-v1", policy, num_runners=-1)
     with pytest.raises(ValueError, match="max_runner_restarts"):
-        RunnerGroup("CartPole-v1", policy, max_runner_restarts=-2)
+        rc.FaultTolerance(max_runner_restarts=-2)
+    with pytest.raises(TypeError, match=r"\['max_runner_restarts'\] are FaultTolerance settings"):
+        RunnerGroup("CartPole-v1", policy, max_runner_restarts=2)
+    with pytest.raises(TypeError, match=r"fault_tolerance must be an rc\.FaultTolerance"):
+        RunnerGroup("CartPole-v1", policy, fault_tolerance={"max_runner_restarts": 2})
 
 
 def _frozen_config(**kw):

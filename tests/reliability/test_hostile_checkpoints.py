@@ -343,15 +343,16 @@ def test_regression_saved_paths_never_choose_where_a_rebuilt_runner_writes(
     target = cks.outside / "made"
     path = _config_edit(cks, output=str(target), input=str(cks.outside / "missing"))
     runner = rc.EnvRunner.from_checkpoint(path, env="CartPole-v1")
-    assert runner.config.output is None and runner.config.input == "sampler"
+    offline = runner.config.offline
+    assert offline is not None and offline.output is None and offline.input == "sampler"
     assert not target.exists()
     path = _config_edit(cks, output=str(path / "manifest.json"))  # a file, not a folder
-    assert rc.EnvRunner.from_checkpoint(path, env="CartPole-v1").config.output is None
+    assert rc.EnvRunner.from_checkpoint(path, env="CartPole-v1").config.offline.output is None
     out = cks.root / "chosen_by_caller"
     runner = rc.EnvRunner.from_checkpoint(
         path, env="CartPole-v1", config_overrides={"output": str(out)}
     )
-    assert runner.config.output == str(out)  # the caller still can
+    assert runner.config.offline.output == str(out)  # the caller still can
 
 
 @pytest.mark.parametrize(

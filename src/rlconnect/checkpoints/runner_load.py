@@ -24,11 +24,7 @@ from rlconnect.checkpoints.runner_format import FILE_ROLES, MANIFEST, read_blob,
 from rlconnect.errors import CheckpointError
 from rlconnect.spaces import MAX_JSON_DEPTH, space_from_json
 
-__all__ = ["PATH_FIELDS", "LoadedCheckpoint", "PolicyRecord", "load_checkpoint"]
-
-PATH_FIELDS = ("output", "input")
-"""Config fields naming files or folders. A checkpoint never chooses where a rebuilt runner
-reads or writes: their saved values are ignored (pass them in ``config_overrides``)."""
+__all__ = ["LoadedCheckpoint", "PolicyRecord", "load_checkpoint"]
 
 
 @attrs.define
@@ -63,12 +59,12 @@ class LoadedCheckpoint:
         """The saved config's fields by name, for the runner to rebuild its config from;
         ``CheckpointError`` for a field not among ``fields`` (the config class's).
 
-        The saved ``PATH_FIELDS`` (``output``, ``input``) are left out: a file must not
-        make the runner create, write or read files elsewhere. The saved ``env_config`` is
-        kept, as the env creator's own input (for a gymnasium id, the ``gym.make`` keyword
-        arguments), once checked to be plain JSON data (string keys, finite numbers, at
-        most ``MAX_JSON_DEPTH`` levels), unless it is among ``overridden`` (the caller
-        replaces it, e.g. when the checkpoint comes from someone else).
+        The saved ``env_config`` is kept, as the env creator's own input (for a gymnasium
+        id, the ``gym.make`` keyword arguments), once checked to be plain JSON data (string
+        keys, finite numbers, at most ``MAX_JSON_DEPTH`` levels), unless it is among
+        ``overridden`` (the caller replaces it, e.g. when the checkpoint comes from someone
+        else). Which saved values the runner keeps (never its file paths) is the runner's
+        choice.
         """
         saved = dict(self.manifest["config"])
         if "env_config" in saved and "env_config" not in overridden:
@@ -76,8 +72,6 @@ class LoadedCheckpoint:
         unknown = sorted(set(saved) - set(fields))
         if unknown:
             raise self.defect(f"config has unknown fields {unknown}")
-        for key in PATH_FIELDS:
-            saved.pop(key, None)
         return saved
 
     def defect(self, msg: str) -> CheckpointError:

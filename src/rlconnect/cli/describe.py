@@ -19,6 +19,8 @@ from rlconnect.checkpoints.runner_format import MAX_MANIFEST_BYTES
 from rlconnect.cli.errors import UsageError
 from rlconnect.errors import CheckpointError
 
+_SAME = object()  # a saved config value equal to its default
+
 
 def peek_format(path: str) -> tuple[str, str] | None:
     """``(format, version)`` from an rlconnect container file's header, or None if the
@@ -258,12 +260,25 @@ def describe_path(path: str) -> dict[str, Any]:
 
 def _non_default_config(config: dict[str, Any]) -> dict[str, Any]:
     """The RunnerConfig values (as in ``to_dict()``) that differ from the defaults, both
-    compared as JSON values (a saved list equals a default tuple)."""
+    compared as JSON values (a saved list equals a default tuple); of a table such as
+    ``offline`` (an ``OfflineConfig``), the settings that differ from its defaults."""
+    from rlconnect.offline import OfflineConfig
     from rlconnect.offline.json_values import to_json_value
     from rlconnect.runner.config import RunnerConfig
 
-    defaults = to_json_value(RunnerConfig().to_dict())
-    return {k: v for k, v in config.items() if k not in defaults or defaults[k] != to_json_value(v)}
+    defaults = to_json_value(RunnerConfig(offline=OfflineConfig()).to_dict())
+
+    def differ(value: Any, default: Any) -> Any:
+        if value is None and isinstance(default, dict):  # no section: its defaults
+            return _SAME
+        if isinstance(value, dict) and isinstance(default, dict):
+            inner = {k: differ(v, default.get(k, _SAME)) for k, v in value.items()}
+            inner = {k: v for k, v in inner.items() if v is not _SAME}
+            return inner or _SAME
+        return _SAME if to_json_value(value) == default else value
+
+    out = {k: differ(v, defaults.get(k, _SAME)) for k, v in config.items()}
+    return {k: v for k, v in out.items() if v is not _SAME}
 
 
 def _describe_run(path: Path) -> Any:

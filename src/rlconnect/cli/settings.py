@@ -30,11 +30,10 @@ _NOT_FROM_FILES = ("observation_fn",)
 
 
 def _runner_fields() -> list[str]:
-    import attrs
-
+    """RunnerConfig's keywords: its fields and its sections' settings (``output``...)."""
     from rlconnect.runner.config import RunnerConfig
 
-    return [f.name for f in attrs.fields(RunnerConfig) if f.name not in _NOT_FROM_FILES]
+    return [k for k in RunnerConfig.keywords() if k not in _NOT_FROM_FILES]
 
 
 def _config_error(path: str) -> Callable[[str], UsageError]:

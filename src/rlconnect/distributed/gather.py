@@ -13,6 +13,7 @@ from typing import Any
 
 from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
 from rlconnect.batches.time_major import NOT_FOLDABLE
+from rlconnect.collectors import CountStepsBy
 from rlconnect.distributed.faults import RunnerFailedError, RunnerFailure
 from rlconnect.distributed.pool import RunnerPool
 from rlconnect.distributed.sync import ConnectorDeltas
@@ -46,10 +47,11 @@ class DeltaInbox:
             self._by_runner[k] = []
 
 
-def batch_rows(batch: Batch, count_by: str) -> int:
+def batch_rows(batch: Batch, count_by: CountStepsBy) -> int:
     """Steps in ``batch`` as ``count_steps_by`` counts them."""
     if isinstance(batch, MultiAgentBatch):
-        return batch.agent_steps() if count_by == "agent_steps" else batch.env_steps()
+        by_agent = count_by is CountStepsBy.AGENT_STEPS
+        return batch.agent_steps() if by_agent else batch.env_steps()
     return len(batch)
 
 
@@ -61,7 +63,7 @@ def tag_batch(batch: Batch, **meta: Any) -> None:
 
 
 def sample_round(
-    pool: RunnerPool, inbox: DeltaInbox, count_by: str, num_runners: int
+    pool: RunnerPool, inbox: DeltaInbox, count_by: CountStepsBy, num_runners: int
 ) -> tuple[Batch, dict[str, Any]]:
     """One batch from every healthy runner, concatenated in runner order, and the info
     it is tagged with (``runner_rows``, ``runner_failures``, ``missing_rows``)."""

@@ -145,8 +145,8 @@ class RunnerPool:
             budget = (
                 f" after {incarnation} restart(s) (max_runner_restarts={ft.max_runner_restarts})"
                 if ft.restart_failed_runners
-                else " (set restart_failed_runners=True or ignore_runner_failures=True to "
-                "continue without it)"
+                else " (pass fault_tolerance=rc.FaultTolerance(restart_failed_runners=True) "
+                "or FaultTolerance(ignore_runner_failures=True) to continue without it)"
             )
             raise RunnerFailedError(
                 f"remote runner {k} failed in {call}(): {error_type}: {cause}{budget}", record

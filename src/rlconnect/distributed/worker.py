@@ -55,7 +55,8 @@ class RunnerSpec:
         """The config of runner ``index``: its worker index and a seed that differs per index
         and per restart (``incarnation``), so no two runners replay the same episodes."""
         seed = runner_seed(self.config.seed, index, self.config.num_envs, incarnation)
-        return attrs.evolve(self.config, seed=seed, worker_index=index)
+        changes = {"seed": seed, "worker_index": index}
+        return attrs.evolve(self.config, **changes)
 
     def build(self, index: int, incarnation: int = 0) -> EnvRunner:
         """A new EnvRunner for index ``index`` from the spec's env, policies, pipelines and

@@ -126,11 +126,16 @@ def restore_runner(runner: CheckpointedRunner, path: str | os.PathLike[str]) -> 
 
 
 def _runner_config(ck: LoadedCheckpoint, overrides: Mapping[str, Any] | None) -> RunnerConfig:
-    """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied."""
+    """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied.
+
+    The saved file paths (``OfflineConfig``'s ``output`` and ``input``) are left at their
+    defaults (``RunnerConfig.without_paths``): a file must not make the runner create,
+    write or read files elsewhere. Configs saved with the offline settings as top-level
+    keys (before ``RunnerConfig.offline``) load the same."""
     overrides = dict(overrides or {})
-    saved = ck.saved_config(attrs.fields_dict(RunnerConfig), overridden=overrides)
+    saved = ck.saved_config(RunnerConfig.keywords(), overridden=overrides)
     try:
-        config = RunnerConfig(**saved)
+        config = RunnerConfig(**saved).without_paths()
     except (ValueError, TypeError) as exc:
         raise ck.defect(f"invalid config: {exc}") from None
     return attrs.evolve(config, **overrides)

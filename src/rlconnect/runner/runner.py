@@ -20,7 +20,8 @@ The runner owns the loop and the public API; its parts get what they need, never
 runner: ``StepKernel`` (the step) with ``EpisodeTracker``, ``TrajectoryIds``,
 ``AgentTracker``; ``act`` (the one place a policy is called, shared
 with ``Inference``); ``build_pipelines``; ``postprocess_batches``. Offline I/O, serving
-and Ray plug in through ``rlconnect.runner.extensions``.
+and Ray plug in through ``rlconnect.runner.extensions`` (offline I/O: the config's
+``offline`` section attaches itself).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from rlconnect.runner.async_sampler import AsyncSampler
 from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
-from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extensions
+from rlconnect.runner.extensions import BatchSink, BatchSource
 from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import EpisodeLog, LoggerSet, MetricsLogger, PerfTimers, RunMetrics
@@ -154,18 +155,11 @@ class EnvRunner:
 
     def _attach(self) -> None:
         """What plugs into a new runner: its inference, for an env that serves episodes it
-        does not record (an ExternalEnv's), and the extensions (offline I/O...)."""
+        does not record (an ExternalEnv's), and the config's sections (offline output and
+        input: ``rlconnect.runner.extensions``)."""
         self.env.attach_inference(self._inference)
-        for extension in runner_extensions():  # e.g. offline output and input
-            extension(self)
-        cfg = self.config
-        if (cfg.output is not None and not self._sinks) or (
-            cfg.input != "sampler" and self._source is None
-        ):
-            raise ValueError(
-                "RunnerConfig.output / input need rlconnect.offline: import rlconnect (or "
-                "rlconnect.offline) before building the runner"
-            )
+        for section in self.config.sections():
+            section.attach(self)
 
     # -- public API -----------------------------------------------------------------------
     def agent_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> AgentConnectorPipeline:
@@ -334,7 +328,7 @@ class EnvRunner:
         else:
             kernel = cast(StepKernel, kernel)
             target = cfg.rollout_fragment_length * self.fragment_envs
-            mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
+            mode, count_by = cfg.batch_mode, cfg.count_steps_by
             kernel.run_until(mode, target, count_by)
             built, env_steps = self.collectors.build(mode, target, count_by)
             batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
@@ -394,7 +388,7 @@ class EnvRunner:
     def get_off_policy_metrics(self) -> list[dict[str, Any]]:
         """Off-policy estimates since the last call (and clear them): one record per policy
         and batch read from files, ``{"policy_id", "input", "is": {...}, "wis": {...}}``
-        (see ``RunnerConfig.off_policy_estimation``)."""
+        (see ``OfflineConfig.off_policy_estimation``)."""
         return self._source.take_metrics() if self._source is not None else []
 
     def get_metrics(self) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ import torch
 from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import NEXT_INPUTS_OF
 from rlconnect.batches.time_major import ROWS_PER_ENV, UNEQUAL_ROWS
+from rlconnect.collectors import BatchMode, CountStepsBy
 from rlconnect.collectors.tensor_infos import TensorInfos
 from rlconnect.collectors.tensor_store import TensorStore
 from rlconnect.connectors import AgentData, ConnectorPipeline
@@ -134,7 +135,7 @@ class TensorKernel:
             for pid in policies
         }
         self.layouts = {pid: rows for pid, rows in self.layouts.items() if rows.rows}
-        per_poll = n if config.count_steps_by.value == "env_steps" else n * len(names)
+        per_poll = n if config.count_steps_by is CountStepsBy.ENV_STEPS else n * len(names)
         self.rounds = math.ceil(config.rollout_fragment_length * n / per_poll)
         self.episodes = TensorEpisodes(
             n,
@@ -573,7 +574,7 @@ def refuse_tensor_features(
 
 def _refused_settings(config: RunnerConfig, hooks: EpisodeHooks) -> list[str]:
     refusals = []
-    if config.batch_mode.value != "truncate_episodes":
+    if config.batch_mode is not BatchMode.TRUNCATE_EPISODES:
         refusals.append(
             "batch_mode='complete_episodes' (every sub-env gives exactly "
             "rollout_fragment_length rows: use 'truncate_episodes')"
