@@ -131,7 +131,7 @@ class EnvRows(_RowFields):
       without a row: every agent waits).
 
     What the fields imply is derived when first read (and kept): ``stacked``,
-    ``stepped``, ``done_envs``, ``dense`` and ``plain``.
+    ``stepped``, ``done_envs``, ``dense``, ``plain`` and ``ascending``.
     """
 
     def __len__(self) -> int:  # (rows, not fields)
@@ -154,8 +154,8 @@ class EnvRows(_RowFields):
         ids, first = self.env_ids, self.is_first
         if len(first) and np.count_nonzero(first):
             ids = ids[~first]
-        if not self.also_stepped and (self.single_agent and strictly_ascending(ids)):
-            return ids
+        if not self.also_stepped and self.single_agent and self.ascending:
+            return ids  # (a subset of ascending ids ascends)
         if len(ids) <= _PYTHON_SORT_MAX:  # (a few ids: Python's set and sort cost less)
             return np.array(sorted({*ids.tolist(), *self.also_stepped}), dtype=np.int64)
         return np.union1d(ids, np.asarray(self.also_stepped, dtype=np.int64))
@@ -181,8 +181,13 @@ class EnvRows(_RowFields):
             and self.stacked
             and not self.errors
             and not self.extra_rewards
-            and strictly_ascending(self.env_ids)
+            and self.ascending
         )
+
+    @_Fact
+    def ascending(self) -> bool:
+        """``env_ids`` rise strictly (at most one row per sub-env, in order)."""
+        return strictly_ascending(self.env_ids)
 
     @_Fact
     def plain(self) -> bool:
