@@ -20,8 +20,14 @@ __all__ = ["AgentSlots"]
 
 _DUE_MAX = 256  # polls of multi-agent rewards logged before they are summed
 _LAYOUTS_MAX = 64  # poll layouts kept (all forgotten when full)
-_SLOT_FILLS = (("traj", -1, np.int64), ("policy", -1, np.int64), ("index", 0, np.int64),
-               ("pending", 0.0, np.float64), ("returns", 0.0, np.float64))  # fmt: skip
+#: each slot array: its name, the value of a slot without an agent, its dtype
+_SLOT_FILLS = (
+    ("traj", -1, np.int64),
+    ("policy", -1, np.int64),
+    ("index", 0, np.int64),
+    ("pending", 0.0, np.float64),
+    ("returns", 0.0, np.float64),
+)
 
 
 class _Layout:

@@ -361,7 +361,10 @@ class StepKernel:
         rows, done_envs, episodes = facts.rows, facts.done_envs, self.episodes
         stepped = rows.stepped  # (ascending, unique)
         eps_id = episodes.table.eps_id
-        step_eps = eps_id.copy() if len(stepped) == len(eps_id) else eps_id[stepped]
+        if len(eps_id) == 1:  # (the log reads one sub-env's numbers at once: no copy)
+            step_eps = eps_id
+        else:
+            step_eps = eps_id.copy() if len(stepped) == len(eps_id) else eps_id[stepped]
         taken: EnvStepsTaken = (stepped, step_eps, 1)
         agent_steps = facts.agent_steps
         if agent_steps is not None:
