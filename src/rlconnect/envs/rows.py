@@ -142,32 +142,51 @@ class EnvRows(_RowFields):
         # (the namedtuple's own ``_make`` checks ``len()``, which counts rows here)
         return tuple.__new__(cls, iterable)
 
+    def _derive(self) -> dict[str, Any]:
+        """The facts every poll reads (``stacked``, ``dense``, ``stepped``, ``done_envs``;
+        single-agent: ``ascending``), derived together at the first read of one."""
+        facts = self.__dict__
+        single, ids = self.single_agent, self.env_ids
+        stacked = facts["stacked"] = type(self.obs) is not list
+        ascending = single and self.ascending
+        facts["dense"] = (
+            single and stacked and ascending and not self.errors and not self.extra_rewards
+        )
+        first = self.is_first
+        if some_true(first):
+            ids = ids[~first]
+        also = self.also_stepped
+        if not also and ascending:
+            facts["stepped"] = ids  # (a subset of ascending ids ascends)
+        elif len(ids) <= _PYTHON_SORT_MAX:  # (a few ids: Python's set and sort cost less)
+            facts["stepped"] = np.array(sorted({*ids.tolist(), *also}), dtype=np.int64)
+        else:
+            facts["stepped"] = np.union1d(ids, np.asarray(also, dtype=np.int64))
+        ended = self.ended if type(self.ended) is dict else dict(self.ended)
+        if single:
+            found = done_envs_of(self.env_ids, self.terminateds, self.truncateds)
+            ended = {**ended, **found} if ended else found
+        facts["done_envs"] = ended
+        return facts
+
     @_Fact
     def stacked(self) -> bool:
         """The observations are one batch (not a list of rows)."""
-        return type(self.obs) is not list
+        return bool(self._derive()["stacked"])
 
     @_Fact
     def stepped(self) -> np.ndarray:
         """Ids of the sub-envs that took an env step at this poll (resets do not count),
         ascending."""
-        ids, first = self.env_ids, self.is_first
-        if len(first) and np.count_nonzero(first):
-            ids = ids[~first]
-        if not self.also_stepped and self.single_agent and self.ascending:
-            return ids  # (a subset of ascending ids ascends)
-        if len(ids) <= _PYTHON_SORT_MAX:  # (a few ids: Python's set and sort cost less)
-            return np.array(sorted({*ids.tolist(), *self.also_stepped}), dtype=np.int64)
-        return np.union1d(ids, np.asarray(self.also_stepped, dtype=np.int64))
+        stepped: np.ndarray = self._derive()["stepped"]
+        return stepped
 
     @_Fact
     def done_envs(self) -> dict[int, tuple[bool, bool]]:
         """``{env_id: (terminated, truncated)}`` for sub-envs whose whole episode ended at
         this poll: ``ended``, and single-agent rows with a flag set."""
-        if not self.single_agent:
-            return self.ended if type(self.ended) is dict else dict(self.ended)
-        found = done_envs_of(self.env_ids, self.terminateds, self.truncateds)
-        return {**self.ended, **found} if self.ended else found
+        ended: dict[int, tuple[bool, bool]] = self._derive()["done_envs"]
+        return ended
 
     @_Fact
     def dense(self) -> bool:
@@ -176,13 +195,7 @@ class EnvRows(_RowFields):
         its columnar fast path. It need not cover every sub-env (an asynchronous poll
         covers those that finished their step); a full poll of ``GymEnvs`` that went well
         does."""
-        return (
-            self.single_agent
-            and self.stacked
-            and not self.errors
-            and not self.extra_rewards
-            and self.ascending
-        )
+        return bool(self._derive()["dense"])
 
     @_Fact
     def ascending(self) -> bool:
@@ -194,7 +207,7 @@ class EnvRows(_RowFields):
         """No row is a first one and none has a flag set (``is_first``, ``terminateds``
         and ``truncateds`` all False)."""
         return not (
-            np.count_nonzero(self.is_first)
+            some_true(self.is_first)
             or np.count_nonzero(self.terminateds)
             or np.count_nonzero(self.truncateds)
         )
@@ -254,6 +267,27 @@ class ExternalRows(EnvRows):
         return out
 
 
+_FALSES: dict[int, np.ndarray] = {}  #: read-only columns of n False, by n (see ``falses``)
+
+
+def falses(n: int) -> np.ndarray:
+    """A read-only bool column of ``n`` False, shared: a column that says "no row" (e.g.
+    ``is_first`` when no episode begins) costs no array per poll, and ``some_true`` knows
+    it without looking."""
+    arr = _FALSES.get(n)
+    if arr is None:
+        if len(_FALSES) >= _MEMO_MAX:
+            _FALSES.clear()
+        arr = _FALSES[n] = np.zeros(n, _BOOL)
+        arr.flags.writeable = False
+    return arr
+
+
+def some_true(flags: np.ndarray) -> bool:
+    """Whether a bool column has a True (a shared ``falses`` column is known not to)."""
+    return flags is not _FALSES.get(len(flags)) and bool(np.count_nonzero(flags))
+
+
 def strictly_ascending(env_ids: np.ndarray) -> bool:
     """Whether ``env_ids`` rise strictly (``count_nonzero``: one C call; ``all()`` is not)."""
     return len(env_ids) < 2 or not np.count_nonzero(env_ids[1:] <= env_ids[:-1])
@@ -276,11 +310,10 @@ class LayoutMemo:
     changing a later poll's rows (the runner only reads them; ``GymEnvs`` shares its
     ``env_ids`` likewise)."""
 
-    __slots__ = ("_ids", "_zeros")
+    __slots__ = ("_ids",)
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, ...], np.ndarray] = {}
-        self._zeros: dict[int, np.ndarray] = {}
 
     def ids(self, values: list[int]) -> np.ndarray:
         """``values`` as a read-only int64 array."""
@@ -291,11 +324,8 @@ class LayoutMemo:
         return arr
 
     def zeros(self, n: int) -> np.ndarray:
-        """A read-only bool array of ``n`` False."""
-        arr = self._zeros.get(n)
-        if arr is None:
-            arr = _frozen(self._zeros, n, np.zeros(n, _BOOL))
-        return arr
+        """A read-only bool array of ``n`` False (``falses``)."""
+        return falses(n)
 
 
 def _frozen(kept: dict[Any, np.ndarray], key: Any, arr: np.ndarray) -> np.ndarray:
@@ -560,7 +590,7 @@ class EnvRowsBuilder:
         term = np.asarray(terminateds, dtype=bool)
         trunc = np.asarray(truncateds, dtype=bool)
         if is_first is None:
-            is_first = np.zeros(n, dtype=bool)
+            is_first = falses(n)
         elif np.count_nonzero(is_first):
             keep = ~is_first
             rew = rew.copy()  # (np.where goes through a Python wrapper)
