@@ -163,8 +163,9 @@ class EnvRows(_RowFields):
         else:
             facts["stepped"] = np.union1d(ids, np.asarray(also, dtype=np.int64))
         ended = self.ended if type(self.ended) is dict else dict(self.ended)
-        if single:
-            found = done_envs_of(self.env_ids, self.terminateds, self.truncateds)
+        term, trunc = self.terminateds, self.truncateds
+        if single and (some_true(term) or some_true(trunc)):
+            found = done_envs_of(self.env_ids, term, trunc)
             ended = {**ended, **found} if ended else found
         facts["done_envs"] = ended
         return facts
@@ -207,9 +208,7 @@ class EnvRows(_RowFields):
         """No row is a first one and none has a flag set (``is_first``, ``terminateds``
         and ``truncateds`` all False)."""
         return not (
-            some_true(self.is_first)
-            or np.count_nonzero(self.terminateds)
-            or np.count_nonzero(self.truncateds)
+            some_true(self.is_first) or some_true(self.terminateds) or some_true(self.truncateds)
         )
 
     def without_envs(self, errors: Mapping[int, BaseException]) -> EnvRows:
@@ -587,8 +586,14 @@ class EnvRowsBuilder:
         n = len(env_ids)
         agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
         rew, bad = reward_column(rewards, env_ids, agents)
-        term = np.asarray(terminateds, dtype=bool)
-        trunc = np.asarray(truncateds, dtype=bool)
+        # flags given as a few Python lists with none set: one shared column of False
+        # (``any`` on the lists costs less than numpy; ``some_true`` then needs no look)
+        calm = n <= 64 and type(terminateds) is list and type(truncateds) is list
+        if calm and not (any(terminateds) or any(truncateds)):
+            term = trunc = falses(n)
+        else:
+            term = np.asarray(terminateds, dtype=bool)
+            trunc = np.asarray(truncateds, dtype=bool)
         if is_first is None:
             is_first = falses(n)
         elif np.count_nonzero(is_first):
