@@ -72,7 +72,6 @@ class FreeEnv(BaseEnv):
             self._zeros,
             self._infos,
             first,
-            in_order=True,
         )
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: object) -> None:

@@ -620,3 +620,109 @@ def test_offline_settings_are_declared_once():
     assert not names & set(attrs.fields_dict(RunnerConfig))
     assert names <= set(RunnerConfig.keywords())
     assert attrs.fields_dict(RunnerConfig)["offline"].default is None
+
+#: what writes into the collectors: the one write of each kernel's step
+COLLECTOR_WRITERS = {
+    ("runner/kernel.py", "StepKernel._record"),
+    ("runner/tensor_kernel.py", "TensorKernel.step"),
+}
+#: methods that change what a collector holds (called on something named *collector* or
+#: *store*: the group, a policy collector, its store, the env-step log, a tensor store)
+_COLLECTOR_MUTATORS = {"add_rows", "record", "write", "add", "append", "keep", "drop", "close"}
+
+
+def _calls_by_function(path: Path) -> list[tuple[str, ast.Call]]:
+    """``(qualified name of the enclosing function, call)`` for every call in ``path``."""
+    out: list[tuple[str, ast.Call]] = []
+
+    def visit(node: ast.AST, prefix: str, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, f"{prefix}{child.name}.", prefix + child.name)
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.", where)
+            else:
+                if isinstance(child, ast.Call):
+                    out.append((where, child))
+                visit(child, prefix, where)
+
+    visit(ast.parse(path.read_text()), "", "<module>")
+    return out
+
+
+def test_one_place_per_step_writes_into_the_collectors():
+    """Rows, episode ends and env steps reach the collectors through one call per step
+    (the kernel's ``_record``): episode bookkeeping returns what ended (``EpisodeEnds``)
+    instead of writing rows itself."""
+    writers = set()
+    for p in _modules(PACKAGE):
+        if p.parent.name == "collectors":
+            continue
+        for where, call in _calls_by_function(p):
+            func = call.func
+            if isinstance(func, ast.Attribute) and func.attr in _COLLECTOR_MUTATORS:
+                target = ast.unparse(func.value).lower()
+                if "collector" in target or "store" in target:
+                    writers.add((str(p.relative_to(PACKAGE)), where))
+    assert writers == COLLECTOR_WRITERS, sorted(writers)
+    record_calls = [
+        where
+        for where, call in _calls_by_function(RUNNER / "kernel.py")
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "_record"
+    ]
+    assert record_calls == ["StepKernel.step"] * 2, record_calls  # (a poll with rows or not)
+
+
+MAX_INSTANCE_ATTRIBUTES = 16
+#: classes allowed more, and why
+MANY_ATTRIBUTES = {
+    "runner/runner.py:EnvRunner": "the public facade: it holds the parts it composes",
+    "serve/http.py:HttpConnection": "one HTTP/1.1 connection's parser and writer state",
+    "serve/http.py:Listener": "a server socket's accept loop, limits and live connections",
+    "envs/envpool_env.py:EnvPoolEnv": "the pool, its spaces and its asynchronous-send state",
+    "envs/workers/pool.py:WorkerEnvs": "worker processes, their shared blocks and faults",
+    "runner/tensor_kernel.py:TensorKernel": "the tensor poll's layouts and inputs, with the "
+    "NEXT_STEP resets, faults and infos of the features that joined it last",
+}
+
+
+def test_classes_hold_few_attributes():
+    """A class holds at most 16 instance attributes (``self.x = ...`` anywhere in it):
+    more means it does several things; the few exceptions say why."""
+    many = {}
+    for p in _modules(PACKAGE):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {
+                    n.attr
+                    for n in ast.walk(node)
+                    if isinstance(n, ast.Attribute)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == "self"
+                    and isinstance(n.ctx, ast.Store)
+                }
+                key = f"{p.relative_to(PACKAGE)}:{node.name}"
+                if len(names) > MAX_INSTANCE_ATTRIBUTES and key not in MANY_ATTRIBUTES:
+                    many[key] = len(names)
+    assert not many, f"classes over {MAX_INSTANCE_ATTRIBUTES} attributes: {many}"
+
+
+def test_episode_bookkeeping_lives_in_episodes():
+    """``episodes/`` owns the tracker, the agent slots and the table of ids, lengths and
+    returns; it sits below envs/ and the runner and never touches the collectors."""
+    assert not (RUNNER / "bookkeeping.py").exists()
+    homes = {"EpisodeTracker", "AgentSlots", "EpisodeTable", "TrajectoryIds", "EpisodeEnds"}
+    found = {}
+    for p in _modules(PACKAGE):
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name in homes:
+                found[node.name] = p.parent.name
+    assert found == dict.fromkeys(homes, "episodes"), found
+    upper = ("rlconnect.envs", "rlconnect.runner", "rlconnect.collectors", "rlconnect.policy")
+    bad = [
+        f"{p.name}:{line} {module}"
+        for p in _modules(PACKAGE / "episodes")
+        for line, module, _ in _imports(p)
+        if module.startswith(upper)
+    ]
+    assert not bad, f"episodes/ imports an upper layer: {bad}"

@@ -128,14 +128,14 @@ def test_columns_derive_like_the_row_builder():
 
 @pytest.mark.parametrize("as_lists", [True, False])
 def test_columns_hints_give_the_rows_the_derivation_gives(as_lists):
-    """``is_first=None`` (no first rows) and ``in_order=True`` are what an adapter knows for
-    free; with them the rows are those the builder derives itself, lists or arrays."""
+    """``is_first=None`` (no first rows) is what an adapter knows for free; with it the
+    rows are those of an ``is_first`` of zeros, flags as lists or arrays."""
     ids = np.arange(4, dtype=np.int64)
     term, trunc = [False, True, False, False], [False, False, False, True]
     if not as_lists:
         term, trunc = np.array(term), np.array(trunc)
     args = (ids, np.ones((4, 2)), [1.0, 2.0, 3.0, 4.0], term, trunc, [{}] * 4)
-    hinted = EnvRowsBuilder.columns(*args, None, in_order=True)
+    hinted = EnvRowsBuilder.columns(*args, None)
     derived = EnvRowsBuilder.columns(*args, np.zeros(4, dtype=bool))
     for rows in (hinted, derived):
         assert rows.done_envs == {1: (True, False), 3: (False, True)}
@@ -143,7 +143,7 @@ def test_columns_hints_give_the_rows_the_derivation_gives(as_lists):
         assert rows.is_first.tolist() == [False] * 4
         assert all(type(v) is bool for flags in rows.done_envs.values() for v in flags)
     calm = EnvRowsBuilder.columns(
-        ids, np.ones((4, 2)), [0.0] * 4, [False] * 4, [False] * 4, [{}] * 4, None, in_order=True
+        ids, np.ones((4, 2)), [0.0] * 4, [False] * 4, [False] * 4, [{}] * 4, None
     )
     assert calm.done_envs == {} and calm.dense
 
@@ -177,7 +177,7 @@ def test_plain_rows_are_those_without_a_first_row_or_a_flag(case: str, plain: bo
     assert kept.plain is plain and kept.env_ids.tolist() == [0, 0]
 
 
-def test_columns_without_the_order_hint_check_the_order():
+def test_columns_out_of_order_are_not_dense():
     ids = np.array([2, 0, 1], dtype=np.int64)
     rows = EnvRowsBuilder.columns(
         ids, np.zeros((3, 2)), [1.0] * 3, [False] * 3, [False] * 3, [{}] * 3, None
@@ -223,15 +223,15 @@ def _memo_poll(memo: LayoutMemo, agents: tuple[str, ...], *, first: bool = False
 
 
 def test_a_memo_shares_the_read_only_columns_of_polls_laid_out_alike():
-    """``env_ids``, ``stepped`` and an ``is_first`` of zeros recur while the same agents
-    act: one read-only array each; the flag columns (which connectors see) stay each
-    poll's own, and another layout gets its own columns."""
+    """``env_ids`` and an ``is_first`` of zeros recur while the same agents act: one
+    read-only array each; the flag columns (which connectors see) stay each poll's own,
+    and another layout gets its own columns."""
     memo = LayoutMemo()
     one, two = _memo_poll(memo, ("a", "b")), _memo_poll(memo, ("a", "b"))
-    assert one.env_ids is two.env_ids and one.stepped is two.stepped
+    assert one.env_ids is two.env_ids and one.stepped.tolist() == two.stepped.tolist()
     assert one.is_first is two.is_first and not one.is_first.any()
     assert one.env_ids.tolist() == [0, 0, 2] and one.stepped.tolist() == [0, 2]
-    for column in (one.env_ids, one.stepped, one.is_first):
+    for column in (one.env_ids, one.is_first):
         with pytest.raises(ValueError, match="read-only"):
             column[0] = 1
     assert one.terminateds is not two.terminateds and one.terminateds.flags.writeable
@@ -270,3 +270,30 @@ def test_agents_without_an_observation_get_extra_rewards():
         ExtraReward(3, "b", 2.0, False, True),
         ExtraReward(3, "c", 0.0, True, False),
     ]
+
+
+def test_rows_are_a_frozen_record_whose_facts_are_derived_when_read():
+    """``EnvRows`` holds data fields (read-only); ``stepped``, ``done_envs``,
+    ``stacked``, ``dense`` and ``plain`` are derived from them when first read, and a
+    record with other fields (``_replace``, ``shifted``) derives its own."""
+    ids = np.arange(3, dtype=np.int64)
+    rows = EnvRowsBuilder.columns(
+        ids, np.zeros((3, 2)), [1.0, 2.0, 3.0], [False, True, False], [False] * 3, [{}] * 3,
+        np.array([True, False, False]),
+    )  # fmt: skip
+    with pytest.raises(AttributeError):
+        rows.env_ids = ids[:1]  # type: ignore[misc]
+    assert rows.stacked and rows.dense and not rows.plain
+    assert rows.stepped.tolist() == [1, 2] and rows.done_envs == {1: (True, False)}
+    moved = rows.shifted(4)
+    assert moved.env_ids.tolist() == [4, 5, 6] and moved.stepped.tolist() == [5, 6]
+    assert moved.done_envs == {5: (True, False)} and rows.stepped.tolist() == [1, 2]
+    listed = rows._replace(obs=[np.zeros(2)] * 3)
+    assert not listed.stacked and not listed.dense
+    b = EnvRowsBuilder()
+    b.add_agent_rows(1, {}, {}, {}, {}, {})  # stepped, every agent waits: no row
+    b.add_agent_rows(0, {"a": 0}, {}, {}, {}, {})
+    b.end_episode(0, False, True)
+    waiting = b.build()
+    assert waiting.stepped.tolist() == [0, 1] and waiting.also_stepped == (1,)
+    assert waiting.done_envs == {0: (False, True)} and not waiting.dense and waiting.plain

@@ -203,7 +203,7 @@ def test_check_finite_finds_a_bad_value_of_any_float_observation(dtype, rows, ba
     no = np.zeros(rows, dtype=bool)
 
     def check():
-        r = EnvRowsBuilder.columns(ids, obs, rew, no, no, [{}] * rows, None, in_order=True)
+        r = EnvRowsBuilder.columns(ids, obs, rew, no, no, [{}] * rows, None)
         check_finite(r, 0, np.zeros(rows, dtype=np.int64))
 
     with np.errstate(over="ignore"):

@@ -252,9 +252,9 @@ def test_health_says_when_the_runner_has_failed() -> None:
 
 
 def test_a_loop_that_never_reads_metrics_keeps_only_the_latest(monkeypatch) -> None:
-    from rlconnect.runner import bookkeeping
+    from rlconnect.episodes import tracker
 
-    monkeypatch.setattr(bookkeeping, "MAX_METRICS", 3)
+    monkeypatch.setattr(tracker, "MAX_METRICS", 3)
     s = serve()
     try:
         client = PolicyClient(s.server.url)

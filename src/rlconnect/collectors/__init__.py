@@ -1,4 +1,4 @@
-"""Collectors: per-agent trajectory handles, per-policy row stores, and the batch builder."""
+"""Collectors: per-policy row stores, per-agent views of them, and the batch builder."""
 
 from rlconnect.collectors.agent_collector import AgentCollector
 from rlconnect.collectors.group import PolicyCollectorGroup

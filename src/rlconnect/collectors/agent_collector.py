@@ -1,53 +1,62 @@
-"""One agent's trajectory within one episode: a handle on its rows in the policy collector."""
+"""One agent's trajectory: a view of its rows in its policy's collector.
+
+Rows are stored per policy, not per agent: that is what keeps collection batched (every
+poll appends all of a policy's rows in one chunk, and a batch is built with one sort).
+An ``AgentCollector`` is the per-agent face of that store: the rows one trajectory holds
+there, its last row, and the row that closes it when its agent ends without a final
+observation.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlconnect.batches.columns import EMPTY_INFO
+
+if TYPE_CHECKING:
+    from rlconnect.collectors.policy_collector import PolicyCollector
 
 __all__ = ["AgentCollector"]
 
 
 class AgentCollector:
-    """Tracks where an agent's trajectory stands; its rows live in a ``PolicyCollector``.
+    """The rows of trajectory ``traj_id`` in ``collector`` (in arrival order: time order)."""
 
-    Holding rows per policy (not per agent) is what keeps collection batched: the runner
-    appends all of a policy's rows of a step in one call. This handle keeps what is
-    per-agent: the trajectory id (the key of its rows there), whether the trajectory is
-    closed, and reward earned while the agent was not acting (added to its next
-    transition).
-    """
+    __slots__ = ("collector", "traj_id")
 
-    __slots__ = (
-        "agent_id",
-        "agent_index",
-        "closed",
-        "env_id",
-        "eps_id",
-        "pending_reward",
-        "policy_id",
-        "traj_id",
-    )
+    def __init__(self, collector: PolicyCollector, traj_id: int) -> None:
+        self.collector = collector
+        self.traj_id = int(traj_id)
 
-    def __init__(
-        self,
-        traj_id: int,
-        env_id: int,
-        agent_id: Any,
-        policy_id: str,
-        eps_id: int,
-        agent_index: int,
-    ) -> None:
-        self.traj_id = traj_id
-        self.env_id = env_id
-        self.agent_id = agent_id
-        self.policy_id = policy_id
-        self.eps_id = eps_id
-        self.agent_index = agent_index
-        self.pending_reward = 0.0
-        self.closed = False
+    def rows(self) -> np.ndarray:
+        """Indices of the trajectory's rows in the collector's store, in time order."""
+        return np.flatnonzero(self.collector.trajectory_ids() == self.traj_id)
+
+    def __len__(self) -> int:
+        return len(self.rows())
+
+    def last_row(self) -> dict[str, Any] | None:
+        """The trajectory's latest row (columns of one row; None: it holds no row)."""
+        rows = self.rows()
+        return self.collector.copy_rows(rows[-1:]) if len(rows) else None
+
+    def close(self, poll: int, reward: float, terminated: bool, truncated: bool, t: int) -> bool:
+        """End the trajectory with a row repeating its last one (so the last transition's
+        ``new_obs`` is the agent's last observation: none is made up) that holds
+        ``reward``, the flags, no info and episode length ``t``. Returns whether there
+        was a row to repeat."""
+        cols = self.last_row()
+        if cols is None:
+            return False
+        cols["rewards"] = np.asarray([reward], dtype=cols["rewards"].dtype)
+        cols["terminateds"] = np.asarray([terminated])
+        cols["truncateds"] = np.asarray([truncated])
+        cols["infos"] = [EMPTY_INFO]
+        cols["t"] = np.asarray([t], dtype=np.int64)
+        self.collector.add_rows(np.asarray([self.traj_id]), poll, cols, last=True)
+        return True
 
     def __repr__(self) -> str:
-        return (
-            f"AgentCollector(agent={self.agent_id!r}, env={self.env_id}, "
-            f"policy={self.policy_id!r}, eps={self.eps_id})"
-        )
+        return f"AgentCollector(policy={self.collector.policy_id!r}, traj={self.traj_id})"

@@ -17,17 +17,38 @@ completed). Batch boundaries are decided on events, then applied to every policy
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import STORE_POLL
 from rlconnect.batches.time_major import ROWS_PER_ENV
+from rlconnect.collectors.agent_collector import AgentCollector
 from rlconnect.collectors.env_steps import EnvStepLog
 from rlconnect.collectors.modes import BatchMode, CountStepsBy
 from rlconnect.collectors.policy_collector import PolicyCollector
+from rlconnect.episodes.ends import EpisodeEnds
 
-__all__ = ["PolicyCollectorGroup"]
+__all__ = ["EnvStepsTaken", "PolicyCollectorGroup", "RowChunk"]
+
+
+class RowChunk(NamedTuple):
+    """One policy's rows of a poll (see ``PolicyCollector.add_rows``): their trajectory
+    ids, the columns (taken over), whether each row ends its trajectory (``last``: an
+    array or one bool), and the policy's ``outputs`` for the rows that ``acted``."""
+
+    policy_id: str
+    traj_ids: np.ndarray
+    columns: dict[str, Any]
+    last: Any
+    outputs: dict[str, Any] | None
+    acted: np.ndarray | None
+
+
+#: the env steps of a poll (``EnvStepLog.add``): sub-envs, their episode ids, and the
+#: agent steps each completed (an array, or one number for all)
+EnvStepsTaken = tuple[np.ndarray, np.ndarray, "np.ndarray | int"]
 
 EPS_ID, ENV_ID, AGENT_INDEX = SampleBatch.EPS_ID, SampleBatch.ENV_ID, SampleBatch.AGENT_INDEX
 
@@ -70,17 +91,41 @@ class PolicyCollectorGroup:
         return self.collectors[policy_id]
 
     # -- recording ------------------------------------------------------------------------
-    def finish_episodes(
-        self, eps_ids: list[int], env_steps: int, agent_steps: int | None = None
+    def record(
+        self,
+        poll: int,
+        chunks: Iterable[RowChunk],
+        ends: EpisodeEnds | None,
+        steps: EnvStepsTaken | None,
     ) -> None:
-        """The episodes ``eps_ids`` ended after ``env_steps`` / ``agent_steps`` in total
-        (None: as many as env steps, one agent): they now count for ``complete_episodes``
-        (where no step of an unfinished episode is ever handed out)."""
-        self._finished.update(eps_ids)
-        self._finished_steps += env_steps
-        self._finished_agent_steps += env_steps if agent_steps is None else agent_steps
+        """Everything one poll adds, in one call (the step's one write): each policy's
+        ``chunks`` of rows, then what ``ends`` says (the closing rows of agents that ended
+        without a final observation, faulty episodes dropped, finished ones counted), then
+        the env steps taken (``steps``)."""
+        collectors = self.collectors
+        for c in chunks:
+            collectors[c.policy_id].add_rows(
+                c.traj_ids, poll, c.columns, c.last, outputs=c.outputs, acted=c.acted
+            )
+        if ends is not None:
+            self._record_ends(poll, ends)
+        if steps is not None:
+            self.env_step_log.add(poll, *steps)
 
-    def drop_episode(self, eps_id: int) -> None:
+    def _record_ends(self, poll: int, ends: EpisodeEnds) -> None:
+        for row in ends.closing:  # (agents that ended without a final observation)
+            self.agent(row.policy_id, row.traj_id).close(
+                poll, row.reward, row.terminated, row.truncated, row.t
+            )
+        for eps_id in ends.dropped:
+            self._drop_episode(eps_id)
+        if ends.finished:
+            self._finished.update(ends.finished)
+            self._finished_steps += ends.env_steps
+            agent_steps = ends.env_steps if ends.agent_steps is None else ends.agent_steps
+            self._finished_agent_steps += agent_steps
+
+    def _drop_episode(self, eps_id: int) -> None:
         """Forget everything of a faulty episode: its rows and its env steps."""
         for c in self.collectors.values():
             if len(c):
@@ -88,6 +133,15 @@ class PolicyCollectorGroup:
         if self.env_step_log.size:
             self.env_step_log.keep(np.flatnonzero(self.env_step_log.columns().eps != eps_id))
         self._finished.discard(int(eps_id))
+
+    def agent(self, policy_id: str, traj_id: int) -> AgentCollector:
+        """The rows of trajectory ``traj_id`` of policy ``policy_id``."""
+        return AgentCollector(self.collectors[policy_id], traj_id)
+
+    def held_trajectories(self) -> set[int]:
+        """The trajectory ids of every row still held."""
+        left = [c.trajectory_ids() for c in self.collectors.values() if len(c)]
+        return set(np.concatenate(left).tolist()) if left else set()
 
     # -- counting -------------------------------------------------------------------------
     def env_steps(self) -> int:

@@ -374,7 +374,7 @@ class EnvPoolEnv(BaseEnv):
         # no info of its own (e.g. classic control): one shared empty mapping per row
         infos = [{k: info[k][i] for k in extra} for i in range(n)] if extra else [EMPTY_INFO] * n
         # reset steps become first rows (reward 0, no flags): the episode starts there
-        return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first, in_order=True)
+        return EnvRowsBuilder.columns(ids, obs, rew, term, trunc, infos, first)
 
     def _cut_steps(
         self, ids: np.ndarray, first: np.ndarray, term: np.ndarray, trunc: np.ndarray

@@ -8,18 +8,18 @@ An adapter either adds rows one at a time while it steps its sub-envs::
     b.add_error(failed_id, exc)
     rows = b.build(stack=...)
 
-or hands over whole columns (``EnvRowsBuilder.columns``). The builder derives what the
-columns imply (``stepped``, ``done_envs``, ``stacked``, ``dense``), makes each reward a float
-(a size-one array is its scalar, other shapes an ``EnvCheckError`` of the sub-env) and
-leaves out every row of a sub-env with an error.
+or hands over whole columns (``EnvRowsBuilder.columns``). The builder makes each reward a
+float (a size-one array is its scalar, other shapes an ``EnvCheckError`` of the sub-env)
+and leaves out every row of a sub-env with an error. ``EnvRows`` holds data only; what it
+implies (``stepped``, ``done_envs``, ``stacked``, ``dense``, ``plain``) is derived when read.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, NamedTuple, overload
+from types import MappingProxyType
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 import numpy as np
 import tree
@@ -44,6 +44,9 @@ _ALL = {"__all__"}
 _BOOL = np.dtype(bool)  #: (a dtype object: cheaper for ``np.zeros`` than ``dtype=bool``)
 _ZERO = repeat(0.0)  #: the reward of an agent a rewards dict leaves out (``map``'s default)
 _MEMO_MAX = 64  #: columns a ``LayoutMemo`` keeps of each kind (forgotten all at once)
+_PYTHON_SORT_MAX = 64  #: up to this many rows, ``stepped`` is sorted in Python
+_NO_ENDS: Mapping[int, tuple[bool, bool]] = MappingProxyType({})
+_NO_ERRORS: Mapping[int, BaseException] = MappingProxyType({})
 
 #: the ``terminateds``, ``truncateds`` and ``is_first`` columns
 Flags = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -64,122 +67,224 @@ class ExtraReward(NamedTuple):
     truncated: bool = False
 
 
-class EnvRows:
-    """What one ``poll()`` returns, column by column: row ``i`` is agent ``agent_ids[i]`` of
-    sub-env ``env_ids[i]``. Made by ``EnvRowsBuilder``, read by the runner.
+T = TypeVar("T")
+_R = TypeVar("_R", bound="EnvRows")
 
-    - ``obs``: a stacked batch (``stacked=True``: array or nest of arrays with R rows, all
-      rows share one space) or a list of R per-row observations (multi-agent).
+
+class _Fact(Generic[T]):
+    """A fact of ``EnvRows`` derived from its fields: computed on first read, then kept in
+    the instance (a non-data descriptor: later reads find the value, not this)."""
+
+    def __init__(self, derive: Callable[[Any], T]) -> None:
+        self._derive, self._name, self.__doc__ = derive, derive.__name__, derive.__doc__
+
+    @overload
+    def __get__(self, rows: None, owner: Any = None) -> _Fact[T]: ...
+    @overload
+    def __get__(self, rows: Any, owner: Any = None) -> T: ...
+    def __get__(self, rows: Any, owner: Any = None) -> T | _Fact[T]:
+        if rows is None:
+            return self
+        value = rows.__dict__[self._name] = self._derive(rows)
+        return value
+
+
+class _RowFields(NamedTuple):
+    env_ids: np.ndarray
+    agent_ids: tuple
+    obs: Any
+    rewards: np.ndarray
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+    infos: Sequence[Mapping[str, Any]]
+    is_first: np.ndarray
+    single_agent: bool = False
+    ended: Mapping[int, tuple[bool, bool]] = _NO_ENDS
+    extra_rewards: Sequence[ExtraReward] = ()
+    errors: Mapping[int, BaseException] = _NO_ERRORS
+    also_stepped: tuple[int, ...] = ()
+
+
+class EnvRows(_RowFields):
+    """What one ``poll()`` returns, column by column: row ``i`` is agent ``agent_ids[i]`` of
+    sub-env ``env_ids[i]``. A frozen record made by ``EnvRowsBuilder``, read by the runner.
+
+    Its fields are data:
+
+    - ``obs``: a stacked batch (array or nest of arrays with R rows, all rows share one
+      space) or a list of R per-row observations (multi-agent).
     - ``rewards`` (float64), ``terminateds``, ``truncateds`` (bool), ``infos`` (list of
       dicts; an empty one is ``EMPTY_INFO``, one shared dict kept until the batch instead
       of a dict per row: ``add_row`` makes it so, the built-in adapters give ``columns``
       it).
     - ``is_first``: the row is the first observation of a new episode (reward 0, no flags).
-    - ``done_envs``: ``{env_id: (terminated, truncated)}`` for sub-envs whose whole episode
-      ended at this poll (``__all__`` for multi-agent envs).
+    - ``single_agent``: every row is the one agent of its sub-env, so a terminated or
+      truncated row ends its sub-env's episode.
+    - ``ended``: ``{env_id: (terminated, truncated)}`` for sub-envs whose whole episode
+      ended at this poll as the env said so (``__all__`` of multi-agent envs).
     - ``extra_rewards``: ``ExtraReward`` records for agents rewarded at this step without
       an observation; they count towards the agent's next transition.
     - ``errors``: ``{env_id: exception}`` for sub-envs whose step or reset raised (or that
       returned an observation or reward that cannot be one of theirs, ``EnvCheckError``);
       none of their rows are included.
-    - ``stepped``: ids of sub-envs that took an env step at this poll (resets do not count),
-      ascending.
-    - ``dense``: single-agent rows with stacked observations, at most one row per sub-env,
-      ``env_ids`` strictly ascending, no errors and no extra rewards: the runner may take
-      its columnar fast path. It need not cover every sub-env (an asynchronous poll covers
-      those that finished their step); a full poll of ``GymEnvs`` that went well does.
-    - ``plain``: known to have no first row and no flag set (``is_first``, ``terminateds``
-      and ``truncateds`` all False), so the runner need not look; False: they may have.
+    - ``also_stepped``: sub-envs that took an env step whatever their rows say (e.g. one
+      without a row: every agent waits).
+
+    What the fields imply is derived when first read (and kept): ``stacked``,
+    ``stepped``, ``done_envs``, ``dense``, ``plain`` and ``ascending``.
     """
 
-    __slots__ = (
-        "agent_ids",
-        "dense",
-        "done_envs",
-        "env_ids",
-        "errors",
-        "extra_rewards",
-        "infos",
-        "is_first",
-        "obs",
-        "plain",
-        "rewards",
-        "stacked",
-        "stepped",
-        "terminateds",
-        "truncateds",
-    )
-
-    def __init__(  # positional or keyword: the builder passes them in order (cheaper)
-        self,
-        env_ids: np.ndarray,
-        agent_ids: tuple,
-        obs: Any,
-        rewards: np.ndarray,
-        terminateds: np.ndarray,
-        truncateds: np.ndarray,
-        infos: Sequence[Mapping[str, Any]],
-        is_first: np.ndarray,
-        stacked: bool,
-        stepped: np.ndarray,
-        done_envs: dict[int, tuple[bool, bool]],
-        extra_rewards: list[ExtraReward],
-        errors: dict[int, BaseException],
-        dense: bool,
-        plain: bool = False,
-    ) -> None:
-        self.env_ids = env_ids
-        self.agent_ids = agent_ids
-        self.obs = obs
-        self.rewards = rewards
-        self.terminateds = terminateds
-        self.truncateds = truncateds
-        self.infos = infos
-        self.is_first = is_first
-        self.stacked = stacked
-        self.stepped = stepped
-        self.done_envs = done_envs
-        self.extra_rewards = extra_rewards
-        self.errors = errors
-        self.dense = dense
-        self.plain = plain
-
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # (rows, not fields)
         return len(self.env_ids)
+
+    @classmethod
+    def _make(cls: type[_R], iterable: Iterable[Any]) -> _R:  # type: ignore[override]
+        # (the namedtuple's own ``_make`` checks ``len()``, which counts rows here)
+        return tuple.__new__(cls, iterable)
+
+    def _derive(self) -> dict[str, Any]:
+        """The facts every poll reads (``stacked``, ``dense``, ``stepped``, ``done_envs``;
+        single-agent: ``ascending``), derived together at the first read of one."""
+        facts = self.__dict__
+        single, ids = self.single_agent, self.env_ids
+        stacked = facts["stacked"] = type(self.obs) is not list
+        ascending = single and self.ascending
+        facts["dense"] = (
+            single and stacked and ascending and not self.errors and not self.extra_rewards
+        )
+        first = self.is_first
+        if some_true(first):
+            ids = ids[~first]
+        also = self.also_stepped
+        if not also and ascending:
+            facts["stepped"] = ids  # (a subset of ascending ids ascends)
+        elif len(ids) <= _PYTHON_SORT_MAX:  # (a few ids: Python's set and sort cost less)
+            facts["stepped"] = np.array(sorted({*ids.tolist(), *also}), dtype=np.int64)
+        else:
+            facts["stepped"] = np.union1d(ids, np.asarray(also, dtype=np.int64))
+        ended = self.ended if type(self.ended) is dict else dict(self.ended)
+        term, trunc = self.terminateds, self.truncateds
+        if single and (some_true(term) or some_true(trunc)):
+            found = done_envs_of(self.env_ids, term, trunc)
+            ended = {**ended, **found} if ended else found
+        facts["done_envs"] = ended
+        return facts
+
+    @_Fact
+    def stacked(self) -> bool:
+        """The observations are one batch (not a list of rows)."""
+        return bool(self._derive()["stacked"])
+
+    @_Fact
+    def stepped(self) -> np.ndarray:
+        """Ids of the sub-envs that took an env step at this poll (resets do not count),
+        ascending."""
+        stepped: np.ndarray = self._derive()["stepped"]
+        return stepped
+
+    @_Fact
+    def done_envs(self) -> dict[int, tuple[bool, bool]]:
+        """``{env_id: (terminated, truncated)}`` for sub-envs whose whole episode ended at
+        this poll: ``ended``, and single-agent rows with a flag set."""
+        ended: dict[int, tuple[bool, bool]] = self._derive()["done_envs"]
+        return ended
+
+    @_Fact
+    def dense(self) -> bool:
+        """Single-agent rows with stacked observations, at most one row per sub-env,
+        ``env_ids`` strictly ascending, no errors and no extra rewards: the runner may take
+        its columnar fast path. It need not cover every sub-env (an asynchronous poll
+        covers those that finished their step); a full poll of ``GymEnvs`` that went well
+        does."""
+        return bool(self._derive()["dense"])
+
+    @_Fact
+    def ascending(self) -> bool:
+        """``env_ids`` rise strictly (at most one row per sub-env, in order)."""
+        return strictly_ascending(self.env_ids)
+
+    @_Fact
+    def plain(self) -> bool:
+        """No row is a first one and none has a flag set (``is_first``, ``terminateds``
+        and ``truncateds`` all False)."""
+        return not (
+            some_true(self.is_first) or some_true(self.terminateds) or some_true(self.truncateds)
+        )
 
     def without_envs(self, errors: Mapping[int, BaseException]) -> EnvRows:
         """These rows minus every row of the sub-envs in ``errors``, which are added to
         ``self.errors``: a sub-env that returned bad data is reported like one that raised."""
         ids = np.fromiter(errors, np.int64, len(errors))
         keep = np.flatnonzero(~np.isin(self.env_ids, ids))
-        out = copy.copy(self)  # keeps the fields of subclasses (ExternalRows)
-        out.env_ids = self.env_ids[keep]
-        out.agent_ids = tuple(self.agent_ids[i] for i in keep.tolist())
+        members = keep.tolist()
         if self.stacked:
-            out.obs = tree.map_structure(lambda x: np.asarray(x)[keep], self.obs)
+            obs = tree.map_structure(lambda x: np.asarray(x)[keep], self.obs)
         else:
-            out.obs = [self.obs[i] for i in keep.tolist()]
-        out.rewards = self.rewards[keep]
-        out.terminateds = self.terminateds[keep]
-        out.truncateds = self.truncateds[keep]
-        out.infos = [self.infos[i] for i in keep.tolist()]
-        out.is_first = self.is_first[keep]
-        out.stepped = self.stepped[~np.isin(self.stepped, ids)]
-        out.done_envs = {e: f for e, f in self.done_envs.items() if e not in errors}
-        out.extra_rewards = [x for x in self.extra_rewards if x.env_id not in errors]
-        out.errors = {**self.errors, **errors}
-        out.dense = False
-        return out
+            obs = [self.obs[i] for i in members]
+        return self._replace(
+            env_ids=self.env_ids[keep],
+            agent_ids=tuple(self.agent_ids[i] for i in members),
+            obs=obs,
+            rewards=self.rewards[keep],
+            terminateds=self.terminateds[keep],
+            truncateds=self.truncateds[keep],
+            infos=[self.infos[i] for i in members],
+            is_first=self.is_first[keep],
+            ended={e: f for e, f in self.ended.items() if e not in errors},
+            extra_rewards=[x for x in self.extra_rewards if x.env_id not in errors],
+            errors={**self.errors, **errors},
+            also_stepped=tuple(e for e in self.also_stepped if e not in errors),
+        )
+
+    def shifted(self, offset: int) -> EnvRows:
+        """These rows with every sub-env id raised by ``offset`` (a group's rows as rows of
+        the whole env)."""
+        return self._replace(
+            env_ids=self.env_ids + offset,
+            ended={offset + e: f for e, f in self.ended.items()},
+            extra_rewards=[x._replace(env_id=x.env_id + offset) for x in self.extra_rewards],
+            errors={offset + e: x for e, x in self.errors.items()},
+            also_stepped=tuple(offset + e for e in self.also_stepped),
+        )
 
 
 class ExternalRows(EnvRows):
     """EnvRows plus the actions logged with ``log_action``, by ``(env_id, agent_id)``."""
 
-    __slots__ = ("logged_actions",)
+    logged_actions: dict[tuple[int, Any], Any]
 
-    def __init__(self, *fields: Any, logged_actions: dict[tuple[int, Any], Any]) -> None:
-        super().__init__(*fields)  # EnvRows' fields, in their order
-        self.logged_actions = logged_actions
+    @classmethod
+    def of(cls, rows: EnvRows, logged_actions: dict[tuple[int, Any], Any]) -> ExternalRows:
+        """``rows`` with ``logged_actions``."""
+        out = cls._make(rows)
+        out.logged_actions = logged_actions
+        return out
+
+    def _replace(self, /, **fields: Any) -> ExternalRows:
+        out = super()._replace(**fields)  # (made by ``_make``: without the logged actions)
+        out.logged_actions = self.logged_actions
+        return out
+
+
+_FALSES: dict[int, np.ndarray] = {}  #: read-only columns of n False, by n (see ``falses``)
+
+
+def falses(n: int) -> np.ndarray:
+    """A read-only bool column of ``n`` False, shared: a column that says "no row" (e.g.
+    ``is_first`` when no episode begins) costs no array per poll, and ``some_true`` knows
+    it without looking."""
+    arr = _FALSES.get(n)
+    if arr is None:
+        if len(_FALSES) >= _MEMO_MAX:
+            _FALSES.clear()
+        arr = _FALSES[n] = np.zeros(n, _BOOL)
+        arr.flags.writeable = False
+    return arr
+
+
+def some_true(flags: np.ndarray) -> bool:
+    """Whether a bool column has a True (a shared ``falses`` column is known not to)."""
+    return flags is not _FALSES.get(len(flags)) and bool(np.count_nonzero(flags))
 
 
 def strictly_ascending(env_ids: np.ndarray) -> bool:
@@ -197,19 +302,17 @@ def done_envs_of(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> di
 
 
 class LayoutMemo:
-    """Read-only columns kept from poll to poll: a multi-agent poll's ``env_ids`` and
-    ``stepped`` recur as long as the same agents act, and an ``is_first`` of zeros as long
+    """Read-only columns kept from poll to poll: a multi-agent poll's ``env_ids`` recur
+    as long as the same agents act, and an ``is_first`` of zeros as long
     as no episode begins. One of each (at most ``_MEMO_MAX`` kept) instead of a numpy call
     per column and poll; read-only, so a reader that writes fails loudly instead of
     changing a later poll's rows (the runner only reads them; ``GymEnvs`` shares its
     ``env_ids`` likewise)."""
 
-    __slots__ = ("_ids", "_stepped", "_zeros")
+    __slots__ = ("_ids",)
 
     def __init__(self) -> None:
         self._ids: dict[tuple[int, ...], np.ndarray] = {}
-        self._stepped: dict[tuple[int, ...], np.ndarray] = {}
-        self._zeros: dict[int, np.ndarray] = {}
 
     def ids(self, values: list[int]) -> np.ndarray:
         """``values`` as a read-only int64 array."""
@@ -219,21 +322,9 @@ class LayoutMemo:
             arr = _frozen(self._ids, key, np.array(values, dtype=np.int64))
         return arr
 
-    def stepped(self, ids: set[int]) -> np.ndarray:
-        """``ids`` ascending, as a read-only int64 array (kept by the set's own order: no
-        sort when found)."""
-        key = tuple(ids)
-        arr = self._stepped.get(key)
-        if arr is None:
-            arr = _frozen(self._stepped, key, np.array(sorted(ids), dtype=np.int64))
-        return arr
-
     def zeros(self, n: int) -> np.ndarray:
-        """A read-only bool array of ``n`` False."""
-        arr = self._zeros.get(n)
-        if arr is None:
-            arr = _frozen(self._zeros, n, np.zeros(n, _BOOL))
-        return arr
+        """A read-only bool array of ``n`` False (``falses``)."""
+        return falses(n)
 
 
 def _frozen(kept: dict[Any, np.ndarray], key: Any, arr: np.ndarray) -> np.ndarray:
@@ -270,7 +361,7 @@ class EnvRowsBuilder:
         #: the first rows, as runs ``(first row, count)``: the columns are zeros elsewhere
         self._flags: list[tuple[int, list[bool], list[bool]]] = []
         self._firsts: list[tuple[int, int]] = []
-        self._stepped: set[int] = set()
+        self._stepped: set[int] = set()  # sub-envs that stepped (their rows may not say)
         self._done: dict[int, tuple[bool, bool]] = {}
         self._extra: list[ExtraReward] = []
         self._errors: dict[int, BaseException] = {}
@@ -301,7 +392,6 @@ class EnvRowsBuilder:
             term, trunc = bool(terminated), bool(truncated)
             if term or trunc:
                 self._flags.append((k, [term], [trunc]))
-            self._stepped.add(env_id)
         self._infos.append(info if info else EMPTY_INFO)
 
     def add_agent_rows(
@@ -333,7 +423,8 @@ class EnvRowsBuilder:
             if n:
                 self._firsts.append((k, n))
             return n > 0
-        self._stepped.add(env_id)
+        if not n:
+            self._stepped.add(env_id)
         self._rew += map(rewards.get, obs, _ZERO)
         # whether a flag dict names an agent: more keys than "__all__"s (cheaper than views)
         te, tr = terminateds, truncateds
@@ -420,23 +511,15 @@ class EnvRowsBuilder:
         terminateds, truncateds, is_first = flags
         ids, obs, memo = self._ids, self._obs, self.memo
         env_ids = np.array(ids, dtype=np.int64) if memo is None else memo.ids(ids)
-        done = self._done
-        if self.single_agent:
-            done = {**done, **done_envs_of(env_ids, terminateds, truncateds)}
-        extra = self._extra
-        stepped = self._stepped
+        ended, extra, also_stepped = self._done, self._extra, self._stepped
         if errors:
+            ended = {e: f for e, f in ended.items() if e not in errors}
             extra = [x for x in extra if x.env_id not in errors]
-            stepped = stepped.difference(errors)
-            done = {e: f for e, f in done.items() if e not in errors}
-        if memo is None:
-            stepped_ids = np.array(sorted(stepped), dtype=np.int64)
-        else:
-            stepped_ids = memo.stepped(stepped)
+            also_stepped = also_stepped.difference(errors)
         unfit: Mapping[int, BaseException] = {}
         if stack is not None:
             obs, unfit = stack(obs, ids)
-        fields = (  # in the order of EnvRows.__init__
+        rows = EnvRows(  # (positional: cheaper)
             env_ids,
             tuple(self._agents),
             obs,
@@ -445,24 +528,14 @@ class EnvRowsBuilder:
             truncateds,
             self._infos,
             is_first,
-            stack is not None,  # stacked
-            stepped_ids,
-            done,
+            self.single_agent,
+            ended,
             extra,
             errors,
-            (  # dense
-                self.single_agent
-                and stack is not None
-                and not errors
-                and not extra
-                and strictly_ascending(env_ids)
-            ),
-            not self._flags and not self._firsts,  # plain
+            tuple(also_stepped),
         )
-        if logged_actions is None:
-            rows = EnvRows(*fields)
-        else:
-            rows = ExternalRows(*fields, logged_actions=logged_actions)
+        if logged_actions is not None:
+            rows = ExternalRows.of(rows, logged_actions)
         return rows.without_envs(unfit) if unfit else rows
 
     def _flag_columns(self) -> Flags:
@@ -503,54 +576,32 @@ class EnvRowsBuilder:
         is_first: np.ndarray | None,
         *,
         agent_ids: tuple | None = None,
-        in_order: bool = False,
     ) -> EnvRows:
         """Single-agent rows from whole columns (``obs`` already one stacked batch): for
         adapters that step sub-envs as arrays. ``agent_ids`` defaults to
         ``DEFAULT_AGENT_ID`` per row; first rows get reward 0 and no flags.
 
-        What an adapter knows for free it may say, so the common poll costs a few numpy
-        calls: ``is_first=None`` means no row is a first observation, ``in_order=True``
-        that ``env_ids`` are strictly ascending (e.g. every sub-env in order), and flags
-        given as Python lists are looked at in Python (cheaper than numpy for a few rows).
+        ``is_first=None`` means no row is a first observation (no column to look at).
         """
         n = len(env_ids)
         agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
         rew, bad = reward_column(rewards, env_ids, agents)
-        # whether an episode may have ended: any() on a few listed flags is cheaper than
-        # numpy; arrays (or many rows) are left to done_envs_of
-        lists = n <= 64 and type(terminateds) is list and type(truncateds) is list
-        ended = not lists or any(terminateds) or any(truncateds)
-        term = np.asarray(terminateds, dtype=bool)
-        trunc = np.asarray(truncateds, dtype=bool)
+        # flags given as a few Python lists with none set: one shared column of False
+        # (``any`` on the lists costs less than numpy; ``some_true`` then needs no look)
+        calm = n <= 64 and type(terminateds) is list and type(truncateds) is list
+        if calm and not (any(terminateds) or any(truncateds)):
+            term = trunc = falses(n)
+        else:
+            term = np.asarray(terminateds, dtype=bool)
+            trunc = np.asarray(truncateds, dtype=bool)
         if is_first is None:
-            is_first = np.zeros(n, dtype=bool)
-            stepped = env_ids
+            is_first = falses(n)
         elif np.count_nonzero(is_first):
             keep = ~is_first
             rew = rew.copy()  # (np.where goes through a Python wrapper)
             rew[is_first] = 0.0
             term, trunc = term & keep, trunc & keep
-            stepped = env_ids[keep]
-        else:
-            stepped = env_ids
-        ascending = in_order or strictly_ascending(env_ids)
-        rows = EnvRows(  # in the order of EnvRows.__init__
-            env_ids,
-            agents,
-            obs,
-            rew,
-            term,
-            trunc,
-            infos,
-            is_first,
-            True,  # stacked
-            stepped if ascending else np.unique(stepped),
-            done_envs_of(env_ids, term, trunc) if ended else {},
-            [],  # extra_rewards
-            {},  # errors
-            ascending,  # dense
-        )
+        rows = EnvRows(env_ids, agents, obs, rew, term, trunc, infos, is_first, True)
         return rows.without_envs(bad) if bad else rows
 
 

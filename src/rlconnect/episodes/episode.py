@@ -62,13 +62,6 @@ class Episode:
         """Agents seen so far in this episode, in order of appearance."""
         return list(self._indices)
 
-    def add_rewards(self, agent_ids: Any, rewards: Any) -> None:
-        """Accumulate env rewards per (agent, policy)."""
-        for a, r in zip(agent_ids, rewards):
-            key = (a, self.policy_for(a))
-            self.agent_rewards[key] = self.agent_rewards.get(key, 0.0) + float(r)
-            self.total_reward += float(r)
-
     def to_metrics(self) -> dict[str, Any]:
         """The per-episode record ``runner.get_metrics()`` returns."""
         return {

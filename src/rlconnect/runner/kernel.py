@@ -1,23 +1,24 @@
 """The step kernel: everything one poll's rows cause, written once.
 
-``StepKernel.step(rows)`` takes the rows of one ``env.poll()`` (single- or multi-agent,
-from any env adapter) through named phases, in order:
+``StepKernel.step(rows)`` takes the rows of one ``env.poll()`` (an ``EnvRows``, single- or
+multi-agent, from any env adapter) through named phases, in order:
 
 1. ``_screen``: sub-envs that raised or returned bad data are restarted or named
    (``SubEnvFaults``), non-finite values are caught (``check_finite``), the first polls
    are checked against the spaces (``check_env``);
 2. ``_open_episodes``: first observations open episodes, lengths and returns advance, the
-   horizon truncates (``EpisodeTracker``; the agent slots of multi-agent rows are read
-   and updated once for every policy, ``AgentTracker.look_up``); what the rows say is
-   derived once, as ``PollFacts``: the poll's columns and the kernel's own per row;
+   horizon truncates (``rlconnect.episodes.EpisodeTracker``; the agent slots of
+   multi-agent rows are read and updated once for every policy, ``AgentSlots.look_up``);
+   what the kernel adds to the rows is derived once, as ``PollFacts``;
 3. per policy, ``_act``: its rows of the poll's columns (an ``AgentData``) through the
    agent pipeline, then for the rows that go on the policy and the action pipeline
    (``act``), and the env actions sent; a ``PolicyStep`` each;
 4. ``env.all_actions_sent()`` (an env that steps as one batch starts it here), then
-   ``_record`` of every policy's ``AgentData`` columns as its pipeline left them, with
-   its outputs and bookkeeping (``PolicyCollector``), while the env steps;
-5. ``_finish``: the env-step log, the episode callbacks, the end and reset of finished
-   episodes.
+   ``_chunk``: every policy's ``AgentData`` columns as its pipeline left them, with its
+   outputs and bookkeeping, while the env steps;
+5. ``_finish``: the episode callbacks, the end and reset of finished episodes;
+6. ``_record``: the one write into the collectors: the chunks, what ended
+   (``EpisodeEnds``, from the tracker) and the env steps taken.
 
 Every poll takes these phases. How rows are kept is the collectors' business (one chunk
 per poll, merged in bulk), when new episodes are made the episode tracker's.
@@ -33,21 +34,19 @@ import numpy as np
 
 from rlconnect.batches.take import take_rows
 from rlconnect.collectors import BatchMode, CountStepsBy, PolicyCollectorGroup
+from rlconnect.collectors.group import EnvStepsTaken, RowChunk
 from rlconnect.connectors import AgentData
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
+from rlconnect.episodes import EpisodeHooks, EpisodeSettings, EpisodeTracker, TrajectoryIds
+from rlconnect.episodes.tracker import episode_flags
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act, live_rows
-from rlconnect.runner.bookkeeping import (
-    EpisodeHooks,
-    EpisodeTracker,
-    TrajectoryIds,
-    episode_flags,
-)
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.faults import ActionCheck, SubEnvFaults, bad_rows, check_finite
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines, check_agent_output
+from rlconnect.runner.poll import PolicyStep, PollFacts
 from rlconnect.spaces import stack_samples
 
 __all__ = ["CHECKED_POLLS", "StepKernel"]
@@ -59,102 +58,6 @@ CHECKED_POLLS = 3  # check_env inspects this many polls (and the first ones afte
 #: is taken for one that never ends; checked every ``ENDLESS_CHECK_EVERY`` polls
 ENDLESS_EPISODE_STEPS = 1_000_000
 ENDLESS_CHECK_EVERY = 1024
-
-
-class PollFacts:
-    """What one poll's rows say, derived once and read by every phase of its step.
-
-    ``columns`` are the poll's rows as the agent pipelines take them: each policy's
-    ``AgentData`` holds its rows of these columns (a policy that takes every row holds
-    the dict itself), and what the pipeline leaves in it is what gets recorded."""
-
-    __slots__ = (
-        "agent_index",
-        "agent_steps",
-        "columns",
-        "done",
-        "done_envs",
-        "firsts",
-        "full",
-        "policies",
-        "poll",
-        "rows",
-        "some_done",
-        "traj",
-    )
-
-    def __init__(
-        self,
-        poll: int,
-        rows: EnvRows,
-        full: bool,
-        firsts: list[int],
-        columns: dict[str, Any],
-        done: np.ndarray,
-        some_done: bool,
-        done_envs: Mapping[int, tuple[bool, bool]],
-        agent_steps: np.ndarray | None,
-        traj: np.ndarray | None,
-        agent_index: np.ndarray | None,
-        policies: np.ndarray | None,
-    ) -> None:
-        self.poll = poll  #: the poll's number
-        self.rows = rows  #: the rows, screened
-        self.full = full  #: row i is sub-env i (single-agent rows of every sub-env)
-        self.firsts = firsts  #: sub-envs whose episode begins at this poll
-        #: per row: ``obs`` (``observation_fn`` applied), ``rewards`` (multi-agent: with
-        #: those held for it), ``terminateds``, ``truncateds`` (by the horizon too),
-        #: ``infos`` and ``t`` (the episode's length)
-        self.columns = columns
-        self.done = done  #: per row: done (it does not act)
-        self.some_done = some_done  #: whether any row is done
-        self.done_envs = done_envs  #: sub-envs whose episode ends, with its flags
-        #: multi-agent (else None): transitions each sub-env completed; per row: its
-        #: trajectory id, agent index and policy (``AgentTracker.look_up``)
-        self.agent_steps = agent_steps
-        self.traj = traj
-        self.agent_index = agent_index
-        self.policies = policies
-
-
-class PolicyStep:
-    """One policy's part of a poll: its rows as the agent pipeline made them (``data``:
-    what the policy gets, then, with the bookkeeping added, what is recorded), the
-    flag and length columns the kernel made (``made``: recorded as one number each when
-    every row shares it and no connector replaced them), then what the policy answered
-    (``outputs``; ``acted``: the rows that acted, None: all)."""
-
-    __slots__ = (
-        "acted",
-        "agent_index",
-        "data",
-        "done",
-        "made",
-        "obs",
-        "outputs",
-        "pid",
-        "traj",
-    )
-
-    def __init__(
-        self,
-        pid: str,
-        data: AgentData,
-        made: tuple[Any, Any, Any],
-        traj: np.ndarray | None,
-        agent_index: np.ndarray | int,
-        done: np.ndarray,
-        obs: Any,
-    ) -> None:
-        self.pid = pid
-        self.data = data
-        self.made = made  #: ``terminateds``, ``truncateds`` and ``t`` as the kernel made them
-        self.traj = traj  #: trajectory ids (None: single-agent, read when recorded)
-        self.agent_index = agent_index
-        self.done = done
-        self.obs = obs
-        self.outputs: dict[str, Any] | None = None
-        self.acted: np.ndarray | None = None
 
 
 class StepKernel:
@@ -187,25 +90,25 @@ class StepKernel:
         self.poll_index = 0
         pids = list(policies)
         self._one_pid = pids[0] if len(pids) == 1 else ""  # "": several
-        self.trajectories = TrajectoryIds(n)
-        self.episodes = EpisodeTracker(
-            n,
+        settings = EpisodeSettings(
             multi_agent=self.multi,
-            single_policy=bool(self._one_pid),
+            policy_ids=pids,
             mapping_fn=mapping_fn,
             first_id=config.worker_index << 40,
-            hooks=hooks,
-            trajectories=self.trajectories,
-            collectors=collectors,
-            policy_ids=pids,
             connector_resets=pipes.episode_resets,
         )
+        self.episodes = EpisodeTracker(n, settings, hooks)
         self.faults = SubEnvFaults(
             n, restart=config.restart_failed_sub_environments, limit=config.sub_env_restart_limit
         )
         self._checks_left = CHECKED_POLLS if config.check_env else 0
         self._action_checks = {pid: ActionCheck(env, p, pid) for pid, p in policies.items()}
         self.hooks = hooks
+
+    @property
+    def trajectories(self) -> TrajectoryIds:
+        """The ids and owners of every agent trajectory (the episodes')."""
+        return self.episodes.trajectories
 
     # -- the loop -------------------------------------------------------------------------
     def run_until(self, mode: BatchMode, target: int, count_by: CountStepsBy) -> None:
@@ -238,28 +141,32 @@ class StepKernel:
         self.poll_index += 1
         rows = self._screen(rows, poll)
         if not len(rows.env_ids) and not rows.extra_rewards:
+            self._record(poll, [], None)  # (episodes the screen ended)
             return
         facts = self._open_episodes(rows, poll)
         steps = []
         for pid, idx in self._policy_rows(facts):
             steps.append(self._act(pid, idx, facts))
+        seconds = self.timers.seconds
         t0 = _clock()
         self.env.all_actions_sent()  # an env that steps as one batch starts here
-        self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
+        seconds["mean_env_wait_ms"] += _clock() - t0
         if facts.firsts:  # episodes begun at this poll are made once the actions are out
             self.episodes.actions_sent()
         t0 = _clock()
-        for policy_step in steps:
-            self._record(policy_step, facts)
-        self.timers.seconds["mean_recording_ms"] += _clock() - t0
-        self._finish(facts)
+        chunks = [self._chunk(policy_step, facts) for policy_step in steps]
+        t1 = _clock()
+        taken = self._finish(facts)
+        t2 = _clock()
+        self._record(poll, chunks, taken)
+        seconds["mean_recording_ms"] += t1 - t0 + _clock() - t2
 
     # -- the phases of a step -------------------------------------------------------------
     def _screen(self, rows: EnvRows, poll: int) -> EnvRows:
         """Restart or name failed sub-envs; check values (and, early on, spaces)."""
         if not (self.faults.restart or rows.errors or self._checks_left):
             if self.config.check_finite and len(rows.env_ids):  # the common case
-                check_finite(rows, poll, self.episodes.length)
+                check_finite(rows, poll, self.episodes.table.length)
             return rows
         restart = self.faults.restart
         if restart and len(rows):  # bad outputs are failures too: screen them
@@ -272,7 +179,7 @@ class StepKernel:
             self._checks_left -= 1
             check_rows(self.env, rows)
         if not restart and self.config.check_finite and len(rows):
-            check_finite(rows, poll, self.episodes.length)
+            check_finite(rows, poll, self.episodes.table.length)
         return rows
 
     def _restart(self, errors: Mapping[int, BaseException]) -> None:
@@ -287,13 +194,14 @@ class StepKernel:
 
     def _open_episodes(self, rows: EnvRows, poll: int) -> PollFacts:
         """Episodes begin and advance; the rows' flags (horizon included), what ends."""
-        full = rows.dense and len(rows.env_ids) == len(self.episodes.length)
+        lengths = self.episodes.table.length
+        full = rows.dense and len(rows.env_ids) == len(lengths)
         firsts = self.episodes.begin(rows, full)
         horizon = self.config.horizon
         if horizon is None:
             terminateds, truncateds, done_envs = rows.terminateds, rows.truncateds, rows.done_envs
         else:
-            limited = self.episodes.horizon_flags(rows, rows.stepped, horizon)
+            limited = self.episodes.horizon_flags(rows, horizon)
             terminateds, truncateds, done_envs = limited
         if self.multi and done_envs:  # final rows of an episode ended by ``__all__``
             terminateds, truncateds = episode_flags(rows, terminateds, truncateds, done_envs)
@@ -308,14 +216,13 @@ class StepKernel:
         if self.multi:
             agents = self.episodes.agents
             agent_steps, traj, agent_index, rewards, policies = agents.look_up(
-                rows, done if some_done else None, poll, policies=not self._one_pid
+                rows, done if some_done else None, policies=not self._one_pid
             )
             fn = self.config.observation_fn
             if fn is not None:
                 obs = agents.observation_fn(
                     rows, fn, worker=self.hooks.runner, base_env=self.env, policies=self.policies
                 )
-        lengths = self.episodes.length
         columns = {
             "obs": obs,
             "rewards": rewards,
@@ -411,10 +318,9 @@ class StepKernel:
             pid, data, made, traj, 0 if agent_index is None else agent_index, done, obs
         )
 
-    def _record(self, step: PolicyStep, facts: PollFacts) -> None:
-        """Record one policy's rows and outputs, once every action is out (an env that
-        steps elsewhere starts meanwhile): the columns the agent pipeline left, with the
-        bookkeeping the policy did not see."""
+    def _chunk(self, step: PolicyStep, facts: PollFacts) -> RowChunk:
+        """One policy's rows as they are recorded: the columns the agent pipeline left,
+        with the bookkeeping the policy did not see, and its outputs."""
         env_ids = step.data.env_ids
         whole = facts.full and len(env_ids) == len(facts.rows.env_ids)
         record = step.data.columns  # (the policy has acted: its inputs are recorded as is)
@@ -427,9 +333,9 @@ class StepKernel:
                 record["truncateds"] = False
         traj = step.traj
         if traj is None:
-            of_env = self.trajectories.of_env
+            of_env = self.episodes.trajectories.of_env
             traj = of_env.copy() if whole else of_env[env_ids]
-        eps = self.episodes.eps_id
+        eps = self.episodes.table.eps_id
         if self._one_env:  # every row is of sub-env 0's one episode: one number each
             record["eps_id"], record["env_id"] = int(eps[0]), 0
             if record["t"] is t:
@@ -441,37 +347,40 @@ class StepKernel:
         if self.config.keep_raw_obs:
             record["raw_obs"] = step.obs
         last = step.done if facts.some_done else False
-        self.collectors.collectors[step.pid].add_rows(
-            traj, facts.poll, record, last, outputs=step.outputs, acted=step.acted
-        )
+        return RowChunk(step.pid, traj, record, last, step.outputs, step.acted)
 
-    def _finish(self, facts: PollFacts) -> None:
-        """The env-step log, the episode callbacks, and the end and reset of finished
-        episodes (or a new start without a reset, soft horizon)."""
-        rows, done_envs, episodes, poll = facts.rows, facts.done_envs, self.episodes, facts.poll
+    def _record(self, poll: int, chunks: list[RowChunk], taken: EnvStepsTaken | None) -> None:
+        """The step's one write into the collectors: the poll's rows (``chunks``), what
+        ended since the last poll (closing rows, episodes finished or dropped) and the env
+        steps ``taken``."""
+        self.collectors.record(poll, chunks, self.episodes.take_ends(), taken)
+
+    def _finish(self, facts: PollFacts) -> EnvStepsTaken:
+        """The episode callbacks, and the end and reset of finished episodes (or a new
+        start without a reset, soft horizon); returns the env steps the poll took."""
+        rows, done_envs, episodes = facts.rows, facts.done_envs, self.episodes
         stepped = rows.stepped  # (ascending, unique)
-        all_stepped = len(stepped) == len(episodes.eps_id)
-        step_eps = episodes.eps_id.copy() if all_stepped else episodes.eps_id[stepped]
-        agent_steps, agents = facts.agent_steps, episodes.agents
+        eps_id = episodes.table.eps_id
+        if len(eps_id) == 1:  # (the log reads one sub-env's numbers at once: no copy)
+            step_eps = eps_id
+        else:
+            step_eps = eps_id.copy() if len(stepped) == len(eps_id) else eps_id[stepped]
+        taken: EnvStepsTaken = (stepped, step_eps, 1)
+        agent_steps = facts.agent_steps
         if agent_steps is not None:
             if done_envs:  # (closing agents add their transitions: to a copy, see look_up)
                 agent_steps = agent_steps.copy()
             for e in sorted(done_envs):
-                agents.close_open_agents(e, done_envs[e], poll, agent_steps)
-            episodes.count_agent_steps(agent_steps)
-            steps_taken = agent_steps if all_stepped else agent_steps[stepped]
-            self.collectors.env_step_log.add(poll, stepped, step_eps, steps_taken)
-        else:
-            self.collectors.env_step_log.add(poll, stepped, step_eps, 1)
+                episodes.agents.close_open_agents(e, done_envs[e], agent_steps)
+            episodes.table.count_agent_steps(agent_steps)
+            steps = agent_steps if len(stepped) == len(eps_id) else agent_steps[stepped]
+            taken = (stepped, step_eps, steps)
         if facts.firsts:
             episodes.fire_start(facts.firsts)
         if self.hooks.on_step:
-            if agent_steps is not None:  # the episodes' returns, as the callbacks see them
-                for e in stepped.tolist():
-                    agents.write_returns(e, episodes[e])
             episodes.fire_step(stepped)
         if not done_envs:
-            return
+            return taken
         if self.faults.restart:  # a completed episode ends a sub-env's failure streak
             self.faults.episodes_completed(done_envs)
         ended = sorted(done_envs)
@@ -480,6 +389,7 @@ class StepKernel:
         for e in ended:  # the soft horizon starts anew without resetting the env
             soft = soft_horizon and done_envs[e] == (False, True) and e not in rows.done_envs
             (self.env.soft_reset if soft else self.env.try_reset)(e)
+        return taken
 
 
 def _rows_of(column: Any, idx: np.ndarray, members: list[int]) -> Any:

@@ -12,8 +12,8 @@ import numpy as np
 import tree
 
 from rlconnect.batches import SampleBatch, concat_samples
+from rlconnect.episodes import EpisodeHooks
 from rlconnect.policy import Policy
-from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
 
 if TYPE_CHECKING:

@@ -42,12 +42,11 @@ from rlconnect.connectors import (
 )
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.envs.make import make_base_env
-from rlconnect.episodes import Episode
+from rlconnect.episodes import Episode, EpisodeHooks
+from rlconnect.episodes import tracker as episode_tracker
 from rlconnect.errors import RunnerStateError, describe_exception
 from rlconnect.policy import Policy
-from rlconnect.runner import bookkeeping
 from rlconnect.runner.async_sampler import AsyncSampler
-from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.extensions import BatchSink, BatchSource
@@ -128,7 +127,7 @@ class EnvRunner:
         self._source: BatchSource | None = None
         #: the tensor path's learner pipelines run before its read, and their flags' values
         self._folded: tuple[DeferredLearning, list[bool]] | None = None
-        self._episode_log = EpisodeLog(bookkeeping.MAX_METRICS)  # (read now: tests lower it)
+        self._episode_log = EpisodeLog(episode_tracker.MAX_METRICS)  # (read now: tests lower it)
         self._run_metrics = RunMetrics(list(self.policies), self.timers)
         self._loggers = LoggerSet()
         self._attach()
@@ -333,7 +332,7 @@ class EnvRunner:
             built, env_steps = self.collectors.build(mode, target, count_by)
             batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
             agent_ids = self._agent_ids(built) if self._sinks else {}
-            kernel.trajectories.forget_handed_out(self.collectors)
+            kernel.trajectories.forget_handed_out(self.collectors.held_trajectories)
         for pid, b in [*batches.items(), *learned.items()]:
             b.meta["connector_state"] = digests[pid]
             b.meta["policy_id"] = pid

@@ -49,15 +49,16 @@ from rlconnect.collectors.tensor_infos import TensorInfos
 from rlconnect.collectors.tensor_store import TensorStore
 from rlconnect.connectors import AgentData, ConnectorPipeline
 from rlconnect.envs.tensor_envs import Nest, TensorEnv, map_nest, where_rows
+from rlconnect.episodes.hooks import EpisodeHooks
 from rlconnect.episodes.tensor_episodes import EndedEpisodes, SampleRead, TensorEpisodes
 from rlconnect.errors import EnvCheckError
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act
-from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.config import RunnerConfig
 from rlconnect.runner.faults import SubEnvFaults
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
+from rlconnect.runner.poll import PolicyStep
 
 __all__ = ["PolicyRows", "TensorKernel", "TensorSample", "refuse_tensor_features"]
 
@@ -341,13 +342,14 @@ class TensorKernel:
         )
         if self.config.check_finite and not self._check_rows:
             self._check_finite(step.obs, rewards, k)
-        finals = {
-            pid: self._step_rows(pid, rows, step, term, trunc, resets)
+        finals = {  # each policy's step rows through its pipeline, with what it answered
+            pid: PolicyStep(pid, self._step_rows(pid, rows, step, term, trunc, resets))
             for pid, rows in self.layouts.items()
         }
         t0 = _clock()
-        for pid, data in finals.items():
-            record = self._record(pid, data, outputs[pid])
+        for pid, final in finals.items():
+            final.outputs = outputs[pid]
+            record = self._record(final)
             if self._infos:
                 self._record_infos(pid, step, record)
             stores[pid].write(k, record)
@@ -431,11 +433,12 @@ class TensorKernel:
         self.timers.seconds["mean_raw_obs_processing_ms"] += _clock() - t0
         return data
 
-    def _record(self, pid: str, data: AgentData, outputs: dict[str, Any]) -> dict[str, Any]:
-        """Round k's row of every column of policy ``pid``: what it acted on, what it
-        did, where the step ended, and its episode (the columns the same at every round
-        are added at ``build``)."""
-        inputs, rows = self._inputs[pid], self.layouts[pid]
+    def _record(self, final: PolicyStep) -> dict[str, Any]:
+        """Round k's row of every column of one policy: what it acted on, what it did
+        (``final.outputs``), where the step ended (``final.data``), and its episode (the
+        columns the same at every round are added at ``build``)."""
+        data, outputs = final.data, final.outputs or {}
+        inputs, rows = self._inputs[final.pid], self.layouts[final.pid]
         record = {name: value for name, value in inputs.items() if name not in _STEP_COLUMNS}
         record["obs"] = inputs["obs"]
         record["new_obs"] = data["obs"]
@@ -459,7 +462,7 @@ class TensorKernel:
             record["infos"] = infos
 
     def _finish(
-        self, ended: torch.Tensor, starts: torch.Tensor, finals: Mapping[str, AgentData]
+        self, ended: torch.Tensor, starts: torch.Tensor, finals: Mapping[str, PolicyStep]
     ) -> None:
         """Episodes ended where ``ended``: connectors reset, the env restarts them, and
         each policy's next inputs are the step's rows, or new first rows where ``starts``
@@ -472,7 +475,7 @@ class TensorKernel:
         first = self.env.restart(ended)
         self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
         for pid, rows in self.layouts.items():
-            self._inputs[pid] = self._next_inputs(pid, rows, finals[pid], first, starts)
+            self._inputs[pid] = self._next_inputs(pid, rows, finals[pid].data, first, starts)
 
     def _next_inputs(
         self, pid: str, rows: PolicyRows, final: AgentData, first: Mapping[Any, Nest],

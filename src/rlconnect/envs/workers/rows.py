@@ -12,7 +12,7 @@ import tree
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.batches.columns import EMPTY_INFO
 from rlconnect.envs.base import EnvRows
-from rlconnect.envs.rows import EnvRowsBuilder, done_envs_of, errors_only
+from rlconnect.envs.rows import EnvRowsBuilder, errors_only
 from rlconnect.envs.workers.handle import WorkerHandle
 from rlconnect.envs.workers.layout import ST_ROW, SharedArrays
 from rlconnect.envs.workers.worker import decode_error
@@ -43,12 +43,7 @@ def decode_replies(
         if w_infos:
             infos.update({w.lo + i: v for i, v in w_infos.items()})
         if rows is not None:
-            rows.env_ids = rows.env_ids + w.lo
-            rows.stepped = rows.stepped + w.lo
-            rows.done_envs = {w.lo + e: f for e, f in rows.done_envs.items()}
-            rows.extra_rewards = [(w.lo + e, *rest) for e, *rest in rows.extra_rewards]
-            rows.dense = False  # dense for its group, not for the whole env
-            piped.append(rows)
+            piped.append(rows.shifted(w.lo))
     return infos, piped
 
 
@@ -98,21 +93,7 @@ def block_rows(
     # every sub-env has a row: what a worker writes is checked already (float64 rewards,
     # first rows without reward or flags), so only what the columns imply is derived
     rows = EnvRows(
-        env_ids=ids,
-        agent_ids=(DEFAULT_AGENT_ID,) * len(ids),
-        obs=obs,
-        rewards=rew,
-        terminateds=term,
-        truncateds=trunc,
-        infos=info_list,
-        is_first=first,
-        stacked=True,
-        # every sub-env but those that reset (row i is sub-env i)
-        stepped=np.logical_not(first).nonzero()[0] if np.count_nonzero(first) else all_ids,
-        done_envs=done_envs_of(ids, term, trunc),
-        extra_rewards=[],
-        errors={},
-        dense=True,
+        ids, (DEFAULT_AGENT_ID,) * len(ids), obs, rew, term, trunc, info_list, first, True
     )
     return rows.without_envs(errors) if errors else rows
 
@@ -140,11 +121,9 @@ def concat_rows(parts: list[EnvRows], errors: dict[int, BaseException]) -> EnvRo
         truncateds=np.concatenate([p.truncateds for p in parts]),
         infos=[i for p in parts for i in p.infos],
         is_first=np.concatenate([p.is_first for p in parts]),
-        stacked=stacked,
-        stepped=np.concatenate([p.stepped for p in parts]),
-        done_envs={e: f for p in parts for e, f in p.done_envs.items()},
+        single_agent=all(p.single_agent for p in parts),
+        ended={e: f for p in parts for e, f in p.ended.items()},
         extra_rewards=[x for p in parts for x in p.extra_rewards],
         errors=errors,
-        dense=False,
-        plain=all(p.plain for p in parts),
+        also_stepped=tuple(e for p in parts for e in p.also_stepped),
     )

@@ -222,8 +222,7 @@ class _Server:
             errors[local] = encode_error(_global_names(exc, self.lo))
         self.a.status[self.span] = 0
         if not self.in_block:
-            rows.errors = {}
-            return self._pickled(None, errors, rows)
+            return self._pickled(None, errors, rows._replace(errors={}))
         ids = rows.env_ids
         where = self.span if len(ids) == self.hi - self.lo else ids + self.lo
         self._write(where, rows.obs, rows.rewards, rows.terminateds, rows.truncateds, rows.is_first)
@@ -290,7 +289,9 @@ class _Server:
             infos = {i: _picklable(v, i, unpicklable) for i, v in infos.items()}
         if rows is not None:
             ids = rows.env_ids.tolist()
-            rows.infos = [_picklable(v, i, unpicklable) for i, v in zip(ids, rows.infos)]
+            rows = rows._replace(
+                infos=[_picklable(v, i, unpicklable) for i, v in zip(ids, rows.infos)]
+            )
             rows = self._without_unpicklable_obs(rows, errors)
         return pickle.dumps((infos, errors, rows, unpicklable))
 
@@ -312,9 +313,7 @@ class _Server:
         if not bad:
             return rows
         errors.update({local: encode_error(exc) for local, exc in bad.items()})
-        kept = rows.without_envs(bad)
-        kept.errors = {}  # (they travel in ``errors``)
-        return kept
+        return rows.without_envs(bad)._replace(errors={})  # (they travel in ``errors``)
 
 
 def _pickle_failure(value: Any) -> str | None:
