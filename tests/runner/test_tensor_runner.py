@@ -150,6 +150,18 @@ def test_every_sub_env_gives_exactly_the_fragment_in_time_order(mode: Any) -> No
         assert torch.equal(steps[:, 1:][same_episode], steps[:, :-1][same_episode] + 1)
 
 
+@pytest.mark.parametrize("t", [1, 5])
+def test_a_kept_batch_is_not_written_over_by_later_samples(t: int) -> None:
+    """The runner's storage is reused by every sample(): batches own their rows."""
+    runner = _runner(BatchedCartPole(8, autoreset_mode=SAME), rollout_fragment_length=t)
+    first = runner.sample()
+    kept = {name: first[name].clone() for name in first}
+    runner.sample()
+    runner.sample()
+    for name, value in kept.items():
+        assert torch.equal(first[name], value), name
+
+
 def test_eps_ids_are_unique_and_metrics_match_the_rows() -> None:
     n, t = 16, 40
     runner = _runner(BatchedCartPole(n, autoreset_mode=SAME), rollout_fragment_length=t)

@@ -115,10 +115,12 @@ class TensorEpisodes:
 
     def begin_sample(self, rounds: int) -> None:
         """A ``sample()`` of ``rounds`` rounds starts: its log of ended episodes, one row
-        per round of (ended, length, eps_id, return per agent) for every sub-env."""
+        per round of (ended, length, eps_id, return per agent) for every sub-env (made
+        once, and written over by every sample: ``end`` writes each round's whole row)."""
         shape = (rounds, 3 + len(self.agents), self.num_envs)
-        self._log = torch.zeros(shape, dtype=torch.float64, device=self.device)
-        self._log_rows = [(row[0], row[1], row[2], row[3:]) for row in self._log.unbind(0)]
+        if self._log.shape != shape:
+            self._log = torch.zeros(shape, dtype=torch.float64, device=self.device)
+            self._log_rows = [(row[0], row[1], row[2], row[3:]) for row in self._log.unbind(0)]
 
     def end(self, k: int, ended: torch.Tensor) -> None:
         """Log round ``k``'s episodes that ``ended`` (N,); begin new ones in their sub-envs."""
@@ -160,6 +162,12 @@ class TensorEpisodes:
         )
         self._ended.append(out)  # (until the runner's hand_over, once per sample())
         return out, flag_values
+
+    def refuse_nonfinite(self) -> None:
+        """``EnvCheckError`` as ``read_back`` raises it, for what ``note_nonfinite`` noted
+        after that read (a second host read, made only when a value may not be finite)."""
+        found = torch.stack([self._bad_poll, self._bad_field]).cpu().numpy()
+        self._refuse_nonfinite(found[0], found[1])
 
     def _refuse_nonfinite(self, bad_poll: np.ndarray, bad_field: np.ndarray) -> None:
         bad = np.flatnonzero(bad_poll != _NONE)

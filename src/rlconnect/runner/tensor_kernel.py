@@ -119,6 +119,11 @@ class TensorKernel:
         )
         self.poll_index = 0
         self._inputs: dict[str, dict[str, Any]] = {}  # per policy: what it acts on next
+        #: per policy: its rows' store, written over by every sample (``build`` copies out)
+        self._stores = {
+            pid: TensorStore(self.rounds, rows.rows, env.device)
+            for pid, rows in self.layouts.items()
+        }
         self._check_rows = False  # this sample's finite check is on its recorded rows
         self.reads = 0  #: the host reads of ``sample()`` calls (one each)
 
@@ -133,10 +138,7 @@ class TensorKernel:
         """``rounds`` rounds of every sub-env; the batches by policy and the env steps."""
         if not self._inputs:
             self._start()
-        stores = {
-            pid: TensorStore(self.rounds, rows.rows, self.env.device)
-            for pid, rows in self.layouts.items()
-        }
+        stores = self._stores
         self.episodes.begin_sample(self.rounds)
         # rows the agent pipelines leave as the env gave them are checked once recorded
         self._check_rows = self.config.check_finite and not any(
@@ -144,9 +146,7 @@ class TensorKernel:
         )
         for k in range(self.rounds):
             self.step(k, stores)
-        if self._check_rows:
-            self._check_recorded(stores)
-        ended = self._read_back()
+        ended = self._read_back(stores)
         if self.hooks.on_end:
             runner = self.hooks.runner
             for i in range(len(ended)):
@@ -164,17 +164,24 @@ class TensorKernel:
         }
         return batches, self.rounds * self.env.num_envs
 
-    def _read_back(self) -> EndedEpisodes:
+    def _read_back(self, stores: Mapping[str, TensorStore]) -> EndedEpisodes:
         """The sample's one host read: the ended episodes, with every check deferred to
         it (the env's, the finite check, each agent connector's) raised by name."""
         self.reads += 1
         check = self.env.deferred_check()
+        head = [check[0]] if check else []
+        if self._check_rows:  # whether a recorded row may hold a NaN or inf
+            head += [store.any_nonfinite(_CHECKED) for store in stores.values()]
         pipes = [(pid, self.pipes.agent[pid]) for pid in self.layouts]
         pending = [
             (pid, name, flag) for pid, p in pipes for name, flag in p.pending_flags().items()
         ]
         flags = [flag for _, _, flag in pending]
-        ended, values = self.episodes.read_back(([check[0]] if check else []) + flags)
+        ended, values = self.episodes.read_back(head + flags)
+        if self._check_rows and any(values[len(head) - len(stores) : len(head)]):
+            self._check_recorded(stores)
+            self.reads += 1  # locating the bad rows: a second read, in such a sample only
+            self.episodes.refuse_nonfinite()
         if check and values[0]:
             raise EnvCheckError(check[1])
         failed = [
@@ -238,8 +245,8 @@ class TensorKernel:
         )
 
     def _check_recorded(self, stores: Mapping[str, TensorStore]) -> None:
-        """The finite check of a sample whose rows are what the env returned: on the
-        recorded ``obs``, ``new_obs`` and ``rewards``, per sub-env, at its episode step."""
+        """Where a sample whose rows are what the env returned holds a NaN or inf: in the
+        recorded ``obs``, ``new_obs`` or ``rewards``, per sub-env, at its episode step."""
         n = self.env.num_envs
         for pid, store in stores.items():
             rounds, is_reward, with_step = store.first_nonfinite()
@@ -349,6 +356,7 @@ class TensorKernel:
 
 
 _STEP_COLUMNS = frozenset({"obs", "rewards", "terminateds", "truncateds", "t"})
+_CHECKED = ("obs", "new_obs", "rewards")  #: the recorded columns the finite check reads
 
 
 def _float_leaves(nest: Nest) -> list[torch.Tensor]:
