@@ -90,3 +90,27 @@ def test_a_sum_that_overflows_is_a_false_alarm_the_locator_clears(
     assert store.any_nonfinite(("obs", "new_obs", "rewards"))  # the sum is inf
     first, _, _ = store.first_nonfinite()
     assert first.tolist() == [2, 2, 2]  # no row holds a NaN or inf
+
+
+@pytest.mark.parametrize(
+    ("tail", "dtype"),
+    [
+        ((4,), torch.float32),
+        ((2,), torch.float32),
+        ((3,), torch.float32),
+        ((2, 2), torch.int64),
+        ((2,), torch.bool),
+        ((), torch.float64),
+    ],
+)
+def test_every_row_width_comes_out_as_a_transpose_of_the_rounds(
+    tail: tuple[int, ...], dtype: torch.dtype
+) -> None:
+    """Rows of 2 to 16 bytes move as one wide element; others element by element."""
+    rounds, rows = 70, 90  # past the size where torch's blocked 2-D transpose applies
+    values = torch.randint(0, 1000, (rounds, rows, *tail)).to(dtype)
+    store = TensorStore(rounds, rows, torch.device("cpu"))
+    for k in range(rounds):
+        store.write(k, {"x": values[k]})
+    expected = values.transpose(0, 1).reshape(rows * rounds, *tail)
+    assert torch.equal(store.build({})["x"], expected)

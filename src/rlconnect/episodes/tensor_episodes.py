@@ -146,12 +146,11 @@ class TensorEpisodes:
         parts += [f.to(torch.float64).reshape(1) for f in flags]
         parts.append(self._next.to(torch.float64).reshape(1))
         flat = torch.cat(parts).cpu().numpy()  # the read
-        flag_values = [bool(v) for v in flat[len(flat) - 1 - len(flags) : -1]]
-        if flags:
-            flat = np.concatenate([flat[: -1 - len(flags)], flat[-1:]])
+        body = flat[: len(flat) - 1 - len(flags)]  # (a view: the log is megabytes)
+        flag_values = [bool(v) for v in flat[len(body) : -1]]
         self.next_id = int(flat[-1])
-        bad_poll, bad_field = flat[-1 - 2 * n : -1 - n], flat[-1 - n : -1]
-        rounds = flat[: -1 - 2 * n].reshape(-1, 3 + len(self.agents), n)
+        bad_poll, bad_field = body[-2 * n : -n], body[-n:]
+        rounds = body[: -2 * n].reshape(-1, 3 + len(self.agents), n)
         self._refuse_nonfinite(bad_poll, bad_field)
         ended_at, env = np.nonzero(rounds[:, 0] > 0.5)
         out = EndedEpisodes(
