@@ -311,6 +311,7 @@ class VmasEnv(TensorEnv):
             a: (_gymnasium_space(o), _gymnasium_space(s))
             for a, o, s in zip(self.agents, obs_list, act_list)
         }
+        self._obs: dict[Any, Nest] = {}  # the last step's observations, by agent
 
     def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
         return self._space_map[agent_id]
@@ -342,13 +343,15 @@ class VmasEnv(TensorEnv):
             terminated = dones.to(torch.bool) & ~truncated
         n = self.num_envs
         rewards = {a: r.to(torch.float32).reshape(n) for a, r in self._by_agent(rewards).items()}
-        return TensorStep(
-            self._by_agent(obs), rewards, terminated.to(torch.bool), truncated.to(torch.bool)
-        )
+        self._obs = self._by_agent(obs)
+        return TensorStep(self._obs, rewards, terminated.to(torch.bool), truncated.to(torch.bool))
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
         self.host_reads += 1  # VMAS resets by Python index: which ended is read here
-        for index in ended.nonzero().flatten().tolist():
+        indices = ended.nonzero().flatten().tolist()
+        if not indices:  # the step's observations are the next ones (not computed again)
+            return self._obs
+        for index in indices:
             self.env.reset_at(index, return_observations=False)
         return self._by_agent(
             self.env.get_from_scenario(
