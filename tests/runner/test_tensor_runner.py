@@ -397,6 +397,9 @@ def test_vmas_agents_are_stacked_per_policy_and_reset_when_their_episodes_end() 
     )
     trunc = rows["truncateds"].reshape(3 * n, t)
     assert torch.equal(trunc, (rows["t"].reshape(3 * n, t) == 4))  # max_steps=5 ends them
+    obs, new_obs = rows["obs"].reshape(3 * n, t, -1), rows["new_obs"].reshape(3 * n, t, -1)
+    going_on = ~(trunc | rows["terminateds"].reshape(3 * n, t))[:, :-1]
+    assert torch.equal(obs[:, 1:][going_on], new_obs[:, :-1][going_on])
     records = runner.get_metrics()
     assert records and all(r["episode_length"] == 5 for r in records)
     assert set(records[0]["agent_rewards"]) == {(a, "shared") for a in names}
