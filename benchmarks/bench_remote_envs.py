@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,12 +31,14 @@ class SlowEnv(gym.Env):
         self.delay = delay
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         self.t = 0
         return np.zeros(4, np.float32), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         time.sleep(self.delay)
         self.t += 1
         return np.full(4, 0.5, np.float32), 1.0, False, self.t >= 100, {}

@@ -241,7 +241,7 @@ def _peer_sb3(n: int, steps: int) -> float:
 def _peer_tianshou(n: int, steps: int) -> float:
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
-    from tianshou.policy import DiscreteActorPolicy  # type: ignore[attr-defined]
+    from tianshou.policy import DiscreteActorPolicy
 
     envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n)])
     policy = DiscreteActorPolicy(actor=make_model(), action_space=gym.spaces.Discrete(2))

@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -40,27 +42,29 @@ class SlowEnv(gym.Env):
         self.delay = delay
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict | None = None
+    ) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         self.t = 0
         return np.zeros(4, np.float32), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         time.sleep(self.delay)
         self.t += 1
         return np.full(4, 0.5, np.float32), 1.0, False, self.t >= 100, {}
 
 
-def make_slow(ctx):
+def make_slow(ctx: rc.EnvContext) -> gym.Env:
     return SlowEnv()
 
 
-def cartpole_policy():
+def cartpole_policy() -> rc.MLPPolicy:
     env = gym.make("CartPole-v1")
     return rc.MLPPolicy(env.observation_space, env.action_space, hiddens=(64, 64))
 
 
-def slow_policy():
+def slow_policy() -> rc.RandomPolicy:
     return rc.RandomPolicy(SlowEnv.observation_space, SlowEnv.action_space)
 
 
@@ -81,17 +85,17 @@ def steps_per_second(group: RunnerGroup, seconds: float) -> tuple[float, float]:
     return rows / elapsed, 1000 * elapsed / calls
 
 
-def keep_batch(runner) -> int:
+def keep_batch(runner: Any) -> int:
     """Sample once inside the actor and keep the batch there (for the round-trip timing)."""
     runner.bench_batch = runner.sample()
     return len(runner.bench_batch)
 
 
-def kept_batch(runner):
+def kept_batch(runner: Any) -> Any:
     return runner.bench_batch
 
 
-def scaling_table(args) -> None:
+def scaling_table(args: argparse.Namespace) -> None:
     print(f"\n## Steps/s by number of remote runners (N={args.num_envs} sub-envs per runner)\n")
     print("| workload | K | rows/batch | ms/sample() | steps/s | vs K=0 |")
     print("|---|---|---|---|---|---|")
@@ -106,7 +110,7 @@ def scaling_table(args) -> None:
             print(f"| {name} | {k} | {rows} | {ms:.1f} | {rate:,.0f} | {rate / base:.2f}x |")
 
 
-def overhead_table(args) -> None:
+def overhead_table(args: argparse.Namespace) -> None:
     print("\n## Ray overhead per batch (K=1 and K=2, CartPole-v1 + MLP(64,64))\n")
     print("| rows/batch | batch MB | round trip ms (K=1) | gather ms (K=2) | concat ms (K=2) |")
     print("|---|---|---|---|---|")
@@ -142,7 +146,7 @@ def overhead_table(args) -> None:
     print(f"| sync_connector_states (MeanStdFilter, 4 features) | {np.median(syncs):.2f} |")
 
 
-def median_ms(fn, n: int = 7) -> float:
+def median_ms(fn: Callable[..., object], n: int = 7) -> float:
     times = []
     for _ in range(n):
         start = time.perf_counter()

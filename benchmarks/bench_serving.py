@@ -65,7 +65,7 @@ class Recorder:
                 self.rows += len(events)
             return events, tasks
 
-        hub.take_batch = counted  # type: ignore[method-assign,assignment]
+        hub.take_batch = counted
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 

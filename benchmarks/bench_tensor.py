@@ -143,7 +143,7 @@ def torchrl_cartpole(n: int, t_len: int) -> Fragment:
     from torchrl.envs import EnvBase
     from torchrl.modules import ProbabilisticActor
 
-    class TorchRLCartPole(EnvBase):  # type: ignore[misc]
+    class TorchRLCartPole(EnvBase):
         """The simulator as a torchrl env: torchrl resets ended sub-envs by a mask."""
 
         def __init__(self) -> None:

@@ -250,14 +250,6 @@ def test_minibatches_and_to_with_a_compressed_column():
     np.testing.assert_array_equal(tb["obs"].numpy(), frames)
 
 
-def test_module_doctests():
-    import doctest
-
-    import rlconnect.batches.minibatch
-
-    assert doctest.testmod(rlconnect.batches.minibatch).failed == 0
-
-
 def test_tensor_batches_compare_by_value():
     import rlconnect.batches
 

@@ -248,6 +248,37 @@ def test_concat_hand_computed_and_meta_merging():
     assert c.meta == {"state": ["s0", "s1"], "run": 1, "more": True}
 
 
+@pytest.mark.parametrize("tensor", [False, True])
+def test_concat_adds_up_rows_per_env_so_two_samples_fold_time_major(tensor: bool) -> None:
+    """Two samples of the same sub-envs (T=2 each) fold as T=4, each sub-env's rows of the
+    first then of the second; a part without ``rows_per_env`` leaves it unknown, and
+    sub-envs that then have unequal rows are a named error, never a silent reshape."""
+    import torch
+
+    def sample(start: int) -> SampleBatch:
+        cols = {"env_id": [0, 0, 1, 1], "t": [start, start + 1] * 2, "eps_id": [7, 7, 8, 8]}
+        cols["x"] = [10 * e + t for e, t in zip(cols["env_id"], cols["t"])]
+        if tensor:
+            cols = {k: torch.tensor(v) for k, v in cols.items()}
+        return SB(cols, meta={"rows_per_env": 2})
+
+    both = concat_samples([sample(0), sample(2)])
+    assert both.meta["rows_per_env"] == 4
+    np.testing.assert_array_equal(
+        np.asarray(both.time_major()["x"]), [[0, 10], [1, 11], [2, 12], [3, 13]]
+    )
+    multi = concat_samples(
+        [MultiAgentBatch({"p": sample(0)}, 4), MultiAgentBatch({"p": sample(2)}, 4)]
+    )
+    assert multi.policy_batches["p"].meta["rows_per_env"] == 4
+    part = sample(4)
+    part = SB({k: part[k][:1] for k in part})
+    uneven = concat_samples([sample(0), part])
+    assert "rows_per_env" not in uneven.meta
+    with pytest.raises(ValueError, match="same number of rows from every sub-env"):
+        uneven.time_major()
+
+
 def test_concat_column_mismatch_and_type_errors():
     with pytest.raises(ValueError, match=r"\['y'\]"):
         concat_samples([SB({"x": [1]}), SB({"x": [1], "y": [2]})])

@@ -20,6 +20,10 @@ BENCHMARKS = {
         120,
         ("rc.GAE", "per-trajectory loop", "times faster", "max |difference|"),
     ),
+    "bench_numba_cache.py": (
+        240,
+        ("import numba", "first GAE", "cold", "warm", "no cache", "code (.nbc) files"),
+    ),
     "bench_learner_sampling.py": (
         120,
         ("GAE + NormalizeAdvantages", "ratio to plain", "of a sample()'s CPU time"),

@@ -27,7 +27,7 @@ def test_block_extraction():
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(DOCS).as_posix() for p in PAGES])
 def test_docs_page_runs(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     if not hasattr(rc, "check_pipeline"):  # until rlconnect/__init__ exports it
-        from rlconnect.connectors.checker import check_pipeline
+        from rlconnect.checker import check_pipeline
 
         monkeypatch.setattr(rc, "check_pipeline", check_pipeline, raising=False)
     monkeypatch.chdir(tmp_path)

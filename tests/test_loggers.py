@@ -166,16 +166,6 @@ def test_logger_error_pickles_with_its_path():
     assert str(error) == "cannot write 'x'" and error.path == "x"
 
 
-def test_the_loggers_doctests_run():
-    import doctest
-
-    from rlconnect.loggers import event_files, files
-
-    for module in (files, event_files):
-        result = doctest.testmod(module)
-        assert result.attempted and not result.failed
-
-
 def test_tensorboard_is_imported_only_by_its_logger(tmp_path: Path, monkeypatch):
     import subprocess
     import sys

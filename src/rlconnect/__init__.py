@@ -6,6 +6,7 @@ The public names of the API contract; everything else lives in the subpackages.
 from typing import TYPE_CHECKING, Any
 
 from rlconnect import interop, loggers, serve, spaces
+from rlconnect._version import __version__ as __version__
 from rlconnect.batches import (
     DEFAULT_AGENT_ID,
     DEFAULT_POLICY_ID,
@@ -15,6 +16,7 @@ from rlconnect.batches import (
     chop_into_sequences,
     concat_samples,
 )
+from rlconnect.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.checkpoints import load_pipeline, save_pipeline
 from rlconnect.connectors import (
     GAE,
@@ -58,9 +60,8 @@ from rlconnect.connectors import (
     register_lambda,
     registered_connectors,
 )
-from rlconnect.connectors.checker import CheckReport, PipelineCheckError, check_pipeline
 from rlconnect.deploy import DeployedPolicy, export_onnx, export_policy, load_policy
-from rlconnect.distributed import RunnerFailedError, RunnerGroup
+from rlconnect.distributed import FaultTolerance, RunnerFailedError, RunnerGroup
 from rlconnect.envs import BaseEnv, EnvContext, ExternalEnv, ExternalMultiAgentEnv, MultiAgentEnv
 from rlconnect.episodes import Episode
 from rlconnect.errors import (
@@ -78,6 +79,7 @@ from rlconnect.errors import (
 from rlconnect.offline import (
     BadFileWarning,
     BatchWriter,
+    OfflineConfig,
     OfflineDataError,
     estimate_off_policy,
     read_batches,
@@ -89,7 +91,6 @@ from rlconnect.runner import Callbacks, EnvRunner, RunnerConfig
 if TYPE_CHECKING:
     from rlconnect.policy import LSTMPolicy, MLPPolicy, TorchPolicy
 
-__version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_AGENT_ID",
@@ -127,6 +128,7 @@ __all__ = [
     "ExportError",
     "ExternalEnv",
     "ExternalMultiAgentEnv",
+    "FaultTolerance",
     "FlattenObservations",
     "FrameStack",
     "Grayscale",
@@ -142,6 +144,7 @@ __all__ = [
     "NStepReturns",
     "NormalizeAdvantages",
     "ObservationConnector",
+    "OfflineConfig",
     "OfflineDataError",
     "PipelineCheckError",
     "Policy",

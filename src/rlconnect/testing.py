@@ -1,7 +1,7 @@
 """Test helpers for your own connectors: inherit the connector contract as test methods.
 
 In the spirit of dm_env's ``EnvironmentTestMixin``: a test class sets how to build the
-thing under test and inherits one test per check of ``rlconnect.connectors.checker``::
+thing under test and inherits one test per check of ``rlconnect.checker``::
 
     import gymnasium as gym
     import rlconnect as rc
@@ -28,9 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlconnect.connectors._host_reads import HOST_READS, HostReadCounter
-from rlconnect.connectors.base import Connector
-from rlconnect.connectors.checker import (
+from rlconnect.checker import (
     CHECKS,
     check_eval_freezes_statistics,
     check_isolation_and_reset,
@@ -38,6 +36,8 @@ from rlconnect.connectors.checker import (
     check_save_load_reproduces,
     check_tensor_matches_numpy,
 )
+from rlconnect.connectors._host_reads import HOST_READS, HostReadCounter
+from rlconnect.connectors.base import Connector
 from rlconnect.connectors.pipeline import ConnectorPipeline
 
 __all__ = ["CHECKS", "HOST_READS", "ConnectorTestMixin", "HostReadCounter"]

@@ -109,9 +109,9 @@ def _inspect_json(path, capsys) -> str:
     return capsys.readouterr().out
 
 
-def _dict_checkpoint(tmp_path):
+def _dict_checkpoint(tmp_path, *agent_members):
     """A checkpoint of a runner on a Dict-observation env (its FlattenObservations
-    flattens the observations)."""
+    flattens the observations), with ``agent_members`` (each ``ctx -> connector``) after it."""
     import gymnasium as gym
 
     space = gym.spaces.Dict(
@@ -128,24 +128,51 @@ def _dict_checkpoint(tmp_path):
         def step(self, action):
             return self.observation_space.sample(), 1.0, False, False, {}
 
+    def agent_pipeline(ctx):
+        first = rc.FlattenObservations(ctx)
+        return rc.AgentConnectorPipeline(ctx, [first, *(m(ctx) for m in agent_members)])
+
     policy = rc.MLPPolicy(gym.spaces.Box(-1.0, 1.0, (5,), np.float32), DictEnv.action_space)
     runner = rc.EnvRunner(
         lambda ctx: gym.wrappers.TimeLimit(DictEnv(), 5),
         policy,
         config=rc.RunnerConfig(rollout_fragment_length=5, seed=0),
+        agent_pipelines={"default_policy": agent_pipeline},
     )
     runner.sample()
     runner.save_checkpoint(tmp_path / "ck")
     return tmp_path / "ck"
 
 
-def test_a_failed_onnx_export_leaves_neither_file(tmp_path, capsys):
-    """Before: ``--onnx`` refusing a Dict observation left the ``.policy`` written."""
+rc.register_lambda("halve_for_cli_test", lambda x: x / 2)
+
+
+def _halve(ctx):
+    """An AgentLambda member (a Python function: no ONNX form)."""
+    return rc.AgentLambda(ctx, fn="halve_for_cli_test", column="obs")
+
+
+def test_a_dict_observation_exports_to_onnx_with_one_input_per_key(tmp_path, capsys):
     checkpoint = _dict_checkpoint(tmp_path)
+    policy, model = tmp_path / "d.policy", tmp_path / "d.onnx"
+    assert main(["export", str(checkpoint), "--out", str(policy), "--onnx", str(model)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(model), "--json"]) == 0
+    inputs = json.loads(capsys.readouterr().out)["onnx"]["inputs"]
+    assert [(i["name"], i["path"]) for i in inputs] == [
+        ("obs.mode", ["mode"]),
+        ("obs.pos", ["pos"]),
+    ]
+
+
+def test_a_failed_onnx_export_leaves_neither_file(tmp_path, capsys):
+    """Before: ``--onnx`` refusing a member without an ONNX form left the ``.policy``
+    written."""
+    checkpoint = _dict_checkpoint(tmp_path, _halve)
     policy, model = tmp_path / "d.policy", tmp_path / "d.onnx"
     assert main(["export", str(checkpoint), "--out", str(policy), "--onnx", str(model)]) != 0
     err = capsys.readouterr().err
-    assert "ExportError" in err and "no single ONNX input" in err and "rc.export_policy" in err
+    assert "ExportError" in err and "has no ONNX form" in err and "rc.export_policy" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # nothing written, no temp
     policy.write_bytes(b"an older export")  # a file there before is left as it was
     assert main(["export", str(checkpoint), "--out", str(policy), "--onnx", str(model)]) != 0

@@ -54,7 +54,7 @@ def test_a_zero_sum_game_reports_each_agent(tmp_path: Path) -> None:
     settings = shown.stdout.split("  settings:\n")[1].split("  summary:\n")[0]
     keys = [line.split(":")[0].strip() for line in settings.splitlines()]
     # only what this run set: its own keys and the non-default RunnerConfig values
-    assert keys == ["env", "steps", "policy", "num_envs", "seed", "output"]
+    assert keys == ["env", "steps", "policy", "num_envs", "seed", "offline", "output"]
 
     # one batch of 100 episodes, each at the env step it ended: pairs of sub-envs end
     # together every 4 steps, so 50 x values (51 with the legend's marker), not one

@@ -2,9 +2,10 @@
 
 What is attacked: a built batch owns its memory (the next sample writes over the store,
 a single round included, where a transpose could be a view), rows come out slot major in
-time order (nested columns too), a column this sample did not write is not handed out,
-and the cheap finite check fires on every NaN or inf, its rare false alarm (finite values
-whose sum overflows) cleared by the exact locator.
+time order (nested columns too), kept rows are gathered as the whole batch has them, a
+column this sample did not write is not handed out, and the cheap finite check fires on
+every NaN or inf, its rare false alarm (finite values whose sum overflows) cleared by the
+exact locator.
 """
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ def test_a_column_the_last_sample_did_not_write_is_not_handed_out() -> None:
     store.build({})
     _fill(store, 0.0, ("obs", "rewards"))
     assert "t" not in store.build({})
+
+
+def test_kept_rows_are_gathered_slot_major_from_a_reused_store() -> None:
+    """``keep`` (slot-major indices) picks the same rows as the whole batch, every sample."""
+    store = TensorStore(4, 3, torch.device("cpu"))
+    keep = torch.tensor([0, 1, 5, 8, 9, 10, 11])
+    for base in (0.0, 1000.0):
+        _fill(store, base, ("obs", "rewards", "new_obs", "t"))
+        whole = store.build({"env_id": torch.arange(3), "weights_seq": 7})
+        kept = store.build({"env_id": torch.arange(3), "weights_seq": 7}, keep)
+        assert len(kept) == len(keep) and "rows_per_env" not in kept.meta
+        for name in ("obs", "rewards", "t", "env_id", "weights_seq"):
+            assert torch.equal(kept[name], whole[name][keep]), name
+        assert torch.equal(kept["new_obs"]["pos"], whole["new_obs"]["pos"][keep])
 
 
 @pytest.mark.parametrize(

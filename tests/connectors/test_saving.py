@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from rlconnect.checkpoints import (
-    PIPELINE_FORMAT,
+    PIPELINE_FILE,
+    FileFormat,
     load_pipeline,
     load_statistics,
     save_pipeline,
@@ -323,10 +324,10 @@ def good_metadata() -> dict[str, str]:
 
 def state_file(state: Any, arrays: dict[str, np.ndarray] | None = None, **kw: Any) -> bytes:
     """A pipeline file holding ``state``; raw (arrays given) or encoded (arrays=None)."""
-    kw = {"format_name": PIPELINE_FORMAT, "format_version": 1, **kw}
+    fmt = FileFormat(kw.get("format_name", PIPELINE_FILE.name), kw.get("format_version", 1))
     if arrays is None:
         state, arrays = encode_nest(state)
-    return pack(state, arrays, **kw)
+    return pack(state, arrays, fmt)
 
 
 def deep(n: int) -> Any:
@@ -358,7 +359,7 @@ DAMAGED = {
     "wrong format name": (state_file(pipeline_state(), format_name="other.fmt"), "'other.fmt'"),
     "unknown version": (state_file(pipeline_state(), format_version=7), "supported versions: 1"),
     "no sha256": (
-        header_file({"__metadata__": {"format": PIPELINE_FORMAT, "format_version": "1"}}),
+        header_file({"__metadata__": {"format": PIPELINE_FILE.name, "format_version": "1"}}),
         "lacks",
     ),
     "unsupported tensor dtype": (

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from rlconnect.checkpoints import (
+    FileFormat,
     atomic_write_bytes,
     decode_nest,
     encode_nest,
@@ -42,8 +43,8 @@ def test_arrays_round_trip_through_a_file_bit_exactly(
     rng = np.random.default_rng(0)
     value = np.asarray(rng.normal(size=shape) * 100).astype(dtype)
     nest = {"x": value, "deep": [{"y": value}], "nan": math.nan}
-    save_nest(tmp_path / "n", nest, format_name="test.nest", format_version=2)
-    version, back = load_nest(tmp_path / "n", format_name="test.nest", versions={1, 2})
+    save_nest(tmp_path / "n", nest, FileFormat("test.nest", 2))
+    version, back = load_nest(tmp_path / "n", FileFormat("test.nest", 2, readable={1, 2}))
     assert version == 2
     assert math.isnan(back["nan"])
     for got in (back["x"], back["deep"][0]["y"]):
@@ -98,12 +99,12 @@ def test_decode_is_strict(obj: Any, arrays: dict[str, Any], match: str) -> None:
 
 
 def test_load_nest_checks_format_name_and_versions(tmp_path: Path) -> None:
-    save_nest(tmp_path / "n", {"a": 1}, format_name="runner", format_version=3)
+    save_nest(tmp_path / "n", {"a": 1}, FileFormat("runner", 3))
     with pytest.raises(CheckpointError, match="supported versions: 1, 2"):
-        load_nest(tmp_path / "n", format_name="runner", versions=[1, 2])
+        load_nest(tmp_path / "n", FileFormat("runner", 2, readable=[1, 2]))
     with pytest.raises(CheckpointError, match="format is 'runner', expected 'other'"):
-        load_nest(tmp_path / "n", format_name="other", versions=[3])
-    assert load_nest(tmp_path / "n", format_name="runner", versions=[3]) == (3, {"a": 1})
+        load_nest(tmp_path / "n", FileFormat("other", 3))
+    assert load_nest(tmp_path / "n", FileFormat("runner", 3)) == (3, {"a": 1})
 
 
 def test_atomic_write_bytes_writes_exactly_at_path_and_replaces(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import torch
 import tree
 
 import rlconnect as rc
-from rlconnect.connectors.checker import PipelineCheckError, check_tensor_matches_numpy
+from rlconnect.checker import PipelineCheckError, check_tensor_matches_numpy
 from rlconnect.spaces import stack_samples
 from rlconnect.testing import HostReadCounter
 

@@ -121,18 +121,26 @@ def play(
 
 
 class OnnxEpisodes:
-    """Runs an exported ONNX model with onnxruntime as a deployment would: the states from
-    the metadata's initial values, fed back from call to call within an episode."""
+    """Runs an exported ONNX model with onnxruntime (or, ``reference=True``, with onnx's
+    reference evaluator) as a deployment would: a Dict or Tuple observation fed one input
+    per part (by each input's ``path``), the states from the metadata's initial values, fed
+    back from call to call within an episode."""
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Any, *, reference: bool = False) -> None:
         import json
 
         import onnx
         import onnxruntime as ort
 
-        meta = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+        model = onnx.load(str(path))
+        meta = {p.key: p.value for p in model.metadata_props}
         self.interface = json.loads(meta["rlconnect"])
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        if reference:
+            from onnx.reference import ReferenceEvaluator
+
+            self.session: Any = ReferenceEvaluator(model)
+        else:
+            self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         self.states: list[np.ndarray] = []
         self.start()
 
@@ -144,12 +152,20 @@ class OnnxEpisodes:
         ]
 
     def act(self, obs: Any, reward: float | None = None) -> np.ndarray:
-        names = [i["name"] for i in self.interface["inputs"]]
-        states = list(self.states)
         inputs = self.interface["inputs"]
-        if reward is not None and len(inputs) > 1 and inputs[1]["meaning"].startswith("the reward"):
+        state_names = [i["name"] for i in inputs if i["name"].startswith("state_in_")]
+        states = list(self.states)
+        first = next((i for i in inputs if i["name"].startswith("state_in_")), None)
+        if reward is not None and first is not None and first["meaning"].startswith("the reward"):
             states[0] = np.array([reward], np.float32)
-        feeds = dict(zip(names, [np.asarray(obs)[None], *states]))
+        feeds = {}
+        for entry in inputs:
+            if entry["name"] not in state_names:
+                part = obs
+                for key in entry.get("path", []):  # a part of a Dict or Tuple observation
+                    part = part[key]
+                feeds[entry["name"]] = np.asarray(part)[None]
+        feeds.update(zip(state_names, states))
         actions, *self.states = self.session.run(None, feeds)
         return actions[0]
 

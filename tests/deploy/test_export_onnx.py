@@ -3,6 +3,7 @@ whole episodes against the deployed policy."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import types
@@ -15,6 +16,7 @@ import torch
 from deploy_cases import OnnxEpisodes, play_onnx, trained_runner
 
 import rlconnect as rc
+from rlconnect.deploy.onnx_file import describe_onnx_file
 from rlconnect.deploy.onnx_forms import BUILTIN_FORMS, ConnectorForm
 
 
@@ -273,3 +275,116 @@ def test_pong_with_the_atari_preset(tmp_path):
         got = deployed.compute_action(obs, session=7)
         assert got == want and model.act(obs) == want
         obs, *_ = pong.step(got)
+
+
+DICT_OBS = gym.spaces.Dict(
+    {
+        "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "mode": gym.spaces.Discrete(3, start=1),
+        "more": gym.spaces.Tuple((gym.spaces.MultiBinary(2), gym.spaces.MultiDiscrete([2, 3]))),
+    }
+)
+
+
+class DictEnv(gym.Env):
+    """Dict observations sampled from the seeded space; rewards that depend on the action."""
+
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self) -> None:
+        self.observation_space = copy.deepcopy(DICT_OBS)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = float(action) - 1.0 + 0.25 * self.t
+        return self.observation_space.sample(), reward, False, self.t >= 9, {}
+
+
+def test_a_dict_observation_is_one_named_input_per_part(tmp_path):
+    """A Dict observation (a Tuple nested in it) flattened by the agent pipeline: the graph
+    takes one input per part, flattens them as FlattenObservations does, and onnxruntime
+    and onnx's reference evaluator act as the deployed policy does, over whole episodes
+    with previous actions and rewards."""
+
+    def agent_pipeline(ctx):
+        members = [rc.FlattenObservations(ctx), rc.MeanStdFilter(ctx), rc.PrevActionsRewards(ctx)]
+        return rc.AgentConnectorPipeline(ctx, members)
+
+    flat = rc.spaces.flatten_space(DICT_OBS)
+    runner = rc.EnvRunner(
+        lambda ctx: DictEnv(),
+        rc.MLPPolicy(flat, DictEnv.action_space, seed=0, hiddens=(16,)),
+        config=rc.RunnerConfig(num_envs=2, rollout_fragment_length=20, seed=0),
+        agent_pipelines={"default_policy": agent_pipeline},
+    )
+    runner.sample()
+    interface = rc.export_onnx(runner, tmp_path / "m.onnx")
+    rc.export_policy(runner, tmp_path / "p")
+    runner.stop()
+    obs_inputs = [(i["name"], i["dtype"], i["shape"], i["path"]) for i in interface["inputs"][:4]]
+    assert obs_inputs == [
+        ("obs.mode", "int64", ["batch"], ["mode"]),
+        ("obs.more.0", "int8", ["batch", 2], ["more", 0]),
+        ("obs.more.1", "int64", ["batch", 2], ["more", 1]),
+        ("obs.pos", "float32", ["batch", 2], ["pos"]),
+    ]
+    assert interface["inputs"][4]["meaning"].startswith("the reward")
+    described = describe_onnx_file(tmp_path / "m.onnx")  # what rlconnect inspect shows
+    assert [i["name"] for i in described["inputs"][:4]] == [n for n, *_ in obs_inputs]
+    deployed = rc.load_policy(tmp_path / "p")
+    runtimes = [OnnxEpisodes(tmp_path / "m.onnx", reference=ref) for ref in (False, True)]
+    for model in runtimes:
+        env, actions = DictEnv(), set()
+        for ep in range(2):
+            obs, _ = env.reset(seed=10 + ep)
+            model.start()
+            reward, done = None, False
+            while not done:
+                want = deployed.compute_action(obs, session=ep, reward=reward)
+                got = model.act(obs, reward)
+                assert got.dtype == want.dtype and got == want
+                actions.add(int(want))
+                obs, reward, _, done, _ = env.step(want)
+            deployed.end_session(ep)
+        assert len(actions) > 1  # the observations and rewards changed the actions
+
+
+class _DictModel(torch.nn.Module):
+    def forward(self, obs):
+        return obs["pos"]
+
+
+def test_refused_exports_write_nothing_and_keep_an_older_file(tmp_path):
+    """A Dict the pipeline does not flatten, a part with no ONNX input, a model the
+    exporter cannot trace: ExportError, no file and no temporary left, a file already at
+    the path unchanged."""
+    text = gym.spaces.Dict({"pos": VECTOR, "name": gym.spaces.Text(5)})
+    cases = {
+        "FlattenObservations": (DICT_OBS, rc.TorchPolicy(_DictModel(), DICT_OBS, MOVE)),
+        r"obs\['name'\]": (text, rc.TorchPolicy(_DictModel(), text, MOVE)),
+    }
+    for pattern, (space, policy) in cases.items():
+        with pytest.raises(rc.ExportError, match=pattern):
+            rc.export_onnx(_source(space, MOVE, [], policy=policy), tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == []
+
+    class Untraceable(torch.nn.Module):
+        def forward(self, obs):
+            if torch.jit.is_tracing():
+                raise RuntimeError("no ONNX form for this")
+            return obs[:, :2]
+
+    policy = rc.TorchPolicy(Untraceable(), VECTOR, MOVE)
+    (tmp_path / "m.onnx").write_bytes(b"an older model")
+    with pytest.raises(rc.ExportError, match="no ONNX form for this"):
+        rc.export_onnx(_source(VECTOR, MOVE, [], policy=policy), tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == ["m.onnx"]
+    assert (tmp_path / "m.onnx").read_bytes() == b"an older model"

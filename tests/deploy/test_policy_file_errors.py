@@ -10,8 +10,8 @@ import pytest
 import safetensors.numpy
 
 import rlconnect as rc
+from rlconnect.checkpoints import POLICY_FILE
 from rlconnect.checkpoints.container import _digest
-from rlconnect.deploy.policy_file import POLICY_FORMAT
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def repack(data: bytes, edit) -> bytes:
     edit(structure)
     text = json.dumps(structure)
     arrays = safetensors.numpy.load(data)
-    metadata = {**meta, "structure": text, "sha256": _digest(POLICY_FORMAT, 1, text, arrays)}
+    metadata = {**meta, "structure": text, "sha256": _digest(POLICY_FILE.name, 1, text, arrays)}
     return safetensors.numpy.save(arrays, metadata=metadata)
 
 

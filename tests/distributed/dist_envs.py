@@ -185,3 +185,11 @@ def constant_action_pipeline(ctx: Any) -> Any:
 def gae_pipeline(ctx: Any) -> Any:
     """A learner pipeline each runner builds for itself (module level: it pickles)."""
     return [rc.GAE(ctx, gamma=0.9, lambda_=0.8)]
+
+
+def make_tensor_env(ctx: Any) -> Any:
+    """A batched tensor simulator, built on the device of the process that calls it (CPU
+    here): every runner, local or remote, takes the tensor path with its own."""
+    from rlconnect.envs import BatchedCartPole
+
+    return BatchedCartPole(4, device="cpu", autoreset_mode="same_step")

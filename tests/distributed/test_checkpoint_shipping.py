@@ -13,6 +13,7 @@ import pytest
 
 import rlconnect as rc
 from rlconnect.checkpoints.files import MAX_FILE_BYTES, read_folder, write_folder
+from rlconnect.checkpoints.runner_format import read_manifest
 from rlconnect.distributed.worker import RemoteRunner, RunnerSpec
 
 ACT = gym.spaces.Discrete(2)
@@ -121,7 +122,7 @@ def test_a_group_ships_only_the_files_the_manifest_lists(tmp_path) -> None:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    manifest = rc.runner.checkpoint_format.read_manifest(str(ck))
+    manifest = read_manifest(str(ck))
     listed = {e["path"] for p in manifest["policies"] for e in p["files"].values()}
     assert set(files) == {"manifest.json", *listed}
     assert peak < 16 << 20, peak

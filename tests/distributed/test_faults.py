@@ -25,7 +25,7 @@ FRAG, N = 5, 2
 PROMISED = 2 * FRAG * N
 
 
-def group(env_config=None, filtered=False, **kw):
+def group(env_config=None, filtered=False, **faults):
     config = rc.RunnerConfig(
         num_envs=N,
         rollout_fragment_length=FRAG,
@@ -35,7 +35,14 @@ def group(env_config=None, filtered=False, **kw):
     )
     obs_space = FILTERED if filtered else SPACE.observation_space
     policy = rc.MLPPolicy(obs_space, SPACE.action_space, hiddens=(8,))
-    return RunnerGroup(make_env, policy, config=config, num_runners=2, runner_resources=SMALL, **kw)
+    return RunnerGroup(
+        make_env,
+        policy,
+        config=config,
+        num_runners=2,
+        runner_resources=SMALL,
+        fault_tolerance=rc.FaultTolerance(**faults),
+    )
 
 
 def test_killed_runner_is_restarted_with_current_state(tmp_path):
@@ -168,7 +175,7 @@ def test_runner_that_cannot_be_placed_fails_at_start():
             rc.RandomPolicy(SPACE.observation_space, SPACE.action_space),
             num_runners=1,
             runner_resources={"num_cpus": 64},
-            start_timeout_s=2,
+            fault_tolerance=rc.FaultTolerance(start_timeout_s=2),
         )
 
 

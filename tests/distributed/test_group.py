@@ -393,7 +393,7 @@ def test_pipelines_reach_every_runner(tmp_path):
         runner_resources=SMALL,
         agent_pipelines={"default_policy": half_reward_pipeline},
         action_pipelines={"default_policy": constant_action_pipeline},
-        restart_failed_runners=True,  # a restarted runner gets them too
+        fault_tolerance=rc.FaultTolerance(restart_failed_runners=True),  # restarted: them too
     ) as group:
         for _ in range(2):
             batch = group.sample()
@@ -451,3 +451,23 @@ def test_learner_pipelines_run_on_each_remote_runner_with_its_policy():
         )
         np.testing.assert_allclose(again["advantages"], batch["advantages"], rtol=1e-5, atol=1e-5)
         assert batch["truncateds"].any()  # the horizon cut some: bootstrapped remotely
+
+
+def test_a_remote_runner_samples_a_tensor_env_on_its_own_device():
+    from dist_envs import make_tensor_env
+
+    env = make_tensor_env(None)
+    policy = rc.MLPPolicy(env.single_observation_space, env.single_action_space, seed=0)
+    with RunnerGroup(
+        make_tensor_env,
+        policy,
+        config=config(num_envs=4, rollout_fragment_length=5),
+        num_runners=1,
+        runner_resources=SMALL,
+    ) as group:
+        assert group.foreach_runner(lambda r: type(r._kernel).__name__) == ["TensorKernel"]
+        batch = group.sample()
+        assert isinstance(batch["obs"], torch.Tensor) and batch.device == torch.device("cpu")
+        assert len(batch) == 20 and batch.meta["rows_per_env"] == 5
+        assert batch.time_major()["obs"].shape == (5, 4, 4)
+        assert group.metrics()["env_steps"] == 20

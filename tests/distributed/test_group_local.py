@@ -42,7 +42,11 @@ def test_bad_num_runners_is_a_named_error():
     with pytest.raises(ValueError, match="num_runners"):
         RunnerGroup("CartPole-v1", policy, num_runners=-1)
     with pytest.raises(ValueError, match="max_runner_restarts"):
-        RunnerGroup("CartPole-v1", policy, max_runner_restarts=-2)
+        rc.FaultTolerance(max_runner_restarts=-2)
+    with pytest.raises(TypeError, match=r"\['max_runner_restarts'\] are FaultTolerance settings"):
+        RunnerGroup("CartPole-v1", policy, max_runner_restarts=2)
+    with pytest.raises(TypeError, match=r"fault_tolerance must be an rc\.FaultTolerance"):
+        RunnerGroup("CartPole-v1", policy, fault_tolerance={"max_runner_restarts": 2})
 
 
 def _frozen_config(**kw):
@@ -135,3 +139,26 @@ def test_frozen_filters_on_remote_runners_refuse_a_background_sampler():
         RunnerGroup(
             make_env, _filtered_policy(), config=_frozen_config(sample_async=True), num_runners=1
         )
+
+
+def test_zero_runners_sample_a_tensor_env_on_its_device():
+    """The local runner of a group takes the tensor path; two of its batches concatenate
+    into one that still folds time-major (each sub-env's rows of both, in time order)."""
+    import torch
+    from dist_envs import make_tensor_env
+
+    import rlconnect as rc
+    from rlconnect.distributed import RunnerGroup
+
+    env = make_tensor_env(None)
+    policy = rc.MLPPolicy(env.single_observation_space, env.single_action_space, seed=0)
+    config = rc.RunnerConfig(num_envs=4, rollout_fragment_length=5, seed=0)
+    with RunnerGroup(make_tensor_env, policy, config=config, num_runners=0) as group:
+        first, second = group.sample(), group.sample()
+    assert isinstance(first["obs"], torch.Tensor) and len(first) == 20
+    both = rc.concat_samples([first, second])
+    assert both.meta["rows_per_env"] == 10
+    folded = both.time_major()["obs"]
+    assert folded.shape == (10, 4, 4)
+    assert torch.equal(folded[:5], first.time_major()["obs"])
+    assert torch.equal(folded[5:], second.time_major()["obs"])

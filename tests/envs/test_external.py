@@ -274,3 +274,89 @@ def test_multi_agent_external_env():
     assert b["terminateds"].tolist() == [False, True] * 3
     assert [m["agent_rewards"][("b", "pb")] for m in runner.get_metrics()] == [40.0] * 3
     runner.stop()
+
+
+class FakeInference:
+    """A ``ServedInference`` that records what the env asks of it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def compute_actions(self, obs_by_agent, *, explore, env_id):
+        self.calls.append(
+            ("act", {a: o.tolist() for a, o in obs_by_agent.items()}, explore, env_id)
+        )
+        return dict.fromkeys(obs_by_agent, 1)
+
+    def reset(self, env_id):
+        self.calls.append(("reset", env_id))
+
+
+class UntrainedSim(ExternalEnv):
+    """One episode that is served but not recorded; ``got`` keeps its answer."""
+
+    got: list
+
+    def run(self) -> None:
+        eid = self.start_episode("eval", training_enabled=False)
+        try:
+            self.got.append(self.get_action(eid, np.ones(3, np.float32)))
+        except EnvError as exc:
+            self.got.append(exc)
+        self.end_episode(eid, np.zeros(3, np.float32))
+
+
+def _drive(inference: FakeInference | None) -> UntrainedSim:
+    """An UntrainedSim whose adapter is polled (as a runner would) until its run() ends."""
+    env = UntrainedSim(ACT, OBS)
+    env.got = []
+    adapter = rc.envs.ExternalEnvAdapter(env)
+    if inference is not None:
+        adapter.attach_inference(inference)
+    with contextlib.suppress(EnvError):  # raised once run() has returned
+        while True:
+            adapter.poll()
+    env.join()
+    return env
+
+
+def test_untrained_episodes_ask_the_attached_inference_not_the_runner():
+    """The adapter hands its work the ``ServedInference`` it was attached: served actions in
+    eval mode under the episode's own env id, and that id's reset when the episode ends."""
+    inference = FakeInference()
+    assert _drive(inference).got == [1]
+    assert inference.calls == [
+        ("act", {rc.DEFAULT_AGENT_ID: [1.0, 1.0, 1.0]}, False, -2),
+        ("reset", -2),
+    ]
+
+
+def test_an_adapter_no_runner_drives_cannot_serve_untrained_episodes():
+    (got,) = _drive(None).got
+    assert isinstance(got, EnvError) and "no runner drives this ExternalEnv" in str(got)
+
+
+@pytest.mark.parametrize("reward", [True, "1.5", np.array(["2"]), 10**400, None, [1.0, 2.0]])
+def test_a_reward_must_be_a_real_number(reward):
+    """Numpy reads ``True`` and ``"1.5"`` as numbers; an episode's reward is never one."""
+    env = ExternalEnv(ACT, OBS)
+    eid = env.start_episode()
+    with pytest.raises(rc.envs.BadRewardError, match="is not a number"):
+        env.log_returns(eid, reward)
+    env.log_returns(eid, np.array([7], np.uint64))  # a size-one array of a number is one
+    env.log_returns(eid, 10**30)
+
+
+def test_multi_agent_calls_are_checked_whole_before_anything_is_kept():
+    env = TwoAgentSim(ACT, OBS)
+    eid = env.start_episode()
+    with pytest.raises(EpisodeError, match="observations must be a non-empty dict"):
+        env.log_action(eid, [np.zeros(3)], {"a": 0})
+    with pytest.raises(EpisodeError, match="one action per observing agent"):
+        env.log_action(eid, {"a": np.zeros(3)}, {"b": 0})
+    with pytest.raises(EpisodeError, match="the info of agent 'a' must be a dict, got int"):
+        env.log_returns(eid, {"a": 1.0}, {"a": 5})
+    with pytest.raises(EpisodeError, match="rewards must be a non-empty dict"):
+        env.log_returns(eid, 1.0)
+    env.log_action(eid, {"a": np.zeros(3)}, {"a": 0})
+    assert env.hub.queued == 1  # only the good call was queued

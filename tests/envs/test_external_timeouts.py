@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import rlconnect as rc
-from rlconnect.envs import ExternalEnv, external_hub
-from rlconnect.envs.external import EpisodeError
+from rlconnect.envs import EpisodeError, ExternalEnv
 
 OBS = gym.spaces.Box(-10, 10, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -64,7 +63,7 @@ def test_abandoned_eval_episodes_drop_their_connector_state():
 
 
 def test_timed_out_ids_are_bounded(monkeypatch):
-    monkeypatch.setattr(external_hub, "_MAX_IDS", 2)
+    monkeypatch.setattr("rlconnect.envs.external.hub._MAX_IDS", 2)  # the bound, made small
     env = ExternalEnv(ACT, OBS, episode_timeout_s=0.0)
     for k in range(4):
         env.start_episode(k)

@@ -14,6 +14,7 @@ import tree
 
 import rlconnect as rc
 from rlconnect.batches import batches_equal
+from rlconnect.checkpoints import BATCH_FILE
 from rlconnect.checkpoints.container import pack
 from rlconnect.offline import (
     BatchWriter,
@@ -23,7 +24,7 @@ from rlconnect.offline import (
     summarize_batches,
     write_batches,
 )
-from rlconnect.offline.batch_files import BATCH_FORMAT, to_json_value
+from rlconnect.offline.batch_files import to_json_value
 
 
 def assert_same(a, b):
@@ -338,7 +339,7 @@ def test_a_pipeline_file_is_not_a_batch_file(tmp_path):
 
 def forge(tmp_path, structure, arrays=None):
     path = tmp_path / "batch-000000.rlb"
-    path.write_bytes(pack(structure, arrays or {}, format_name=BATCH_FORMAT, format_version=1))
+    path.write_bytes(pack(structure, arrays or {}, BATCH_FILE))
     return path
 
 

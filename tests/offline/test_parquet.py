@@ -336,7 +336,7 @@ def test_wrong_schema_version_is_named(tmp_path):
         w.write(_cartpole_like(20))
     path = next(tmp_path.glob("*.parquet"))
     _rewrite(path, fn_meta=lambda d: d.update(version=99))
-    with pytest.raises(OfflineDataError, match=r"schema version 99 is not supported"):
+    with pytest.raises(OfflineDataError, match=r"version 99 is not supported; supported versions"):
         list(read_batches(path))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 
 import gymnasium as gym
@@ -204,8 +203,3 @@ def test_runner_records_states_and_checkpoint_rebuilds(tmp_path) -> None:
     runner.stop()
     restored.stop()
     env.close()
-
-
-def test_doctests() -> None:
-    failures, _ = doctest.testmod(rlconnect.policy.lstm)
-    assert failures == 0

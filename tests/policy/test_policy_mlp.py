@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 
 import gymnasium as gym
@@ -10,8 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import rlconnect.policy.mlp
-import rlconnect.policy.random
 from rlconnect.policy import MLPPolicy, TorchPolicy
 from rlconnect.policy.mlp import DEFAULT_NUMPY_THRESHOLD
 
@@ -200,10 +197,3 @@ def test_bad_arguments() -> None:
     p = MLPPolicy(OBS, SPACES[0], seed=0)
     with pytest.raises(ValueError, match="expected 6"):
         p.compute_actions({"obs": np.zeros((2, 5), np.float32)})
-
-
-@pytest.mark.parametrize("module", [rlconnect.policy.mlp, rlconnect.policy.random])
-def test_doctests(module) -> None:
-    result = doctest.testmod(module)
-    assert result.failed == 0
-    assert result.attempted > 0

@@ -13,8 +13,8 @@ import pytest
 
 import rlconnect as rc
 from rlconnect.checkpoints.files import MAX_FILE_BYTES
-from rlconnect.runner.checkpoint_format import MAX_BLOB_BYTES
-from rlconnect.runner.checkpoint_load import load_checkpoint
+from rlconnect.checkpoints.runner_format import MAX_BLOB_BYTES
+from rlconnect.checkpoints.runner_load import load_checkpoint
 
 
 def test_a_blob_over_4_gib_is_refused_unread(tmp_path):

@@ -203,14 +203,12 @@ def test_a_reset_that_always_raises_gives_up_after_the_restart_limit():
     runner = make_runner(
         schedule, ledger, frag=10, restart_failed_sub_environments=True, sub_env_restart_limit=4
     )
-    start = time.monotonic()
     with pytest.raises(
         rc.EnvError,
         match=r"sub-env 1 failed 5 times in a row .*"
         r"gave up after 4 restarts \(RunnerConfig.sub_env_restart_limit\)",
     ) as info:
         runner.sample()
-    assert time.monotonic() - start < scaled(5)  # bounded, no loop
     assert isinstance(info.value.__cause__, InjectedFault)
     assert ledger.injected() == {"reset_raise": 5} and ledger.builds[1] == 5  # 4 restarts
     faulty = [m for m in runner.get_metrics() if m["episode_faulty"]]
@@ -233,7 +231,6 @@ def test_a_sub_env_failing_in_every_episode_gives_up_after_the_restart_limit(mod
         batch_mode=mode,
     )
     run = Run(runner, ledger)
-    start = time.monotonic()
     with pytest.raises(
         rc.EnvError,
         match=r"sub-env 1 failed 4 times in a row without completing an episode "
@@ -241,7 +238,6 @@ def test_a_sub_env_failing_in_every_episode_gives_up_after_the_restart_limit(mod
         r"gave up after 3 restarts \(RunnerConfig.sub_env_restart_limit\)",
     ) as info:
         run.sample(50)
-    assert time.monotonic() - start < scaled(5)  # bounded, no loop
     assert type(info.value.__cause__) is InjectedFault  # the last exception, as raised
     assert ledger.injected() == {EVERY_EPISODE_KIND: 4} and ledger.builds[1] == 4
     records = run.metrics + runner.get_metrics()

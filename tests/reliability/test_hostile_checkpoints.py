@@ -27,11 +27,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlconnect as rc
-from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT
+from rlconnect.checkpoints import PIPELINE_FILE, WEIGHTS_FILE, load_checkpoint
 from rlconnect.cli.describe import describe_path, render
 from rlconnect.cli.errors import UsageError
-from rlconnect.runner.checkpoint import load_checkpoint
-from rlconnect.runner.checkpoint_load import WEIGHTS_FORMAT
 
 pytestmark = pytest.mark.reliability
 
@@ -237,7 +235,7 @@ def test_mutated_file_structure(cks: Checkpoints, role: str, edits: list[fc.Json
     header, _ = fc.split_container(data)
     obj = json.loads(header["__metadata__"]["structure"])
     text = fc.json_text(fc.apply_edits(obj, edits))
-    fmt = WEIGHTS_FORMAT if role == "weights" else PIPELINE_FORMAT
+    fmt = (WEIGHTS_FILE if role == "weights" else PIPELINE_FILE).name
     arrays = safetensors.numpy.load(data)
     write_blob(path, role, fc.pack_text(text, arrays, fmt, 1), rehash=True)
     cks.check((role, edits), "structure_edit")
@@ -345,15 +343,16 @@ def test_regression_saved_paths_never_choose_where_a_rebuilt_runner_writes(
     target = cks.outside / "made"
     path = _config_edit(cks, output=str(target), input=str(cks.outside / "missing"))
     runner = rc.EnvRunner.from_checkpoint(path, env="CartPole-v1")
-    assert runner.config.output is None and runner.config.input == "sampler"
+    offline = runner.config.offline
+    assert offline is not None and offline.output is None and offline.input == "sampler"
     assert not target.exists()
     path = _config_edit(cks, output=str(path / "manifest.json"))  # a file, not a folder
-    assert rc.EnvRunner.from_checkpoint(path, env="CartPole-v1").config.output is None
+    assert rc.EnvRunner.from_checkpoint(path, env="CartPole-v1").config.offline.output is None
     out = cks.root / "chosen_by_caller"
     runner = rc.EnvRunner.from_checkpoint(
         path, env="CartPole-v1", config_overrides={"output": str(out)}
     )
-    assert runner.config.output == str(out)  # the caller still can
+    assert runner.config.offline.output == str(out)  # the caller still can
 
 
 @pytest.mark.parametrize(

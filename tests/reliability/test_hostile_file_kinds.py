@@ -35,16 +35,15 @@ import safetensors.numpy
 
 import rlconnect as rc
 from machine_speed import scaled
-from rlconnect.checkpoints import load_statistics
+from rlconnect.checkpoints import POLICY_FILE, load_checkpoint, load_statistics
 from rlconnect.checkpoints.container import _digest
 from rlconnect.checkpoints.files import MAX_FILE_BYTES
 from rlconnect.cli.app import main as cli_main
 from rlconnect.cli.describe import describe_path, render
 from rlconnect.cli.errors import UsageError
 from rlconnect.deploy.onnx_file import describe_onnx_file
-from rlconnect.deploy.policy_file import POLICY_FORMAT, describe_policy_file, read_policy_file
+from rlconnect.deploy.policy_file import describe_policy_file, read_policy_file
 from rlconnect.offline import summarize_batches
-from rlconnect.runner.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.reliability
 
@@ -272,7 +271,7 @@ def repack_policy_file(data: bytes, edit: Callable[[dict], None]) -> bytes:
     edit(structure)
     text = json.dumps(structure)
     arrays = safetensors.numpy.load(data)
-    metadata = {**meta, "structure": text, "sha256": _digest(POLICY_FORMAT, 1, text, arrays)}
+    metadata = {**meta, "structure": text, "sha256": _digest(POLICY_FILE.name, 1, text, arrays)}
     return safetensors.numpy.save(arrays, metadata=metadata)
 
 

@@ -27,9 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlconnect as rc
+from rlconnect.checkpoints import BATCH_FILE
 from rlconnect.cli.describe import describe_path, render
 from rlconnect.cli.errors import UsageError
-from rlconnect.offline import BATCH_FORMAT, read_batches, summarize_batches
+from rlconnect.offline import read_batches, summarize_batches
 
 pytestmark = pytest.mark.reliability
 
@@ -163,7 +164,7 @@ def rlb_structure(data: bytes) -> tuple[Any, dict[str, np.ndarray]]:
 def test_mutated_rlb_structure(files: Files, which: str, edits: list[fc.JsonEdit]) -> None:
     obj, arrays = rlb_structure(files.valid[which])
     text = fc.json_text(fc.apply_edits(obj, edits))
-    files.check(fc.pack_text(text, arrays, BATCH_FORMAT, 1), edits, "structure_edit", "rlb")
+    files.check(fc.pack_text(text, arrays, BATCH_FILE.name, 1), edits, "structure_edit", "rlb")
 
 
 DTYPES = st.sampled_from(
@@ -242,7 +243,7 @@ def test_generated_rlb_columns(files: Files, count: int, columns: list[Any]) -> 
     batch = {"count": count, "meta": "{}", "columns": [[f"c{i}", c] for i, c in enumerate(columns)]}
     obj = refs({"kind": "SampleBatch", "index": 0, "batch": batch})
     text = fc.json_text(obj)
-    files.check(fc.pack_text(text, arrays, BATCH_FORMAT, 1), obj, "generated", "rlb")
+    files.check(fc.pack_text(text, arrays, BATCH_FILE.name, 1), obj, "generated", "rlb")
 
 
 # -- Parquet files ---------------------------------------------------------------------------
@@ -329,7 +330,7 @@ def test_canaries_in_offline_files(files: Files) -> None:
                     }
                 ),
                 pickled,
-                BATCH_FORMAT,
+                BATCH_FILE.name,
                 1,
             ),
             "rlb",
@@ -362,7 +363,7 @@ def test_canaries_in_offline_files(files: Files) -> None:
                         np.uint8,
                     ).copy()
                 },
-                BATCH_FORMAT,
+                BATCH_FILE.name,
                 1,
             ),
             "rlb",
@@ -386,5 +387,5 @@ def test_regression_unhashable_schema_version_is_offline_data_error(
     meta = {**files.parquet_meta, "version": version}
     data = rewrite_parquet(files, json.dumps(meta).encode(), files.root / "tmp.pq")
     (files.root / "v.parquet").write_bytes(data)
-    with pytest.raises(rc.offline.OfflineDataError, match="schema version"):
+    with pytest.raises(rc.offline.OfflineDataError, match=r"malformed rlconnect\.parquet format"):
         list(read_batches(files.root / "v.parquet"))

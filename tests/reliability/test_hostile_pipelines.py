@@ -27,9 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlconnect as rc
+from rlconnect.checkpoints import PIPELINE_FILE
 from rlconnect.checkpoints.container import pack
 from rlconnect.checkpoints.nest import encode_nest
-from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT, describe_pipeline_file, load_statistics
+from rlconnect.checkpoints.pipelines import describe_pipeline_file, load_statistics
 from rlconnect.cli.describe import describe_path, render
 from rlconnect.cli.errors import UsageError
 from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline, ConnectorContext
@@ -157,7 +158,7 @@ def test_mutated_tensor_table(files: Files, which: str, mutation: fc.Mutation) -
 def test_mutated_structure_with_valid_checksum(files: Files, which: str, edits: list) -> None:
     obj, arrays = structure_of(files.valid[which])
     text = fc.json_text(fc.apply_edits(obj, edits))
-    files.check(fc.pack_text(text, arrays, PIPELINE_FORMAT, 1), edits, kind="json_edit")
+    files.check(fc.pack_text(text, arrays, PIPELINE_FILE.name, 1), edits, kind="json_edit")
 
 
 # -- pipelines generated from the registered connectors ----------------------------------------
@@ -241,7 +242,7 @@ def test_generated_pipelines_of_registered_connectors(
         "members": [{"name": f"m{i}", **m} for i, m in enumerate(members)],
     }
     obj, arrays = encode_nest(state)
-    files.target.write_bytes(pack(obj, arrays, format_name=PIPELINE_FORMAT, format_version=1))
+    files.target.write_bytes(pack(obj, arrays, PIPELINE_FILE))
     ctx = CONTEXTS[context]
     files.guards["load_pipeline"].run(
         lambda: rc.load_pipeline(files.target, ctx), (context, state), "generated"
@@ -255,7 +256,7 @@ def member(name: str, params: Any = None) -> dict[str, Any]:
 
 def pipeline_file(*members: Any, kind: str = "AgentConnectorPipeline", arrays=None) -> bytes:
     obj = {"kind": kind, "version": 1, "members": list(members)}
-    return pack(obj, arrays or {}, format_name=PIPELINE_FORMAT, format_version=1)
+    return pack(obj, arrays or {}, PIPELINE_FILE)
 
 
 def canaries(marker: Path, scratch: Path) -> dict[str, bytes]:
@@ -317,7 +318,7 @@ def test_negative_control_the_canaries_do_run_code(tmp_path: Path) -> None:
 def test_the_structure_mutator_keeps_the_checksum_valid(files: Files) -> None:
     """Positive control: an unedited re-pack loads, so edited files reach the deep checks."""
     obj, arrays = structure_of(files.valid["agent"])
-    files.target.write_bytes(fc.pack_text(fc.json_text(obj), arrays, PIPELINE_FORMAT, 1))
+    files.target.write_bytes(fc.pack_text(fc.json_text(obj), arrays, PIPELINE_FILE.name, 1))
     pipe = rc.load_pipeline(files.target, files.ctx)
     assert pipe.names == rc.load_pipeline(files.agent, files.ctx).names
 

@@ -25,9 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlconnect as rc
+from rlconnect.checkpoints import POLICY_FILE
 from rlconnect.cli.describe import describe_path, render
 from rlconnect.cli.errors import UsageError
-from rlconnect.deploy.policy_file import POLICY_FORMAT, describe_policy_file, read_policy_file
+from rlconnect.deploy.policy_file import describe_policy_file, read_policy_file
 
 pytestmark = pytest.mark.reliability
 
@@ -118,7 +119,7 @@ def test_mutated_tensor_table(files: Files, mutation: fc.Mutation) -> None:
 def test_mutated_structure_with_valid_checksum(files: Files, edits: list) -> None:
     obj, arrays = structure_of(files.valid)
     text = fc.json_text(fc.apply_edits(obj, edits))
-    files.check(fc.pack_text(text, arrays, POLICY_FORMAT, 1), edits, kind="json_edit")
+    files.check(fc.pack_text(text, arrays, POLICY_FILE.name, 1), edits, kind="json_edit")
 
 
 HOSTILE_OBS = st.one_of(

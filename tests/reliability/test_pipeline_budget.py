@@ -14,9 +14,9 @@ import pytest
 import safetensors.numpy
 
 import rlconnect as rc
+from rlconnect.checkpoints import POLICY_FILE
 from rlconnect.checkpoints.budget import MAX_PIPELINE_BYTES, pipeline_cost
 from rlconnect.checkpoints.container import _digest
-from rlconnect.deploy.policy_file import POLICY_FORMAT
 from rlconnect.serve import ServingEnv
 
 ACT = gym.spaces.Discrete(2)
@@ -30,7 +30,7 @@ def _repack(data: bytes, edit) -> bytes:
     edit(structure)
     text = json.dumps(structure)
     arrays = safetensors.numpy.load(data)
-    metadata = {**meta, "structure": text, "sha256": _digest(POLICY_FORMAT, 1, text, arrays)}
+    metadata = {**meta, "structure": text, "sha256": _digest(POLICY_FILE.name, 1, text, arrays)}
     return safetensors.numpy.save(arrays, metadata=metadata)
 
 

@@ -232,12 +232,10 @@ def test_a_worker_sub_env_failing_in_every_episode_gives_up_after_the_restart_li
     )
     run = Run(runner, ledger)
     try:
-        start = time.monotonic()
         with pytest.raises(
             rc.EnvError, match=r"sub-env 1 failed 3 times in a row without completing an episode"
         ) as info:
             run.sample(50)
-        assert time.monotonic() - start < scaled(20)  # bounded, no loop
         assert isinstance(info.value.__cause__, InjectedFault)
     finally:
         runner.stop()

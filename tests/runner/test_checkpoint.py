@@ -14,7 +14,7 @@ import pytest
 from cases import CounterEnv
 
 import rlconnect as rc
-from rlconnect.runner.checkpoint import CheckpointMismatchError
+from rlconnect.checkpoints import CheckpointMismatchError
 from rlconnect.runner.inference import eval_mode
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -291,7 +291,7 @@ def test_saving_over_a_checkpoint_replaces_it_and_leaves_no_temp_folders(tmp_pat
 
 
 def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    import rlconnect.runner.checkpoint as ckpt
+    import rlconnect.checkpoints.runner_save as ckpt
 
     runner = cartpole_runner()
     runner.save_checkpoint(tmp_path / "ck")

@@ -14,7 +14,7 @@ import gymnasium as gym
 import pytest
 
 import rlconnect as rc
-from rlconnect.runner.checkpoint_format import CheckpointNotFoundError
+from rlconnect.checkpoints import CheckpointNotFoundError
 
 CARTPOLE = gym.make("CartPole-v1")
 WEIGHTS = "policies/default_policy/weights.safetensors"
@@ -172,13 +172,21 @@ CASES = [
         r"manifest.json: it holds [\d,]+ bytes, more than the limit",
     ),
     ("not_an_object", lambda p, m: write_manifest(p, [1, 2]), "is a JSON list"),
-    ("wrong_format", edit(set_in(("format",), "other.format")), "is not 'rlconnect.runner"),
+    (
+        "wrong_format",
+        edit(set_in(("format",), "other.format")),
+        "expected 'rlconnect.runner_checkpoint'",
+    ),
     (
         "unknown_version",
         edit(set_in(("format_version",), 99)),
-        r"format version 99 is not supported; supported versions: \[1\]",
+        r"format version 99 is not supported; supported versions: 1; a newer rlconnect",
     ),
-    ("version_as_string", edit(set_in(("format_version",), "1")), "malformed format_version"),
+    (
+        "version_as_string",
+        edit(set_in(("format_version",), "1")),
+        "malformed rlconnect.runner_checkpoint format version",
+    ),
     ("config_not_object", edit(set_in(("config",), [])), "'config' must be an object"),
     ("policies_not_list", edit(set_in(("policies",), {"a": 1})), "'policies' must be"),
     ("no_policies", edit(set_in(("policies",), [])), "'policies' must be a non-empty list"),

@@ -357,3 +357,57 @@ def test_n_step_vtrace_and_normalize_on_runner_batches(cfg):
     for b in batches:
         check_other_builtins(b, policy)
     assert all(ends(batches).values()), ends(batches)
+
+
+class ValuesSeen(rc.MLPPolicy):
+    """An MLPPolicy that keeps the input of every ``compute_values`` call (test only)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.values_inputs: list[dict[str, Any]] = []
+
+    def compute_values(self, input_batch):
+        self.values_inputs.append({k: np.array(v) for k, v in input_batch.items()})
+        return super().compute_values(input_batch)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_cut_bootstrap_gets_what_the_policy_is_fed_at_the_next_step(env_id):
+    """PrevActionsRewards before ClipReward: the policy sees the unclipped reward as
+    ``prev_rewards`` and its raw action as ``prev_actions``; the bootstrap input of a cut
+    row equals the input of the row that continues its trajectory in the next batch."""
+    env = gym.make(env_id)
+
+    def agent_pipeline(ctx):
+        return rc.AgentConnectorPipeline(
+            ctx, [rc.PrevActionsRewards(ctx), rc.ClipReward(ctx, limit=0.5)]
+        )
+
+    policy = ValuesSeen(env.observation_space, env.action_space, hiddens=(8,), vf_head=True)
+    runner = rc.EnvRunner(
+        env_id,
+        policy,
+        config=rc.RunnerConfig(num_envs=3, rollout_fragment_length=9, seed=0),
+        agent_pipelines={"default_policy": agent_pipeline},
+        learner_pipelines={"default_policy": lambda ctx: [rc.GAE(ctx), rc.NStepReturns(ctx)]},
+    )
+    try:
+        first = runner.sample()
+        boot = policy.values_inputs[-1]  # the one call: rows' values are recorded already
+        second = runner.sample()
+    finally:
+        runner.stop()
+    cut = [int(r[-1]) for r in trajectories(first)]
+    cut = [i for i in cut if not (first["terminateds"][i] or first["truncateds"][i])]
+    assert len(cut) == len(boot["obs"]) == 3  # every sub-env's trajectory was cut
+    for k, i in enumerate(cut):
+        nxt = np.flatnonzero(
+            (second["eps_id"] == first["eps_id"][i]) & (second["t"] == first["t"][i] + 1)
+        )
+        assert len(nxt) == 1
+        for col in ("obs", "prev_actions", "prev_rewards"):
+            np.testing.assert_array_equal(boot[col][k], second[col][nxt[0]], err_msg=col)
+            assert boot[col].dtype == second[col].dtype, col
+            if col != "obs":  # an n-step target bootstraps from the same inputs
+                np.testing.assert_array_equal(first[f"n_step_new_{col}"][i], boot[col][k])
+    assert np.abs(first["rewards"]).max() <= 0.5 < np.abs(first["prev_rewards"]).max()

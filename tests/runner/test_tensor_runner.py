@@ -83,19 +83,21 @@ def test_rows_equal_the_numpy_path_on_the_same_episodes(mode: Any) -> None:
     assert ended >= n  # the comparison crossed episode ends
 
 
-def test_stateful_connectors_give_the_numpy_path_rows() -> None:
+@pytest.mark.parametrize("mode", [SAME, NEXT])
+def test_stateful_connectors_give_the_numpy_path_rows(mode: Any) -> None:
     """A MeanStdFilter and a FrameStack on the tensor path (two pipeline calls a round,
-    the second masked to the new episodes) record what the numpy path records."""
+    the second masked to the new episodes; NEXT_STEP: the reset steps masked out of the
+    first) record what the numpy path records."""
     n, t = 6, 60
     config = {"observation_filter": "MeanStdFilter", "framestack": 3, "explore": False}
-    tensor_env = BatchedCartPole(n, autoreset_mode=SAME)
+    tensor_env = BatchedCartPole(n, autoreset_mode=mode)
     space = gym.spaces.Box(-np.inf, np.inf, (3, 4), np.float32)
     tp = rc.MLPPolicy(space, tensor_env.single_action_space, seed=0)
     np_policy = rc.MLPPolicy(space, tensor_env.single_action_space, seed=0)
     np_policy.set_weights(tp.get_weights())
     tb = _runner(tensor_env, tp, rollout_fragment_length=t, **config).sample()
     nb = _runner(
-        NumpyView(BatchedCartPole(n, autoreset_mode=SAME)),
+        NumpyView(BatchedCartPole(n, autoreset_mode=mode)),
         np_policy,
         rollout_fragment_length=2 * t,
         tensor=False,
@@ -104,7 +106,8 @@ def test_stateful_connectors_give_the_numpy_path_rows() -> None:
     ended = 0
     for e in range(n):
         mine = {k: v[tb["env_id"] == e].numpy() for k, v in tb.items()}
-        theirs = {k: v[nb["env_id"] == e][:t] for k, v in nb.items() if k != "infos"}
+        rows = len(mine["obs"])
+        theirs = {k: v[nb["env_id"] == e][:rows] for k, v in nb.items() if k != "infos"}
         for col in ("obs", "new_obs", "actions", "rewards", "t"):
             np.testing.assert_allclose(mine[col], theirs[col], rtol=1e-5, atol=1e-5, err_msg=col)
         ended += int(mine["terminateds"].sum())
@@ -196,9 +199,37 @@ def test_a_same_step_env_cannot_take_a_horizon() -> None:
         _runner(BatchedCartPole(2, autoreset_mode=SAME), horizon=5)
 
 
-def test_next_step_is_refused_with_the_fix() -> None:
-    with pytest.raises(ValueError, match=r"NEXT_STEP.*SAME_STEP"):
-        _runner(BatchedCartPole(2, autoreset_mode=NEXT))
+def test_next_step_rows_equal_the_numpy_path_and_reset_steps_are_no_rows() -> None:
+    """NEXT_STEP: the step after a sub-env ended only resets it; on both paths that step
+    is no row, so each sub-env's rows over two samples are the numpy path's rows of it,
+    and a sub-env gives one row fewer per reset (time_major() says why it cannot fold)."""
+    n, t = 6, 60
+    tensor_env = BatchedCartPole(n, autoreset_mode=NEXT)
+    numpy_env = NumpyView(BatchedCartPole(n, autoreset_mode=NEXT))
+    tp, np_policy = _policy(tensor_env), _policy(tensor_env)
+    np_policy.set_weights(tp.get_weights())
+    runner = _runner(tensor_env, tp, rollout_fragment_length=t, explore=False)
+    tbs = [runner.sample() for _ in range(2)]
+    nb = _runner(
+        numpy_env, np_policy, rollout_fragment_length=3 * t, explore=False, tensor=False
+    ).sample()
+    resets = 0
+    for e in range(n):
+        mine = {
+            k: np.concatenate([b[k][b["env_id"] == e].numpy() for b in tbs])
+            for k in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t")
+        }
+        theirs = {k: v[nb["env_id"] == e] for k, v in nb.items() if k != "infos"}
+        rows = len(mine["obs"])
+        ends = int(mine["terminateds"][:-1].sum()) + int(mine["truncateds"][:-1].sum())
+        assert rows <= 2 * t and rows >= 2 * t - ends - 1
+        for col, value in mine.items():
+            np.testing.assert_allclose(value, theirs[col][:rows], atol=1e-6, err_msg=col)
+        resets += 2 * t - rows
+    assert resets >= n  # the comparison crossed reset steps
+    assert sum(len(b) for b in tbs) == 2 * n * t - resets  # reset steps are no rows
+    with pytest.raises(ValueError, match="drops the rows of NEXT_STEP resets"):
+        next(b for b in tbs if "rows_per_env" not in b.meta).time_major()
 
 
 class _NoFinalObs(gym.vector.VectorWrapper):
@@ -295,7 +326,6 @@ def test_an_env_returning_numpy_for_a_key_is_named() -> None:
     ("config", "needle"),
     [
         ({"batch_mode": "complete_episodes"}, "complete_episodes"),
-        ({"restart_failed_sub_environments": True}, "restart_failed_sub_environments"),
         ({"sample_async": True}, "sample_async"),
     ],
 )
@@ -444,3 +474,248 @@ def test_a_learner_connector_without_tensor_support_is_named_when_built() -> Non
             config=rc.RunnerConfig(num_envs=2),
             learner_pipelines={"default_policy": lambda ctx: [Mine(ctx)]},
         )
+
+
+def test_next_prev_inputs_are_what_the_policy_is_fed_at_the_next_step() -> None:
+    """PrevActionsRewards before ClipReward on tensors: ``new_prev_*`` of a row, the
+    bootstrap's inputs, are the ``prev_*`` of the next row of its trajectory (the first
+    row of the next sample after a cut), not the clipped ``rewards``."""
+    env = BatchedCartPole(3, autoreset_mode=SAME)
+
+    def agent_pipeline(ctx: rc.ConnectorContext) -> rc.AgentConnectorPipeline:
+        return rc.AgentConnectorPipeline(
+            ctx, [rc.PrevActionsRewards(ctx), rc.ClipReward(ctx, limit=0.5)]
+        )
+
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        config=rc.RunnerConfig(num_envs=3, rollout_fragment_length=30, seed=0),
+        agent_pipelines={"default_policy": agent_pipeline},
+    )
+    first, second = runner.sample().numpy(), runner.sample().numpy()
+    for col in ("prev_actions", "prev_rewards"):
+        mine, nxt = first[f"new_{col}"], first[col]
+        same = first["eps_id"][:-1] == first["eps_id"][1:]
+        np.testing.assert_array_equal(mine[:-1][same], nxt[1:][same], err_msg=col)
+        cut = np.flatnonzero(np.diff(first["env_id"], append=-1))  # each block's last row
+        following = np.flatnonzero(np.diff(second["env_id"], prepend=-1))  # and next first
+        ongoing = first["eps_id"][cut] == second["eps_id"][following]
+        assert ongoing.any()
+        np.testing.assert_array_equal(
+            mine[cut][ongoing], second[col][following][ongoing], err_msg=col
+        )
+    assert np.abs(first["rewards"]).max() <= 0.5 < np.abs(first["new_prev_rewards"]).max()
+
+
+def _rows_per_env(batch: rc.SampleBatch, n: int) -> list[int]:
+    return torch.bincount(batch["env_id"], minlength=n).tolist()
+
+
+@pytest.mark.parametrize("mode", [DISABLED, SAME])
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
+    mode: Any, pipeline: bool
+) -> None:
+    """restart_failed_sub_environments: the sub-env that returned a NaN at its third step
+    (round 2) keeps its rows before it, is reset, and gives whole fragments again; its
+    episode is reported faulty; the value reaches no row. Found on the recorded rows
+    (empty agent pipeline) or at each round (a pipeline): the same outcome."""
+    n, t = 8, 6
+    env = _PoisonAt(BatchedCartPole(n, autoreset_mode=mode), sub_env=5, step=3)
+    agent_pipelines = (
+        {
+            "default_policy": lambda ctx: rc.AgentConnectorPipeline(
+                ctx, [rc.ClipReward(ctx, limit=1e9)]
+            )
+        }
+        if pipeline
+        else None
+    )
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        config=rc.RunnerConfig(
+            num_envs=n, rollout_fragment_length=t, seed=0, restart_failed_sub_environments=True
+        ),
+        agent_pipelines=agent_pipelines,
+    )
+    first = runner.sample()
+    # located by a second read when found on the recorded rows, in that sample only
+    assert runner._kernel.reads == (1 if pipeline else 2)
+    assert _rows_per_env(first, n) == [t] * 5 + [2] + [t] * 2
+    assert torch.isfinite(first["obs"]).all() and torch.isfinite(first["new_obs"]).all()
+    with pytest.raises(ValueError, match="faulty sub-envs"):
+        first.time_major()
+    faulty = [r for r in runner.get_metrics() if r["episode_faulty"]]
+    assert [(r["env_id"], r["episode_length"]) for r in faulty] == [(5, 3)]
+    second = runner.sample()
+    assert runner._kernel.reads == (2 if pipeline else 3)
+    assert _rows_per_env(second, n) == [t] * n and second.meta["rows_per_env"] == t
+    rows5 = second["env_id"] == 5
+    assert second["t"][rows5][0] == 0  # reset: a new episode, with a new id
+    assert second["eps_id"][rows5][0] not in first["eps_id"].tolist()
+    assert second.time_major()["obs"].shape == (t, n, 4)
+    assert runner.failure is None
+
+
+class _PoisonAlways(gym.vector.VectorWrapper):
+    """Sub-env 1 returns a NaN observation at every step."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.device = env.device
+
+    def step(self, actions: Any) -> Any:
+        obs, rew, term, trunc, info = self.env.step(actions)
+        obs = obs.clone()
+        obs[1, 0] = float("nan")
+        return obs, rew, term, trunc, info
+
+
+def test_a_sub_env_that_fails_every_episode_raises_after_the_restart_limit() -> None:
+    runner = _runner(
+        _PoisonAlways(BatchedCartPole(4, autoreset_mode=DISABLED)),
+        rollout_fragment_length=4,
+        restart_failed_sub_environments=True,
+        sub_env_restart_limit=2,
+    )
+    for _ in range(2):
+        assert _rows_per_env(runner.sample(), 4)[1] == 0
+    with pytest.raises(rc.EnvError, match=r"sub-env 1 failed 3 times in a row"):
+        runner.sample()
+
+
+def test_record_infos_keeps_tensor_infos_as_tensors_per_row() -> None:
+    """Off by default; with record_infos=True the env's per-sub-env tensors are the nested
+    column ``infos`` on the device, in the rows' order, still one host read a sample."""
+    n, t = 4, 60
+    assert "infos" not in _runner(BatchedCartPole(n, autoreset_mode=SAME)).sample()
+    runner = _runner(
+        BatchedCartPole(n, autoreset_mode=SAME), rollout_fragment_length=t, record_infos=True
+    )
+    runner.sample()
+    with HostReadCounter() as reads:
+        batch = runner.sample()
+    assert reads.by_name["cpu"] == 1
+    infos = batch["infos"]
+    assert set(infos) == {"final_obs", "_final_obs"} and infos["final_obs"].shape == (n * t, 4)
+    done = batch["terminateds"] | batch["truncateds"]
+    assert done.any() and torch.equal(infos["_final_obs"], done)
+    assert torch.equal(infos["final_obs"][done], batch["new_obs"][done])
+    assert batch.numpy()["infos"]["final_obs"].shape == (n * t, 4)
+
+
+class _SometimesInfo(gym.vector.VectorWrapper):
+    """A key only at every other step (gymnasium leaves keys out where no sub-env has
+    one), and a value that is not per sub-env."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        self.device, self.steps = env.device, 0
+
+    def step(self, actions: Any) -> Any:
+        obs, rew, term, trunc, info = self.env.step(actions)
+        self.steps += 1
+        info = {"log": {"mean": 1.0}}
+        if self.steps % 2:
+            info["odd"] = torch.full((self.num_envs,), self.steps)
+        return obs, rew, term, trunc, info
+
+
+def test_record_infos_fills_a_missing_key_with_zeros_and_leaves_out_non_rows() -> None:
+    runner = _runner(
+        _SometimesInfo(BatchedCartPole(2, autoreset_mode=SAME)),
+        rollout_fragment_length=4,
+        record_infos=True,
+    )
+    batch = runner.sample()
+    assert set(batch["infos"]) == {"odd"}
+    assert batch["infos"]["odd"].tolist() == [1, 0, 3, 0, 1, 0, 3, 0]
+
+
+def test_a_learner_pipeline_adds_no_host_read_and_its_errors_lose_one_batch() -> None:
+    """GAE's checks travel with the sample's one read; a check that fails raises from
+    sample() and the runner samples on."""
+    env = _PoisonAt(BatchedCartPole(8, autoreset_mode=SAME), sub_env=2, step=70, field="reward")
+    policy = rc.MLPPolicy(env.single_observation_space, env.single_action_space, vf_head=True)
+    runner = rc.EnvRunner(
+        env,
+        policy,
+        config=rc.RunnerConfig(num_envs=8, rollout_fragment_length=40, seed=0, check_finite=False),
+        learner_pipelines={"default_policy": lambda ctx: [rc.GAE(ctx, gamma=0.9, lambda_=0.8)]},
+    )
+    with HostReadCounter() as reads:
+        batch = runner.sample()
+    assert reads.by_name["cpu"] == 1 and set(reads.by_name) <= {"cpu", "numpy", "__array__"}
+    assert isinstance(batch["advantages"], torch.Tensor)
+    assert batch.meta["policy_id"] == "default_policy"
+    with pytest.raises(ValueError, match="GAE"):
+        runner.sample()  # the inf reward of round 70
+    assert runner.failure is None
+    assert "advantages" in runner.sample()
+
+
+class _Allocations(torch.overrides.TorchFunctionMode):
+    """Counts the calls of torch's zero-filled factories inside a ``with`` block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += getattr(func, "__name__", "") in ("zeros", "zeros_like", "full")
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_round_with_an_agent_pipeline_allocates_no_first_row_columns() -> None:
+    """The first rows of new episodes (through the pipeline at every round, masked) take
+    their zero rewards, flags and steps from columns made once, not per round."""
+    env = BatchedCartPole(8, autoreset_mode=SAME)
+    runner = _runner(env, rollout_fragment_length=4, observation_filter="MeanStdFilter")
+    runner.sample()
+    kernel, step, per_round = runner._kernel, runner._kernel.step, []
+
+    def counted(*args: Any) -> None:
+        with _Allocations() as allocations:
+            step(*args)
+        per_round.append(allocations.count)
+
+    kernel.step = counted  # type: ignore[method-assign]
+    runner.sample()
+    assert per_round == [0, 0, 0, 0]
+
+
+def test_the_learner_pipeline_runs_on_the_kept_rows_of_a_sample_with_a_fault() -> None:
+    """With restarts the learner pipeline runs after the read, on the rows kept (the
+    faulty sub-env's NaN reaches none of its inputs), reading its checks once itself."""
+    env = _PoisonAt(BatchedCartPole(8, autoreset_mode=DISABLED), sub_env=5, step=3)
+    policy = rc.MLPPolicy(env.single_observation_space, env.single_action_space, vf_head=True)
+    runner = rc.EnvRunner(
+        env,
+        policy,
+        config=rc.RunnerConfig(
+            num_envs=8, rollout_fragment_length=6, seed=0, restart_failed_sub_environments=True
+        ),
+        learner_pipelines={"default_policy": lambda ctx: [rc.GAE(ctx, gamma=0.9, lambda_=0.8)]},
+    )
+    batch = runner.sample()
+    assert len(batch["advantages"]) == len(batch) == 7 * 6 + 2
+    assert torch.isfinite(batch["advantages"]).all()
+    with HostReadCounter() as reads:
+        assert len(runner.sample()["advantages"]) == 48
+    assert reads.by_name["cpu"] == 1 and reads.by_name["tolist"] == 1
+
+
+class _NoResetMask(_PoisonAt):
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        if options:
+            raise TypeError("reset() takes no options")
+        return self.env.reset(seed=seed)
+
+
+def test_restarting_an_env_that_takes_no_reset_mask_is_a_named_error() -> None:
+    env = _NoResetMask(BatchedCartPole(4, autoreset_mode=SAME), sub_env=1, step=2)
+    runner = _runner(env, rollout_fragment_length=4, restart_failed_sub_environments=True)
+    with pytest.raises(rc.EnvError, match=r"restarting sub-env\(s\) \[1\].*reset_mask"):
+        runner.sample()

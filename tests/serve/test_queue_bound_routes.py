@@ -13,9 +13,7 @@ from raw_load import close_all, read_answers, request_bytes, send_all
 from server_probes import raw_post, sample_forever
 
 import rlconnect as rc
-from rlconnect.envs.external_checks import QueueFullError
-from rlconnect.envs.external_hub import NO_ACTION, EpisodeHub
-from rlconnect.envs.external_limits import HubLimits
+from rlconnect.envs.external import NO_ACTION, EpisodeHub, HubLimits, QueueFullError
 from rlconnect.serve import PolicyServer
 
 OBS = gym.spaces.Box(-10, 10, (3,), np.float32)

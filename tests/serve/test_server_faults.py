@@ -13,7 +13,7 @@ import pytest
 from server_probes import raw_post, sample_forever
 
 import rlconnect as rc
-from machine_speed import scaled
+from machine_speed import scaled, wait_until
 from rlconnect.envs import BadObservationError, TooManyEpisodesError
 from rlconnect.serve import (
     PolicyClient,
@@ -128,43 +128,39 @@ def test_a_full_queue_answers_503_before_taking_a_report() -> None:
         s.stop()
 
 
-def trickle(sock: socket.socket, payload: bytes, interval: float, limit: float) -> bool:
-    """Send ``payload`` a byte per ``interval`` for at most ``limit`` s; False once the
-    server has cut the connection."""
-    start = time.monotonic()
+def trickle(sock: socket.socket, payload: bytes, interval: float) -> bool:
+    """Send ``payload`` a byte per ``interval``; False once the server has cut the
+    connection, True if all of it went through."""
     try:
         for byte in payload:
             sock.send(bytes([byte]))
             time.sleep(interval)
-            if time.monotonic() - start > limit:
-                return True
     except (BrokenPipeError, ConnectionResetError):
         return False
     return True
 
 
 def test_a_trickling_request_is_cut_at_its_deadline(sampling: Sampling) -> None:
-    """Whole-request deadline: a byte every 0.1 s never completes a request in time."""
+    """Whole-request deadline: a byte every 0.1 s (well within the 10 s stall timeout)
+    never completes a request of ~160 bytes, which takes ~16 s, within the 0.5 s
+    ``request_timeout_s``: the server cuts it before it is all sent."""
     data = encode({"episode_id": "x", "obs": np.zeros(3, np.float32)})
     head = (
         "POST /v1/get_action HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-msgpack\r\n"
         f"Content-Length: {len(data)}\r\n\r\n"
     ).encode()
-    start = time.monotonic()
-    with socket.create_connection((sampling.server.address, sampling.server.port), 5) as sock:
-        assert not trickle(sock, head + data, 0.1, 5.0)  # cut before it was all sent
-    assert time.monotonic() - start < scaled(3)
-    assert sampling.server.disconnects == 1
+    address = (sampling.server.address, sampling.server.port)
+    with socket.create_connection(address, scaled(10)) as sock:
+        assert not trickle(sock, head + data, 0.1)  # cut before it was all sent
+    assert wait_until(lambda: sampling.server.disconnects == 1)
     assert PolicyClient(sampling.server.url).health()["ok"] is True
 
 
 def test_hundreds_of_connections_wait_in_the_backlog(sampling: Sampling) -> None:
-    socks = []
-    start = time.monotonic()
+    socks, connect_s = [], scaled(10)  # each connect waits at most this (a refusal raises)
     try:
         for _ in range(300):
-            socks.append(socket.create_connection(("127.0.0.1", sampling.server.port), 5))
-        assert time.monotonic() - start < scaled(5)
+            socks.append(socket.create_connection(("127.0.0.1", sampling.server.port), connect_s))
         assert PolicyClient(sampling.server.url).health()["ok"] is True
     finally:
         for sock in socks:
@@ -358,8 +354,9 @@ def test_after_the_runner_fails_every_call_answers_503_at_once() -> None:
     env = ServingEnv(ACT, OBS, 4)
     config = rc.RunnerConfig(batch_mode="complete_episodes", rollout_fragment_length=1)
     runner = rc.EnvRunner(env, PoisonedPolicy(OBS, ACT, seed=0), config=config)
+    timeout_s = 30.0  # a call that waited for it would answer 504 (or 503) only after it
     server = PolicyServer(
-        runner, "127.0.0.1", 0, get_action_timeout_s=30.0, max_episodes_per_client=4
+        runner, "127.0.0.1", 0, get_action_timeout_s=timeout_s, max_episodes_per_client=4
     )
     s = Sampling(server)
     try:
@@ -370,7 +367,7 @@ def test_after_the_runner_fails_every_call_answers_503_at_once() -> None:
         start = time.monotonic()
         with pytest.raises(RunnerFailedError, match="a policy bug"):
             client.get_action(second, np.array([9, 0, 0], np.float32))  # in flight
-        assert time.monotonic() - start < min(scaled(5.0), 25.0)  # not get_action_timeout_s
+        assert time.monotonic() - start < timeout_s  # the failure answered it, not the timeout
         obs = np.zeros(3, np.float32)
         calls = {
             "start_episode": lambda: client.start_episode(),
@@ -385,8 +382,8 @@ def test_after_the_runner_fails_every_call_answers_503_at_once() -> None:
             start = time.monotonic()
             with pytest.raises(RunnerFailedError, match="a policy bug") as info:
                 call()
-            assert info.value.status == 503 and time.monotonic() - start < scaled(1.0), name
-        assert client._http.retries == 0
+            assert info.value.status == 503 and time.monotonic() - start < timeout_s, name
+        assert client._http.retries == 0  # each was refused at once: none retried
         health = client.health()
         assert health["ok"] is False and "a policy bug" in health["problem"]
     finally:
@@ -401,10 +398,9 @@ def test_a_report_that_can_never_fit_is_413_at_once() -> None:
         client = PolicyClient(s.server.url, retry_timeout_s=30.0)
         eid = client.start_episode()
         step = ["log_action", {"episode_id": eid, "obs": np.zeros(3, np.float32), "action": 1}]
-        start = time.monotonic()
         with pytest.raises(RequestTooLargeError, match="can never fit; send at most 6"):
             client._http.call("report", {"commands": [step] * 7})
-        assert time.monotonic() - start < scaled(1.0) and client._http.retries == 0
+        assert client._http.retries == 0  # refused at once, never retried
         assert s.server.env.hub.queued == 0  # nothing of it was taken
     finally:
         s.stop()

@@ -138,7 +138,7 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(served):
         "no_endpoint": (404, "NotFound"),
         "unknown_eid": (404, "UnknownEpisodeError"),
         "bad_shape": (422, "BadObservationError"),
-        "bad_reward": (400, "BadRequest"),
+        "bad_reward": (422, "BadRewardError"),
         "duplicate": (409, "EpisodeError"),
     }
     for key, (status, kind) in expect.items():

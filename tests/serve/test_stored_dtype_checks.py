@@ -10,7 +10,7 @@ from server_probes import raw_post, sample_forever
 
 import rlconnect as rc
 from rlconnect.envs import BadObservationError
-from rlconnect.envs.external_checks import check_obs
+from rlconnect.envs.external import check_obs
 from rlconnect.serve import PolicyClient, PolicyServer
 
 UNBOUNDED = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)

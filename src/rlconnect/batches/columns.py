@@ -9,7 +9,10 @@ consecutive rows of one agent trajectory:
 
 - its ``obs``, ``actions`` and the policy's other outputs come from the first row;
 - the :data:`NEXT_ROW_COLUMNS` (what the env answered to the action) come from the second;
-- the second row's ``obs`` becomes the transition's ``new_obs`` (:data:`NEXT_OBS_OF`).
+- the second row's ``obs`` becomes the transition's ``new_obs`` (:data:`NEXT_OBS_OF`), and
+  its other policy inputs that a connector adds (``prev_actions``, ``prev_rewards``) become
+  ``new_prev_actions`` / ``new_prev_rewards`` (:data:`NEXT_INPUTS_OF`): what the policy is
+  fed at the step after the transition, which learner connectors bootstrap from.
 
 >>> import numpy as np
 >>> from rlconnect.batches import SampleBatch
@@ -31,6 +34,7 @@ from rlconnect.batches.sample_batch import SampleBatch
 __all__ = [
     "EMPTY_INFO",
     "IMAGE_COLUMNS",
+    "NEXT_INPUTS_OF",
     "NEXT_OBS_OF",
     "NEXT_ROW_COLUMNS",
     "OBSERVATION_COLUMNS",
@@ -88,6 +92,19 @@ so)."""
 NEXT_OBS_OF: Mapping[str, str] = MappingProxyType({OBS: NEXT_OBS})
 """Column of the following row -> the transition column that holds it (``new_obs[t] ==
 obs[t + 1]`` within a trajectory)."""
+
+NEXT_INPUTS_OF: Mapping[str, str] = MappingProxyType(
+    {
+        SampleBatch.PREV_ACTIONS: "new_prev_actions",
+        SampleBatch.PREV_REWARDS: "new_prev_rewards",
+    }
+)
+"""Policy inputs (besides ``obs`` and the recurrent state) of the following row -> the
+transition column that holds them: ``new_prev_rewards[t] == prev_rewards[t + 1]``, exactly
+what the policy was, or will be, fed at that step (for a trajectory cut at the end of a
+batch: the first row of the next one). Not ``rewards[t]``: a connector after
+``PrevActionsRewards`` (``ClipReward``) changes the recorded reward, not what the policy
+saw."""
 
 OBSERVATION_COLUMNS: tuple[str, ...] = (OBS, NEXT_OBS, RAW_OBS)
 """Columns that hold observations: ``obs`` and ``new_obs`` what the agent pipeline output,

@@ -202,7 +202,7 @@ def _pack(
     a: np.ndarray, a_rows: np.ndarray, b: np.ndarray, b_rows: np.ndarray,
     same: np.ndarray | None,
 ) -> tuple[FrameStackColumn, FrameStackColumn] | None:  # fmt: skip
-    """obs ``a[a_rows]`` and new_obs ``b[b_rows]`` sharing one pool, or None when that
+    """The obs ``a[a_rows]`` and new_obs ``b[b_rows]`` sharing one pool, or None when that
     saves less than half. ``same[t]``: new_obs[t] is known to be obs[t + 1] (None: compare)."""
     n, k = len(a_rows), a.shape[1]
     aw = _words(a)

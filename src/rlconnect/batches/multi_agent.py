@@ -12,6 +12,7 @@ from rlconnect.batches.compare import _sample_batches_equal, _values_equal
 from rlconnect.batches.lazy import concat_lazy
 from rlconnect.batches.sample_batch import SampleBatch
 from rlconnect.batches.tensors import is_tensor
+from rlconnect.batches.time_major import ROWS_PER_ENV
 
 if TYPE_CHECKING:
     import torch
@@ -127,6 +128,12 @@ def _merge_meta(metas: Sequence[dict]) -> dict:
 def _concat_sample_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
     meta = _merge_meta([b.meta for b in batches])
     full = [b for b in batches if len(b) > 0]
+    # rows per sub-env add up (time_major() then checks every sub-env has that many);
+    # a part without the key leaves the sum unknown
+    declared = [b.meta.get(ROWS_PER_ENV) for b in full]
+    meta.pop(ROWS_PER_ENV, None)
+    if declared and all(isinstance(d, int) for d in declared):
+        meta[ROWS_PER_ENV] = sum(declared)
     if not full:  # keep the columns (schema) of the first empty batch that has any
         schema = next((b for b in batches if b.keys()), SampleBatch())
         return SampleBatch._from_normalized(dict(schema._columns), 0, meta)

@@ -26,10 +26,15 @@ from rlconnect.batches.tensors import leaf_to_numpy
 if TYPE_CHECKING:
     from rlconnect.batches.sample_batch import SampleBatch
 
-__all__ = ["ROWS_PER_ENV", "fold_time_major", "slot_layout"]
+__all__ = ["NOT_FOLDABLE", "ROWS_PER_ENV", "UNEQUAL_ROWS", "fold_time_major", "slot_layout"]
 
 #: the batch meta key saying how many rows each sub-env (slot) has
 ROWS_PER_ENV = "rows_per_env"
+#: the batch meta key saying why its sub-envs have unequal rows (the error's fix)
+UNEQUAL_ROWS = "unequal_rows"
+#: the batch meta key saying why its rows must not be folded at all (e.g. the rows of
+#: several runners, whose sub-envs share env ids)
+NOT_FOLDABLE = "time_major_refused"
 
 _EQUAL_ROWS = "sample with RunnerConfig(equal_rows=True), which gives every sub-env exactly "
 _EQUAL_ROWS += "rollout_fragment_length rows"
@@ -55,6 +60,8 @@ def slot_layout(batch: SampleBatch) -> tuple[np.ndarray | None, int]:
     """``(order, T)``: the row order that puts the batch in slot order (None: it already
     is) and the rows per slot. Raises ValueError when the slots' rows are not equal in
     number (naming ``RunnerConfig(equal_rows=True)``) or not in time order."""
+    if NOT_FOLDABLE in batch.meta:
+        raise ValueError(f"time_major() cannot fold this batch: {batch.meta[NOT_FOLDABLE]}")
     n = len(batch)
     keys = _slot_keys(batch)
     _, counts = np.unique(keys, return_counts=True)
@@ -64,7 +71,7 @@ def slot_layout(batch: SampleBatch) -> tuple[np.ndarray | None, int]:
         raise ValueError(
             f"time_major() needs the same number of rows from every sub-env, but this "
             f"batch has {int(counts.min())} to {int(counts.max())} rows per sub-env over "
-            f"{len(counts)} sub-envs; {_EQUAL_ROWS}"
+            f"{len(counts)} sub-envs; {batch.meta.get(UNEQUAL_ROWS, _EQUAL_ROWS)}"
         )
     rows = int(counts[0])
     declared = batch.meta.get(ROWS_PER_ENV)

@@ -6,8 +6,9 @@ Layout (a plain safetensors file, readable by any safetensors tool)::
     N bytes   JSON header: {"__metadata__": {...}, "arr_0": {dtype, shape, data_offsets}, ...}
     rest      raw little-endian array bytes
 
-``__metadata__`` holds four strings: ``format`` (e.g. ``"rlconnect.pipeline"``),
-``format_version`` (a decimal integer), ``structure`` (the nest as JSON, arrays replaced
+``__metadata__`` holds four strings: ``format`` (e.g. ``"rlconnect.pipeline"``) and
+``format_version`` (a decimal integer), written and checked by the file's ``FileFormat``
+(``rlconnect.checkpoints.formats``), ``structure`` (the nest as JSON, arrays replaced
 by ``{"__array__": "arr_<i>"}``, see ``rlconnect.checkpoints.nest``) and ``sha256`` (a
 digest over format, version, structure and every array's key, dtype, shape and bytes, so
 flipped bytes anywhere are caught).
@@ -24,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ import safetensors.numpy
 from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.damage import DIGEST_MISMATCH, EMPTY, TRUNCATED_OR_NOT, size_damage
 from rlconnect.checkpoints.files import read_regular_file
+from rlconnect.checkpoints.formats import FileFormat
 from rlconnect.checkpoints.nest import decode_nest, encode_nest
 from rlconnect.errors import CheckpointError
 
@@ -49,9 +50,8 @@ _TENSOR_DTYPES = frozenset(
 def save_nest(
     path: str | os.PathLike[str],
     nest: Any,
+    fmt: FileFormat,
     *,
-    format_name: str,
-    format_version: int,
     where: str = "nest",
 ) -> None:
     """Write ``nest`` (JSON values and numpy arrays) atomically to exactly ``path``.
@@ -60,56 +60,48 @@ def save_nest(
     the disk if the nest holds something that cannot be saved without pickle.
     """
     obj, arrays = encode_nest(nest, where=where)
-    data = pack(obj, arrays, format_name=format_name, format_version=format_version)
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, pack(obj, arrays, fmt))
 
 
-def pack(
-    obj: Any, arrays: dict[str, np.ndarray], *, format_name: str, format_version: int
-) -> bytes:
-    """The file's bytes for an already encoded nest (``encode_nest`` output)."""
+def pack(obj: Any, arrays: dict[str, np.ndarray], fmt: FileFormat) -> bytes:
+    """The file's bytes, in format ``fmt``, for an already encoded nest (``encode_nest``
+    output)."""
     structure = json.dumps(obj, allow_nan=True, separators=(",", ":"))
     metadata = {
-        "format": format_name,
-        "format_version": str(int(format_version)),
+        **fmt.header(text=True),
         "structure": structure,
-        "sha256": _digest(format_name, int(format_version), structure, arrays),
+        "sha256": _digest(fmt.name, fmt.version, structure, arrays),
     }
     return safetensors.numpy.save(arrays, metadata=metadata)
 
 
-def load_nest(
-    path: str | os.PathLike[str], *, format_name: str, versions: Collection[int]
-) -> tuple[int, Any]:
+def load_nest(path: str | os.PathLike[str], fmt: FileFormat) -> tuple[int, Any]:
     """Read a file written by ``save_nest``: ``(format_version, nest)``.
 
-    ``versions`` are the format versions the caller can read; any other raises
-    ``CheckpointError`` listing them. Only a regular file of at most ``MAX_FILE_BYTES`` is
-    read (``rlconnect.checkpoints.files``): a folder, FIFO or device is a ``CheckpointError``.
+    A file of another format, or of a version ``fmt`` does not read, raises
+    ``CheckpointError`` naming both and the supported versions. Only a regular file of at
+    most ``MAX_FILE_BYTES`` is read (``rlconnect.checkpoints.files``): a folder, FIFO or
+    device is a ``CheckpointError``.
     """
     source = os.fspath(path)
     data = read_regular_file(
         source,
-        fail=lambda msg: CheckpointError(f"cannot load {format_name} file {source!r}: {msg}"),
+        fail=lambda msg: CheckpointError(f"cannot load {fmt.name} file {source!r}: {msg}"),
     )
-    return unpack(data, format_name=format_name, versions=versions, source=source)
+    return unpack(data, fmt, source=source)
 
 
-def unpack(
-    data: bytes, *, format_name: str, versions: Collection[int], source: str = "<bytes>"
-) -> tuple[int, Any]:
+def unpack(data: bytes, fmt: FileFormat, *, source: str = "<bytes>") -> tuple[int, Any]:
     """Parse and verify the bytes of a checkpoint file; see ``load_nest``."""
 
     def fail(msg: str) -> CheckpointError:
-        return CheckpointError(f"cannot load {format_name} file {source!r}: {msg}")
+        return CheckpointError(f"cannot load {fmt.name} file {source!r}: {msg}")
 
     header = _read_header(data, fail)
     meta = header.pop(_METADATA, None)
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise fail("no rlconnect metadata in the header (not an rlconnect checkpoint)")
-    if meta.get("format") != format_name:
-        raise fail(f"its format is {meta.get('format')!r}, expected {format_name!r}")
-    version = _check_version(meta.get("format_version"), versions, fail)
+    version = fmt.check(meta, where=repr(source), text=True, fail=fail)
     structure, digest = meta.get("structure"), meta.get("sha256")
     if structure is None or digest is None:
         raise fail("the header lacks the 'structure' or 'sha256' entry")
@@ -123,7 +115,7 @@ def unpack(
     except Exception as exc:  # a third-party parser: any failure means a damaged file
         raise fail(f"invalid array data ({exc})") from None
     arrays = {k: (a if a.flags.writeable else a.copy()) for k, a in arrays.items()}
-    if _digest(format_name, version, structure, arrays) != digest:
+    if _digest(fmt.name, version, structure, arrays) != digest:
         raise fail(DIGEST_MISMATCH)
     try:
         obj = json.loads(structure)
@@ -179,16 +171,6 @@ def _check_length(data: bytes, header: dict[str, Any], fail: Any) -> None:
     want = _LENGTH_BYTES + length + max(ends, default=0)
     if len(data) != want:
         raise fail(size_damage(len(data), want))
-
-
-def _check_version(raw: Any, versions: Collection[int], fail: Any) -> int:
-    supported = ", ".join(str(v) for v in sorted(versions))
-    if not isinstance(raw, str) or not raw.isdecimal() or len(raw) > 9:
-        raise fail(f"malformed format version {str(raw)[:20]!r}; supported versions: {supported}")
-    version = int(raw)
-    if version not in versions:
-        raise fail(f"format version {version} is not supported; supported versions: {supported}")
-    return version
 
 
 def _digest(format_name: str, version: int, structure: str, arrays: dict[str, np.ndarray]) -> str:

@@ -1,8 +1,8 @@
 """Save and load connector pipelines: one pickle-free file, rebuilt only through the registry.
 
 The file at ``path`` (exactly; no suffix is added) is a safetensors file (see
-``rlconnect.checkpoints.container``) with format name ``"rlconnect.pipeline"``, format
-version 1, and as structure the pipeline's ``to_state()``::
+``rlconnect.checkpoints.container``) in format ``PIPELINE_FILE`` (``"rlconnect.pipeline"``
+version 1, ``rlconnect.checkpoints.formats``), and as structure the pipeline's ``to_state()``::
 
     {"kind": "AgentConnectorPipeline" | "ActionConnectorPipeline" | "LearnerConnectorPipeline",
      "version": 1,
@@ -30,6 +30,7 @@ from typing import Any
 from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.budget import MAX_PIPELINE_BYTES, pipeline_cost
 from rlconnect.checkpoints.container import load_nest, pack
+from rlconnect.checkpoints.formats import PIPELINE_FILE
 from rlconnect.checkpoints.nest import encode_into
 from rlconnect.connectors.base import STATE_KEY, ConnectorContext
 from rlconnect.connectors.learner import LearnerConnectorPipeline
@@ -44,8 +45,6 @@ from rlconnect.errors import CheckpointError, UnknownConnectorError
 from rlconnect.spaces import describe_space
 
 __all__ = [
-    "PIPELINE_FORMAT",
-    "PIPELINE_FORMAT_VERSIONS",
     "build_pipeline",
     "check_pipeline_state",
     "describe_pipeline_file",
@@ -53,15 +52,6 @@ __all__ = [
     "load_statistics",
     "save_pipeline",
 ]
-
-PIPELINE_FORMAT = "rlconnect.pipeline"
-"""The format name recorded in every saved pipeline file."""
-
-PIPELINE_FORMAT_VERSION = 1
-"""The file format version written by ``save_pipeline``."""
-
-PIPELINE_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
-"""The file format versions ``load_pipeline`` reads."""
 
 _KINDS: dict[str, type[ConnectorPipeline]] = {
     cls.__name__: cls
@@ -85,8 +75,7 @@ def save_pipeline(pipeline: ConnectorPipeline, path: Path) -> None:
         params = encode_into(m["params"], arrays, where=where)
         members.append({"name": m["name"], "connector": m["connector"], "params": params})
     obj = {"kind": state["kind"], "version": state["version"], "members": members}
-    data = pack(obj, arrays, format_name=PIPELINE_FORMAT, format_version=PIPELINE_FORMAT_VERSION)
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, pack(obj, arrays, PIPELINE_FILE))
 
 
 def load_pipeline(path: Path, ctx: ConnectorContext) -> ConnectorPipeline:
@@ -162,12 +151,16 @@ def describe_pipeline_file(path: Path) -> dict[str, Any]:
         return leaf
 
     state = _read_state(path)
-    return {"file": os.fspath(path), "format": PIPELINE_FORMAT, **tree.map_structure(show, state)}
+    return {
+        "file": os.fspath(path),
+        "format": PIPELINE_FILE.name,
+        **tree.map_structure(show, state),
+    }
 
 
 def _read_state(path: Path) -> dict[str, Any]:
     """The validated pipeline state (structure only; no connector is built)."""
-    _, state = load_nest(path, format_name=PIPELINE_FORMAT, versions=PIPELINE_FORMAT_VERSIONS)
+    _, state = load_nest(path, PIPELINE_FILE)
     return check_pipeline_state(state, f"pipeline {os.fspath(path)!r}")
 
 

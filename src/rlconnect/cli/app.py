@@ -7,7 +7,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rlconnect.cli.describe import cmd_inspect
 from rlconnect.cli.errors import UsageError, missing_extra
@@ -45,7 +45,7 @@ def _seed(text: str) -> int:
 
 
 def _version() -> str:
-    from rlconnect import __version__
+    from rlconnect._version import __version__
 
     return __version__
 
@@ -59,7 +59,7 @@ def _unregistered(exc: BaseException) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the command."""
+    """The argument parser of the command: ``sample``, ``inspect``, ``export``, ``serve``."""
     parser = _Parser(
         prog="rlconnect",
         description="Collect reinforcement-learning experience from an env and show what happened.",
@@ -68,6 +68,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rlconnect {_version()}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    _add_sample_parser(sub)
+    _add_inspect_parser(sub)
+    add_export_parser(sub)
+    add_serve_parser(sub)
+    return parser
+
+
+def _add_sample_parser(sub: Any) -> None:
+    """``rlconnect sample``: what to sample with, then what to write and show."""
     s = sub.add_parser(
         "sample",
         help="collect experience, show progress and a summary",
@@ -93,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--config", metavar="TOML", help="file of RunnerConfig keys, env, steps, policy")
     s.add_argument("--seed", type=_seed, help="base seed (0)")
+    _add_sample_outputs(s)
+    add_import_option(s)
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
+    s.set_defaults(func=cmd_sample)
+
+
+def _add_sample_outputs(s: argparse.ArgumentParser) -> None:
+    """What ``rlconnect sample`` writes: ``--out``, ``--format``, ``--plot``, ``--log-dir``."""
     s.add_argument(
         "--out", metavar="DIR", help="write batch files, a checkpoint and run.json to DIR"
     )
@@ -110,10 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="log metrics() per batch to DIR: metrics.jsonl, metrics.csv and TensorBoard "
         "event files (when tensorboard is installed)",
     )
-    add_import_option(s)
-    s.add_argument("--quiet", action="store_true", help="no progress bar")
-    s.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
-    s.set_defaults(func=cmd_sample)
+
+
+def _add_inspect_parser(sub: Any) -> None:
+    """``rlconnect inspect PATH``."""
     i = sub.add_parser(
         "inspect",
         help="show a saved pipeline, batch files, a checkpoint or a run folder",
@@ -123,9 +141,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_import_option(i)
     i.add_argument("--traceback", action="store_true", help="show the traceback of a failure")
     i.set_defaults(func=cmd_inspect)
-    add_export_parser(sub)
-    add_serve_parser(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,15 +18,17 @@ class SharedPolicies:
         self.policy_of_agent = policy_of_agent
 
     def __call__(self, agent_id: Any, episode: Any = None, **kwargs: Any) -> str:
+        """The policy id of ``agent_id`` (episode and keyword arguments unused: the pairing
+        of spaces alone decides)."""
         return self.policy_of_agent[agent_id]
 
 
 def group_agents(env: Any) -> dict[str, list[Any]]:
     """Policy id -> agents: one policy per distinct (observation, action) space pair,
     ``default_policy`` when every agent has the same spaces."""
-    import rlconnect as rc
+    from rlconnect.batches import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID
 
-    agents = list(env.possible_agents) or [rc.DEFAULT_AGENT_ID]
+    agents = list(env.possible_agents) or [DEFAULT_AGENT_ID]
     groups: list[tuple[gym.Space, gym.Space, list[Any]]] = []
     for agent in agents:
         spaces = (env.observation_space(agent), env.action_space(agent))
@@ -37,7 +39,7 @@ def group_agents(env: Any) -> dict[str, list[Any]]:
         else:
             groups.append((*spaces, [agent]))
     if len(groups) == 1:
-        return {rc.DEFAULT_POLICY_ID: groups[0][2]}
+        return {DEFAULT_POLICY_ID: groups[0][2]}
     return {f"policy_{i}": members for i, (_, _, members) in enumerate(groups)}
 
 
@@ -57,31 +59,34 @@ def image_hint(space: gym.Space, preset: str | None) -> str | None:
 def build_runner(run: dict[str, Any], config: Any, hints: list[str] | None = None) -> Any:
     """The EnvRunner for ``rlconnect sample``: default pipelines, random or MLP policies
     (one per distinct pair of spaces), hints appended to ``hints``."""
-    import rlconnect as rc
+    from rlconnect import policy
+    from rlconnect.batches import DEFAULT_AGENT_ID, DEFAULT_POLICY_ID
+    from rlconnect.connectors import ConnectorContext, default_agent_pipeline
     from rlconnect.envs import make_base_env
     from rlconnect.envs.make import NotAnEnvError
+    from rlconnect.runner import EnvRunner
 
     try:
         env = make_base_env(resolve_env(run["env"]), config.env_settings())
     except NotAnEnvError as exc:  # ``--env os:getcwd``: the flag names no env
         raise UsageError(f"--env {run['env']!r}: {exc}") from None
     try:
-        groups = group_agents(env) if env.is_multi_agent else {rc.DEFAULT_POLICY_ID: []}
+        groups = group_agents(env) if env.is_multi_agent else {DEFAULT_POLICY_ID: []}
         policies = {}
         for pid, agents in groups.items():
-            agent = agents[0] if agents else rc.DEFAULT_AGENT_ID
+            agent = agents[0] if agents else DEFAULT_AGENT_ID
             obs_space, act_space = env.observation_space(agent), env.action_space(agent)
             hint = image_hint(obs_space, config.preset)
             if hint and hints is not None and hint not in hints:
                 hints.append(hint)
-            ctx = rc.ConnectorContext(obs_space, act_space, config.connector_config())
-            space = rc.default_agent_pipeline(ctx).output_space
-            policy_cls = rc.RandomPolicy if run["policy"] == "random" else rc.MLPPolicy
+            ctx = ConnectorContext(obs_space, act_space, config.connector_config())
+            space = default_agent_pipeline(ctx).output_space
+            policy_cls = policy.RandomPolicy if run["policy"] == "random" else policy.MLPPolicy
             policies[pid] = policy_cls(space, act_space, seed=config.seed)
         mapping = None
         if env.is_multi_agent:
             mapping = SharedPolicies({a: pid for pid, agents in groups.items() for a in agents})
-        return rc.EnvRunner(env, policies, policy_mapping_fn=mapping, config=config)
+        return EnvRunner(env, policies, policy_mapping_fn=mapping, config=config)
     except BaseException:
         env.close()
         raise

@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from rlconnect.checkpoints.files import open_regular_file, read_regular_file
+from rlconnect.checkpoints.formats import FORMAT_KEY, VERSION_KEY, FileFormat
+from rlconnect.checkpoints.runner_format import MAX_MANIFEST_BYTES
 from rlconnect.cli.errors import UsageError
 from rlconnect.errors import CheckpointError
 
-_MAX_MANIFEST_BYTES = 16 << 20
+_SAME = object()  # a saved config value equal to its default
 
 
 def peek_format(path: str) -> tuple[str, str] | None:
@@ -35,7 +37,7 @@ def peek_format(path: str) -> tuple[str, str] | None:
     try:
         header = json.loads(raw.decode("utf-8"))
         meta = header["__metadata__"]
-        return str(meta["format"]), str(meta.get("format_version", "?"))
+        return str(meta[FORMAT_KEY]), str(meta.get(VERSION_KEY, "?"))
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
         return None
 
@@ -55,7 +57,7 @@ def _describe_container(path: str, fmt: tuple[str, str]) -> dict[str, Any]:
 
     if not fmt[1].isdecimal() or len(fmt[1]) > 9:
         raise CheckpointError(f"cannot load {path!r}: malformed format version {fmt[1][:20]!r}")
-    _, nest = load_nest(path, format_name=fmt[0], versions={int(fmt[1])})
+    _, nest = load_nest(path, FileFormat(fmt[0], int(fmt[1])))
     sizes: list[int] = []
 
     def show(leaf: Any) -> Any:
@@ -133,9 +135,9 @@ def _verify_manifest_files(folder: Path, manifest: Any) -> dict[str, str]:
 
 
 def _describe_file(path: str) -> dict[str, Any]:
-    from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT
-    from rlconnect.deploy.policy_file import POLICY_FORMAT, describe_policy_file
-    from rlconnect.offline import BATCH_FORMAT, summarize_batches
+    from rlconnect.checkpoints.formats import BATCH_FILE, PIPELINE_FILE, POLICY_FILE
+    from rlconnect.deploy.policy_file import describe_policy_file
+    from rlconnect.offline import summarize_batches
 
     fmt = peek_format(path)
     if fmt is None and path.endswith(".onnx"):
@@ -146,22 +148,22 @@ def _describe_file(path: str) -> dict[str, Any]:
         raise CheckpointError(
             f"cannot load {path!r}: not an rlconnect file (no rlconnect header; damaged?)"
         )
-    if fmt[0] == PIPELINE_FORMAT:
+    if fmt[0] == PIPELINE_FILE.name:
         return {"pipeline": _add_std(_describe_pipeline(path))}
-    if fmt[0] == BATCH_FORMAT:
+    if fmt[0] == BATCH_FILE.name:
         return {"batches": summarize_batches(path)}
-    if fmt[0] == POLICY_FORMAT:
+    if fmt[0] == POLICY_FILE.name:
         return {"policy": describe_policy_file(path)}
     return {"file": _describe_container(path, fmt)}
 
 
 def _describe_checkpoint(folder: Path) -> dict[str, Any]:
     """A checkpoint folder: its manifest and every file in it, pipelines in full."""
-    from rlconnect.checkpoints.pipelines import PIPELINE_FORMAT
+    from rlconnect.checkpoints.formats import PIPELINE_FILE
     from rlconnect.errors import UnknownConnectorError
 
     manifest_path = folder / "manifest.json"
-    raw = read_regular_file(manifest_path, max_bytes=_MAX_MANIFEST_BYTES)
+    raw = read_regular_file(manifest_path, max_bytes=MAX_MANIFEST_BYTES)
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -195,7 +197,7 @@ def _describe_checkpoint(folder: Path) -> dict[str, Any]:
                 continue
             desc = (
                 _add_std(_describe_pipeline(str(p)))
-                if fmt[0] == PIPELINE_FORMAT
+                if fmt[0] == PIPELINE_FILE.name
                 else _describe_container(str(p), fmt)
             )
             desc.pop("file", None)
@@ -258,18 +260,31 @@ def describe_path(path: str) -> dict[str, Any]:
 
 def _non_default_config(config: dict[str, Any]) -> dict[str, Any]:
     """The RunnerConfig values (as in ``to_dict()``) that differ from the defaults, both
-    compared as JSON values (a saved list equals a default tuple)."""
+    compared as JSON values (a saved list equals a default tuple); of a table such as
+    ``offline`` (an ``OfflineConfig``), the settings that differ from its defaults."""
+    from rlconnect.offline import OfflineConfig
     from rlconnect.offline.json_values import to_json_value
     from rlconnect.runner.config import RunnerConfig
 
-    defaults = to_json_value(RunnerConfig().to_dict())
-    return {k: v for k, v in config.items() if k not in defaults or defaults[k] != to_json_value(v)}
+    defaults = to_json_value(RunnerConfig(offline=OfflineConfig()).to_dict())
+
+    def differ(value: Any, default: Any) -> Any:
+        if value is None and isinstance(default, dict):  # no section: its defaults
+            return _SAME
+        if isinstance(value, dict) and isinstance(default, dict):
+            inner = {k: differ(v, default.get(k, _SAME)) for k, v in value.items()}
+            inner = {k: v for k, v in inner.items() if v is not _SAME}
+            return inner or _SAME
+        return _SAME if to_json_value(value) == default else value
+
+    out = {k: differ(v, defaults.get(k, _SAME)) for k, v in config.items()}
+    return {k: v for k, v in out.items() if v is not _SAME}
 
 
 def _describe_run(path: Path) -> Any:
     """run.json of ``sample --out``: settings, non-default runner config, summary."""
     try:
-        doc = json.loads(read_regular_file(path, max_bytes=_MAX_MANIFEST_BYTES).decode("utf-8"))
+        doc = json.loads(read_regular_file(path, max_bytes=MAX_MANIFEST_BYTES).decode("utf-8"))
         settings = dict(doc["settings"])
         config = settings.pop("runner_config")
         return {"settings": {**settings, **_non_default_config(config)}, "summary": doc["summary"]}

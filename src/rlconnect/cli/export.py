@@ -64,14 +64,14 @@ def _source(path: str) -> str:
 
 
 def _policy_ids(checkpoint: str) -> list[str]:
-    from rlconnect.runner.checkpoint_format import read_manifest
+    from rlconnect.checkpoints.runner_format import read_manifest
 
     return [p["id"] for p in read_manifest(checkpoint)["policies"]]
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export the policy; print what was written."""
-    import rlconnect as rc
+    from rlconnect.deploy import export_onnx, export_policy
 
     checkpoint = _source(args.source)
     ids = _policy_ids(checkpoint)
@@ -87,9 +87,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     # once the ONNX model (if asked) is written too, so a failed export leaves neither
     staged = f"{args.out}.partial-{os.getpid()}"
     try:
-        size = rc.export_policy(checkpoint, staged, policy_id=args.policy)
+        size = export_policy(checkpoint, staged, policy_id=args.policy)
         if args.onnx:
-            rc.export_onnx(checkpoint, args.onnx, policy_id=args.policy)
+            export_onnx(checkpoint, args.onnx, policy_id=args.policy)
         os.replace(staged, args.out)
     finally:
         with contextlib.suppress(OSError):

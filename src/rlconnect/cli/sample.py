@@ -50,10 +50,10 @@ class _Run:
         self.windows.append(dict(record))
 
     def flush(self) -> None:
-        """(Nothing to flush: the records stay in memory.)"""
+        """Nothing to flush: the records stay in memory."""
 
     def close(self) -> None:
-        """(Nothing to close.)"""
+        """Nothing to close: the records stay in memory until the run ends."""
 
     def record(self, metric: dict[str, Any], before: int) -> None:
         """One episode's metric record, from the batch after ``before`` env steps."""

@@ -57,14 +57,14 @@ def add_serve_parser(sub: Any) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve until interrupted; 0 once stopped."""
-    import rlconnect as rc
+    from rlconnect.deploy import load_policy
     from rlconnect.serve import PolicyServer
 
     if not os.path.isfile(args.policy_file):
         raise UsageError(f"{args.policy_file!r} is not a file; give a file rlconnect export wrote")
     if args.max_concurrent < 1:
         raise UsageError(f"--max-concurrent {args.max_concurrent}: it must be >= 1")
-    policy = rc.load_policy(args.policy_file)
+    policy = load_policy(args.policy_file)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

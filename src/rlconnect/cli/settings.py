@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -29,11 +30,10 @@ _NOT_FROM_FILES = ("observation_fn",)
 
 
 def _runner_fields() -> list[str]:
-    import attrs
-
+    """RunnerConfig's keywords: its fields and its sections' settings (``output``...)."""
     from rlconnect.runner.config import RunnerConfig
 
-    return [f.name for f in attrs.fields(RunnerConfig) if f.name not in _NOT_FROM_FILES]
+    return [k for k in RunnerConfig.keywords() if k not in _NOT_FROM_FILES]
 
 
 def _config_error(path: str) -> Callable[[str], UsageError]:
@@ -42,11 +42,11 @@ def _config_error(path: str) -> Callable[[str], UsageError]:
 
 def _read_config_file(path: str) -> dict[str, Any]:
     """The settings of a TOML file: keys of RunnerConfig plus env, steps, policy."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python 3.10
+    else:
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ImportError:
             raise UsageError("--config needs Python >= 3.11 or `pip install tomli`") from None
     try:
@@ -117,6 +117,7 @@ class ZeroArgCreator:
         self.fn = fn
 
     def __call__(self, ctx: Any = None) -> Any:
+        """Build the env, ignoring the ``EnvContext`` the runner passes."""
         return self.fn()
 
 

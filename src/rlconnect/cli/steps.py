@@ -44,6 +44,8 @@ class LiveSteps:
         )
 
     def __call__(self) -> int:
+        """The estimate now: steps of finished batches plus the current batch's share so far,
+        never past the batch's size."""
         done, polls, rate = self._base
         return done + min(int((self._polls() - polls) * rate), self._batch)
 

@@ -24,6 +24,7 @@ from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import STORE_POLL
 from rlconnect.batches.time_major import ROWS_PER_ENV
 from rlconnect.collectors.env_steps import EnvStepLog
+from rlconnect.collectors.modes import BatchMode, CountStepsBy
 from rlconnect.collectors.policy_collector import PolicyCollector
 
 __all__ = ["PolicyCollectorGroup"]
@@ -97,28 +98,29 @@ class PolicyCollectorGroup:
         """Agent steps (transitions) logged and not yet handed out."""
         return self.env_step_log.agent_steps
 
-    def ready(self, mode: str, target: int, count_by: str) -> bool:
+    def ready(self, mode: BatchMode, target: int, count_by: CountStepsBy) -> bool:
         """True when a batch of ``target`` steps can be built."""
-        if mode == "complete_episodes":
-            have = self._finished_steps if count_by == "env_steps" else self._finished_agent_steps
+        by_env = count_by is CountStepsBy.ENV_STEPS
+        if mode is BatchMode.COMPLETE_EPISODES:
+            have = self._finished_steps if by_env else self._finished_agent_steps
         elif self.rows_per_env is not None:
             if self.env_step_log.size < self.rows_per_env * self.num_envs:
                 return False
             steps = np.bincount(self.env_step_log.columns().env, minlength=self.num_envs)
             return bool(steps.min() >= self.rows_per_env)
         else:
-            have = self.env_steps() if count_by == "env_steps" else self.agent_steps()
+            have = self.env_steps() if by_env else self.agent_steps()
         return have >= target
 
     # -- building -------------------------------------------------------------------------
-    def _take_events(self, mode: str, target: int, count_by: str) -> np.ndarray:
+    def _take_events(self, mode: BatchMode, target: int, count_by: CountStepsBy) -> np.ndarray:
         ev = self.env_step_log
-        if mode == "complete_episodes":
+        if mode is BatchMode.COMPLETE_EPISODES:
             return np.isin(ev.columns().eps, np.fromiter(self._finished, np.int64))
         if self.rows_per_env is not None:
             return _rank_within(ev.columns().env) < self.rows_per_env
         taken = np.zeros(ev.size, dtype=bool)
-        if count_by == "env_steps":
+        if count_by is CountStepsBy.ENV_STEPS:
             k = min(target, ev.size)
         else:
             k = int(np.searchsorted(np.cumsum(ev.columns().agent_steps), target)) + 1
@@ -127,13 +129,13 @@ class PolicyCollectorGroup:
         return taken
 
     def build(
-        self, mode: str, target: int, count_by: str
+        self, mode: BatchMode, target: int, count_by: CountStepsBy
     ) -> tuple[dict[str, tuple[SampleBatch, np.ndarray]], int]:
         """Hand out one batch: per policy (transitions, trajectory id of each row), env steps."""
         ev = self.env_step_log
         taken = self._take_events(mode, target, count_by)
         env_steps = int(taken.sum())
-        if mode == "complete_episodes":
+        if mode is BatchMode.COMPLETE_EPISODES:
             eps = np.fromiter(self._finished, np.int64)
             select = lambda c: np.isin(c.column(EPS_ID), eps)  # noqa: E731
         else:
@@ -150,7 +152,7 @@ class PolicyCollectorGroup:
                 if len(b):
                     batches[pid] = (b, traj)
         ev.keep(np.flatnonzero(~taken))
-        if mode == "complete_episodes":  # every finished episode was handed out
+        if mode is BatchMode.COMPLETE_EPISODES:  # every finished episode was handed out
             self._finished.clear()
             self._finished_steps = self._finished_agent_steps = 0
         else:

@@ -3,9 +3,10 @@
 Every observation an agent of the policy receives is one *row* (what the agent pipeline
 output, plus bookkeeping); the policy's answer is written into the same row. A transition
 is two consecutive rows of one agent trajectory: ``obs``/``actions``/fetches come from the
-first, ``rewards``/``terminateds``/``truncateds``/``infos``/``new_obs`` from the second
-(the column roles are declared in ``rlconnect.batches.columns``). Building a batch is
-therefore a stable sort by trajectory and a shift by one.
+first, ``rewards``/``terminateds``/``truncateds``/``infos``/``new_obs`` (and
+``new_prev_actions``/``new_prev_rewards``) from the second (the column roles are declared
+in ``rlconnect.batches.columns``). Building a batch is therefore a stable sort by
+trajectory and a shift by one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import (
     IMAGE_COLUMNS,
+    NEXT_INPUTS_OF,
     NEXT_OBS_OF,
     NEXT_ROW_COLUMNS,
     STORE_COLUMNS,
@@ -152,5 +154,8 @@ class PolicyCollector:
                 cols[name] = self.store.take(name, rows)
         for name, (_, following) in pairs.items():
             cols[NEXT_OBS_OF[name]] = following
+        for name, next_name in NEXT_INPUTS_OF.items():
+            if name in self.store:
+                cols[next_name] = self.store.take(name, nxt)
         pack_image_columns(cols, IMAGE_COLUMNS, compress=self.compress_observations)
         return SampleBatch(cols)

@@ -20,7 +20,8 @@ bad rows, with a few whole-tensor operations (one element at a time, ~30x the co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -65,23 +66,28 @@ class TensorStore:
         shape = (self.rounds, self.rows, *value.shape[1:])
         return torch.empty(shape, dtype=value.dtype, device=self.device)
 
-    def build(self, constant: Mapping[str, Any]) -> SampleBatch:
+    def build(self, constant: Mapping[str, Any], keep: torch.Tensor | None = None) -> SampleBatch:
         """This sample's rows of every column, slot major, in new tensors (the store is
         written over by the next sample), with the ``constant`` columns: one row (R,)
-        each (or a Python int), the same at every round."""
+        each (or a Python int), the same at every round. ``keep``: the slot-major indices
+        of the rows to hand out (the others are dropped; the caller sets the layout meta);
+        None: all."""
         t, r = self.rounds, self.rows
+        fn: Callable[[torch.Tensor], torch.Tensor] = _slot_major
+        count = r * t
+        if keep is not None:  # one gather: slot-major row s * T + k is storage row k * R + s
+            fn, count = functools.partial(_gather, at=(keep % t) * r + keep // t), len(keep)
         columns = {
-            name: _map(_slot_major, store)
-            for name, store in self._columns.items()
-            if name in self._written
+            name: _map(fn, store) for name, store in self._columns.items() if name in self._written
         }
         for name, value in constant.items():
             if isinstance(value, int):
-                columns[name] = torch.full((r * t,), value, dtype=torch.int64, device=self.device)
+                columns[name] = torch.full((count,), value, dtype=torch.int64, device=self.device)
             else:
-                columns[name] = value.repeat_interleave(t)
-        meta = {"rows_per_env": self.rounds}
-        return SampleBatch._from_normalized(columns, self.rounds * self.rows, meta)
+                value = value.repeat_interleave(t)
+                columns[name] = value if keep is None else value.index_select(0, keep)
+        meta = {"rows_per_env": self.rounds} if keep is None else {}
+        return SampleBatch._from_normalized(columns, count, meta)
 
     def any_nonfinite(self, names: tuple[str, ...]) -> torch.Tensor:
         """0-d bool: whether a float leaf of columns ``names`` may hold a NaN or inf, from
@@ -142,6 +148,11 @@ def _slot_major(store: torch.Tensor) -> torch.Tensor:
     else:
         out.copy_(store.transpose(0, 1))
     return out.reshape(r * t, *store.shape[2:])
+
+
+def _gather(store: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """The rows ``at`` of ``[T, R, ...]`` storage's time-major rows, in a new tensor."""
+    return store.reshape(-1, *store.shape[2:]).index_select(0, at)
 
 
 def _map(fn: Any, store: Any) -> Any:

@@ -53,7 +53,9 @@ def _counter_class() -> type:
             super().__init__()
             self.reads: Counter[str] = Counter()
 
-        def __torch_function__(self, func, _types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(
+            self, func: Any, _types: Any, args: tuple = (), kwargs: dict | None = None
+        ) -> Any:
             name = getattr(func, "__name__", "")
             if name == "__getitem__" and _bool_index(args):
                 self.reads["x[bool mask]"] += 1

@@ -432,6 +432,7 @@ class AgentConnector(Connector):
     """Transforms what the env returned, before the policy sees it. Override ``__call__``."""
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Transform the rows; subclasses implement it (most override a narrow base instead)."""
         raise NotImplementedError
 
     def on_policy_output(self, output: ActionData) -> None:
@@ -444,6 +445,7 @@ class ActionConnector(Connector):
     _ctx_space = "action_space"
 
     def __call__(self, data: ActionData) -> ActionData:
+        """Transform the rows; subclasses implement it (most override a narrow base instead)."""
         raise NotImplementedError
 
 
@@ -469,6 +471,8 @@ class ObservationConnector(AgentConnector):
         return self.transform(value)
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Map ``column`` with ``transform`` (numpy) or ``transform_tensor`` (torch); an
+        ``optional`` column that is absent passes."""
         if self.optional and self.column not in data:
             return data
         self.input_space  # noqa: B018  (binds a standalone connector to the context's space)
@@ -505,6 +509,7 @@ class ColumnActionConnector(ActionConnector):
         return self.transform(value)
 
     def __call__(self, data: ActionData) -> ActionData:
+        """Map ``column`` with ``transform`` (numpy) or ``transform_tensor`` (torch)."""
         value = data[self.column]
         if holds_tensors(value):
             data[self.column] = self.transform_tensor(value)

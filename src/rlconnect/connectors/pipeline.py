@@ -137,9 +137,11 @@ class ConnectorPipeline(Generic[C]):
 
     @contextlib.contextmanager
     def editing(self) -> Iterator[ConnectorPipeline[C]]:
-        """Make several edits that only fit together: what the pipeline feeds is checked
-        once, when the block ends; if the output then differs, every edit made inside is
-        undone and ValueError names them. (Each edit still checks that members chain.)"""
+        """Make several edits that only fit together, checked once when the block ends.
+
+        What the pipeline feeds is checked then; if the output differs, every edit made
+        inside is undone and ValueError names them. (Each edit still checks that members
+        chain.)"""
         if self._pending is not None:
             raise RuntimeError("pipeline.editing() blocks do not nest")
         self._pending = (list(self._members), [])
@@ -410,6 +412,8 @@ class AgentConnectorPipeline(ConnectorPipeline[AgentConnector]):
     member_type = AgentConnector
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Run every member on ``data`` in order; ValueError for a ``mask`` on numpy rows
+        (there only the real rows are passed)."""
         if data.mask is not None and not data.on_tensors:
             raise ValueError(
                 "AgentData.mask is for rows on the tensor path (torch env_ids); on numpy, "
@@ -430,4 +434,5 @@ class ActionConnectorPipeline(ConnectorPipeline[ActionConnector]):
     _ctx_space = "action_space"
 
     def __call__(self, data: ActionData) -> ActionData:
+        """Run every member on ``data`` in order."""
         return self._run(data)

@@ -71,7 +71,7 @@ def _frame_count(value: Any) -> None:
 
 
 def _python_number(value: Any) -> Any:
-    """numpy scalars as Python ints / floats (so configs stay JSON-able); other values
+    """NumPy scalars as Python ints / floats (so configs stay JSON-able); other values
     unchanged, for the check to judge."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return value

@@ -18,11 +18,10 @@ from typing import Any
 
 from rlconnect.batches import DEFAULT_POLICY_ID
 from rlconnect.deploy.deployed import DeployedPolicy, load_policy
-from rlconnect.deploy.policy_file import POLICY_FORMAT, read_policy_file, write_policy_file
+from rlconnect.deploy.policy_file import read_policy_file, write_policy_file
 from rlconnect.deploy.sources import resolve
 
 __all__ = [
-    "POLICY_FORMAT",
     "DeployedPolicy",
     "export_onnx",
     "export_policy",

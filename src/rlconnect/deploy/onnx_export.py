@@ -8,8 +8,13 @@ before anything is written. The batch axis is dynamic.
 
 Inputs: ``obs`` (the raw observation, the env's dtype), ``state_in_0 ...``; outputs:
 ``actions`` (the env action) and ``state_out_0 ...``, the states to feed back at the next
-step of the same episode. ``metadata_props["rlconnect"]`` describes them as JSON, with the
-model's digest (``model_sha256``, see ``onnx_file``)::
+step of the same episode. A Dict or Tuple observation is one input per part instead of
+``obs``, in the space's order, named by its path: ``obs.pos`` for ``obs["pos"]``, ``obs.1``
+for ``obs[1]``, ``obs.arm.angle`` nested (each entry's ``path`` in the metadata gives the
+keys and indices); the graph flattens them as ``FlattenObservations`` does, so the
+agent pipeline must flatten the observation before the model.
+``metadata_props["rlconnect"]`` describes them as JSON, with the model's digest
+(``model_sha256``, see ``onnx_file``)::
 
     {"inputs": [{"name": "obs", "shape": ["batch", 4], "dtype": "float32",
                  "meaning": "...", "initial": null}, ...],
@@ -23,10 +28,12 @@ where ``initial`` is each state's value at an episode's start (one row, nested l
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -43,9 +50,44 @@ from rlconnect.policy.distributions import ActionDistSpec
 from rlconnect.policy.torch_policy import TorchPolicy
 from rlconnect.spaces import describe_space, space_to_json
 
-__all__ = ["OnnxPolicy", "write_onnx"]
+__all__ = ["OnnxPolicy", "obs_input_name", "obs_parts", "write_onnx"]
 
 _LEAF_OBS = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+ObsPart = tuple[tuple[str | int, ...], gym.Space]
+
+
+def obs_parts(space: gym.Space, path: tuple[str | int, ...] = ()) -> list[ObsPart]:
+    """``(path, leaf space)`` of each array the graph takes for an observation of
+    ``space``, in the space's order: one part with path ``()`` for a Box, Discrete,
+    MultiDiscrete or MultiBinary space, one per leaf of a Dict or Tuple (keys and indices
+    in its path). ExportError for a space with another part (Text, Graph, Sequence)."""
+    if isinstance(space, gym.spaces.Dict):
+        return [p for k, s in space.spaces.items() for p in obs_parts(s, (*path, k))]
+    if isinstance(space, gym.spaces.Tuple):
+        return [p for i, s in enumerate(space.spaces) for p in obs_parts(s, (*path, i))]
+    if isinstance(space, _LEAF_OBS):
+        return [(path, space)]
+    where = "".join(f"[{k!r}]" for k in path)
+    raise ExportError(
+        f"the observation part obs{where}, {describe_space(space)}, has no ONNX input (the "
+        "graph takes Box, Discrete, MultiDiscrete and MultiBinary parts), so nothing was "
+        "written; deploy this policy with rc.export_policy and rc.load_policy"
+    )
+
+
+def obs_input_name(path: tuple[str | int, ...]) -> str:
+    """The graph input of the observation part at ``path``: ``obs``, ``obs.pos``, ``obs.1``."""
+    return ".".join(["obs", *map(str, path)])
+
+
+def _nest(space: gym.Space, parts: Iterator[torch.Tensor]) -> Any:
+    """The observation nest of ``space`` from its parts, in :func:`obs_parts`' order."""
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _nest(s, parts) for k, s in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_nest(s, parts) for s in space.spaces)
+    return next(parts)
 
 
 def _mode(dist: ActionDistSpec, dist_inputs: torch.Tensor) -> torch.Tensor:
@@ -65,9 +107,15 @@ class OnnxPolicy(nn.Module):
     """Agent forms -> model -> distribution mode -> action forms, with explicit states."""
 
     def __init__(
-        self, policy: TorchPolicy, agent: list[ConnectorForm], action: list[ConnectorForm]
+        self,
+        policy: TorchPolicy,
+        agent: list[ConnectorForm],
+        action: list[ConnectorForm],
+        obs_space: gym.Space,
     ) -> None:
         super().__init__()
+        self.obs_space = obs_space
+        self.num_obs = len(obs_parts(obs_space))
         self.model = policy.model
         self.dist = policy.dist
         self.recurrent = policy.is_recurrent()
@@ -78,9 +126,9 @@ class OnnxPolicy(nn.Module):
         self.counts = [len(f.state_specs()) for f in agent]
         self.reads_rewards = any(f.reads_rewards for f in agent)
 
-    def forward(self, obs: torch.Tensor, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        states = list(inputs)
-        cols: dict[str, torch.Tensor] = {"obs": obs}
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        states = list(inputs[self.num_obs :])
+        cols: dict[str, Any] = {"obs": _nest(self.obs_space, iter(inputs[: self.num_obs]))}
         if self.reads_rewards:
             cols["rewards"] = states.pop(0).to(torch.float64)
         member_states, at = [], 0
@@ -128,29 +176,52 @@ def _check_policy(src: PolicySource) -> TorchPolicy:
             "model other columns, which has no ONNX form; export a model called as "
             "model(obs) or model(obs, state)"
         )
-    obs_space = src.agent_pipeline.input_space
-    if not isinstance(obs_space, _LEAF_OBS):
+    obs_parts(src.agent_pipeline.input_space)  # ExportError for a part with no input
+    seen = src.agent_pipeline.output_space
+    if not isinstance(seen, _LEAF_OBS):
         raise ExportError(
-            f"policy {src.policy_id!r}: the observation space {describe_space(obs_space)} has "
-            "no single ONNX input (the model takes one array 'obs'), so nothing was written; "
-            "flatten Dict and Tuple observations in the env (gymnasium's FlattenObservation "
-            "wrapper) to export an ONNX model, or deploy this policy as it is with "
-            "rc.export_policy and rc.load_policy, which take Dict and Tuple observations"
+            f"policy {src.policy_id!r}: the agent pipeline gives the model "
+            f"{describe_space(seen)} observations, but the ONNX graph feeds the model one "
+            "array, so nothing was written; put FlattenObservations in the agent pipeline "
+            "(the default pipeline has it for Dict and Tuple spaces), or deploy this policy "
+            "as it is with rc.export_policy and rc.load_policy"
         )
     return policy
 
 
-def _interface(src: PolicySource, specs: list[StateSpec], sample: np.ndarray) -> dict[str, Any]:
-    def entry(name: str, shape: tuple, dtype: Any, meaning: str, initial: Any) -> dict:
-        return {
-            "name": name,
-            "shape": ["batch", *map(int, shape)],
-            "dtype": np.dtype(dtype).name,
-            "meaning": meaning,
-            "initial": None if initial is None else np.asarray(initial).tolist(),
-        }
+def _entry(name: str, shape: tuple, dtype: Any, meaning: str, initial: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "shape": ["batch", *map(int, shape)],
+        "dtype": np.dtype(dtype).name,
+        "meaning": meaning,
+        "initial": None if initial is None else np.asarray(initial).tolist(),
+    }
 
-    obs = entry("obs", sample.shape[1:], sample.dtype, "the raw observation from the env", None)
+
+def _obs_entries(space: gym.Space, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The metadata of the observation inputs; a Dict or Tuple part also gives its
+    ``path`` (keys and indices into the observation)."""
+    out = []
+    for path, _ in obs_parts(space):
+        name, sample = obs_input_name(path), feeds[obs_input_name(path)]
+        if not path:
+            meaning = "the raw observation from the env"
+            out.append(_entry(name, sample.shape[1:], sample.dtype, meaning, None))
+            continue
+        where = "".join(f"[{k!r}]" for k in path)
+        meaning = f"the raw observation's part obs{where}"
+        out.append(
+            {**_entry(name, sample.shape[1:], sample.dtype, meaning, None), "path": list(path)}
+        )
+    return out
+
+
+def _interface(
+    src: PolicySource, specs: list[StateSpec], feeds: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    entry = _entry
+    obs = _obs_entries(src.agent_pipeline.input_space, feeds)
     states_in, states_out = [], []
     for i, spec in enumerate(specs):
         init = np.asarray(spec.initial)
@@ -162,7 +233,7 @@ def _interface(src: PolicySource, specs: list[StateSpec], sample: np.ndarray) ->
     act = np.asarray(action_space.sample())
     actions = entry("actions", act.shape, act.dtype, "the env action (the mode)", None)
     return {
-        "inputs": [obs, *states_in],
+        "inputs": [*obs, *states_in],
         "outputs": [actions, *states_out],
         "observation_space": space_to_json(src.agent_pipeline.input_space),
         "action_space": space_to_json(action_space),
@@ -190,10 +261,10 @@ class _WithRewardEcho(nn.Module):
         super().__init__()
         self.inner = inner
 
-    def forward(self, obs: torch.Tensor, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = self.inner(obs, *inputs)
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.inner(*inputs)
         if self.inner.reads_rewards:
-            return (out[0], inputs[0] * 1, *out[1:])
+            return (out[0], inputs[self.inner.num_obs] * 1, *out[1:])
         return out
 
 
@@ -261,7 +332,11 @@ def _example_feeds(obs_space: gym.Space, specs: list[StateSpec]) -> dict[str, np
     so the env's own sampling stream is left alone) and every state's initial value."""
     space = copy.deepcopy(obs_space)
     space.seed(0)
-    feeds = {"obs": np.stack([np.asarray(space.sample()) for _ in range(3)])}
+    samples = [space.sample() for _ in range(3)]
+    feeds = {}
+    for path, _ in obs_parts(obs_space):
+        rows = [functools.reduce(lambda x, k: x[k], path, s) for s in samples]
+        feeds[obs_input_name(path)] = np.stack([np.asarray(r) for r in rows])
     for i, spec in enumerate(specs):
         init = np.asarray(spec.initial)
         feeds[f"state_in_{i}"] = np.broadcast_to(init, (3, *init.shape)).copy()
@@ -276,10 +351,11 @@ def write_onnx(
 
     policy = _check_policy(src)
     agent, action = _forms(src)
-    inner = OnnxPolicy(policy, agent, action).eval()
+    obs_space = src.agent_pipeline.input_space
+    inner = OnnxPolicy(policy, agent, action, obs_space).eval()
     module = _WithRewardEcho(inner).eval()
     specs = _state_specs(inner)
-    feeds = _example_feeds(src.agent_pipeline.input_space, specs)
+    feeds = _example_feeds(obs_space, specs)
     names_out = ["actions", *(f"state_out_{i}" for i in range(len(specs)))]
     args = tuple(torch.from_numpy(v) for v in feeds.values())
     try:
@@ -289,7 +365,7 @@ def write_onnx(
             f"policy {src.policy_id!r}: torch.onnx cannot export the model "
             f"{type(policy.model).__name__}: {type(exc).__name__}: {str(exc)[:300]}"
         ) from exc
-    interface = _interface(src, specs, feeds["obs"])
+    interface = _interface(src, specs, feeds)
     model = onnx.load_from_string(data)
     _restore_unused_inputs(model, interface["inputs"])
     interface[DIGEST_KEY] = model_digest(model, interface)

@@ -3,7 +3,8 @@ statistics are frozen, so ``export_onnx`` can trace them into one graph with the
 
 A form is a :class:`ConnectorForm`. The exported graph runs, for one batch of rows::
 
-    cols = {"obs": obs, "rewards": reward}        # reward only when a member reads it
+    cols = {"obs": obs, "rewards": reward}        # reward only when a member reads it;
+                                                  # obs: a dict/tuple of a Dict/Tuple space
     for form, states in agent forms:              # each form gets its own state inputs
         cols, states = form(cols, states)
     outputs = {"actions": mode of the policy's distribution, "state_out_i": ...}
@@ -60,6 +61,7 @@ from rlconnect.connectors.agent.pixels import BT601
 from rlconnect.connectors.agent.pixels_resize import resize_weights
 from rlconnect.errors import ExportError
 from rlconnect.spaces import describe_space, zeros_batch
+from rlconnect.spaces.tensors import TensorFlattener
 
 __all__ = ["BUILTIN_FORMS", "ConnectorForm", "StateSpec", "form_of"]
 
@@ -140,10 +142,11 @@ def _flatten(c: FlattenObservations) -> ConnectorForm:
             return torch.cat(parts, dim=1).to(torch.float32)
 
         return _ObsMap(one_hot)
-    raise ExportError(
-        f"FlattenObservations of {describe_space(space)} has no ONNX form: the graph takes one "
-        "array input; flatten Dict and Tuple observations before exporting (in the env)"
-    )
+    try:  # Dict and Tuple: the tensor path's flattener, in FlattenObservations' layout
+        flattener = TensorFlattener(space)
+    except TypeError as exc:
+        raise ExportError(f"FlattenObservations of {describe_space(space)}: {exc}") from None
+    return _ObsMap(lambda nest: flattener(nest)[0])
 
 
 def _mean_std(c: MeanStdFilter) -> ConnectorForm:

@@ -2,8 +2,8 @@
 
 The file is the rlconnect container (``rlconnect.checkpoints.container``: a safetensors
 file whose header holds the JSON structure and a SHA-256 digest over everything, checked
-before anything is built) with format name ``"rlconnect.policy"``, version 1, and this
-structure::
+before anything is built) in format ``POLICY_FILE`` (``"rlconnect.policy"`` version 1,
+``rlconnect.checkpoints.formats``), and this structure::
 
     {"policy_id": "default_policy", "rlconnect_version": "0.1.0",
      "observation_space": {...},     # what the env returns (the agent pipeline's input)
@@ -28,9 +28,11 @@ import attrs
 import gymnasium as gym
 import numpy as np
 
+from rlconnect._version import __version__
 from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.container import content_digest, pack, unpack
 from rlconnect.checkpoints.files import read_regular_file
+from rlconnect.checkpoints.formats import POLICY_FILE
 from rlconnect.checkpoints.nest import encode_nest
 from rlconnect.checkpoints.pipelines import check_pipeline_state
 from rlconnect.deploy.sources import PolicySource
@@ -39,19 +41,11 @@ from rlconnect.policy import policy_kind
 from rlconnect.spaces import describe_space, space_from_json, space_to_json
 
 __all__ = [
-    "POLICY_FORMAT",
-    "POLICY_FORMAT_VERSIONS",
     "PolicyFile",
     "describe_policy_file",
     "read_policy_file",
     "write_policy_file",
 ]
-
-POLICY_FORMAT = "rlconnect.policy"
-"""The format name recorded in every exported policy file."""
-POLICY_FORMAT_VERSION = 1
-POLICY_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
-"""The versions ``load_policy`` reads."""
 
 
 @attrs.define
@@ -75,8 +69,6 @@ class PolicyFile:
 
 
 def _structure(src: PolicySource) -> dict[str, Any]:
-    import rlconnect
-
     kind = policy_kind(src.policy)
     if kind is None:
         raise ExportError(
@@ -92,7 +84,7 @@ def _structure(src: PolicySource) -> dict[str, Any]:
         raise ExportError(f"policy {src.policy_id!r}: get_config() is not JSON: {exc}") from None
     return {
         "policy_id": src.policy_id,
-        "rlconnect_version": rlconnect.__version__,
+        "rlconnect_version": __version__,
         "observation_space": space_to_json(src.agent_pipeline.input_space),
         "action_space": space_to_json(src.action_pipeline.input_space),
         "policy": {
@@ -114,7 +106,7 @@ def write_policy_file(src: PolicySource, path: str | os.PathLike[str]) -> int:
         obj, arrays = encode_nest(_structure(src), where=f"policy {src.policy_id!r}")
     except (TypeError, ValueError) as exc:
         raise ExportError(f"cannot export policy {src.policy_id!r}: {exc}") from None
-    data = pack(obj, arrays, format_name=POLICY_FORMAT, format_version=POLICY_FORMAT_VERSION)
+    data = pack(obj, arrays, POLICY_FILE)
     atomic_write_bytes(path, data)
     return len(data)
 
@@ -145,7 +137,7 @@ def read_policy_file(path: str | os.PathLike[str]) -> PolicyFile:
         return CheckpointError(f"cannot load policy file {source!r}: {msg}")
 
     data = read_regular_file(source, fail=fail)
-    _, obj = unpack(data, format_name=POLICY_FORMAT, versions=POLICY_FORMAT_VERSIONS, source=source)
+    _, obj = unpack(data, POLICY_FILE, source=source)
 
     if not isinstance(obj, dict):
         raise fail("the structure is not an object")
@@ -216,7 +208,7 @@ def describe_policy_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     return {
         "file": f.path,
-        "format": f"{POLICY_FORMAT} v{POLICY_FORMAT_VERSION}",
+        "format": f"{POLICY_FILE.name} v{POLICY_FILE.version}",
         "size_bytes": f.size,
         "sha256": f.sha256,
         "rlconnect_version": f.rlconnect_version,

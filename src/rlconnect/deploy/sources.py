@@ -22,7 +22,7 @@ from rlconnect.connectors import (
     ConnectorContext,
 )
 from rlconnect.errors import CheckpointError
-from rlconnect.policy import Policy, UnknownPolicyError, policy_from_spec
+from rlconnect.policy import Policy
 
 __all__ = ["PolicySource", "find_checkpoint", "resolve"]
 
@@ -55,7 +55,7 @@ def find_checkpoint(path: str | os.PathLike[str]) -> str:
     inner = os.path.join(root, RUN_CHECKPOINT)
     if os.path.exists(os.path.join(inner, "manifest.json")):
         return inner
-    from rlconnect.runner.checkpoint_format import CheckpointNotFoundError
+    from rlconnect.checkpoints.runner_format import CheckpointNotFoundError
 
     if not os.path.exists(root):
         raise CheckpointNotFoundError(f"{root!r} does not exist")
@@ -78,7 +78,8 @@ def _from_runner(runner: Any, policy_id: str) -> PolicySource:
 
 
 def _from_checkpoint(path: str | os.PathLike[str], policy_id: str) -> PolicySource:
-    from rlconnect.runner.checkpoint_load import load_checkpoint
+    from rlconnect.checkpoints.runner_load import load_checkpoint
+    from rlconnect.checkpoints.runner_restore import rebuild_policy
 
     ck = load_checkpoint(find_checkpoint(path))
     if policy_id not in ck.policies:
@@ -92,18 +93,7 @@ def _from_checkpoint(path: str | os.PathLike[str], policy_id: str) -> PolicySour
             "cannot be rebuilt by name: register its class with rc.register_policy(name, "
             "cls) before saving, or export the live runner with rc.export_onnx"
         )
-    try:
-        policy = policy_from_spec(
-            rec.kind, rec.observation_space, rec.action_space, rec.kwargs, weights=rec.weights
-        )
-        policy.weights_seq = rec.weights_seq
-    except UnknownPolicyError:
-        raise
-    except Exception as exc:  # the class's own validation of the saved kwargs and weights
-        raise CheckpointError(
-            f"checkpoint {ck.path!r}: policy {policy_id!r}: cannot rebuild {rec.kind} from its "
-            f"saved spec and weights: {type(exc).__name__}: {exc}"
-        ) from None
+    policy = rebuild_policy(ck, rec)
     ctx = ConnectorContext.from_policy(
         policy, observation_space=rec.env_observation_space, policy_id=policy_id
     )

@@ -12,6 +12,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
+from rlconnect.batches.time_major import NOT_FOLDABLE
+from rlconnect.collectors import CountStepsBy
 from rlconnect.distributed.faults import RunnerFailedError, RunnerFailure
 from rlconnect.distributed.pool import RunnerPool
 from rlconnect.distributed.sync import ConnectorDeltas
@@ -45,10 +47,11 @@ class DeltaInbox:
             self._by_runner[k] = []
 
 
-def batch_rows(batch: Batch, count_by: str) -> int:
+def batch_rows(batch: Batch, count_by: CountStepsBy) -> int:
     """Steps in ``batch`` as ``count_steps_by`` counts them."""
     if isinstance(batch, MultiAgentBatch):
-        return batch.agent_steps() if count_by == "agent_steps" else batch.env_steps()
+        by_agent = count_by is CountStepsBy.AGENT_STEPS
+        return batch.agent_steps() if by_agent else batch.env_steps()
     return len(batch)
 
 
@@ -60,7 +63,7 @@ def tag_batch(batch: Batch, **meta: Any) -> None:
 
 
 def sample_round(
-    pool: RunnerPool, inbox: DeltaInbox, count_by: str, num_runners: int
+    pool: RunnerPool, inbox: DeltaInbox, count_by: CountStepsBy, num_runners: int
 ) -> tuple[Batch, dict[str, Any]]:
     """One batch from every healthy runner, concatenated in runner order, and the info
     it is tagged with (``runner_rows``, ``runner_failures``, ``missing_rows``)."""
@@ -83,6 +86,12 @@ def sample_round(
         "missing_rows": pool.promised_rows * (num_runners - len(order)),
     }
     tag_batch(out, **info)
+    if len(order) > 1:  # runner k's sub-env i and runner j's are both env_id i
+        refusal = (
+            f"it joins the rows of {len(order)} runners, whose sub-envs share env ids; fold "
+            "each runner's batch (sample_async() yields them one at a time), then join"
+        )
+        tag_batch(out, **{NOT_FOLDABLE: refusal})
     return out, info
 
 

@@ -22,6 +22,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import attrs
+
 from rlconnect.checkpoints.files import read_regular_file
 from rlconnect.distributed.faults import FaultTolerance, RunnerFailedError, RunnerFailure
 from rlconnect.distributed.gather import Batch, DeltaInbox, sample_round, sample_stream, tag_batch
@@ -42,7 +44,7 @@ def checkpoint_files(path: str | os.PathLike[str]) -> dict[str, bytes]:
     files it lists, each checked for its size (before it is read) and its SHA-256, by
     '/'-separated relative path. Nothing else in the folder is read (a big stray file, a
     FIFO or a device left there costs nothing)."""
-    from rlconnect.runner.checkpoint_format import (
+    from rlconnect.checkpoints.runner_format import (
         MANIFEST,
         MAX_MANIFEST_BYTES,
         read_blob,
@@ -70,6 +72,28 @@ def _import_ray() -> Any:
     return ray
 
 
+_PIPELINE_KEYWORDS = {
+    "agent_pipelines": "agent",
+    "action_pipelines": "action",
+    "learner_pipelines": "learner",
+}
+
+
+def _pipeline_specs(given: Mapping[str, Any]) -> PipelineSpecs:
+    """``agent_pipelines=`` / ``action_pipelines=`` / ``learner_pipelines=`` as one record
+    (a TypeError names any other keyword, and where fault settings now go)."""
+    unknown = sorted(set(given) - set(_PIPELINE_KEYWORDS))
+    if unknown:
+        faults = sorted(set(unknown) & set(attrs.fields_dict(FaultTolerance)))
+        hint = (
+            f"; {faults} are FaultTolerance settings: fault_tolerance=FaultTolerance(...)"
+            if faults
+            else ""
+        )
+        raise TypeError(f"RunnerGroup got unexpected keyword arguments {unknown}{hint}")
+    return PipelineSpecs(**{_PIPELINE_KEYWORDS[k]: v for k, v in given.items()})
+
+
 class RunnerGroup:
     """A local EnvRunner plus ``num_runners`` remote EnvRunners (Ray actors).
 
@@ -79,14 +103,13 @@ class RunnerGroup:
         num_runners: remote runners K (0: sample locally; Ray is never imported).
         runner_resources: Ray resources of each remote runner, passed to
             ``.options()`` (default ``{"num_cpus": 1}``).
+        fault_tolerance: what to do when a remote runner fails or does not start (an
+            ``rc.FaultTolerance``; default: raise ``RunnerFailedError``).
         agent_pipelines, action_pipelines, learner_pipelines: as for ``rc.EnvRunner`` (by
             policy id), passed to every runner, local and remote (each remote runner runs
             its learner pipelines on its own batches, with its own copy of the policy).
             Give callables ``ctx -> pipeline`` defined at module level (they must
             pickle), so each runner builds its own pipelines.
-        restart_failed_runners, max_runner_restarts, ignore_runner_failures,
-            sample_timeout_s, start_timeout_s: what to do when a remote runner fails
-            or does not start (see ``FaultTolerance``).
     """
 
     def __init__(
@@ -99,60 +122,43 @@ class RunnerGroup:
         num_runners: int = 0,
         runner_resources: Mapping[str, Any] | None = None,
         *,
-        agent_pipelines: Mapping[str, Any] | None = None,
-        action_pipelines: Mapping[str, Any] | None = None,
-        learner_pipelines: Mapping[str, Any] | None = None,
-        restart_failed_runners: bool = False,
-        max_runner_restarts: int = 3,
-        ignore_runner_failures: bool = False,
-        sample_timeout_s: float | None = None,
-        start_timeout_s: float | None = 180.0,
+        fault_tolerance: FaultTolerance | None = None,
+        **pipelines: Mapping[str, Any] | None,
     ) -> None:
+        specs = _pipeline_specs(pipelines)
         local = EnvRunner(
             env,
             policies,
             policy_mapping_fn,
             config=config,
             callbacks=callbacks,
-            agent_pipelines=agent_pipelines,
-            action_pipelines=action_pipelines,
-            learner_pipelines=learner_pipelines,
+            agent_pipelines=specs.agent,
+            action_pipelines=specs.action,
+            learner_pipelines=specs.learner,
         )
-        faults = FaultTolerance(
-            restart_failed_runners=restart_failed_runners,
-            max_runner_restarts=max_runner_restarts,
-            ignore_runner_failures=ignore_runner_failures,
-            sample_timeout_s=sample_timeout_s,
-            start_timeout_s=start_timeout_s,
-        )
-        self._setup(
-            local,
-            env,
-            policy_mapping_fn,
-            callbacks,
-            num_runners,
-            runner_resources,
-            faults,
-            pipelines=PipelineSpecs(agent_pipelines, action_pipelines, learner_pipelines),
-        )
+        spec = RunnerSpec(env, local.policies, policy_mapping_fn, local.config, callbacks, specs)
+        self._setup(local, spec, num_runners, runner_resources, fault_tolerance)
 
     def _setup(
         self,
         local: EnvRunner,
-        env: Any,
-        policy_mapping_fn: Callable[..., str] | None,
-        callbacks: Callbacks | None,
+        spec: RunnerSpec,
         num_runners: int,
         runner_resources: Mapping[str, Any] | None,
-        faults: FaultTolerance,
+        faults: FaultTolerance | None,
         checkpoint_files: Mapping[str, bytes] | None = None,
-        pipelines: PipelineSpecs | None = None,
     ) -> None:
         if isinstance(num_runners, bool) or not isinstance(num_runners, int) or num_runners < 0:
+            local.stop()
             raise ValueError(f"num_runners={num_runners!r}: must be an integer >= 0")
+        if faults is not None and not isinstance(faults, FaultTolerance):
+            local.stop()
+            raise TypeError(
+                f"fault_tolerance must be an rc.FaultTolerance or None, got {type(faults).__name__}"
+            )
         self.local_runner = local
         self.config = local.config
-        self.faults = faults
+        self.faults = faults or FaultTolerance()
         self.num_runners = num_runners
         self._inbox = DeltaInbox(num_runners)
         self.last_sample_info: dict[str, Any] = {}
@@ -162,19 +168,11 @@ class RunnerGroup:
         if num_runners == 0:
             return
         self._ray = _import_ray()
-        spec = RunnerSpec(
-            env,
-            local.policies,
-            policy_mapping_fn,
-            local.config,
-            callbacks,
-            pipelines or PipelineSpecs(),
-        )
         resources = dict(runner_resources or {"num_cpus": 1})
         try:
             check_frozen_filters(local)
             self._pool = RunnerPool(
-                self._ray, spec, local, num_runners, resources, faults, checkpoint_files
+                self._ray, spec, local, num_runners, resources, self.faults, checkpoint_files
             )
         except BaseException:
             local.stop()
@@ -205,7 +203,7 @@ class RunnerGroup:
             out = self.local_runner.sample()
         else:
             self._require_runners()
-            count_by = self.config.count_steps_by.value
+            count_by = self.config.count_steps_by
             out, info = sample_round(self._remote, self._inbox, count_by, self.num_runners)
             self.last_sample_info = info
             mark_weights_lag(out, self.local_runner.policies)  # behind the learner's versions
@@ -381,7 +379,7 @@ class RunnerGroup:
         callbacks: Callbacks | None = None,
         config_overrides: Mapping[str, Any] | None = None,
         runner_resources: Mapping[str, Any] | None = None,
-        **fault_tolerance: Any,
+        fault_tolerance: FaultTolerance | None = None,
     ) -> RunnerGroup:
         """A group whose runners are rebuilt from a checkpoint (``EnvRunner.from_checkpoint``)."""
         local = EnvRunner.from_checkpoint(
@@ -393,16 +391,10 @@ class RunnerGroup:
         )
         group = cls.__new__(cls)
         files = checkpoint_files(path) if num_runners else None
-        group._setup(
-            local,
-            env,
-            policy_mapping_fn,
-            callbacks,
-            num_runners,
-            runner_resources,
-            FaultTolerance(**fault_tolerance),
-            checkpoint_files=files,
+        spec = RunnerSpec(
+            env, local.policies, policy_mapping_fn, local.config, callbacks, PipelineSpecs()
         )
+        group._setup(local, spec, num_runners, runner_resources, fault_tolerance, files)
         return group
 
     # -- lifetime -------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class RunnerPool:
 
     @property
     def indices(self) -> list[int]:
+        """The indices of the live actors, ascending (the order results come back in)."""
         return sorted(self.actors)
 
     def versions(self) -> dict[str, int]:
@@ -144,8 +145,8 @@ class RunnerPool:
             budget = (
                 f" after {incarnation} restart(s) (max_runner_restarts={ft.max_runner_restarts})"
                 if ft.restart_failed_runners
-                else " (set restart_failed_runners=True or ignore_runner_failures=True to "
-                "continue without it)"
+                else " (pass fault_tolerance=rc.FaultTolerance(restart_failed_runners=True) "
+                "or FaultTolerance(ignore_runner_failures=True) to continue without it)"
             )
             raise RunnerFailedError(
                 f"remote runner {k} failed in {call}(): {error_type}: {cause}{budget}", record
@@ -167,6 +168,8 @@ class RunnerPool:
         return actor
 
     def call_all(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method(*args)`` on every actor at once and wait for all; RunnerFailedError
+        names the first runner that failed."""
         indices = self.indices
         refs = [getattr(self.actors[k], method).remote(*args) for k in indices]
         out = []

@@ -52,10 +52,15 @@ class RunnerSpec:
     pipelines: PipelineSpecs = attrs.field(factory=PipelineSpecs)
 
     def config_for(self, index: int, incarnation: int = 0) -> RunnerConfig:
+        """The config of runner ``index``: its worker index and a seed that differs per index
+        and per restart (``incarnation``), so no two runners replay the same episodes."""
         seed = runner_seed(self.config.seed, index, self.config.num_envs, incarnation)
-        return attrs.evolve(self.config, seed=seed, worker_index=index)
+        changes = {"seed": seed, "worker_index": index}
+        return attrs.evolve(self.config, **changes)
 
     def build(self, index: int, incarnation: int = 0) -> EnvRunner:
+        """A new EnvRunner for index ``index`` from the spec's env, policies, pipelines and
+        callbacks."""
         runner = EnvRunner(
             self.env,
             self.policies,
@@ -86,20 +91,25 @@ class RemoteRunner:
         return batch, pop_connector_deltas(self.runner)
 
     def get_weights(self) -> dict[str, Any]:
+        """The runner's policy weights, for the driver to check or re-broadcast."""
         return self.runner.get_weights()
 
     def set_weights(
         self, weights: Mapping[str, Any], weights_seq: Mapping[str, int] | None = None
     ) -> None:
+        """Load the driver's weights (and their versions) into the runner's policies."""
         self.runner.set_weights(weights, weights_seq)
 
     def get_connector_states(self) -> dict[str, Any]:
+        """The runner's connector statistics (e.g. filter deltas) for the driver to merge."""
         return self.runner.get_connector_states()
 
     def set_connector_states(self, states: Mapping[str, Any]) -> None:
+        """Load the connector statistics the driver merged from every runner."""
         self.runner.set_connector_states(states)
 
     def get_metrics(self) -> list[dict[str, Any]]:
+        """The episode metrics finished since the last call (taken and cleared)."""
         return self.runner.get_metrics()
 
     def restore_files(self, files: Mapping[str, bytes]) -> None:
@@ -112,6 +122,7 @@ class RemoteRunner:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def apply(self, fn: Callable[[EnvRunner], Any]) -> Any:
+        """``fn(runner)`` inside the actor's process; its result comes back to the driver."""
         return fn(self.runner)
 
     def ready(self) -> int:
@@ -119,4 +130,5 @@ class RemoteRunner:
         return os.getpid()
 
     def stop(self) -> None:
+        """Stop the runner and release its envs (the actor itself stays until killed)."""
         self.runner.stop()

@@ -10,10 +10,10 @@ from rlconnect.envs.external import (
     EpisodeError,
     ExternalEnv,
     ExternalEnvAdapter,
+    ExternalMultiAgentEnv,
     TooManyEpisodesError,
     UnknownEpisodeError,
 )
-from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
 from rlconnect.envs.gym_envs import GymEnvs
 from rlconnect.envs.make import make_base_env, register_env_adapter
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs

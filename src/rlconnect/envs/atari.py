@@ -93,6 +93,7 @@ class FireReset(gym.Wrapper):
     """
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        """Reset, then press FIRE once; reset again if that press ended the episode."""
         obs, info = self.env.reset(**kwargs)
         obs, _, terminated, truncated, info = self.env.step(1)
         if terminated or truncated:

@@ -15,14 +15,33 @@ make them with ``EnvRowsBuilder`` (``rlconnect.envs.rows``).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
 from rlconnect.envs.rows import EnvRows
 
-__all__ = ["BaseEnv", "EnvRows", "NotAnEnvError"]
+__all__ = ["BaseEnv", "EnvRows", "NotAnEnvError", "ServedInference"]
+
+
+class ServedInference(Protocol):
+    """What an env may ask of the runner that drives it, outside sampling: actions for the
+    observations of an episode it serves without recording it (an ExternalEnv's episodes
+    started with ``training_enabled=False``), and the end of such an episode. The runner
+    hands it over with ``BaseEnv.attach_inference``; the env never holds the runner."""
+
+    def compute_actions(
+        self, obs_by_agent: Mapping[Any, Any], *, explore: bool, env_id: int
+    ) -> dict[Any, Any]:
+        """Env actions by agent id through the runner's pipelines and policies in eval
+        mode; the connector state of ``env_id`` (frame stacks, RNN state) is kept."""
+        ...
+
+    def reset(self, env_id: int) -> None:
+        """Drop the connector state kept for ``env_id`` (its episode ended)."""
+        ...
 
 
 class NotAnEnvError(TypeError):
@@ -68,6 +87,11 @@ class BaseEnv:
         can start that step here and run it while the runner records. Does nothing by
         default: an env that steps as actions arrive needs no signal.
         """
+
+    def attach_inference(self, inference: ServedInference) -> None:
+        """The runner that drives this env serves the episodes it does not record through
+        ``inference`` (an ExternalEnv's untrained episodes). Does nothing by default: an
+        env whose every episode is sampled needs none."""
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
         """Reset sub-env ``env_id`` at the next poll (its episode ended)."""

@@ -55,8 +55,8 @@ class BatchedCartPole(gym.vector.VectorEnv):
       that costs a few tensor ops, no host read).
 
     NEXT_STEP is the default, as in gymnasium, so that the env compares step for step
-    with ``gymnasium.make_vec("CartPole-v1")``; rlconnect's tensor path takes SAME_STEP
-    or DISABLED (it refuses NEXT_STEP, naming the fix).
+    with ``gymnasium.make_vec("CartPole-v1")``; rlconnect's tensor path takes every mode
+    (NEXT_STEP's reset steps are no rows, so SAME_STEP or DISABLED give equal rows).
 
     Randomness comes from one ``torch.Generator`` on ``device``, seeded by
     ``reset(seed=...)``. ``state`` (N, 4) and ``elapsed_steps`` (N,) are plain tensors a

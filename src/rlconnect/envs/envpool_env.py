@@ -227,12 +227,15 @@ class EnvPoolEnv(BaseEnv):
         self._send_error: BaseException | None = None  # of the send in all_actions_sent
 
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The pool's single observation space (every agent id shares it)."""
         return self._obs_space
 
     def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The pool's single action space (every agent id shares it)."""
         return self._act_space
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        """Queue ``actions`` of ``env_ids``; the pool steps them at the next poll."""
         self._queue(env_ids, actions)
 
     def all_actions_sent(self) -> None:
@@ -289,6 +292,8 @@ class EnvPoolEnv(BaseEnv):
         self._todo[:] = self._cut[:] = False
 
     def poll(self) -> EnvRows:
+        """Step (or first reset) the pool and return its rows; when the pool as a whole
+        fails, every sub-env's row carries the error."""
         try:
             if self._send_error is not None:
                 cause, self._send_error = self._send_error, None
@@ -318,14 +323,14 @@ class EnvPoolEnv(BaseEnv):
             self._started = True
             if self._async:
                 pool.async_reset()
-                return pool.recv()  # type: ignore[no-any-return]
+                return pool.recv()
             obs, info = pool.reset()
             zeros = np.zeros(self.num_envs, dtype=bool)
             return obs, np.zeros(self.num_envs), zeros, zeros, info
         if not self._sent:
             self._send()
         self._sent = False
-        return pool.recv()  # type: ignore[no-any-return]
+        return pool.recv()
 
     def _send(self) -> None:
         """Send the queued actions and resets (a synchronous pool: every sub-env's)."""

@@ -88,24 +88,32 @@ class GymEnvs(BaseEnv):
         return self._subs.envs
 
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The sub-envs' shared observation space (checked equal when they were built)."""
         return self._obs_space
 
     def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The sub-envs' shared action space (checked equal when they were built)."""
         return self._act_space
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        """Queue one action per ``env_id`` (converted to what the env's space takes)."""
         self._subs.actions.update(zip(env_ids.tolist(), _to_env_action(self._act_space, actions)))
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        """Reset sub-env ``env_id`` at the next poll."""
         self._subs.try_reset(env_id)
 
     def soft_reset(self, env_id: int) -> None:
+        """Start a new episode in ``env_id`` at the next poll without resetting it."""
         self._subs.soft_reset(env_id)
 
     def try_restart(self, env_id: int) -> None:
+        """Rebuild sub-env ``env_id`` (it raised); it resets at the next poll."""
         self._subs.try_restart(env_id)
 
     def poll(self) -> EnvRows:
+        """Step or reset the sub-envs that need it and return their rows; a sub-env that
+        raises comes back as an error row."""
         out = self.poll_columns()
         if not isinstance(out, DenseColumns):
             return out
@@ -217,4 +225,5 @@ class GymEnvs(BaseEnv):
         return self._built(rows)
 
     def close(self) -> None:
+        """Close every sub-env (an error closing one does not stop the others)."""
         self._subs.close()

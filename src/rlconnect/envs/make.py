@@ -21,7 +21,7 @@ import gymnasium as gym
 from rlconnect.envs.atari import atari_env_creator, is_atari_id
 from rlconnect.envs.base import BaseEnv, NotAnEnvError
 from rlconnect.envs.envpool_env import is_envpool, make_envpool
-from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter
+from rlconnect.envs.external import ExternalEnv, ExternalEnvAdapter, ExternalMultiAgentEnv
 from rlconnect.envs.gym_envs import GymEnvs
 from rlconnect.envs.multi_agent import MultiAgentEnv, MultiAgentEnvs
 from rlconnect.envs.parallel import check_parallel_spec
@@ -106,8 +106,6 @@ def _in_process(creator: Creator, s: EnvSettings) -> BaseEnv:
 
 def _external(env: ExternalEnv, s: EnvSettings) -> BaseEnv:
     """An ExternalEnv runs its episodes in lanes of one adapter (``max_concurrent`` of them)."""
-    from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
-
     if s.num_envs != 1 or s.remote_envs:
         raise ValueError(
             f"an ExternalEnv is one env serving up to max_concurrent={env.max_concurrent} "

@@ -156,6 +156,7 @@ class MultiAgentEnvs(BaseEnv):
         return self._subs.envs
 
     def observation_space(self, agent_id: Any) -> gym.Space:
+        """The observation space of ``agent_id``; KeyError listing the known agents."""
         try:
             return self._obs_spaces[agent_id]
         except KeyError:
@@ -164,6 +165,7 @@ class MultiAgentEnvs(BaseEnv):
             ) from None
 
     def action_space(self, agent_id: Any) -> gym.Space:
+        """The action space of ``agent_id``; KeyError listing the known agents."""
         try:
             return self._act_spaces[agent_id]
         except KeyError:
@@ -172,6 +174,8 @@ class MultiAgentEnvs(BaseEnv):
             ) from None
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        """Queue each row's action under its sub-env and agent (a batch of one sub-env's
+        rows is stored as one dict at once)."""
         rows = actions if isinstance(actions, _ROWS) else unstack_batch(actions)
         pending = self._subs.actions
         ids = env_ids.tolist()
@@ -187,15 +191,21 @@ class MultiAgentEnvs(BaseEnv):
                 held[a] = act
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        """Reset sub-env ``env_id`` at the next poll."""
         self._subs.try_reset(env_id)
 
     def soft_reset(self, env_id: int) -> None:
+        """Start a new episode in ``env_id`` at the next poll without resetting it."""
         self._subs.soft_reset(env_id)
 
     def try_restart(self, env_id: int) -> None:
+        """Rebuild sub-env ``env_id`` (it raised); it resets at the next poll."""
         self._subs.try_restart(env_id)
 
     def poll(self) -> EnvRows:
+        """Step each sub-env given actions (an idle one with none), reset those asked to,
+        and return a row per agent that observed; a sub-env that raises, or returns an
+        observation outside its space, comes back as an error row."""
         rows = EnvRowsBuilder(memo=self._memo)
         subs = self._subs
         resets, soft, actions, idle = subs.needs_reset, subs.soft, subs.actions, self._idle
@@ -248,4 +258,5 @@ class MultiAgentEnvs(BaseEnv):
         return o, {}, {}, {}, inf
 
     def close(self) -> None:
+        """Close every sub-env (an error closing one does not stop the others)."""
         self._subs.close()

@@ -126,12 +126,15 @@ class PettingZooParallelEnv(_PettingZooBase):
     """A PettingZoo ``ParallelEnv`` as ``rc.MultiAgentEnv`` (see the module docs)."""
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Reset the PettingZoo env; every agent observes."""
         out = self.env.reset(seed=seed, options=options)
         obs, infos = out if isinstance(out, tuple) else (out, {})
         self._done = set()
         return dict(obs), dict(infos or {})
 
     def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        """Step every acting agent at once; agents done earlier no longer report
+        observations, flags or infos."""
         obs, rew, te, tr, infos = self.env.step(actions)  # (a dict the runner made for it)
         done = self._done
         if done:  # agents reported done earlier: no observation, flags or info any more
@@ -220,6 +223,7 @@ class PettingZooAECEnv(_PettingZooBase):
 
     # -- API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Reset the PettingZoo env; only the selected agent observes (its turn comes first)."""
         self.env.reset(seed=seed, options=options)
         self._done = set()
         cum = self._cumulative()
@@ -231,6 +235,9 @@ class PettingZooAECEnv(_PettingZooBase):
         return {agent: self.env.observe(agent)}, {agent: dict(state.infos.get(agent, {}))}
 
     def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        """Play the selected agent's action; returns the next selected agent's observation
+        and the rewards given since they were last reported. ValueError unless exactly
+        the selected agent acts."""
         state = self._state
         if not state.agents:
             raise RuntimeError("step() called on a finished episode: call reset() first")

@@ -168,6 +168,8 @@ class SubEnvs:
         self.try_reset(env_id)
 
     def close(self) -> None:
+        """Close every sub-env; an error closing one is swallowed so it cannot mask the
+        error that made the runner stop."""
         for env in self.envs:
             with contextlib.suppress(Exception):  # closing must not mask an earlier error
                 env.close()

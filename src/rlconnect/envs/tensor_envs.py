@@ -8,12 +8,16 @@ read the host::
     obs = env.start(seed)              # {agent: (N, ...) tensor}: every episode's first
     step = env.step({agent: actions})  # TensorStep: where each sub-env's step ended
     obs = env.restart(ended)           # {agent: obs to act on}: first obs where ended
+    obs = env.reset_where(mask, ids)   # fault restarts: new episodes where mask (host-known)
 
 ``step`` returns, for a sub-env whose episode ended, its *final* observation (what the
 transition's ``new_obs`` is); ``restart`` then hands out the observations the next
 actions are for, of every sub-env: the new episode's first one where ``ended`` (a bool
 tensor over sub-envs, the runner's own decision, horizon included), the step's
 observation elsewhere (as gymnasium's ``reset(options={"reset_mask": ...})`` returns).
+A NEXT_STEP env (``next_step_resets``) starts the new episode one step later instead:
+``restart`` hands out the step's observations, and the next ``step`` of an ended sub-env
+only resets it (the kernel ignores its action and records no row for it).
 
 Two kinds are adapted here: a gymnasium ``VectorEnv`` that takes and returns torch
 tensors (``TorchVectorEnv``) and a VMAS environment (``VmasEnv``, multi-agent).
@@ -31,6 +35,7 @@ import torch
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.envs.base import BaseEnv, EnvRows
+from rlconnect.errors import EnvError, describe_exception
 
 __all__ = [
     "TensorEnv",
@@ -60,6 +65,8 @@ class TensorStep:
     rewards: dict[Any, torch.Tensor]
     terminateds: torch.Tensor
     truncateds: torch.Tensor
+    #: per agent, what the env returned as infos (a dict; recorded with ``record_infos``)
+    infos: dict[Any, Any] = attrs.field(factory=dict)
 
 
 def map_nest(fn: Any, *nests: Nest) -> Nest:
@@ -118,12 +125,14 @@ class TensorEnv(BaseEnv):
     docstring) instead of ``poll`` / ``send_actions``, on ``device``.
 
     ``agents`` are the agent ids in the order their rows are stacked; ``host_reads`` counts
-    the reads of device data an adapter itself needs (VMAS resets by Python index)."""
+    the reads of device data an adapter itself needs (VMAS resets by Python index);
+    ``next_step_resets``: the step after a sub-env ended only resets it (NEXT_STEP)."""
 
     device: torch.device
     agents: tuple[Any, ...] = (DEFAULT_AGENT_ID,)
     host_reads = 0
     on_tensors = True
+    next_step_resets = False
 
     def deferred_check(self) -> tuple[torch.Tensor, str] | None:
         """A 0-d bool tensor that is True when this env returned something it must be
@@ -141,6 +150,12 @@ class TensorEnv(BaseEnv):
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
         """Start new episodes where ``ended``; the observations the next actions are for."""
+        raise NotImplementedError
+
+    def reset_where(self, mask: torch.Tensor, env_ids: list[int]) -> dict[Any, Nest]:
+        """Reset the sub-envs ``env_ids`` (``mask`` (N,) bool, the same ones) now, whatever
+        their episodes did (a sub-env restarted after a non-finite value); the
+        observations the next actions are for, of every sub-env."""
         raise NotImplementedError
 
     def poll(self) -> EnvRows:
@@ -175,14 +190,16 @@ def _device_of(venv: Any) -> torch.device | None:
 
 
 class TorchVectorEnv(TensorEnv):
-    """A gymnasium ``VectorEnv`` of torch tensors, in SAME_STEP or DISABLED autoreset mode.
+    """A gymnasium ``VectorEnv`` of torch tensors, in any autoreset mode.
 
     SAME_STEP: a sub-env that ended is reset by the env inside ``step``; its final
     observation is read from ``infos["final_obs"]`` (refused, naming the key, when a
     sub-env ends without it). DISABLED: ``restart`` calls
     ``reset(options={"reset_mask": ended})`` at every round (the mask is mostly all False;
-    the env must accept that without work). NEXT_STEP spends a step on each reset, so no
-    sub-env could give exactly ``rollout_fragment_length`` rows: refused with the fix.
+    the env must accept that without work). NEXT_STEP: the step after a sub-env ended
+    returns its reset observation and ignores its action; that step is no transition, so
+    such a sub-env gives one row fewer per reset in a ``sample()``. ``reset_where``
+    (restarts after a non-finite value) needs ``reset(options={"reset_mask": mask})``.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, *, horizon: int | None = None) -> None:
@@ -192,22 +209,15 @@ class TorchVectorEnv(TensorEnv):
         self.device = device if device is not None else torch.device("cpu")
         mode = venv.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
         self.mode = gym.vector.AutoresetMode(mode)
-        if self.mode is gym.vector.AutoresetMode.NEXT_STEP:
-            raise ValueError(
-                f"{type(venv).__name__} resets in NEXT_STEP mode, which spends one step of "
-                "each sub-env on every reset: on the tensor path every sub-env gives exactly "
-                "rollout_fragment_length rows, so make the env with "
-                "autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP (final_obs in infos) "
-                "or DISABLED (reset by mask)"
-            )
+        self.next_step_resets = self.mode is gym.vector.AutoresetMode.NEXT_STEP
         if horizon is not None and self.mode is not gym.vector.AutoresetMode.DISABLED:
             raise ValueError(
                 f"RunnerConfig.horizon={horizon} needs sub-envs the runner can reset on its own "
-                "(a DISABLED autoreset env, reset by mask); a SAME_STEP env ends its episodes "
-                "itself: give it its own time limit instead"
+                f"(a DISABLED autoreset env, reset by mask); a {self.mode.name} env ends its "
+                "episodes itself: give it its own time limit instead"
             )
         self._space_pair = (venv.single_observation_space, venv.single_action_space)
-        self._next: Nest = None  # SAME_STEP: the observations the env returned last
+        self._next: Nest = None  # SAME_/NEXT_STEP: the observations the env returned last
         #: SAME_STEP: whether a sub-env ended at a step without ``infos["final_obs"]``
         self._lost_final = torch.zeros((), dtype=torch.bool, device=self.device)
         self._checks_left = CHECKED_STEPS
@@ -227,8 +237,8 @@ class TorchVectorEnv(TensorEnv):
             self._checks_left -= 1
             self._check_step(obs, rewards, terminated, truncated, final)
         terminated, truncated = _as(terminated, torch.bool), _as(truncated, torch.bool)
+        self._next = obs  # (what restart hands out unless the env resets by mask)
         if self.mode is gym.vector.AutoresetMode.SAME_STEP:
-            self._next = obs
             ended = terminated | truncated
             if final is None:  # right until a sub-env ends: refused at the sample's read
                 self._lost_final |= ended.any()
@@ -236,7 +246,11 @@ class TorchVectorEnv(TensorEnv):
                 obs = where_rows(ended, final, obs)
         rewards = _as(rewards, torch.float32).reshape(self.num_envs)
         return TensorStep(
-            {DEFAULT_AGENT_ID: obs}, {DEFAULT_AGENT_ID: rewards}, terminated, truncated
+            {DEFAULT_AGENT_ID: obs},
+            {DEFAULT_AGENT_ID: rewards},
+            terminated,
+            truncated,
+            {DEFAULT_AGENT_ID: infos} if isinstance(infos, Mapping) else {},
         )
 
     def _check_step(self, obs: Nest, rewards: Any, term: Any, trunc: Any, final: Any) -> None:
@@ -260,10 +274,25 @@ class TorchVectorEnv(TensorEnv):
         )
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
-        if self.mode is gym.vector.AutoresetMode.SAME_STEP:
+        if self.mode is not gym.vector.AutoresetMode.DISABLED:
             return {DEFAULT_AGENT_ID: self._next}
         obs, _ = self.venv.reset(options={"reset_mask": ended})
         check_tensors("obs", obs, self.device, self.num_envs)
+        return {DEFAULT_AGENT_ID: obs}
+
+    def reset_where(self, mask: torch.Tensor, env_ids: list[int]) -> dict[Any, Nest]:
+        try:
+            obs, _ = self.venv.reset(options={"reset_mask": mask})
+        except Exception as exc:
+            raise EnvError(
+                f"restarting sub-env(s) {env_ids} of {type(self.venv).__name__} "
+                "(restart_failed_sub_environments) calls reset(options={'reset_mask': mask}), "
+                f"which raised {describe_exception(exc)}; make the env take a reset mask, or "
+                "turn restarts off"
+            ) from exc
+        check_tensors("obs", obs, self.device, self.num_envs)
+        if self.mode is not gym.vector.AutoresetMode.DISABLED:
+            self._next = obs
         return {DEFAULT_AGENT_ID: obs}
 
     def close(self) -> None:
@@ -332,9 +361,9 @@ class VmasEnv(TensorEnv):
     def step(self, actions: Mapping[Any, torch.Tensor]) -> TensorStep:
         out = self.env.step([actions[a] for a in self.agents])
         if len(out) == 5:
-            obs, rewards, terminated, truncated, _ = out
+            obs, rewards, terminated, truncated, infos = out
         else:
-            obs, rewards, dones, _ = out
+            obs, rewards, dones, infos = out
             max_steps = getattr(self.env, "max_steps", None)
             if max_steps is None:
                 truncated = torch.zeros_like(dones, dtype=torch.bool)
@@ -344,14 +373,23 @@ class VmasEnv(TensorEnv):
         n = self.num_envs
         rewards = {a: r.to(torch.float32).reshape(n) for a, r in self._by_agent(rewards).items()}
         self._obs = self._by_agent(obs)
-        return TensorStep(self._obs, rewards, terminated.to(torch.bool), truncated.to(torch.bool))
+        return TensorStep(
+            self._obs,
+            rewards,
+            terminated.to(torch.bool),
+            truncated.to(torch.bool),
+            self._by_agent(infos),
+        )
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
         self.host_reads += 1  # VMAS resets by Python index: which ended is read here
         indices = ended.nonzero().flatten().tolist()
         if not indices:  # the step's observations are the next ones (not computed again)
             return self._obs
-        for index in indices:
+        return self.reset_where(ended, indices)
+
+    def reset_where(self, mask: torch.Tensor, env_ids: list[int]) -> dict[Any, Nest]:
+        for index in env_ids:
             self.env.reset_at(index, return_observations=False)
         return self._by_agent(
             self.env.get_from_scenario(

@@ -56,17 +56,21 @@ class VectorEnvAdapter(BaseEnv):
         self._placeholder = space.sample()
 
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The vector env's single (per sub-env) observation space."""
         return self._obs_space
 
     def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The vector env's single (per sub-env) action space."""
         return self._act_space
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        """Keep one action per ``env_id`` for the next poll, which steps the vector env."""
         rows = actions if isinstance(actions, np.ndarray) else unstack_batch(actions)
         for i, a in zip(env_ids.tolist(), rows):
             self._actions[i] = a
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        """Reset sub-env ``env_id`` at the next poll (its queued action is dropped)."""
         self._pending_reset.add(env_id)
         self._actions.pop(env_id, None)
 
@@ -93,6 +97,8 @@ class VectorEnvAdapter(BaseEnv):
         )
 
     def poll(self) -> EnvRows:
+        """Step the vector env (reset it at the first poll) and return the rows, hiding the
+        reset steps that the autoreset mode inserts."""
         n = self.num_envs
         if not self._started:
             self._started = True
@@ -169,6 +175,7 @@ class VectorEnvAdapter(BaseEnv):
         return stack_samples(self._obs_space, rows)
 
     def close(self) -> None:
+        """Close the vector env and its sub-envs."""
         self.venv.close()
 
 

@@ -16,13 +16,14 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 import torch
 
 from rlconnect.episodes.episode import Episode
 from rlconnect.errors import EnvCheckError
 
-__all__ = ["EndedEpisodes", "TensorEpisodes"]
+__all__ = ["EndedEpisodes", "SampleRead", "TensorEpisodes"]
 
 _FIELDS = ("obs", "reward")  #: what a non-finite value was found in, by code
 _NONE = -1  #: no non-finite value (an episode step otherwise)
@@ -40,6 +41,26 @@ class EndedEpisodes:
 
     def __len__(self) -> int:
         return len(self.eps_id)
+
+    def where(self, keep: np.ndarray) -> EndedEpisodes:
+        """The episodes where the bool array ``keep`` is True."""
+        return EndedEpisodes(
+            self.eps_id[keep], self.env_id[keep], self.length[keep], self.returns[keep]
+        )
+
+
+@attrs.frozen
+class SampleRead:
+    """What the one host read of a ``sample()`` brought back: the episodes that ended
+    (``ended``, without those of faulty sub-envs), the values of the flags read with it,
+    which sub-envs ended at each round (``ended_rounds`` (T, N) bool) and, when faulty
+    sub-envs are dropped rather than refused, ``bad``: sub-env -> the first round whose
+    values were not finite."""
+
+    ended: EndedEpisodes
+    flags: list[bool]
+    ended_rounds: np.ndarray
+    bad: dict[int, int]
 
 
 class TensorEpisodes:
@@ -69,8 +90,10 @@ class TensorEpisodes:
         self._log = torch.zeros((0, 3 + len(self.agents), num_envs), dtype=torch.float64)
         self._log_rows: list[tuple[torch.Tensor, ...]] = []  # per round: views of its row
         self._bad_poll = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
+        self._bad_round = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
         self._bad_field = torch.zeros(num_envs, dtype=torch.int64, device=device)
         self._ended: list[EndedEpisodes] = []
+        self._faulty: list[dict[str, Any]] = []  # records of episodes dropped as faulty
 
     def start(self) -> None:
         """Every sub-env begins an episode (the first round)."""
@@ -86,31 +109,36 @@ class TensorEpisodes:
         terminated: torch.Tensor,
         truncated: torch.Tensor,
         horizon: int | None,
+        resets: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One env step of every episode with ``rewards`` (A, N): lengths and returns grow;
+        """One env step of every episode with ``rewards`` (A, N): lengths and returns grow
+        (not where ``resets`` (N,): a NEXT_STEP env's step that only reset the sub-env);
         returns ``(terminated, truncated, ended)`` with the horizon's truncation added."""
-        self.length += 1
+        self.length += 1 if resets is None else ~resets
         self.returns += rewards  # (float32 rewards added in float64)
         if horizon is not None:
             truncated = truncated | (self.length >= horizon)
         return terminated, truncated, terminated | truncated
 
-    def check_finite(self, obs_ok: torch.Tensor, reward_ok: torch.Tensor) -> None:
-        """Keep, per sub-env, the episode step (lengths advanced) at which its observation
-        or reward (N,) was first not finite (checked once per ``sample()``, in
-        ``read_back``): 0 for the observation, 1 for the reward in ``_bad_field``."""
+    def check_finite(self, obs_ok: torch.Tensor, reward_ok: torch.Tensor, k: int) -> None:
+        """Keep, per sub-env, the episode step (lengths advanced) and the round ``k`` at
+        which its observation or reward (N,) was first not finite (checked once per
+        ``sample()``, in ``read_back``): 0 for the observation, 1 for the reward in
+        ``_bad_field``."""
         first = ~(obs_ok & reward_ok) & (self._bad_poll == _NONE)
         self._bad_poll = torch.where(first, self.length, self._bad_poll)
+        self._bad_round.masked_fill_(first, k)
         self._bad_field = torch.where(first, obs_ok, self._bad_field)
 
     def note_nonfinite(
-        self, step: torch.Tensor, is_reward: torch.Tensor, bad: torch.Tensor
+        self, step: torch.Tensor, is_reward: torch.Tensor, bad: torch.Tensor, rounds: torch.Tensor
     ) -> None:
         """The finite check done on a sample's recorded rows (``TensorStore``): per sub-env
-        (N,) whether it found a NaN or inf (``bad``), at which episode step, and whether
-        in the reward; kept unless an earlier one is."""
+        (N,) whether it found a NaN or inf (``bad``), at which episode step and round, and
+        whether in the reward; kept unless an earlier one is."""
         first = bad & (self._bad_poll == _NONE)
         self._bad_poll = torch.where(first, step, self._bad_poll)
+        self._bad_round = torch.where(first, rounds, self._bad_round)
         self._bad_field = torch.where(first, is_reward.to(torch.int64), self._bad_field)
 
     def begin_sample(self, rounds: int) -> None:
@@ -135,38 +163,92 @@ class TensorEpisodes:
         self.length.masked_fill_(ended, 0)
         self.returns.masked_fill_(ended, 0.0)
 
-    def read_back(self, flags: Sequence[torch.Tensor] = ()) -> tuple[EndedEpisodes, list[bool]]:
+    def read_back(
+        self,
+        flags: Sequence[torch.Tensor] = (),
+        *,
+        drop_bad: bool = False,
+        locate: Callable[[list[bool]], bool] | None = None,
+    ) -> SampleRead:
         """The one host read of a ``sample()``: the episodes that ended since the last
-        call, the finite check (``EnvCheckError`` naming the first non-finite value's
-        sub-env, field and episode step), and the values of the 0-d bool ``flags`` (what
-        else must be checked once per sample) that travel with them."""
+        call, the finite check, and the values of the 0-d bool ``flags`` (what else must be
+        checked once per sample) that travel with them. A non-finite value raises
+        ``EnvCheckError`` naming the first one's sub-env, field and episode step; with
+        ``drop_bad`` its sub-env is in ``bad`` instead and the episodes that ended there
+        from that round on are left out (the open one at it recorded as faulty).
+        ``locate(flag values)``: True when it has just noted non-finite values
+        (``note_nonfinite``, on the device): the marks are then read again, a second read
+        made only in such a sample."""
         n = self.num_envs
-        parts = [self._log.flatten()]
-        parts += [self._bad_poll.to(torch.float64), self._bad_field.to(torch.float64)]
+        tail = [self._bad_poll, self._bad_field, self._bad_round]
+        parts = [self._log.flatten(), *(t.to(torch.float64) for t in tail)]
         parts += [f.to(torch.float64).reshape(1) for f in flags]
         parts.append(self._next.to(torch.float64).reshape(1))
         flat = torch.cat(parts).cpu().numpy()  # the read
-        body = flat[: len(flat) - 1 - len(flags)]  # (a view: the log is megabytes)
-        flag_values = [bool(v) for v in flat[len(body) : -1]]
         self.next_id = int(flat[-1])
-        bad_poll, bad_field = body[-2 * n : -n], body[-n:]
-        rounds = body[: -2 * n].reshape(-1, 3 + len(self.agents), n)
-        self._refuse_nonfinite(bad_poll, bad_field)
-        ended_at, env = np.nonzero(rounds[:, 0] > 0.5)
+        flag_values = [bool(v) for v in flat[len(flat) - 1 - len(flags) : -1]]
+        size = self._log.numel()
+        marks = flat[size : size + 3 * n].reshape(3, n)  # (views: the log is megabytes)
+        rounds = flat[:size].reshape(-1, 3 + len(self.agents), n)
+        if locate is not None and locate(flag_values):  # the marks made after that read
+            marks = torch.stack([self._bad_poll, self._bad_field, self._bad_round]).cpu().numpy()
+        bad_poll, bad_field, bad_round = marks
+        bad: dict[int, int] = {}
+        if drop_bad:
+            bad = {int(e): int(bad_round[e]) for e in np.flatnonzero(bad_poll != _NONE)}
+        else:
+            self._refuse_nonfinite(bad_poll, bad_field)
+        ended_rounds = rounds[:, 0] > 0.5
+        ended_at, env = np.nonzero(ended_rounds)
         out = EndedEpisodes(
             rounds[ended_at, 2, env].astype(np.int64),
             env.astype(np.int64),
             rounds[ended_at, 1, env].astype(np.int64),
             rounds[ended_at, 3:, env],
         )
+        if bad:
+            out = self._drop_faulty(out, ended_at, rounds, bad, bad_poll)
         self._ended.append(out)  # (until the runner's hand_over, once per sample())
-        return out, flag_values
+        return SampleRead(out, flag_values, ended_rounds, bad)
 
-    def refuse_nonfinite(self) -> None:
-        """``EnvCheckError`` as ``read_back`` raises it, for what ``note_nonfinite`` noted
-        after that read (a second host read, made only when a value may not be finite)."""
-        found = torch.stack([self._bad_poll, self._bad_field]).cpu().numpy()
-        self._refuse_nonfinite(found[0], found[1])
+    def _drop_faulty(
+        self,
+        ended: EndedEpisodes,
+        ended_at: np.ndarray,
+        rounds: np.ndarray,
+        bad: dict[int, int],
+        bad_poll: np.ndarray,
+    ) -> EndedEpisodes:
+        """``ended`` without the episodes of faulty sub-envs from their bad round on; the
+        episode open at that round is recorded as faulty (its length the steps before the
+        bad one; no return, since it would hold the value), and the bad marks cleared."""
+        first_bad = np.full(self.num_envs, len(rounds), dtype=np.int64)
+        for e, k in bad.items():
+            first_bad[e] = k
+            self._faulty.append(
+                {
+                    "episode_id": int(rounds[k, 2, e]),
+                    "env_id": e,
+                    "episode_length": int(bad_poll[e]),
+                    "episode_reward": 0.0,
+                    "agent_rewards": {},
+                    "custom_metrics": {},
+                    "hist_data": {},
+                    "episode_faulty": True,
+                }
+            )
+        for mark in (self._bad_poll, self._bad_round):
+            mark.fill_(_NONE)
+        return ended.where(ended_at < first_bad[ended.env_id])
+
+    def restart_where(self, mask: torch.Tensor) -> None:
+        """New episodes (new ids, length and returns 0) in the sub-envs where ``mask``
+        (N,), whatever their episodes did: what a restarted faulty sub-env begins."""
+        new_ids = self._next + torch.cumsum(mask, 0, dtype=torch.int64) - 1
+        self.eps_id = torch.where(mask, new_ids, self.eps_id)
+        self._next += mask.sum()
+        self.length.masked_fill_(mask, 0)
+        self.returns.masked_fill_(mask, 0.0)
 
     def _refuse_nonfinite(self, bad_poll: np.ndarray, bad_field: np.ndarray) -> None:
         bad = np.flatnonzero(bad_poll != _NONE)
@@ -178,7 +260,8 @@ class TensorEpisodes:
             f"sub-env {env} returned a non-finite {field} (NaN or inf) at step "
             f"{int(bad_poll[env])} of its episode (found at the end of sample(), where the "
             f"tensor path checks); {len(bad)} sub-env(s) did. Fix the simulator, or pass "
-            "RunnerConfig(check_finite=False) to record such values as they are"
+            "RunnerConfig(check_finite=False) to record such values as they are, or "
+            "RunnerConfig(restart_failed_sub_environments=True) to drop them"
         )
 
     def hand_over(self, log: Any, run_metrics: Any) -> None:
@@ -191,6 +274,10 @@ class TensorEpisodes:
                 run_metrics.add_episode_arrays(ended.length, ended.returns, pairs)
                 log.extend_lazy(len(ended), functools.partial(self.records, ended))
         self._ended.clear()
+        if self._faulty:
+            faulty, self._faulty = self._faulty, []
+            run_metrics.add_episodes(faulty)
+            log.extend_lazy(len(faulty), lambda: faulty)
 
     def records(self, ended: EndedEpisodes) -> list[dict[str, Any]]:
         """The ``get_metrics()`` records of ``ended``: one dict each, made from lists."""

@@ -76,6 +76,7 @@ class TensorBoardLogger:
         self._call("write", self._writer.add_event, event)
 
     def flush(self) -> None:
+        """Write buffered events to disk now (LoggerError naming the folder if it cannot)."""
         self._call("flush", self._writer.flush)
 
     def close(self) -> None:

@@ -68,6 +68,7 @@ class JsonlLogger:
             raise LoggerError(f"JsonlLogger({str(self.path)!r}) is closed", str(self.path)) from exc
 
     def flush(self) -> None:
+        """Write buffered lines to disk now (LoggerError naming the file if it cannot)."""
         if not self._file.closed:
             try:
                 self._file.flush()
@@ -143,6 +144,7 @@ class CsvLogger:
         self._file.write(buffer.getvalue())
 
     def flush(self) -> None:
+        """Write buffered rows to disk now (LoggerError naming the file if it cannot)."""
         if not self._file.closed:
             try:
                 self._file.flush()

@@ -7,7 +7,9 @@
   batch (format ``"rlconnect.batch"``, described in ``rlconnect.offline.batch_files``);
 - ``read_batches(path_or_dir_or_glob, batch_size=None, on_bad_file="fail")``: the batches
   back from either format, in the order written (``rlconnect.offline.reader``);
-- ``RunnerConfig(input=...)``: offline data as the runner's input (``rlconnect.offline.input``);
+- ``OfflineConfig``: a runner's offline settings, ``RunnerConfig(offline=OfflineConfig(...))``
+  (or ``RunnerConfig(output=DIR)``, ``RunnerConfig(input=...)``: offline data as the
+  runner's input; ``rlconnect.offline.runner_io``);
 - ``estimate_off_policy(batches, target)``: importance sampling and weighted importance
   sampling estimates of a target policy's value (``rlconnect.offline.estimators``).
 
@@ -17,20 +19,13 @@ does not.
 
 from typing import Any
 
-from rlconnect.offline._common import (
-    PARQUET_FORMAT,
-    PARQUET_FORMAT_VERSION,
-    PARQUET_FORMAT_VERSIONS,
-    OfflineDataError,
-)
+from rlconnect.offline._common import OfflineDataError
 from rlconnect.offline.batch_files import (
-    BATCH_FORMAT,
-    BATCH_FORMAT_VERSION,
-    BATCH_FORMAT_VERSIONS,
     BatchWriter,
     read_batch_file,
     write_batches,
 )
+from rlconnect.offline.config import OfflineConfig
 from rlconnect.offline.estimators import (
     ImportanceSampling,
     WeightedImportanceSampling,
@@ -43,7 +38,6 @@ from rlconnect.offline.reader import (
     read_batches,
     summarize_batches,
 )
-from rlconnect.offline.runner_io import attach_offline_io  # noqa: F401  (registers it)
 
 
 def __getattr__(name: str) -> Any:
@@ -57,16 +51,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "BATCH_FORMAT",
-    "BATCH_FORMAT_VERSION",
-    "BATCH_FORMAT_VERSIONS",
-    "PARQUET_FORMAT",
-    "PARQUET_FORMAT_VERSION",
-    "PARQUET_FORMAT_VERSIONS",
     "BadFileWarning",
     "BatchReader",
     "BatchWriter",
     "ImportanceSampling",
+    "OfflineConfig",
     "OfflineDataError",
     "ParquetBatchWriter",
     "WeightedImportanceSampling",

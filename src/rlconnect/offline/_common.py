@@ -13,9 +13,6 @@ __all__ = [
     "AGENT_ID_COLUMN",
     "METADATA_KEY",
     "PARQUET_FILE_RE",
-    "PARQUET_FORMAT",
-    "PARQUET_FORMAT_VERSION",
-    "PARQUET_FORMAT_VERSIONS",
     "POLICY_ID_COLUMN",
     "RESERVED_COLUMNS",
     "Malformed",
@@ -27,15 +24,6 @@ __all__ = [
 ]
 
 PYARROW_INSTALL = "pip install 'rlconnect[offline]'"
-
-PARQUET_FORMAT = "rlconnect.parquet"
-"""The format name recorded in every Parquet file's metadata."""
-
-PARQUET_FORMAT_VERSION = 1
-"""The schema version the writer records."""
-
-PARQUET_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
-"""The schema versions the reader accepts."""
 
 METADATA_KEY = "rlconnect"
 POLICY_ID_COLUMN = "policy_id"

@@ -32,9 +32,10 @@ imports or evaluates anything.
 File format (``"rlconnect.batch"``, version 1)
 -----------------------------------------------
 Each file is the rlconnect container (``rlconnect.checkpoints.container``): a plain
-safetensors file whose ``__metadata__`` holds ``format="rlconnect.batch"``,
-``format_version="1"``, the JSON ``structure`` below, and a SHA-256 over all of it and
-every array's bytes. The structure is::
+safetensors file whose ``__metadata__`` holds the header of ``BATCH_FILE``
+(``rlconnect.checkpoints.formats``: ``"rlconnect.batch"``, version ``"1"``), the JSON
+``structure`` below, and a SHA-256 over all of it and every array's bytes. The
+structure is::
 
     {"kind": "SampleBatch", "index": 7, "batch": BATCH}
     {"kind": "MultiAgentBatch", "index": 7, "env_steps": 400,
@@ -81,6 +82,7 @@ import numpy as np
 from rlconnect.batches import MultiAgentBatch, SampleBatch
 from rlconnect.checkpoints.atomic import atomic_write_bytes
 from rlconnect.checkpoints.container import load_nest, pack
+from rlconnect.checkpoints.formats import BATCH_FILE
 from rlconnect.checkpoints.nest import ARRAY_KEY, SUPPORTED_DTYPES
 from rlconnect.errors import CheckpointError
 from rlconnect.offline._common import Malformed
@@ -89,24 +91,12 @@ from rlconnect.offline.json_values import json_bytes, to_json_value
 
 __all__ = [
     "BATCH_FILE_PATTERN",
-    "BATCH_FORMAT",
-    "BATCH_FORMAT_VERSION",
-    "BATCH_FORMAT_VERSIONS",
     "BatchWriter",
     "batch_file_name",
     "read_batch_file",
     "to_json_value",
     "write_batches",
 ]
-
-BATCH_FORMAT = "rlconnect.batch"
-"""The format name recorded in every batch file."""
-
-BATCH_FORMAT_VERSION = 1
-"""The format version ``BatchWriter`` writes."""
-
-BATCH_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
-"""The format versions ``read_batches`` reads."""
 
 BATCH_FILE_PATTERN = "batch-*.rlb"
 """Glob of the batch files in a folder."""
@@ -186,7 +176,7 @@ def encode_batch(batch: Batch, index: int) -> bytes:
         raise TypeError(
             f"can only write rc.SampleBatch or rc.MultiAgentBatch, got {type(batch).__name__}"
         )
-    return pack(obj, arrays, format_name=BATCH_FORMAT, format_version=BATCH_FORMAT_VERSION)
+    return pack(obj, arrays, BATCH_FILE)
 
 
 class BatchWriter:
@@ -262,9 +252,9 @@ def _file_index(path: PathLike) -> int | None:
 
 def read_batch_file(path: PathLike) -> Batch:
     """The batch stored in one file; ``CheckpointError`` naming the file if it is damaged."""
-    _, obj = load_nest(path, format_name=BATCH_FORMAT, versions=BATCH_FORMAT_VERSIONS)
+    _, obj = load_nest(path, BATCH_FILE)
     source = os.fspath(path)
     try:
         return decode_structure(obj)
     except Malformed as exc:
-        raise CheckpointError(f"cannot load {BATCH_FORMAT} file {source!r}: {exc}") from None
+        raise CheckpointError(f"cannot load {BATCH_FILE.name} file {source!r}: {exc}") from None

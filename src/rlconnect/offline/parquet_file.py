@@ -19,11 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlconnect.batches import DEFAULT_AGENT_ID, SampleBatch
+from rlconnect.checkpoints.formats import PARQUET_FILE
 from rlconnect.offline._common import (
     METADATA_KEY,
     PARQUET_FILE_RE,
-    PARQUET_FORMAT,
-    PARQUET_FORMAT_VERSION,
     RESERVED_COLUMNS,
     parquet_file_name,
 )
@@ -86,8 +85,7 @@ class _OpenFile:
 
     def finish(self, final: Path) -> Path:
         doc = {
-            "format": PARQUET_FORMAT,
-            "version": PARQUET_FORMAT_VERSION,
+            **PARQUET_FILE.header(),
             "policies": [[pid, p] for pid, p in self.policies.items()],
             "batches": self.batches,
         }

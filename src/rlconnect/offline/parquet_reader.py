@@ -21,10 +21,9 @@ import pyarrow.parquet as pq
 
 from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import OBSERVATION_COLUMNS
+from rlconnect.checkpoints.formats import PARQUET_FILE
 from rlconnect.offline._common import (
     METADATA_KEY,
-    PARQUET_FORMAT,
-    PARQUET_FORMAT_VERSIONS,
     Malformed,
     OfflineDataError,
     expect,
@@ -87,13 +86,7 @@ class ParquetFileReader:
         except (UnicodeDecodeError, ValueError, RecursionError):
             raise Malformed(f"the {METADATA_KEY!r} metadata is not valid JSON") from None
         expect(isinstance(doc, dict), "the metadata is not a JSON object")
-        expect(doc.get("format") == PARQUET_FORMAT, f"format is {doc.get('format')!r}")
-        version = doc.get("version")
-        expect(
-            _int(version) and version in PARQUET_FORMAT_VERSIONS,  # a list is unhashable
-            f"schema version {version!r} is not supported (this rlconnect reads versions "
-            f"{sorted(PARQUET_FORMAT_VERSIONS)}); upgrade rlconnect to read it",
-        )
+        PARQUET_FILE.check(doc, where=f"the {METADATA_KEY!r} metadata", fail=Malformed)
         self.policies: dict[str, dict[str, Any]] = {}
         for pid, entry in name_value_pairs(doc.get("policies"), "policies"):
             self.policies[pid] = self._parse_policy(pid, entry)

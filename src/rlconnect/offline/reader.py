@@ -29,17 +29,11 @@ from typing import Any
 
 from rlconnect.batches import MultiAgentBatch, SampleBatch, concat_samples
 from rlconnect.checkpoints.files import open_regular_file
+from rlconnect.checkpoints.formats import BATCH_FILE, PARQUET_FILE
 from rlconnect.errors import CheckpointError
-from rlconnect.offline._common import (
-    PARQUET_FILE_RE,
-    PARQUET_FORMAT,
-    PARQUET_FORMAT_VERSION,
-    OfflineDataError,
-)
+from rlconnect.offline._common import PARQUET_FILE_RE, OfflineDataError
 from rlconnect.offline.batch_files import (
     BATCH_FILE_PATTERN,
-    BATCH_FORMAT,
-    BATCH_FORMAT_VERSION,
     _file_index,
     read_batch_file,
 )
@@ -265,11 +259,9 @@ def summarize_batches(path: PathLike | Iterable[PathLike]) -> dict[str, Any]:
     """What ``read_batches(path)`` holds, as JSON values for people: files, batches,
     rows and env steps, and per policy its rows and columns (dtype and per-row shape)."""
     files = list_batch_files(path)
-    kinds = sorted({PARQUET_FORMAT if is_parquet(f) else BATCH_FORMAT for f in files})
-    versions = {BATCH_FORMAT: BATCH_FORMAT_VERSION, PARQUET_FORMAT: PARQUET_FORMAT_VERSION}
+    kinds = sorted({PARQUET_FILE if is_parquet(f) else BATCH_FILE for f in files}, key=str)
     summary: dict[str, Any] = {
-        "format": " + ".join(f"{k} v{versions[k]}" for k in kinds)
-        or f"{BATCH_FORMAT} v{BATCH_FORMAT_VERSION}",
+        "format": " + ".join(f"{k.name} v{k.version}" for k in kinds or [BATCH_FILE]),
         "files": len(files),
         "first": files[0] if files else None,
         "last": files[-1] if files else None,

@@ -1,4 +1,5 @@
-"""The runner's offline I/O: ``RunnerConfig(output=DIR)`` and ``RunnerConfig(input=...)``.
+"""The runner's offline I/O: ``OfflineConfig(output=DIR)`` and ``OfflineConfig(input=...)``
+(``RunnerConfig(output=DIR)``, ``RunnerConfig(input=...)``), attached by ``OfflineConfig.attach``.
 
 Output: every batch ``sample()`` returns from live sampling is written to Parquet files
 under ``output`` and the file is finished before ``sample()`` returns (so everything
@@ -40,45 +41,33 @@ import tree
 from rlconnect.batches import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch, concat_samples
 from rlconnect.connectors import AgentData
 from rlconnect.offline.reader import list_batch_files, read_batches
-from rlconnect.runner.extensions import register_runner_extension
 
 if TYPE_CHECKING:
+    from rlconnect.offline.config import OfflineConfig
     from rlconnect.runner import EnvRunner
 
-__all__ = ["RunnerInput", "RunnerOutput", "attach_offline_io", "replay_agent_connectors"]
+__all__ = ["RunnerInput", "RunnerOutput", "replay_agent_connectors"]
 
 Batch = SampleBatch | MultiAgentBatch
 
 
-@register_runner_extension
-def attach_offline_io(runner: EnvRunner) -> None:
-    """Give ``runner`` the output writer and input mixer its config asks for: the writer
-    as a batch sink, the mixer as its batch source (``rlconnect.runner.extensions``)."""
-    cfg = runner.config
-    if cfg.output is not None:
-        runner.add_batch_sink(RunnerOutput(runner).write)
-    if cfg.input != "sampler":
-        runner.set_batch_source(RunnerInput(runner))
-
-
 # --------------------------------------------------------------------------------- output
 class RunnerOutput:
-    """Writes what the runner samples to ``config.output`` (one finished file per sample)."""
+    """Writes what the runner samples to ``settings.output`` (one finished file per sample)."""
 
-    def __init__(self, runner: EnvRunner) -> None:
+    def __init__(self, runner: EnvRunner, settings: OfflineConfig) -> None:
         from rlconnect.offline._common import import_parquet_module
 
         writer = import_parquet_module(
             "rlconnect.offline.parquet_writer", "RunnerConfig(output=...) (Parquet files)"
         )
-        cfg = runner.config
         self.runner = runner
         self.writer = writer.ParquetBatchWriter(
-            cfg.output,  # type: ignore[arg-type]
-            max_file_size=cfg.output_max_file_size,
-            compress_columns=cfg.output_compress_columns,
+            settings.output,  # type: ignore[arg-type]
+            max_file_size=settings.output_max_file_size,
+            compress_columns=settings.output_compress_columns,
             spaces=self._spaces(),
-            worker_index=cfg.worker_index,
+            worker_index=runner.config.worker_index,
         )
         self._space_ids = self._ids()
 
@@ -115,22 +104,22 @@ class RunnerOutput:
 class RunnerInput:
     """Draws each ``sample()`` from one of the configured sources."""
 
-    def __init__(self, runner: EnvRunner) -> None:
+    def __init__(self, runner: EnvRunner, settings: OfflineConfig) -> None:
         cfg = runner.config
-        spec = cfg.input if isinstance(cfg.input, dict) else {cfg.input: 1.0}
-        if cfg.shuffle_buffer_size and not runner.is_single_agent:
+        spec = settings.input if isinstance(settings.input, dict) else {settings.input: 1.0}
+        if settings.shuffle_buffer_size and not runner.is_single_agent:
             raise ValueError(
-                "RunnerConfig.shuffle_buffer_size > 0 needs single-agent input; "
+                "OfflineConfig.shuffle_buffer_size > 0 needs single-agent input; "
                 "multi-agent batches cannot be shuffled by row"
             )
-        self.runner = runner
+        self.runner, self.settings = runner, settings
         self.names = [name for name, p in spec.items() if p > 0]
         probs = np.array([float(spec[n]) for n in self.names])
         self.probs = probs / probs.sum()
         seed = cfg.seed if cfg.seed is not None else int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
         self.rng = np.random.default_rng([seed, cfg.worker_index, 0x1A7])
         self.sources: dict[str, Any] = {
-            name: None if name == "sampler" else _OfflineSource(runner, name, self.rng)
+            name: None if name == "sampler" else _OfflineSource(runner, settings, name, self.rng)
             for name in self.names
         }
         self.counts = dict.fromkeys(self.names, 0)
@@ -151,7 +140,7 @@ class RunnerInput:
         else:
             batch = source.next()
         self.counts[name] += 1
-        if source is not None and self.runner.config.off_policy_estimation:
+        if source is not None and self.settings.off_policy_estimation:
             self._estimate(name, batch)
         for b in batch.policy_batches.values() if isinstance(batch, MultiAgentBatch) else [batch]:
             b.meta["input"] = name
@@ -161,7 +150,7 @@ class RunnerInput:
         """Off-policy estimates of the current policies on the episodes of ``batch``."""
         from rlconnect.offline.estimators import estimate_off_policy
 
-        cfg = self.runner.config
+        cfg = self.settings
         for pid, policy in self.runner.policies.items():
             if isinstance(batch, MultiAgentBatch) and pid not in batch.policy_batches:
                 continue
@@ -181,19 +170,20 @@ class RunnerInput:
 class _OfflineSource:
     """Batches of the runner's size from files, looping; see the module docstring."""
 
-    def __init__(self, runner: EnvRunner, pattern: str, rng: np.random.Generator) -> None:
-        cfg = runner.config
-        self.runner, self.pattern, self.rng = runner, pattern, rng
+    def __init__(
+        self, runner: EnvRunner, settings: OfflineConfig, pattern: str, rng: np.random.Generator
+    ) -> None:
+        self.runner, self.settings, self.pattern, self.rng = runner, settings, pattern, rng
         self.files = list_batch_files(pattern)
         if not self.files:
-            raise FileNotFoundError(f"RunnerConfig.input: {pattern!r} holds no batch files")
-        self.size = cfg.rollout_fragment_length * runner.num_envs
-        self.shuffle = cfg.shuffle_buffer_size
+            raise FileNotFoundError(f"OfflineConfig.input: {pattern!r} holds no batch files")
+        self.size = runner.config.rollout_fragment_length * runner.num_envs
+        self.shuffle = settings.shuffle_buffer_size
         self._stream = self._prepared()
         self._buffer: list[Batch] = []
 
     def _prepared(self) -> Iterator[Batch]:
-        cfg = self.runner.config
+        cfg = self.settings
         while True:
             count = 0
             for b in read_batches(self.files):
@@ -207,7 +197,7 @@ class _OfflineSource:
                 count += 1
                 yield b
             if count == 0:
-                raise ValueError(f"RunnerConfig.input: {self.pattern!r} holds no batches")
+                raise ValueError(f"OfflineConfig.input: {self.pattern!r} holds no batches")
 
     def _read(self) -> Batch:
         """The next batch read, through the learner pipelines (outside ``_prepared``: a
@@ -219,7 +209,7 @@ class _OfflineSource:
             if isinstance(b, MultiAgentBatch):
                 if list(b.policy_batches) != [DEFAULT_POLICY_ID]:
                     raise ValueError(
-                        f"RunnerConfig.input {self.pattern!r} holds multi-agent batches "
+                        f"OfflineConfig.input {self.pattern!r} holds multi-agent batches "
                         f"(policies {list(b.policy_batches)}); this runner is single-agent"
                     )
                 return b.policy_batches[DEFAULT_POLICY_ID]

@@ -35,11 +35,13 @@ class AsyncSampler:
                 return
 
     def next(self) -> Any:
+        """The next batch the thread sampled, waiting for it; re-raises the thread's error."""
         item = self._queue.get()
         if isinstance(item, BaseException):
             raise item
         return item
 
     def stop(self) -> None:
+        """Ask the thread to stop and wait for it (up to 5 s) to finish its batch."""
         self._stop.set()
         self._thread.join(timeout=5)

@@ -8,24 +8,12 @@ from typing import Any, cast
 
 import attrs
 
+from rlconnect.collectors.modes import BatchMode, CountStepsBy
 from rlconnect.connectors.settings import ConnectorSettings, setting_field
 from rlconnect.envs.settings import EnvSettings, check_processes, check_timeouts, env_field
+from rlconnect.runner.extensions import ConfigSection, config_sections
 
 __all__ = ["BatchMode", "CountStepsBy", "RunnerConfig"]
-
-
-class BatchMode(str, enum.Enum):
-    """How ``sample()`` cuts episodes."""
-
-    TRUNCATE_EPISODES = "truncate_episodes"
-    COMPLETE_EPISODES = "complete_episodes"
-
-
-class CountStepsBy(str, enum.Enum):
-    """What ``rollout_fragment_length`` counts."""
-
-    ENV_STEPS = "env_steps"
-    AGENT_STEPS = "agent_steps"
 
 
 def _enum(kind: type[enum.Enum]) -> Callable[[Any], Any]:
@@ -54,46 +42,9 @@ def _callable_or_none(inst: Any, attribute: attrs.Attribute, value: Any) -> None
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be callable or None")
 
 
-def _optional_str(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be a path string or None")
-
-
 def _non_negative_int(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be an integer >= 0")
-
-
-def _input_spec(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, str) and value:
-        return
-    if isinstance(value, dict) and value:
-        probs = list(value.values())
-        if (
-            all(isinstance(k, str) and k for k in value)
-            and all(
-                isinstance(p, int | float) and not isinstance(p, bool) and p >= 0 for p in probs
-            )
-            and abs(sum(probs) - 1.0) < 1e-6
-        ):
-            return
-    raise ValueError(
-        f"RunnerConfig.input={value!r}: allowed are 'sampler', a path or glob, or a dict "
-        "{source: probability} whose probabilities are >= 0 and sum to 1"
-    )
-
-
-def _estimators(inst: Any, attribute: attrs.Attribute, value: tuple) -> None:
-    unknown = [v for v in value if v not in ("is", "wis")]
-    if unknown:
-        raise ValueError(
-            f"RunnerConfig.off_policy_estimation={value!r}: unknown {unknown}; allowed 'is', 'wis'"
-        )
-
-
-def _unit_interval(inst: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise ValueError(f"RunnerConfig.{attribute.name}={value!r}: must be a number in [0, 1]")
 
 
 def _wrap(kind: type[enum.Enum], name: str) -> Callable[[Any], Any]:
@@ -123,7 +74,45 @@ def _count_steps_by(value: Any) -> CountStepsBy:
 _OWNER = "RunnerConfig."
 
 
-@attrs.define(kw_only=True)
+def _to_section(field: str, value: Any) -> Any:
+    """The value of section field ``field``: a section as given, or built from a dict."""
+    if value is None or isinstance(value, ConfigSection):
+        return value
+    cls = config_sections().get(field)
+    if isinstance(value, dict) and cls is not None:
+        return cls(**value)
+    kind = cls.__name__ if cls is not None else "config section"
+    raise ValueError(
+        f"RunnerConfig.{field}={value!r}: must be an {kind}, a dict of its settings, or None"
+    )
+
+
+def _offline(value: Any) -> ConfigSection | None:
+    return cast("ConfigSection | None", _to_section("offline", value))
+
+
+def _section_fields() -> list[str]:
+    return [a.name for a in attrs.fields(RunnerConfig) if a.metadata.get("section")]
+
+
+def _gather_sections(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with the keywords of registered sections moved into their section
+    (a TypeError names keywords that are neither a field nor a section's setting)."""
+    out = dict(settings)
+    fields = attrs.fields_dict(RunnerConfig)
+    for name, cls in config_sections().items():
+        given = {k: out.pop(k) for k in attrs.fields_dict(cls) if k in out}
+        if given:
+            base = _to_section(name, out.get(name))
+            out[name] = attrs.evolve(base, **given) if base is not None else cls(**given)
+    unknown = [k for k in out if k not in fields]
+    if unknown:
+        allowed = ", ".join(RunnerConfig.keywords())
+        raise TypeError(f"RunnerConfig got unknown settings {unknown}; allowed: {allowed}")
+    return out
+
+
+@attrs.define(kw_only=True, init=False)
 class RunnerConfig:
     """How an EnvRunner samples. Every field is checked when the config is built."""
 
@@ -186,6 +175,10 @@ class RunnerConfig:
     record_env_actions: bool = attrs.field(default=False, validator=_bool)
     #: also record ``raw_obs``, the observations before the agent connectors
     keep_raw_obs: bool = attrs.field(default=False, validator=_bool)
+    #: tensor path: record the env's infos as the column ``infos``, a nest of tensors (one
+    #: row per sub-env and agent; values that are not per-sub-env tensors are left out).
+    #: Off by default there; the numpy path records its ``infos`` column always
+    record_infos: bool = attrs.field(default=False, validator=_bool)
     # -- env workers and asynchronous polls -------------------------------------------------
     #: step sub-envs in env worker processes, one per sub-env (``num_env_workers=num_envs``)
     remote_envs: bool = env_field("remote_envs", _OWNER)
@@ -211,40 +204,33 @@ class RunnerConfig:
     #: None decides from the env (a ``device`` attribute), True forces, False refuses it
     tensor: bool | None = env_field("tensor", _OWNER)
 
-    # -- offline experience (issue: offline data) --------------------------------------------
-    #: write every sampled batch under this folder (Parquet; None: don't write)
-    output: str | None = attrs.field(default=None, validator=_optional_str)
-    #: roll output files at this size in bytes
-    output_max_file_size: int = attrs.field(default=64 * 1024 * 1024, validator=_positive_int)
-    #: columns stored compressed in output files
-    output_compress_columns: tuple[str, ...] = attrs.field(
-        default=("obs", "new_obs"), converter=tuple
+    # -- settings sections of upper layers (``rlconnect.runner.extensions``) ---------------
+    #: offline experience: an ``rc.OfflineConfig`` (or a dict of its settings; None: no
+    #: offline output or input). Each of its settings is a keyword of RunnerConfig too:
+    #: ``RunnerConfig(output=DIR)`` is ``RunnerConfig(offline=rc.OfflineConfig(output=DIR))``
+    offline: ConfigSection | None = attrs.field(
+        default=None, converter=_offline, metadata={"section": True}
     )
-    #: "sampler", a path or glob of offline files, or {source: probability}
-    input: Any = attrs.field(default="sampler", validator=_input_spec)
-    #: rows held in the shuffle buffer when reading offline data (0: no shuffling)
-    shuffle_buffer_size: int = attrs.field(default=0, validator=_non_negative_int)
-    #: run the current policy's postprocess_trajectory over episodes read from files
-    postprocess_inputs: bool = attrs.field(default=False, validator=_bool)
-    #: pass observations read from files through the agent connectors
-    input_connectors: bool = attrs.field(default=False, validator=_bool)
-    #: off-policy estimators ("is", "wis") run on batches read from files, for the current
-    #: policies; results come from ``runner.get_off_policy_metrics()``
-    off_policy_estimation: tuple[str, ...] = attrs.field(
-        default=(), converter=tuple, validator=_estimators
-    )
-    #: discount of the off-policy estimates
-    off_policy_gamma: float = attrs.field(default=1.0, validator=_unit_interval)
     # -- images (issue: pixels) -----------------------------------------------------------
     #: store image columns compressed in batches, decompressed on access
     compress_observations: bool = attrs.field(default=False, validator=_bool)
 
+    def __init__(self, **settings: Any) -> None:
+        """Every field by keyword, and each setting of a registered section (e.g.
+        ``output=``, ``input=`` of ``rc.OfflineConfig``): those given are set on that
+        section (on a copy of the one given as its field, if any)."""
+        self.__attrs_init__(**_gather_sections(settings))
+
+    @classmethod
+    def keywords(cls) -> list[str]:
+        """Every keyword ``RunnerConfig(...)`` takes: its fields, then the settings of
+        the registered sections (what config files and checkpoints may hold)."""
+        names = list(attrs.fields_dict(cls))
+        for section in config_sections().values():
+            names += list(attrs.fields_dict(section))
+        return names
+
     def __attrs_post_init__(self) -> None:
-        if self.off_policy_estimation and self.input == "sampler":
-            raise ValueError(
-                "RunnerConfig.off_policy_estimation needs input= files to estimate on "
-                "(a path, a glob, or a dict of sources)"
-            )
         self._check_equal_rows()
         check_processes(self, _OWNER)
         check_timeouts(self, _OWNER)
@@ -282,4 +268,17 @@ class RunnerConfig:
         out = attrs.asdict(self, filter=lambda a, v: not callable(v) or isinstance(v, enum.Enum))
         out["batch_mode"] = self.batch_mode.value
         out["count_steps_by"] = self.count_steps_by.value
+        for name in _section_fields():
+            section = getattr(self, name)
+            out[name] = None if section is None else section.to_dict()
         return out
+
+    def sections(self) -> list[ConfigSection]:
+        """The sections this config holds (those not None), e.g. its ``OfflineConfig``."""
+        return [s for s in (getattr(self, n) for n in _section_fields()) if s is not None]
+
+    def without_paths(self) -> RunnerConfig:
+        """This config with every section's file paths at their defaults (what a
+        checkpoint's saved config gives a rebuilt runner)."""
+        changes = {n: getattr(self, n) for n in _section_fields() if getattr(self, n) is not None}
+        return attrs.evolve(self, **{n: s.without_paths() for n, s in changes.items()})

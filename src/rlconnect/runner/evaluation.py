@@ -33,6 +33,7 @@ from typing import Any, Protocol, cast
 import attrs
 import gymnasium as gym
 
+from rlconnect.collectors import BatchMode
 from rlconnect.connectors import ActionConnectorPipeline, AgentConnectorPipeline
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.envs import BaseEnv, MultiAgentEnv
@@ -110,7 +111,7 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
     changes: dict[str, Any] = {
         "num_envs": num_envs,
         "rollout_fragment_length": 1,
-        "batch_mode": "complete_episodes",
+        "batch_mode": BatchMode.COMPLETE_EPISODES,
         "explore": False,
         "seed": None,  # the sub-envs are seeded here; None keeps the policies' generators
         "sample_async": False,
@@ -120,9 +121,8 @@ def _eval_config(config: RunnerConfig, num_envs: int) -> RunnerConfig:
         "sub_env_timeout_s": None,
         "env_build_timeout_s": None,
         "env_poll_size": None,
+        "offline": None,  # evaluation episodes are never written, nor read from files
     }
-    if "output" in attrs.fields_dict(RunnerConfig):  # never write evaluation batches
-        changes["output"] = None
     return attrs.evolve(config, **changes)
 
 

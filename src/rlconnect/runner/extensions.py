@@ -1,11 +1,18 @@
 """How upper layers plug into a runner without the runner importing them.
 
-The runner sits below offline I/O, serving and Ray. Those layers configure a runner
-through three public hooks:
+The runner sits below offline I/O, serving and Ray. A layer above it configures runners
+with a *config section*: a frozen settings record that ``RunnerConfig`` holds as one of
+its fields (``RunnerConfig.offline``, an ``rc.OfflineConfig``) and that attaches what
+it configures to every runner built with it (``section.attach(runner)``, at the end of
+``EnvRunner.__init__``). The section's class declares its settings, defaults and checks;
+the runner layer never names them. A layer registers its section's class once
+(``register_config_section(field, cls)``) so that ``RunnerConfig`` accepts the section
+as a dict of its settings (config files, checkpoints) and each of its settings as a
+keyword of its own (``RunnerConfig(output=DIR)`` is ``RunnerConfig(offline=
+rc.OfflineConfig(output=DIR))``).
 
-- ``register_runner_extension(fn)``: ``fn(runner)`` runs at the end of every
-  ``EnvRunner.__init__`` (``rlconnect.offline`` registers the one that honours
-  ``RunnerConfig(output=..., input=...)``);
+What a section attaches plugs in through two hooks:
+
 - ``runner.add_batch_sink(sink)``: ``sink(batch, agent_ids)`` receives every batch that
   ``sample()`` is about to return from live sampling, with the agent id of every row per
   policy (multi-agent; ``{}`` for single-agent runners);
@@ -18,9 +25,17 @@ through three public hooks:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["BatchSink", "BatchSource", "register_runner_extension", "runner_extensions"]
+import attrs
+
+__all__ = [
+    "BatchSink",
+    "BatchSource",
+    "ConfigSection",
+    "config_sections",
+    "register_config_section",
+]
 
 BatchSink = Callable[[Any, dict[str, Any]], None]
 
@@ -35,16 +50,40 @@ class BatchSource(Protocol):
         """Records the source made since the last call (``get_off_policy_metrics``)."""
 
 
-_EXTENSIONS: list[Callable[[Any], None]] = []
+@runtime_checkable
+class ConfigSection(Protocol):
+    """Settings an upper layer owns, held by ``RunnerConfig`` as one field."""
+
+    def attach(self, runner: Any) -> None:
+        """Plug what these settings ask for into ``runner`` (its sinks, its source)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as JSON-able values (``cls(**to_dict())`` builds them again)."""
+
+    def without_paths(self) -> ConfigSection:
+        """These settings with every file path at its default (what a checkpoint's saved
+        config keeps: a file must not choose where a rebuilt runner reads or writes)."""
 
 
-def register_runner_extension(fn: Callable[[Any], None]) -> Callable[[Any], None]:
-    """Run ``fn(runner)`` at the end of every runner's construction (once per function)."""
-    if fn not in _EXTENSIONS:
-        _EXTENSIONS.append(fn)
-    return fn
+_SECTIONS: dict[str, type] = {}
 
 
-def runner_extensions() -> list[Callable[[Any], None]]:
-    """The registered extensions, in registration order."""
-    return list(_EXTENSIONS)
+def register_config_section(field: str, cls: type) -> type:
+    """Make ``cls`` (an attrs class whose instances are ``ConfigSection``\\ s) the kind of
+    ``RunnerConfig.<field>``: a dict given there is built into a ``cls``, and each of
+    ``cls``' settings is accepted as a keyword of ``RunnerConfig`` itself."""
+    from rlconnect.runner.config import RunnerConfig
+
+    fields = attrs.fields_dict(RunnerConfig)
+    if field not in fields or fields[field].metadata.get("section") is not True:
+        raise ValueError(f"RunnerConfig has no config section {field!r}")
+    clash = sorted(set(attrs.fields_dict(cls)) & set(fields))
+    if clash:
+        raise ValueError(f"{cls.__name__} settings {clash} clash with RunnerConfig's own")
+    _SECTIONS[field] = cls
+    return cls
+
+
+def config_sections() -> dict[str, type]:
+    """``{RunnerConfig field: section class}`` of the registered sections."""
+    return dict(_SECTIONS)

@@ -301,6 +301,9 @@ class ActionCheck:
         return None
 
     def __call__(self, actions: Any, env_ids: np.ndarray, agent_ids: Sequence[Any]) -> None:
+        """Raise if an action is outside its action space. Integer Discrete actions and a
+        batch of one shared space take a vectorised fast path; the general check, which
+        names the bad rows, runs only when that path cannot vouch for every row."""
         if (
             self._discrete_n is not None
             and type(actions) is np.ndarray

@@ -12,7 +12,9 @@ sub-env uses; per-agent connector state (frame stacks, previous actions, RNN sta
 the call is dropped after it, so every call is a fresh episode start. To keep that state
 across calls (serving an episode step by step), pass your own ``env_id`` (negative, or >=
 ``num_envs``): the state is then kept until you call ``runner.agent_pipeline(pid).reset(
-env_id)`` and ``runner.action_pipeline(pid).reset(env_id)``.
+env_id)`` and ``runner.action_pipeline(pid).reset(env_id)`` (``Inference.reset(env_id)``
+does both for every policy). ``Inference`` is the ``ServedInference`` a runner attaches to
+its env (``rlconnect.envs.base``).
 
 Every observation is checked first, as a deployed policy checks it
 (``rlconnect.connectors.observations``): a wrong shape or structure, NaN or inf, or a
@@ -118,6 +120,13 @@ class Inference:
             obs = [obs_by_agent[a] for a in agents]
             out.update(zip(agents, self._run(pid, agents, obs, explore, eid)))
         return {a: out[a] for a in obs_by_agent}
+
+    def reset(self, env_id: int) -> None:
+        """Drop the connector state every policy's pipelines keep for ``env_id`` (an
+        episode served step by step has ended)."""
+        for pid in self.policies:
+            self.pipes.agent[pid].reset(env_id)
+            self.pipes.action[pid].reset(env_id)
 
     def _run(
         self, pid: str, agents: list[Any], obs: list[Any], explore: bool, eid: int

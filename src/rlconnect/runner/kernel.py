@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rlconnect.batches.take import take_rows
-from rlconnect.collectors import PolicyCollectorGroup
+from rlconnect.collectors import BatchMode, CountStepsBy, PolicyCollectorGroup
 from rlconnect.connectors import AgentData
 from rlconnect.envs.base import BaseEnv, EnvRows
 from rlconnect.envs.checks import check_rows
@@ -208,16 +208,16 @@ class StepKernel:
         self.hooks = hooks
 
     # -- the loop -------------------------------------------------------------------------
-    def run_until(self, mode: str, target: int, count_by: str) -> None:
+    def run_until(self, mode: BatchMode, target: int, count_by: CountStepsBy) -> None:
         """Poll and step until the collectors can build a batch of ``target`` steps."""
         group, env, timers, clock = self.collectors, self.env, self.timers, _clock
-        whole = mode == "complete_episodes"
+        whole = mode is BatchMode.COMPLETE_EPISODES
         by_total = not whole and group.rows_per_env is None  # (else: rows per sub-env)
         endless_check = whole and self.config.horizon is None
         while True:
             if by_total:  # (inline: read at every poll)
                 log = group.env_step_log
-                have = log.size if count_by == "env_steps" else log.agent_steps
+                have = log.size if count_by is CountStepsBy.ENV_STEPS else log.agent_steps
                 if have >= target:
                     break
             elif group.ready(mode, target, count_by):

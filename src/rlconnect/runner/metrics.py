@@ -86,11 +86,14 @@ class PerfTimers:
 class MetricsLogger(Protocol):
     """What ``runner.add_logger`` takes (``rc.loggers`` has JSONL, CSV and TensorBoard)."""
 
-    def write(self, record: Mapping[str, Any]) -> None: ...
+    def write(self, record: Mapping[str, Any]) -> None:
+        """Record one dict of the runner's ``metrics()``, written once per ``sample()``."""
 
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Push what is buffered to the destination."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Flush and release the destination; no write follows."""
 
 
 class LoggerSet:
@@ -105,6 +108,7 @@ class LoggerSet:
         return bool(self._loggers)
 
     def add(self, logger: MetricsLogger) -> None:
+        """Add a logger; TypeError naming what it lacks unless it has write, flush and close."""
         missing = [m for m in ("write", "flush", "close") if not callable(getattr(logger, m, None))]
         if missing:
             raise TypeError(
@@ -179,6 +183,7 @@ class EpisodeLog:
         self._pending: list[tuple[int, Callable[[], list[dict[str, Any]]]]] = []
 
     def extend(self, records: Iterable[dict[str, Any]]) -> None:
+        """Keep ``records`` (past ``maxlen`` the oldest are dropped)."""
         self._kept.extend(records)
 
     def extend_lazy(self, count: int, make: Callable[[], list[dict[str, Any]]]) -> None:
@@ -191,6 +196,7 @@ class EpisodeLog:
             self._pending.pop(0)
 
     def take(self) -> list[dict[str, Any]]:
+        """Every record kept (lazy ones built now), oldest first; the log is empty after."""
         for _, make in self._pending:
             self._kept.extend(make())
         self._pending.clear()

@@ -107,6 +107,40 @@ class PolicyPipelines:
         return out
 
 
+@attrs.define
+class DeferredLearning:
+    """The learner pipelines on one ``sample()``'s tensor batches, their checks deferred
+    to the tensor kernel's one host read. Calling it runs them (on a copy of the dict of
+    batches) and returns the checks' flags for that read; ``result(values)`` then raises
+    what the pipelines would have raised (their own error, or the first failed check's)
+    and returns the batches they made."""
+
+    pipelines: PolicyPipelines
+    policies: Mapping[str, Policy]
+    learned: dict[str, SampleBatch] = attrs.Factory(dict)
+    checks: Any = None
+    error: Exception | None = None
+
+    def __call__(self, batches: dict[str, SampleBatch]) -> list[Any]:
+        from rlconnect.connectors.learner import deferred_checks
+
+        self.learned, self.error = dict(batches), None
+        try:
+            with deferred_checks() as self.checks:
+                self.pipelines.learn(self.learned, self.policies)
+        except Exception as exc:  # raised by result(): the batch is lost, the runner is not
+            self.error = exc
+            return []
+        return list(self.checks.flags)
+
+    def result(self, values: list[bool]) -> dict[str, SampleBatch]:
+        """The learned batches, given the flags' values read with the sample."""
+        if self.error is not None:
+            raise self.error
+        self.checks.raise_for(values)
+        return self.learned
+
+
 def check_agent_output(pid: str, pipe: AgentConnectorPipeline, obs: Any) -> None:
     """ValueError blaming the connector, not the policy, when the agent pipeline of
     ``pid`` emitted ``obs`` rows of another shape than its members declare (one shape

@@ -35,6 +35,8 @@ class CheckedMapping:
         self.policy_ids = list(policy_ids)
 
     def __call__(self, agent_id: Any, episode: Episode, **kwargs: Any) -> str:
+        """The user's answer for ``agent_id``; ValueError naming the runner's policy ids
+        (and the nearest one) when it is not one of them."""
         pid = self.fn(agent_id, episode, **kwargs)
         if pid not in self.policy_ids:
             raise ValueError(

@@ -20,7 +20,8 @@ The runner owns the loop and the public API; its parts get what they need, never
 runner: ``StepKernel`` (the step) with ``EpisodeTracker``, ``TrajectoryIds``,
 ``AgentTracker``; ``act`` (the one place a policy is called, shared
 with ``Inference``); ``build_pipelines``; ``postprocess_batches``. Offline I/O, serving
-and Ray plug in through ``rlconnect.runner.extensions``.
+and Ray plug in through ``rlconnect.runner.extensions`` (offline I/O: the config's
+``offline`` section attaches itself).
 """
 
 from __future__ import annotations
@@ -49,11 +50,16 @@ from rlconnect.runner.async_sampler import AsyncSampler
 from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.callbacks import Callbacks
 from rlconnect.runner.config import RunnerConfig
-from rlconnect.runner.extensions import BatchSink, BatchSource, runner_extensions
+from rlconnect.runner.extensions import BatchSink, BatchSource
 from rlconnect.runner.inference import Inference
 from rlconnect.runner.kernel import StepKernel
 from rlconnect.runner.metrics import EpisodeLog, LoggerSet, MetricsLogger, PerfTimers, RunMetrics
-from rlconnect.runner.pipelines import PipelineSpec, PipelineSpecs, build_pipelines
+from rlconnect.runner.pipelines import (
+    DeferredLearning,
+    PipelineSpec,
+    PipelineSpecs,
+    build_pipelines,
+)
 from rlconnect.runner.policy_set import CheckedMapping, policy_set
 from rlconnect.runner.postprocess import postprocess_batches, state_digest
 from rlconnect.runner.versions import mark_weights_lag, weights_versions
@@ -120,6 +126,8 @@ class EnvRunner:
         self._failed: BaseException | None = None  # what made sample() raise midway
         self._sinks: list[BatchSink] = []
         self._source: BatchSource | None = None
+        #: the tensor path's learner pipelines run before its read, and their flags' values
+        self._folded: tuple[DeferredLearning, list[bool]] | None = None
         self._episode_log = EpisodeLog(bookkeeping.MAX_METRICS)  # (read now: tests lower it)
         self._run_metrics = RunMetrics(list(self.policies), self.timers)
         self._loggers = LoggerSet()
@@ -146,21 +154,12 @@ class EnvRunner:
         )  # fmt: skip
 
     def _attach(self) -> None:
-        """What plugs into a new runner: an ExternalEnv (it serves its episodes that are
-        not recorded with this runner's policies) and the extensions (offline I/O...)."""
-        attach = getattr(self.env, "attach_runner", None)
-        if attach is not None:
-            attach(self)
-        for extension in runner_extensions():  # e.g. offline output and input
-            extension(self)
-        cfg = self.config
-        if (cfg.output is not None and not self._sinks) or (
-            cfg.input != "sampler" and self._source is None
-        ):
-            raise ValueError(
-                "RunnerConfig.output / input need rlconnect.offline: import rlconnect (or "
-                "rlconnect.offline) before building the runner"
-            )
+        """What plugs into a new runner: its inference, for an env that serves episodes it
+        does not record (an ExternalEnv's), and the config's sections (offline output and
+        input: ``rlconnect.runner.extensions``)."""
+        self.env.attach_inference(self._inference)
+        for section in self.config.sections():
+            section.attach(self)
 
     # -- public API -----------------------------------------------------------------------
     def agent_pipeline(self, policy_id: str = DEFAULT_POLICY_ID) -> AgentConnectorPipeline:
@@ -227,10 +226,10 @@ class EnvRunner:
                 self._async = AsyncSampler(self._next_batch)
             out = self._async.next()
         else:
-            out = self._next_batch()
+            out = self._next_batch(fold_learner=True)
         if self._source is None:
             t0 = time.perf_counter()
-            out = self.apply_learner_pipelines(out)
+            out = self._learned(out)
             self.timers.learner += time.perf_counter() - t0
         mark_weights_lag(out, self.policies)  # against the versions of now
         self._count(out)
@@ -266,17 +265,33 @@ class EnvRunner:
         self.pipelines.learn(one, self.policies)
         return one[DEFAULT_POLICY_ID]
 
-    def _next_batch(self) -> SampleBatch | MultiAgentBatch:
+    def _learned(self, out: SampleBatch | MultiAgentBatch) -> SampleBatch | MultiAgentBatch:
+        """``out`` through the learner pipelines, or what they made of it already, their
+        checks read with the tensor path's one read (``DeferredLearning``)."""
+        folded, self._folded = self._folded, None
+        if folded is None:
+            return self.apply_learner_pipelines(out)
+        learning, values = folded
+        learned = learning.result(values)
+        if isinstance(out, MultiAgentBatch):
+            return MultiAgentBatch(learned, out.env_steps())
+        return learned.get(DEFAULT_POLICY_ID, out)
+
+    def _next_batch(self, *, fold_learner: bool = False) -> SampleBatch | MultiAgentBatch:
         if self._source is not None:  # e.g. RunnerConfig(input=...): a batch source
             return self._source.next()
-        return self.sample_envs()
+        return self._sample_guarded(fold_learner)
 
     def sample_envs(self) -> SampleBatch | MultiAgentBatch:
         """One batch sampled from the envs, whatever batch source is set."""
+        return self._sample_guarded(False)
+
+    def _sample_guarded(self, fold_learner: bool) -> SampleBatch | MultiAgentBatch:
         self._refuse_if_failed()
+        self._folded = None
         t0 = time.perf_counter()
         try:
-            return self._sample_envs()
+            return self._sample_envs(fold_learner)
         except BaseException as exc:  # whatever it was, the loop's state is now unknown
             self._failed = exc
             raise
@@ -296,24 +311,30 @@ class EnvRunner:
                 "from a checkpoint)"
             ) from self._failed
 
-    def _sample_envs(self) -> SampleBatch | MultiAgentBatch:
+    def _sample_envs(self, fold_learner: bool) -> SampleBatch | MultiAgentBatch:
         cfg, kernel = self.config, self._kernel
         for pipe in self.pipelines.agent.values():  # a lone runner's sync point
             pipe.start_sample()
         digests = {pid: state_digest(p) for pid, p in self.pipelines.agent.items()}
         agent_ids: dict[str, Any] = {}
+        learned: dict[str, SampleBatch] = {}
         if self.env.on_tensors:
-            batches, env_steps = cast("TensorKernel", kernel).sample()
+            learning = self._deferred_learning() if fold_learner else None
+            sampled = cast("TensorKernel", kernel).sample(learning)
+            batches, env_steps = sampled.batches, sampled.env_steps
+            if learning is not None and sampled.learner_flags is not None:
+                self._folded = (learning, sampled.learner_flags)
+                learned = learning.learned
         else:
             kernel = cast(StepKernel, kernel)
             target = cfg.rollout_fragment_length * self.fragment_envs
-            mode, count_by = cfg.batch_mode.value, cfg.count_steps_by.value
+            mode, count_by = cfg.batch_mode, cfg.count_steps_by
             kernel.run_until(mode, target, count_by)
             built, env_steps = self.collectors.build(mode, target, count_by)
             batches = postprocess_batches(built, self.hooks, kernel.trajectories.owner)
             agent_ids = self._agent_ids(built) if self._sinks else {}
             kernel.trajectories.forget_handed_out(self.collectors)
-        for pid, b in batches.items():
+        for pid, b in [*batches.items(), *learned.items()]:
             b.meta["connector_state"] = digests[pid]
             b.meta["policy_id"] = pid
         out: SampleBatch | MultiAgentBatch
@@ -326,6 +347,20 @@ class EnvRunner:
         for sink in self._sinks:  # e.g. RunnerConfig(output=DIR): in finished files now
             sink(out, agent_ids)
         return out
+
+    def _deferred_learning(self) -> DeferredLearning | None:
+        """The learner pipelines to run before the tensor kernel's one read, or None (the
+        pipelines then run after the batch is made, reading their checks once
+        themselves): no member to run, an ``on_sample_end`` callback that may change the
+        batches first, or restarts, where the read may drop rows a pipeline (and its
+        state) must never see."""
+        if not any(len(p) for p in self.pipelines.learner.values()):
+            return None
+        if self.callbacks.overrides("on_sample_end"):
+            return None
+        if self.config.restart_failed_sub_environments:
+            return None
+        return DeferredLearning(self.pipelines, self.policies)
 
     def _agent_ids(self, built: dict[str, tuple[SampleBatch, np.ndarray]]) -> dict[str, Any]:
         """The agent id (as a string) of every built row, per policy (multi-agent only)."""
@@ -353,7 +388,7 @@ class EnvRunner:
     def get_off_policy_metrics(self) -> list[dict[str, Any]]:
         """Off-policy estimates since the last call (and clear them): one record per policy
         and batch read from files, ``{"policy_id", "input", "is": {...}, "wis": {...}}``
-        (see ``RunnerConfig.off_policy_estimation``)."""
+        (see ``OfflineConfig.off_policy_estimation``)."""
         return self._source.take_metrics() if self._source is not None else []
 
     def get_metrics(self) -> list[dict[str, Any]]:
@@ -462,7 +497,7 @@ class EnvRunner:
     #    evaluation hold the code) -----------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Write policies (spec, weights) and pipelines (with statistics) atomically to the
-        folder ``path`` (layout: ``rlconnect.runner.checkpoint_format``)."""
+        folder ``path`` (layout: ``rlconnect.checkpoints.runner_format``)."""
         from rlconnect.runner.checkpoint import save_checkpoint
 
         save_checkpoint(self, path)

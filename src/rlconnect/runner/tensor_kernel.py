@@ -19,32 +19,48 @@ without reading the host in a round:
 A policy's rows have one layout for the whole run (``PolicyRows``): the agents mapped to
 it, agent-major, each with all N sub-envs; so every column is a fixed-shape tensor and a
 batch is a view of ``[T, R]`` storage. Episode metrics and callbacks come once per
-``sample()``, from the one read of ``TensorEpisodes.read_back``.
+``sample()``, from the one read of ``TensorEpisodes.read_back``, which also carries the
+deferred checks (the env's, the finite check, the agent and learner connectors').
+
+Rows that are no transition are recorded like the others and dropped when the batch is
+built, from what the read says: a NEXT_STEP env's reset steps (the round after its
+sub-env ended: the action was ignored, the observation is the new episode's first), and,
+with ``restart_failed_sub_environments``, a faulty sub-env's rows from its bad round on
+(the sub-env is then reset by mask, once per sample). Such a batch is gathered from the
+store, its sub-envs' rows unequal in number.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+import numpy as np
 import torch
 
 from rlconnect.batches import SampleBatch
+from rlconnect.batches.columns import NEXT_INPUTS_OF
+from rlconnect.batches.time_major import ROWS_PER_ENV, UNEQUAL_ROWS
+from rlconnect.collectors import BatchMode, CountStepsBy
+from rlconnect.collectors.tensor_infos import TensorInfos
 from rlconnect.collectors.tensor_store import TensorStore
 from rlconnect.connectors import AgentData, ConnectorPipeline
 from rlconnect.envs.tensor_envs import Nest, TensorEnv, map_nest, where_rows
-from rlconnect.episodes.tensor_episodes import EndedEpisodes, TensorEpisodes
+from rlconnect.episodes.tensor_episodes import EndedEpisodes, SampleRead, TensorEpisodes
 from rlconnect.errors import EnvCheckError
 from rlconnect.policy import Policy
 from rlconnect.runner.acting import act
 from rlconnect.runner.bookkeeping import EpisodeHooks
 from rlconnect.runner.config import RunnerConfig
+from rlconnect.runner.faults import SubEnvFaults
 from rlconnect.runner.metrics import PerfTimers
 from rlconnect.runner.pipelines import PolicyPipelines
 
-__all__ = ["PolicyRows", "TensorKernel", "refuse_tensor_features"]
+__all__ = ["PolicyRows", "TensorKernel", "TensorSample", "refuse_tensor_features"]
 
 _clock = time.perf_counter
 
@@ -85,6 +101,18 @@ class PolicyRows:
         }
 
 
+@attrs.frozen
+class TensorSample:
+    """What ``TensorKernel.sample`` hands the runner: the batches by policy, the env
+    steps they hold, and the values of the learner checks ``learn`` returned, read with
+    the sample's one read (None when the learner pipelines did not run on these batches:
+    the runner then runs them itself)."""
+
+    batches: dict[str, SampleBatch]
+    env_steps: int
+    learner_flags: list[bool] | None
+
+
 class TensorKernel:
     """The tensor path's loop state and its rounds (see the module docstring)."""
 
@@ -108,7 +136,7 @@ class TensorKernel:
             for pid in policies
         }
         self.layouts = {pid: rows for pid, rows in self.layouts.items() if rows.rows}
-        per_poll = n if config.count_steps_by.value == "env_steps" else n * len(names)
+        per_poll = n if config.count_steps_by is CountStepsBy.ENV_STEPS else n * len(names)
         self.rounds = math.ceil(config.rollout_fragment_length * n / per_poll)
         self.episodes = TensorEpisodes(
             n,
@@ -124,8 +152,17 @@ class TensorKernel:
             pid: TensorStore(self.rounds, rows.rows, env.device)
             for pid, rows in self.layouts.items()
         }
+        self._blank = {pid: _blank_rows(r.rows, env.device) for pid, r in self.layouts.items()}
         self._check_rows = False  # this sample's finite check is on its recorded rows
         self.reads = 0  #: the host reads of ``sample()`` calls (one each)
+        #: NEXT_STEP: the sub-envs whose next step only resets them (on the device), and
+        #: the same as of the last read (the sample's first round's, on the host)
+        self._resets = torch.zeros(n, dtype=torch.bool, device=env.device)
+        self._resets_host = np.zeros(n, dtype=bool)
+        self._faults = SubEnvFaults(n, restart=True, limit=config.sub_env_restart_limit)
+        self._infos = (
+            {pid: TensorInfos(n, env.device) for pid in self.layouts} if config.record_infos else {}
+        )
 
     @property
     def host_reads(self) -> int:
@@ -134,64 +171,154 @@ class TensorKernel:
         return self.reads + self.env.host_reads
 
     # -- the loop -------------------------------------------------------------------------
-    def sample(self) -> tuple[dict[str, SampleBatch], int]:
-        """``rounds`` rounds of every sub-env; the batches by policy and the env steps."""
+    def sample(self, learn: Learn | None = None) -> TensorSample:
+        """``rounds`` rounds of every sub-env; the batches by policy and the env steps.
+
+        ``learn(batches)`` (the learner pipelines, their checks deferred) runs on the
+        batches before the sample's one read and returns its checks' flags, read with it.
+        A NEXT_STEP env's batches are built after the read (it drops rows), so ``learn``
+        is not called; if the read drops rows after ``learn`` ran (a faulty sub-env), its
+        result is not handed out (``learner_flags`` None)."""
         if not self._inputs:
             self._start()
         stores = self._stores
         self.episodes.begin_sample(self.rounds)
+        for infos in self._infos.values():
+            infos.begin_sample()
         # rows the agent pipelines leave as the env gave them are checked once recorded
-        self._check_rows = self.config.check_finite and not any(
-            len(self.pipes.agent[pid]) for pid in self.layouts
+        self._check_rows = (
+            self.config.check_finite
+            and not self.env.next_step_resets
+            and not any(len(self.pipes.agent[pid]) for pid in self.layouts)
         )
         for k in range(self.rounds):
             self.step(k, stores)
-        ended = self._read_back(stores)
+        batches, flags = None, []
+        if learn is not None and not self.env.next_step_resets:
+            batches = self._build(stores, None)
+            flags = learn(batches)
+        read = self._read_back(stores, flags)
+        valid = self._valid_rows(read)
+        if valid is not None or batches is None:  # (re)built without the dropped rows
+            batches, learned = self._build(stores, valid), None
+        else:
+            learned = read.flags[len(read.flags) - len(flags) :]
+        self._faults.episodes_completed(read.ended.env_id.tolist())  # (all before a fault)
+        if read.bad:
+            self._restart_faulty(read.bad)
+        self._episode_ends(read.ended)
+        steps = self.rounds * self.env.num_envs if valid is None else int(valid.sum())
+        return TensorSample(batches, steps, learned)
+
+    def _build(
+        self, stores: Mapping[str, TensorStore], valid: np.ndarray | None
+    ) -> dict[str, SampleBatch]:
+        """The batch of every policy; ``valid`` (T, N) bool: the rows kept (None: all)."""
+        out = {}
+        for pid, store in stores.items():
+            rows = self.layouts[pid]
+            keep, meta = None, {}
+            if valid is not None:
+                slots = np.tile(valid.T, (len(rows.agents), 1))  # (R, T), slot major
+                keep = torch.as_tensor(np.flatnonzero(slots), device=self.env.device)
+                meta = _rows_meta(slots.sum(1))
+            batch = store.build(
+                {
+                    "env_id": rows.env_ids,
+                    "agent_index": rows.agent_index,
+                    "weights_seq": int(self.policies[pid].weights_seq),
+                },
+                keep,
+            )
+            batch.meta.update(meta)
+            out[pid] = batch
+        return out
+
+    def _valid_rows(self, read: SampleRead) -> np.ndarray | None:
+        """Which rows ``(T, N)`` are transitions to hand out, from what the read brought:
+        not a NEXT_STEP env's reset step (the round after its sub-env ended), not a
+        faulty sub-env's from its bad round on. None: every row is."""
+        valid = None
+        if self.env.next_step_resets:
+            valid = np.ones((self.rounds, self.env.num_envs), dtype=bool)
+            valid[0] = ~self._resets_host
+            valid[1:] = ~read.ended_rounds[:-1]
+            self._resets_host = read.ended_rounds[-1].copy()
+        for e, k in read.bad.items():
+            if valid is None:
+                valid = np.ones((self.rounds, self.env.num_envs), dtype=bool)
+            valid[k:, e] = False
+            self._resets_host[e] = False  # (restarted by mask below)
+        return None if valid is None or valid.all() else valid
+
+    def _episode_ends(self, ended: EndedEpisodes) -> None:
         if self.hooks.on_end:
             runner = self.hooks.runner
             for i in range(len(ended)):
                 ep = self.episodes.episode(ended, i, runner)
                 self.hooks.call(self.hooks.callbacks.on_episode_end, ep.env_id, ep)
-        batches = {
-            pid: store.build(
-                {
-                    "env_id": self.layouts[pid].env_ids,
-                    "agent_index": self.layouts[pid].agent_index,
-                    "weights_seq": int(self.policies[pid].weights_seq),
-                }
-            )
-            for pid, store in stores.items()
-        }
-        return batches, self.rounds * self.env.num_envs
 
-    def _read_back(self, stores: Mapping[str, TensorStore]) -> EndedEpisodes:
+    def _read_back(
+        self, stores: Mapping[str, TensorStore], learner_flags: list[torch.Tensor]
+    ) -> SampleRead:
         """The sample's one host read: the ended episodes, with every check deferred to
-        it (the env's, the finite check, each agent connector's) raised by name."""
+        it (the env's, the finite check, each agent connector's, the learner's flags)
+        raised by name, the learner's left to the runner."""
         self.reads += 1
         check = self.env.deferred_check()
         head = [check[0]] if check else []
-        if self._check_rows:  # whether a recorded row may hold a NaN or inf
-            head += [store.any_nonfinite(_CHECKED) for store in stores.values()]
+        # whether a recorded row may hold a NaN or inf: one sum per column
+        sums = [s.any_nonfinite(_CHECKED) for s in stores.values()] if self._check_rows else []
         pipes = [(pid, self.pipes.agent[pid]) for pid in self.layouts]
         pending = [
             (pid, name, flag) for pid, p in pipes for name, flag in p.pending_flags().items()
         ]
-        flags = [flag for _, _, flag in pending]
-        ended, values = self.episodes.read_back(head + flags)
-        if self._check_rows and any(values[len(head) - len(stores) : len(head)]):
-            self._check_recorded(stores)
-            self.reads += 1  # locating the bad rows: a second read, in such a sample only
-            self.episodes.refuse_nonfinite()
+        flags = head + sums + [flag for _, _, flag in pending]
+        at = slice(len(head), len(head) + len(sums))
+        read = self.episodes.read_back(
+            flags + learner_flags,
+            drop_bad=self.config.restart_failed_sub_environments,
+            locate=functools.partial(self._locate, stores, at) if sums else None,
+        )
+        values = read.flags
         if check and values[0]:
             raise EnvCheckError(check[1])
         failed = [
             (pid, name)
-            for (pid, name, _), v in zip(pending, values[len(values) - len(flags) :])
+            for (pid, name, _), v in zip(pending, values[len(flags) - len(pending) : len(flags)])
             if v
         ]
         for pid, name in failed:
             self.pipes.agent[pid].raise_pending([name])
-        return ended
+        return read
+
+    def _restart_faulty(self, bad: Mapping[int, int]) -> None:
+        """Sub-envs that returned a non-finite value (their rows from it on are dropped):
+        counted against ``sub_env_restart_limit``, reset by mask, new episodes begun and
+        their connectors' per-episode state dropped; the next actions are for their new
+        first observations."""
+        ids = sorted(bad)
+        for e in ids:
+            self._faults.on_error(
+                e, EnvCheckError(f"sub-env {e} returned a non-finite observation or reward")
+            )
+        mask = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.env.device)
+        mask[ids] = True
+        self.episodes.restart_where(mask)
+        self._resets &= ~mask
+        for pid in self.layouts:
+            for pipe in (self.pipes.agent[pid], self.pipes.action[pid]):
+                if len(pipe):
+                    pipe.reset_where(mask)
+        first = self.env.reset_where(mask, ids)
+        for pid, rows in self.layouts.items():
+            row_mask, current = rows.rows_of(mask), self._inputs[pid]
+            fresh = self._first_rows(pid, first, mask=row_mask)
+            self._inputs[pid] = {
+                name: where_rows(row_mask, fresh[name], value)
+                for name, value in current.items()
+                if name in fresh
+            }
 
     def _start(self) -> None:
         """Reset every sub-env and run the agent pipelines on the first observations."""
@@ -214,20 +341,30 @@ class TensorKernel:
         self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
         self.timers.steps += 1
         rewards = torch.stack([step.rewards[a] for a in names])
+        term, trunc = step.terminateds, step.truncateds
+        resets = self._resets if self.env.next_step_resets else None
+        if resets is not None:  # steps that only reset: no transition (dropped at build)
+            rewards, term, trunc = rewards.masked_fill(resets, 0.0), term & ~resets, trunc & ~resets
         term, trunc, ended = self.episodes.advance(
-            rewards, step.terminateds, step.truncateds, self.config.horizon
+            rewards, term, trunc, self.config.horizon, resets
         )
         if self.config.check_finite and not self._check_rows:
-            self._check_finite(step.obs, rewards)
+            self._check_finite(step.obs, rewards, k)
         finals = {
-            pid: self._step_rows(pid, rows, step, term, trunc) for pid, rows in self.layouts.items()
+            pid: self._step_rows(pid, rows, step, term, trunc, resets)
+            for pid, rows in self.layouts.items()
         }
         t0 = _clock()
         for pid, data in finals.items():
-            stores[pid].write(k, self._record(pid, data, outputs[pid]))
+            record = self._record(pid, data, outputs[pid])
+            if self._infos:
+                self._record_infos(pid, step, record)
+            stores[pid].write(k, record)
         self.timers.seconds["mean_recording_ms"] += _clock() - t0
         self.episodes.end(k, ended)
-        self._finish(ended, finals)
+        self._finish(ended, ended if resets is None else resets, finals)
+        if resets is not None:
+            self._resets = ended
 
     # -- the phases of a round ----------------------------------------------------------
     def _act(self, pid: str, rows: PolicyRows) -> tuple[dict[str, Any], Nest]:
@@ -244,6 +381,16 @@ class TensorKernel:
             timers=self.timers,
         )
 
+    def _locate(self, stores: Mapping[str, TensorStore], at: slice, values: list[bool]) -> bool:
+        """Whether a sum of recorded values (the read's ``values[at]``) was not finite:
+        then the bad rows are found and noted (``_check_recorded``), for the second read
+        that ``read_back`` then makes of them, in such a sample only."""
+        if not any(values[at]):
+            return False
+        self._check_recorded(stores)
+        self.reads += 1
+        return True
+
     def _check_recorded(self, stores: Mapping[str, TensorStore]) -> None:
         """Where a sample whose rows are what the env returned holds a NaN or inf: in the
         recorded ``obs``, ``new_obs`` or ``rewards``, per sub-env, at its episode step."""
@@ -256,21 +403,31 @@ class TensorKernel:
             agents = len(self.layouts[pid].agents)
             order = torch.where(bad, rounds, self.rounds).reshape(agents, n).argmin(0)
             pick = order * n + torch.arange(n, device=self.env.device)
-            self.episodes.note_nonfinite(step[pick], is_reward[pick], bad.reshape(agents, n).any(0))
+            self.episodes.note_nonfinite(
+                step[pick], is_reward[pick], bad.reshape(agents, n).any(0), rounds[pick]
+            )
 
-    def _check_finite(self, obs: Mapping[Any, Nest], rewards: torch.Tensor) -> None:
-        """Per sub-env: whether every observation and reward of the round is finite."""
+    def _check_finite(self, obs: Mapping[Any, Nest], rewards: torch.Tensor, k: int) -> None:
+        """Per sub-env: whether every observation and reward of round ``k`` is finite."""
         leaves = [leaf for nest in obs.values() for leaf in _float_leaves(nest)]
         oks = [torch.isfinite(leaf.reshape(leaf.shape[0], -1)).all(1) for leaf in leaves]
         obs_ok = oks[0] if len(oks) == 1 else torch.stack(oks).all(0) if oks else None
         reward_ok = torch.isfinite(rewards).all(0)
-        self.episodes.check_finite(reward_ok if obs_ok is None else obs_ok, reward_ok)
+        self.episodes.check_finite(reward_ok if obs_ok is None else obs_ok, reward_ok, k)
 
     def _step_rows(
-        self, pid: str, rows: PolicyRows, step: Any, term: torch.Tensor, trunc: torch.Tensor
+        self,
+        pid: str,
+        rows: PolicyRows,
+        step: Any,
+        term: torch.Tensor,
+        trunc: torch.Tensor,
+        resets: torch.Tensor | None,
     ) -> AgentData:
         """Policy ``pid``'s rows of the step (final observations where episodes ended)
-        through its agent pipeline: ``new_obs``, ``rewards`` and the flags as recorded."""
+        through its agent pipeline: ``new_obs``, ``rewards`` and the flags as recorded.
+        A NEXT_STEP env's reset rows (``resets``) are left out of the pipeline's call:
+        their observations are new first ones, taken by ``_finish``."""
         names, length = self.env.agents, self.episodes.length
         columns = {
             "obs": rows.stack(step.obs, names),
@@ -279,7 +436,8 @@ class TensorKernel:
             "truncateds": rows.rows_of(trunc),
             "t": rows.rows_of(length),
         }
-        return self._through_pipeline(pid, rows, columns, mask=None)
+        mask = None if resets is None else ~rows.rows_of(resets)
+        return self._through_pipeline(pid, rows, columns, mask=mask)
 
     def _through_pipeline(
         self, pid: str, rows: PolicyRows, columns: dict[str, Any], mask: torch.Tensor | None
@@ -300,6 +458,9 @@ class TensorKernel:
         record = {name: value for name, value in inputs.items() if name not in _STEP_COLUMNS}
         record["obs"] = inputs["obs"]
         record["new_obs"] = data["obs"]
+        for name, next_name in NEXT_INPUTS_OF.items():  # what the policy is fed next
+            if name in data:
+                record[next_name] = data[name]
         record["rewards"] = data["rewards"]
         record["terminateds"] = data["terminateds"]
         record["truncateds"] = data["truncateds"]
@@ -308,9 +469,20 @@ class TensorKernel:
         record["eps_id"] = rows.rows_of(self.episodes.eps_id)
         return record
 
-    def _finish(self, ended: torch.Tensor, finals: Mapping[str, AgentData]) -> None:
-        """New episodes where ``ended``: connectors reset, the env restarts them, and each
-        policy's next inputs are the step's rows, or the new first rows where ended."""
+    def _record_infos(self, pid: str, step: Any, record: dict[str, Any]) -> None:
+        """``record_infos``: the step's infos of policy ``pid``'s agents as ``infos``."""
+        names = self.env.agents
+        per_agent = [step.infos.get(names[a]) for a in self.layouts[pid].agents]
+        infos = self._infos[pid].rows(per_agent)
+        if infos is not None:
+            record["infos"] = infos
+
+    def _finish(
+        self, ended: torch.Tensor, starts: torch.Tensor, finals: Mapping[str, AgentData]
+    ) -> None:
+        """Episodes ended where ``ended``: connectors reset, the env restarts them, and
+        each policy's next inputs are the step's rows, or new first rows where ``starts``
+        (``ended``; a NEXT_STEP env's first observations come one step later)."""
         for pid in self.layouts:
             for pipe in (self.pipes.agent[pid], self.pipes.action[pid]):
                 if len(pipe):
@@ -319,7 +491,7 @@ class TensorKernel:
         first = self.env.restart(ended)
         self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
         for pid, rows in self.layouts.items():
-            self._inputs[pid] = self._next_inputs(pid, rows, finals[pid], first, ended)
+            self._inputs[pid] = self._next_inputs(pid, rows, finals[pid], first, starts)
 
     def _next_inputs(
         self, pid: str, rows: PolicyRows, final: AgentData, first: Mapping[Any, Nest],
@@ -342,21 +514,41 @@ class TensorKernel:
         self, pid: str, first: Mapping[Any, Nest], mask: torch.Tensor | None
     ) -> dict[str, Any]:
         """Policy ``pid``'s first rows of new episodes (``mask``: the rows that are;
-        None: all) through its agent pipeline."""
-        rows, device = self.layouts[pid], self.env.device
-        zeros = torch.zeros(rows.rows, dtype=torch.bool, device=device)
-        columns = {
-            "obs": rows.stack(first, self.env.agents),
-            "rewards": torch.zeros(rows.rows, dtype=torch.float32, device=device),
-            "terminateds": zeros,
-            "truncateds": zeros,
-            "t": torch.zeros(rows.rows, dtype=torch.int64, device=device),
-        }
+        None: all) through its agent pipeline (the zero columns made once, read only)."""
+        rows = self.layouts[pid]
+        columns = {"obs": rows.stack(first, self.env.agents), **self._blank[pid]}
         return dict(self._through_pipeline(pid, rows, columns, mask).columns)
 
 
 _STEP_COLUMNS = frozenset({"obs", "rewards", "terminateds", "truncateds", "t"})
 _CHECKED = ("obs", "new_obs", "rewards")  #: the recorded columns the finite check reads
+
+#: the learner pipelines on a sample's batches, their checks deferred: their flags
+Learn = Callable[[dict[str, SampleBatch]], list[torch.Tensor]]
+
+
+def _blank_rows(rows: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The zero columns of an episode's first rows (no reward, no end, step 0)."""
+    no = torch.zeros(rows, dtype=torch.bool, device=device)
+    return {
+        "rewards": torch.zeros(rows, dtype=torch.float32, device=device),
+        "terminateds": no,
+        "truncateds": no,
+        "t": torch.zeros(rows, dtype=torch.int64, device=device),
+    }
+
+
+def _rows_meta(counts: np.ndarray) -> dict[str, Any]:
+    """The layout meta of a batch whose slots kept ``counts`` rows each: ``rows_per_env``
+    when they are equal, else why ``time_major()`` cannot fold it."""
+    if len(counts) and counts.min() == counts.max():
+        return {ROWS_PER_ENV: int(counts[0])}
+    return {
+        UNEQUAL_ROWS: "the tensor path drops the rows of NEXT_STEP resets and of faulty "
+        "sub-envs (restart_failed_sub_environments), so its sub-envs gave "
+        f"{int(counts.min())} to {int(counts.max())} rows; use a SAME_STEP or DISABLED "
+        "env for equal rows, or the flat rows"
+    }
 
 
 def _float_leaves(nest: Nest) -> list[torch.Tensor]:
@@ -402,7 +594,7 @@ def refuse_tensor_features(
 
 def _refused_settings(config: RunnerConfig, hooks: EpisodeHooks) -> list[str]:
     refusals = []
-    if config.batch_mode.value != "truncate_episodes":
+    if config.batch_mode is not BatchMode.TRUNCATE_EPISODES:
         refusals.append(
             "batch_mode='complete_episodes' (every sub-env gives exactly "
             "rollout_fragment_length rows: use 'truncate_episodes')"
@@ -413,11 +605,6 @@ def _refused_settings(config: RunnerConfig, hooks: EpisodeHooks) -> list[str]:
                 f"the {name} callback (a call per episode per round would read the host; "
                 "on_episode_end and on_sample_end are called once per sample())"
             )
-    if config.restart_failed_sub_environments:
-        refusals.append(
-            "restart_failed_sub_environments (a batched simulator steps all sub-envs as "
-            "one; non-finite values are refused at the end of sample())"
-        )
     if config.soft_horizon:
         refusals.append("soft_horizon (episodes restart by mask)")
     if config.observation_fn is not None:

@@ -27,8 +27,10 @@ from rlconnect.envs.external import (
     EpisodeError,
     TooManyEpisodesError,
     UnknownEpisodeError,
+    check_episode_id,
+    check_obs,
+    check_rewards,
 )
-from rlconnect.envs.external_checks import check_episode_id, check_obs, check_rewards
 from rlconnect.errors import EnvCheckError
 from rlconnect.serve.handler import PENDING, BadRequest, Call, field, plain
 from rlconnect.serve.settings import ServerSettings
@@ -229,8 +231,7 @@ def _eid(body: dict) -> Any:
 
 
 def _checked_eid(eid: Any) -> Any:
-    try:
-        check_episode_id(eid)
-    except ValueError as exc:
-        raise BadRequest(f"episode_id: {exc}") from None
+    """``eid`` when it can be an episode's id, else ``EpisodeError`` (409), as a training
+    server's episode hub answers."""
+    check_episode_id(eid)
     return eid

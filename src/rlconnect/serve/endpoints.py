@@ -1,5 +1,8 @@
 """The endpoints of a PolicyServer: episode calls, batched actions, reports, runner work.
 
+An endpoint reads the fields of the wire (present, of a wire type) and hands their values
+to the episode hub by agent id; the hub checks them (ids, observations, rewards, logged
+actions, infos), as it checks an ExternalEnv's own calls: one check for every route.
 Each takes a decoded body and a ``Call`` and runs on the server's event loop thread, so
 requests never interleave: a check made at the start of a request (room in the queue,
 free lanes) still holds when it is applied. ``get_action`` and ``get_actions`` queue their
@@ -22,11 +25,13 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.checkpoints.files import read_folder
-from rlconnect.envs.external import EpisodeError, ExternalEnv
-from rlconnect.envs.external_checks import check_agent_dict, check_episode_id
-from rlconnect.envs.external_hub import NO_ACTION
-from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
-from rlconnect.envs.external_replies import Reply
+from rlconnect.envs.external import (
+    NO_ACTION,
+    EpisodeError,
+    ExternalEnv,
+    ExternalMultiAgentEnv,
+    Reply,
+)
 from rlconnect.serve.envs import _Idle
 from rlconnect.serve.handler import (
     PENDING,
@@ -46,13 +51,9 @@ _EID = (str, int)
 _REPORTED = ("start_episode", "log_action", "log_returns", "end_episode")
 
 
-def _eid(body: dict, name: str = "episode_id") -> Any:
-    eid = field(body, name, _EID)
-    try:
-        check_episode_id(eid)
-    except ValueError as exc:
-        raise BadRequest(f"field {name!r}: {exc}") from None
-    return eid
+def _eid(body: dict) -> Any:
+    """The episode id a request names (the hub checks it is one, as for any call)."""
+    return field(body, "episode_id", _EID)
 
 
 class Endpoints:
@@ -126,21 +127,11 @@ class Endpoints:
         call.episodes.add(eid)
         return {"episode_id": eid}
 
-    def _obs(self, obs: Any, eid: Any) -> dict:
-        if self.multi:
-            return dict(check_agent_dict(obs, "observations", eid))
-        return {DEFAULT_AGENT_ID: obs}
-
-    def _rewards(self, reward: Any, eid: Any) -> dict:
-        if reward is None:
-            return {}
-        if self.multi:
-            return dict(check_agent_dict(reward, "rewards", eid))
-        if isinstance(reward, bool) or not isinstance(
-            reward, int | float | np.integer | np.floating
-        ):
-            raise BadRequest("field 'reward' must be a number")
-        return {DEFAULT_AGENT_ID: reward}
+    def _by_agent(self, value: Any) -> Any:
+        """A request's observation, reward, action or info as the hub takes it, by agent
+        id: a multi-agent env's as sent (the hub checks it is a dict of agents), a
+        single-agent env's under ``DEFAULT_AGENT_ID``."""
+        return value if self.multi else {DEFAULT_AGENT_ID: value}
 
     def _action(self, got: dict) -> Any:
         if self.multi:
@@ -149,7 +140,8 @@ class Endpoints:
 
     def get_action(self, body: dict, call: Call) -> Any:
         eid = _eid(body)
-        step = (eid, self._obs(field(body, "obs"), eid), self._rewards(body.get("reward"), eid))
+        reward = body.get("reward")
+        step = (eid, self._by_agent(field(body, "obs")), _maybe(self._by_agent, reward))
 
         def answered(reply: Reply) -> None:
             if reply.error is not None:
@@ -177,8 +169,8 @@ class Endpoints:
         steps = [
             (
                 eid,
-                self._obs(obs[i], eid),
-                self._rewards(None if rewards is None else _scalar(rewards[i]), eid),
+                self._by_agent(obs[i]),
+                None if rewards is None else _maybe(self._by_agent, _scalar(rewards[i])),
             )
             for i, eid in enumerate(eids)
         ]
@@ -191,26 +183,19 @@ class Endpoints:
     def log_action(self, body: dict, call: Call) -> dict:
         eid = _eid(body)
         obs, action = field(body, "obs"), field(body, "action")
-        if self.multi:
-            self.env.log_action(eid, obs, action)
-        else:
-            self.hub.observe(eid, {DEFAULT_AGENT_ID: obs}, {DEFAULT_AGENT_ID: action})
+        self.hub.observe(eid, self._by_agent(obs), self._by_agent(action))
         return {}
 
     def log_returns(self, body: dict, call: Call) -> dict:
         eid = _eid(body)
         reward = field(body, "reward")
         info = field(body, "info", (dict, type(None)), None)
-        rewards = self._rewards(reward, eid)
-        self.hub.add_returns(eid, rewards, None if info is None else self._infos(info))
+        self.hub.add_returns(eid, self._by_agent(reward), _maybe(self._by_agent, info))
         return {}
-
-    def _infos(self, info: dict) -> dict:
-        return dict(info) if self.multi else {DEFAULT_AGENT_ID: info}
 
     def end_episode(self, body: dict, call: Call) -> dict:
         eid = _eid(body)
-        self.hub.observe(eid, self._obs(field(body, "obs"), eid), NO_ACTION, kind="end")
+        self.hub.observe(eid, self._by_agent(field(body, "obs")), NO_ACTION, kind="end")
         call.episodes.discard(eid)
         return {}
 
@@ -247,10 +232,13 @@ class Endpoints:
     def checkpoint(self, body: dict, call: Call) -> Any:
         if self.multi:
             raise BadRequest("local inference is not supported for multi-agent serving yet")
-        return self._in_runner(lambda r: {"files": _checkpoint_files(r)}, "checkpoint", call)
+        runner = self.runner
+        return self._in_runner(lambda: {"files": _checkpoint_files(runner)}, "checkpoint", call)
 
     def weights(self, body: dict, call: Call) -> Any:
-        def weights(runner: Any) -> dict:
+        runner = self.runner
+
+        def weights() -> dict:
             return {
                 "weights": runner.get_weights(),
                 "connector_states": runner.get_connector_states(),
@@ -258,9 +246,9 @@ class Endpoints:
 
         return self._in_runner(weights, "weights", call)
 
-    def _in_runner(self, fn: Callable[[Any], Any], what: str, call: Call) -> Any:
-        """``fn(runner)`` on the sampling thread, between two steps (see ``serve.tasks``);
-        waited for in an executor thread, never on the event loop."""
+    def _in_runner(self, fn: Callable[[], Any], what: str, call: Call) -> Any:
+        """``fn()`` (work on the runner) on the sampling thread, between two steps (see
+        ``serve.tasks``); waited for in an executor thread, never on the event loop."""
         timeout_s = self.hub.limits.get_action_timeout_s
         wait = functools.partial(run_in_sampler, self.hub, fn, what, timeout_s)
         future = self.loop.run_in_executor(None, wait)
@@ -309,6 +297,11 @@ def _stacked(actions: list[Any]) -> Any:
         if len({(a.shape, a.dtype) for a in arrays}) == 1:
             return np.stack(arrays)
     return actions
+
+
+def _maybe(fn: Callable[[Any], Any], value: Any) -> Any:
+    """``fn(value)``, or None for a field that was not sent (None)."""
+    return None if value is None else fn(value)
 
 
 def _scalar(value: Any) -> Any:

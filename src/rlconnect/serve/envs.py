@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rlconnect.envs.external import ExternalEnv
-from rlconnect.envs.external_multi_agent import ExternalMultiAgentEnv
+from rlconnect.envs.external import ExternalEnv, ExternalMultiAgentEnv
 
 __all__ = ["ServingEnv", "ServingMultiAgentEnv"]
 

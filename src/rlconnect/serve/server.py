@@ -38,8 +38,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import ExternalEnvAdapter, QueueFullError
-from rlconnect.envs.external_replies import Reply, notify_each
+from rlconnect.envs.external import ExternalEnvAdapter, QueueFullError, Reply, notify_each
 from rlconnect.policy import Policy
 from rlconnect.serve.decoder import FairDecoder
 from rlconnect.serve.deployed import DeployedEndpoints
@@ -170,9 +169,9 @@ class PolicyServer:
         rebuilt on a ``ServingEnv`` of ``policy_id``'s env spaces, and go on training it:
         its policy explores (``explore`` of its config) and its filters keep learning, as
         in sampling. Sample from ``server.runner``."""
+        from rlconnect.checkpoints.runner_load import load_checkpoint
         from rlconnect.deploy.sources import find_checkpoint
         from rlconnect.runner import EnvRunner
-        from rlconnect.runner.checkpoint_load import load_checkpoint
 
         settings = ServerSettings.of(settings, limits)
         folder = find_checkpoint(path)

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from rlconnect.envs.external_limits import HubLimits
+from rlconnect.envs.external import HubLimits
 from rlconnect.serve.http import MAX_BODY_BYTES, Limits
 
 __all__ = ["ServerSettings"]

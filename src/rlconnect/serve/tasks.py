@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rlconnect.envs.external_hub import EpisodeHub
+from rlconnect.envs.external import EpisodeHub
 
 __all__ = ["RunnerUnavailable", "run_in_sampler"]
 
@@ -26,8 +26,9 @@ class RunnerUnavailable(RuntimeError):
     """No sampling step took a request's runner work in time (HTTP 503)."""
 
 
-def run_in_sampler(hub: EpisodeHub, fn: Callable[[Any], Any], what: str, timeout_s: float) -> Any:
-    """``fn(runner)``, run by the sampling thread between two steps; its result."""
+def run_in_sampler(hub: EpisodeHub, fn: Callable[[], Any], what: str, timeout_s: float) -> Any:
+    """``fn()`` (work on the server's runner), run by the sampling thread between two
+    steps; its result."""
     reply = hub.submit(fn)  # EnvError when the server is stopping
     event = reply.event
     assert event is not None  # a reply without a notify callback has one

@@ -191,6 +191,8 @@ class Flattener:
         self._eye = np.eye(self.dim, dtype=np.float32) if type(space) is gs.Discrete else None
 
     def __call__(self, batch: Any) -> np.ndarray:
+        """``batch`` flattened to ``(B, flat_dim)`` float32: the planned fast path, falling
+        back to the reference one (which raises naming the problem) when it cannot."""
         if not self._reference_only:
             try:
                 return self._fast(batch) if self._eye is None else self._one_hot(batch)

@@ -78,6 +78,8 @@ class TensorFlattener:
         return tables
 
     def __call__(self, batch: Any) -> tuple[Any, Any]:
+        """``(flat, out_of_range)``: the nest flattened to float32 on its device, and a 0-d
+        bool tensor, True when a Discrete index was out of range (None: none can be)."""
         import torch
 
         parts, bad = [], None

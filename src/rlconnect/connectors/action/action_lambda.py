@@ -34,5 +34,6 @@ class ActionLambda(ActionConnector):
         self.column = column
 
     def __call__(self, data: ActionData) -> ActionData:
+        """Replace ``column`` with ``fn`` of it (``fn`` sees the whole batch at once)."""
         data[self.column] = self._fn(data[self.column])
         return data

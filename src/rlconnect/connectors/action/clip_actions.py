@@ -30,12 +30,14 @@ class ClipActions(ColumnActionConnector):
         self._bounds: TensorBounds = {}
 
     def transform(self, value: Any) -> Any:
+        """Actions clipped into the bound Box's bounds; non-Box actions pass unchanged."""
         space = self.input_space  # bound by the pipeline, else the context's action space
         if not isinstance(space, gym.spaces.Box):
             return value
         return clip_to_space(space, value)
 
     def transform_tensor(self, value: Any) -> Any:
+        """The same clip on torch tensors, with the bounds kept on the actions' device."""
         space = self.input_space
         if not isinstance(space, gym.spaces.Box):
             return value

@@ -43,6 +43,8 @@ class ConvertToNumpy(ActionConnector):
     takes_tensors = True
 
     def __call__(self, data: ActionData) -> ActionData:
+        """Every torch column as numpy; nothing to do (and torch not imported) when torch
+        was never loaded."""
         if "torch" not in sys.modules:
             return data
         for name, value in list(data.columns.items()):

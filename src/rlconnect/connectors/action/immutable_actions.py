@@ -39,6 +39,7 @@ class ImmutableActions(ColumnActionConnector):
     takes_tensors = True
 
     def transform(self, value: Any) -> Any:
+        """Read-only views of the actions, so an env cannot change the batch in place."""
         if isinstance(value, np.ndarray):
             return _read_only(value)
         return tree.map_structure(_read_only, value)

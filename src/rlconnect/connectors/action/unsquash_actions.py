@@ -31,12 +31,14 @@ class UnsquashActions(ColumnActionConnector):
         self._bounds: TensorBounds = {}
 
     def transform(self, value: Any) -> Any:
+        """Actions in [-1, 1] mapped onto the bound Box; non-Box actions pass unchanged."""
         space = self.input_space  # bound by the pipeline, else the context's action space
         if not isinstance(space, gym.spaces.Box):
             return value
         return unsquash(space, value)
 
     def transform_tensor(self, value: Any) -> Any:
+        """The same mapping on torch tensors, with the bounds kept on the actions' device."""
         space = self.input_space
         if not isinstance(space, gym.spaces.Box):
             return value

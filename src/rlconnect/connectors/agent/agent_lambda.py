@@ -35,5 +35,6 @@ class AgentLambda(AgentConnector):
         self.column = column
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Replace ``column`` with ``fn`` of it (``fn`` sees the whole batch at once)."""
         data[self.column] = self._fn(data[self.column])
         return data

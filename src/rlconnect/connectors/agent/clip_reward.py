@@ -38,12 +38,14 @@ class ClipReward(RewardConnector):
         self.limit = None if limit is None else float(limit)
 
     def transform(self, value: Any) -> np.ndarray:
+        """Rewards as their sign, or clipped to ``[-limit, limit]``."""
         rewards = np.asarray(value)
         if self.limit is None:
             return np.sign(rewards)
         return np.clip(rewards, -self.limit, self.limit)
 
     def transform_tensor(self, value: Any) -> Any:
+        """The same on a torch tensor (``sign`` or ``clamp``), on its device."""
         if self.limit is None:
             return value.sign()
         return value.clamp(-self.limit, self.limit)

@@ -39,21 +39,27 @@ class FlattenObservations(ObservationConnector):
     _deferred: DeferredRows | None = None
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """The flat float32 Box of ``input_space``; ValueError for a space that cannot be
+        flattened (e.g. a Sequence or Graph)."""
         try:
             return flatten_space(input_space)
         except TypeError as exc:
             raise ValueError(str(exc)) from None
 
     def setup(self, input_space: gym.Space) -> None:
+        """Plan the flattening for ``input_space`` once, on numpy and on tensors."""
         self._flatten = make_flattener(input_space)
         self._tensor_flatten = TensorFlattener(input_space)
 
     def transform(self, value: Any) -> np.ndarray:
+        """A numpy batch of observations as ``(B, flat_dim)`` float32."""
         if self._flatten is None:
             self.input_space  # noqa: B018  (binds a standalone connector: setup plans)
         return cast("Flattener", self._flatten)(value)
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Flatten ``obs``; on tensors an out-of-range Discrete index is recorded for
+        ``raise_pending`` instead of read on the host."""
         obs = data["obs"]
         if not holds_tensors(obs):
             return super().__call__(data)
@@ -67,9 +73,12 @@ class FlattenObservations(ObservationConnector):
         return data
 
     def pending_flag(self) -> Any:
+        """True on the device when a tensor batch held an out-of-range Discrete index."""
         return None if self._deferred is None else self._deferred.flag()
 
     def raise_pending(self) -> None:
+        """ValueError naming (up to five of) the rows whose Discrete / MultiDiscrete index
+        was out of range on the tensor path; nothing when none was."""
         found = None if self._deferred is None else self._deferred.take()
         if found is None:
             return

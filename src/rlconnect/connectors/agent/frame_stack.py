@@ -55,6 +55,8 @@ class FrameStack(AgentConnector):
         self._dtype: np.dtype = np.dtype(np.float32)
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """A Box ``(num_frames, *shape)`` with the input's bounds repeated; ValueError for a
+        non-Box space or one too large to describe."""
         if not isinstance(input_space, gym.spaces.Box):
             raise ValueError(
                 f"FrameStack needs a Box, got {describe_space(input_space)}; "
@@ -72,6 +74,8 @@ class FrameStack(AgentConnector):
         return gym.spaces.Box(low, high, (k, *input_space.shape), input_space.dtype)
 
     def setup(self, input_space: gym.Space) -> None:
+        """Allocate the frame slots for the input shape (kept when re-bound to the same one,
+        so a pipeline edit does not lose the frames)."""
         shape = (self.num_frames, *(input_space.shape or ()))
         if self._slots is not None and self._slots["frames"].shape[1:] == shape:
             return  # re-bound to the same space (a pipeline edit): keep the frames
@@ -81,6 +85,8 @@ class FrameStack(AgentConnector):
         self._slots.add("frames", np.zeros((0, *shape), self._dtype))
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Push each row's observation onto its agent's stack (a new agent's stack starts as
+        copies of its first frame) and put the stack in ``obs``."""
         if self._slots is None:
             self.input_space  # noqa: B018  (binds to the context's observation space)
         if data.on_tensors:
@@ -117,12 +123,15 @@ class FrameStack(AgentConnector):
         return data
 
     def reset(self, env_id: int) -> None:
+        """Forget the stacks of ``env_id``'s agents: the next episode starts fresh."""
         if self._slots is not None:
             self._slots.reset(env_id)
         self._rows.reset(env_id)
 
     def reset_where(self, ended: Any) -> None:
+        """Tensor path: mark the rows of the sub-envs in ``ended`` to start fresh stacks."""
         self._rows.reset_where(ended)
 
     def to(self, device: Any) -> None:
+        """Move the tensor path's frame buffer to ``device``."""
         self._rows.to(device)

@@ -241,6 +241,8 @@ class MeanStdFilter(ObservationConnector):
 
     # -- spaces ---------------------------------------------------------------------------
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """A float32 Box ``[-clip, clip]`` of the input's shape; ValueError unless the input
+        is a float Box (flatten other spaces first)."""
         if not (isinstance(input_space, gym.spaces.Box) and input_space.dtype.kind == "f"):
             raise ValueError(
                 f"MeanStdFilter needs a float Box, got {describe_space(input_space)}; "
@@ -249,6 +251,8 @@ class MeanStdFilter(ObservationConnector):
         return gym.spaces.Box(-self.clip, self.clip, input_space.shape, np.float32)
 
     def setup(self, input_space: gym.Space) -> None:
+        """Fresh statistics for a new observation shape (kept for the same one); statistics
+        set before binding are applied now."""
         shape = tuple(input_space.shape or ())
         if shape != self._shape:
             self._shape = shape
@@ -267,6 +271,8 @@ class MeanStdFilter(ObservationConnector):
 
     # -- running --------------------------------------------------------------------------
     def __call__(self, data: AgentData) -> AgentData:
+        """In training (with ``update``), add the batch to the running statistics; then
+        normalise ``column``. Non-finite observations raise ValueError (deferred on tensors)."""
         shape = self._ensure_bound()
         if holds_tensors(data[self.column]):
             return self._call_tensors(data, shape)
@@ -324,7 +330,7 @@ class MeanStdFilter(ObservationConnector):
         self._device = device
 
     def _fit(self, stats: Stats) -> Any:
-        """numpy statistics on the device the filter holds its statistics on."""
+        """NumPy statistics on the device the filter holds its statistics on."""
         return stats if self._device is None else _tensor_stats(stats, self._device)
 
     def to(self, device: Any) -> None:
@@ -356,6 +362,7 @@ class MeanStdFilter(ObservationConnector):
         return out.clamp(-self.clip, self.clip).to(torch.float32)
 
     def pending_flag(self) -> Any:
+        """True on the device when a tensor batch held a non-finite observation."""
         return self._nonfinite.flag()
 
     def pending_nonfinite(self) -> Any:

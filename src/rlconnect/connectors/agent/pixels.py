@@ -93,6 +93,8 @@ class Grayscale(ObservationConnector):
         self._weights: dict[Any, Any] = {}  # BT601 as a tensor, per device
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """A Box ``(H, W)`` without the channel axis (bounds: min of lows, max of highs);
+        ValueError unless the input is ``(H, W, 3)``."""
         box = image_box("Grayscale", input_space, (3,))
         if box.shape[-1] != 3:
             raise ValueError(f"Grayscale needs RGB images (H, W, 3), got {describe_space(box)}")
@@ -100,14 +102,17 @@ class Grayscale(ObservationConnector):
         return gym.spaces.Box(low, high, box.shape[:-1], box.dtype)
 
     def setup(self, input_space: gym.Space) -> None:
+        """Keep the input dtype: luma is rounded back to it (uint8 stays uint8)."""
         self._dtype = np.dtype(input_space.dtype)
 
     def transform(self, value: Any) -> np.ndarray:
+        """``(B, H, W, 3)`` frames as ``(B, H, W)`` luma in the input dtype."""
         rgb = np.asarray(value)
         luma = rgb.astype(np.float32, copy=False) @ BT601  # (B, H, W, 3) @ (3,) -> (B, H, W)
         return _to_dtype(luma, self._dtype)
 
     def transform_tensor(self, value: Any) -> Any:
+        """The same weighting on torch tensors (the weights cached per device)."""
         import torch
 
         weights = self._weights.get(value.device)
@@ -126,6 +131,8 @@ class ScalePixels(ObservationConnector):
     takes_tensors = True
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """A float32 Box of the same shape, bounds divided by 255; ValueError unless the
+        pixels are uint8."""
         box = image_box("ScalePixels", input_space, (1, 2, 3, 4))
         if box.dtype != np.uint8:
             raise ValueError(f"ScalePixels needs uint8 pixels, got {describe_space(box)}")
@@ -134,11 +141,13 @@ class ScalePixels(ObservationConnector):
         return gym.spaces.Box(low, high, box.shape, np.float32)
 
     def transform(self, value: Any) -> np.ndarray:
+        """The pixels as float32, times 1/255."""
         out = np.asarray(value, dtype=np.float32)
         out *= np.float32(1.0 / 255.0)
         return out
 
     def transform_tensor(self, value: Any) -> Any:
+        """The same scale on torch tensors (the float32 factor, so both paths agree bit for bit)."""
         import torch
 
         return value.to(torch.float32) * float(np.float32(1.0 / 255.0))
@@ -174,6 +183,7 @@ class CropObservations(ObservationConnector):
         return frames[index]
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """The Box cut to the crop; ValueError when the crop leaves no pixel."""
         box = image_box("CropObservations", input_space)
         h, w = box.shape[:2]
         if self.top + self.bottom >= h or self.left + self.right >= w:
@@ -185,9 +195,11 @@ class CropObservations(ObservationConnector):
         return gym.spaces.Box(low, high, low.shape, box.dtype)
 
     def transform(self, value: Any) -> np.ndarray:
+        """The cropped frames as a contiguous array (not a view of the env's buffer)."""
         return np.ascontiguousarray(self._crop(np.asarray(value), 1))
 
     def transform_tensor(self, value: Any) -> Any:
+        """The cropped frames as a contiguous tensor."""
         return self._crop(value, 1).contiguous()
 
 
@@ -211,12 +223,15 @@ class TransposeImage(ObservationConnector):
         self.axes = (2, 0, 1) if to == "CHW" else (1, 2, 0)
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """The Box with its axes moved (``(H, W, C)`` to ``(C, H, W)`` or back)."""
         box = image_box("TransposeImage", input_space, (3,))
         low, high = box.low.transpose(self.axes), box.high.transpose(self.axes)
         return gym.spaces.Box(low, high, low.shape, box.dtype)
 
     def transform(self, value: Any) -> np.ndarray:
+        """The frames with their axes moved, as a contiguous array."""
         return np.ascontiguousarray(np.asarray(value).transpose(0, *(a + 1 for a in self.axes)))
 
     def transform_tensor(self, value: Any) -> Any:
+        """The frames with their axes moved, as a contiguous tensor."""
         return value.permute(0, *(a + 1 for a in self.axes)).contiguous()

@@ -119,6 +119,8 @@ class FrameResizer:
 
     def __call__(self, frames: np.ndarray) -> np.ndarray:
         # (B, H, W[, C]) -> (B, h, W[, C]); then the same along W, on the swapped view
+        """Resize ``(B, H, W[, C])`` frames: rows first, then columns, each one weighted sum;
+        integers rounded back to their dtype."""
         tall = _resize_axis1(frames, *self._rows)
         out = _resize_axis1(tall.swapaxes(1, 2), *self._cols).swapaxes(1, 2)
         if self._round:  # the weights are >= 0 and sum to 1: no result leaves the range
@@ -179,6 +181,8 @@ class Resize(ObservationConnector):
         self._resize: FrameResizer | None = None
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """A Box ``(height, width[, C])`` spanning the input's bounds; ValueError when the
+        frames would be too large to describe."""
         box = image_box("Resize", input_space)
         shape = (self.height, self.width, *box.shape[2:])
         if math.prod(shape) > MAX_JSON_ELEMENTS:  # checked before the Box allocates its bounds
@@ -189,15 +193,18 @@ class Resize(ObservationConnector):
         return gym.spaces.Box(float(box.low.min()), float(box.high.max()), shape, box.dtype)
 
     def setup(self, input_space: gym.Space) -> None:
+        """Plan the resize weights for the input frame size once."""
         h, w = image_box("Resize", input_space).shape[:2]
         size = (self.height, self.width)
         self._resize = FrameResizer((h, w), size, input_space.dtype, self.interpolation)
 
     def transform(self, value: Any) -> np.ndarray:
+        """The batch of frames resized, in the input dtype."""
         assert self._resize is not None, "Resize.setup runs when the pipeline is built"
         return self._resize(np.asarray(value))
 
     def transform_tensor(self, value: Any) -> Any:
+        """The batch of frames resized on the tensors' device."""
         assert self._resize is not None, "Resize.setup runs when the pipeline is built"
         return self._resize.resize_tensor(value)
 

@@ -48,6 +48,8 @@ class StateBuffer(AgentConnector):
         return len(self._initial)
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Add each row's ``state_in_i`` columns: the state its agent's last policy step
+        returned, or the initial state for a new agent."""
         if not self._initial:
             return data
         if data.on_tensors:
@@ -97,6 +99,7 @@ class StateBuffer(AgentConnector):
         return value
 
     def on_policy_output(self, output: ActionData) -> None:
+        """Keep the policy's ``state_out_i`` of each row as its agent's next ``state_in_i``."""
         if not self._initial:
             return
         if output.on_tensors:
@@ -113,11 +116,16 @@ class StateBuffer(AgentConnector):
             self._table[f"state_{i}"][rows] = value if every else value[known]
 
     def reset(self, env_id: int) -> None:
+        """Forget the states of ``env_id``'s agents: the next episode starts from the initial
+        state."""
         self._table.reset(env_id)
         self._rows.reset(env_id)
 
     def reset_where(self, ended: Any) -> None:
+        """Tensor path: the rows of the sub-envs in ``ended`` start again from the initial
+        state."""
         self._rows.reset_where(ended)
 
     def to(self, device: Any) -> None:
+        """Move the tensor path's state buffer to ``device``."""
         self._rows.to(device)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import tree
 
+from rlconnect.batches.columns import NEXT_INPUTS_OF
 from rlconnect.connectors.base import ConnectorContext
 from rlconnect.connectors.learner.base import LearnerConnector, on_tensors
 from rlconnect.connectors.learner.params import check_fraction, check_steps
@@ -24,7 +25,20 @@ if TYPE_CHECKING:
     from rlconnect.batches import SampleBatch
     from rlconnect.policy import Policy
 
-__all__ = ["NStepReturns"]
+__all__ = ["NStepReturns", "n_step_carried"]
+
+
+def n_step_carried(batch: SampleBatch, policy: Policy, who: str) -> list[str]:
+    """The columns whose row ``t+k-1`` an n-step target also needs besides ``new_obs``:
+    ``state_out_*`` of a recurrent policy, and ``new_prev_actions`` / ``new_prev_rewards``
+    when the batch has ``prev_actions`` / ``prev_rewards`` (the policy's other inputs at
+    the bootstrap step). ValueError naming what is missing."""
+    carried = [f"state_out_{i}" for i in range(policy.num_state_tensors())]
+    carried += [nxt for prev, nxt in NEXT_INPUTS_OF.items() if prev in batch]
+    missing = [c for c in ("new_obs", *carried) if c not in batch]
+    if missing:
+        raise ValueError(f"{who} needs columns {missing}; the batch has {sorted(batch)}")
+    return carried
 
 
 @register_connector("NStepReturns")
@@ -35,10 +49,12 @@ class NStepReturns(LearnerConnector):
     - ``n_step_new_obs``: ``new_obs[t+k-1]``, the same structure as ``new_obs``;
     - ``n_step_discount`` (float32): 0.0 when row ``t+k-1`` ends its trajectory by
       termination, else ``gamma**k``;
-    - for a recurrent policy, ``n_step_state_out_i``: ``state_out_i[t+k-1]``.
+    - for a recurrent policy, ``n_step_state_out_i``: ``state_out_i[t+k-1]``;
+    - when the batch has ``prev_actions`` / ``prev_rewards``: ``n_step_new_prev_actions``
+      / ``n_step_new_prev_rewards``, ``new_prev_*[t+k-1]`` (what the policy is fed there).
 
     A learner's target is ``n_step_rewards + n_step_discount * V(n_step_new_obs)``
-    (from ``n_step_state_out_*``). No policy call.
+    (from ``n_step_state_out_*`` and ``n_step_new_prev_*``). No policy call.
 
     Args:
         n: the number of steps, an int >= 1.
@@ -58,12 +74,9 @@ class NStepReturns(LearnerConnector):
 
             return n_step_on_tensors(self, batch, policy)
         who = self.name
-        states = [f"state_out_{i}" for i in range(policy.num_state_tensors())]
+        carried = n_step_carried(batch, policy, who)
         outputs = ("n_step_rewards", "n_step_new_obs", "n_step_discount")
-        new_columns(batch, (*outputs, *(f"n_step_{s}" for s in states)), who)
-        missing = [c for c in ("new_obs", *states) if c not in batch]
-        if missing:
-            raise ValueError(f"{who} needs columns {missing}; the batch has {sorted(batch)}")
+        new_columns(batch, (*outputs, *(f"n_step_{c}" for c in carried)), who)
         traj = find_trajectories(batch, who)
         rewards = float_column(batch, "rewards", who)
         rem = traj.rem()
@@ -78,7 +91,7 @@ class NStepReturns(LearnerConnector):
             "n_step_rewards": sums32,
             "n_step_new_obs": tree.map_structure(lambda x: x[last], batch["new_obs"]),
             "n_step_discount": discount.astype(np.float32),
-            **{f"n_step_{s}": batch[s][last] for s in states},
+            **{f"n_step_{c}": batch[c][last] for c in carried},
         }
         batch.update(out)
         return batch

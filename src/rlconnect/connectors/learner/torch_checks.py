@@ -61,9 +61,19 @@ class PendingChecks:
 
         device = flags[0].device
         failed = torch.stack([f.to(device) for f in flags]).tolist()  # the one host read
-        for bad, raise_error in zip(failed, explain):
-            if bad:
-                raise_error()  # returns when the cheap test was a false alarm
+        _raise_for(failed, explain)
+
+    def raise_for(self, values: list[bool]) -> None:
+        """Raise the error of the first check that fails on the host, given the values of
+        ``flags`` read by the caller (with a read of its own); the checks are cleared."""
+        explain, self.flags, self.explain = self.explain, [], []
+        _raise_for(values, explain)
+
+
+def _raise_for(values: list[bool], explain: list[Callable[[], None]]) -> None:
+    for bad, raise_error in zip(values, explain):
+        if bad:
+            raise_error()  # returns when the cheap test was a false alarm
 
 
 _SCOPE: contextvars.ContextVar[PendingChecks | None] = contextvars.ContextVar(

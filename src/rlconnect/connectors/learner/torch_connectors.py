@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import tree
 
+from rlconnect.connectors.learner.n_step import n_step_carried
 from rlconnect.connectors.learner.torch_checks import check_scope
 from rlconnect.connectors.learner.torch_columns import (
     add_finite_checks,
@@ -96,12 +97,9 @@ def _rows(column: Any, index: torch.Tensor) -> Any:
 def n_step_on_tensors(conn: NStepReturns, batch: SampleBatch, policy: Policy) -> SampleBatch:
     """:class:`.NStepReturns` on tensors: ``min(n, T)`` whole-batch steps of window sums."""
     who = conn.name
-    states = [f"state_out_{i}" for i in range(policy.num_state_tensors())]
+    carried = n_step_carried(batch, policy, who)
     outputs = ("n_step_rewards", "n_step_new_obs", "n_step_discount")
-    new_columns(batch, (*outputs, *(f"n_step_{s}" for s in states)), who)
-    missing = [c for c in ("new_obs", *states) if c not in batch]
-    if missing:
-        raise ValueError(f"{who} needs columns {missing}; the batch has {sorted(batch)}")
+    new_columns(batch, (*outputs, *(f"n_step_{c}" for c in carried)), who)
     with check_scope() as checks:
         traj = find_tensor_trajectories(batch, who, checks)
         rewards = tensor_float(batch, "rewards", who, traj)
@@ -118,7 +116,7 @@ def n_step_on_tensors(conn: NStepReturns, batch: SampleBatch, policy: Policy) ->
             "n_step_rewards": sums.float(),
             "n_step_new_obs": _rows(batch["new_obs"], last),
             "n_step_discount": discount.float(),
-            **{f"n_step_{s}": _rows(batch[s], last) for s in states},
+            **{f"n_step_{c}": _rows(batch[c], last) for c in carried},
         }
     )
     return batch

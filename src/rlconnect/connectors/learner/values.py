@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import tree
 
+from rlconnect.batches.columns import NEXT_INPUTS_OF
 from rlconnect.connectors.learner.trajectories import Trajectories
 
 if TYPE_CHECKING:
@@ -106,19 +107,28 @@ def policy_inputs(
 ) -> dict[str, Any]:
     """``compute_values`` / ``compute_actions`` input for ``rows`` (None: all rows): their
     ``obs`` and ``state_in_*``, or with ``after`` the step after them: ``new_obs``,
-    ``state_out_*`` as ``state_in_*`` (and ``actions`` / ``rewards`` as ``prev_actions`` /
-    ``prev_rewards`` when the batch has those columns)."""
+    ``state_out_*`` as ``state_in_*``, and when the batch has ``prev_actions`` /
+    ``prev_rewards`` their values at that next step, ``new_prev_actions`` /
+    ``new_prev_rewards`` (``NEXT_INPUTS_OF``: what the policy is fed there, which the
+    recorded ``actions`` / ``rewards`` are not once a connector such as ``ClipReward``
+    follows ``PrevActionsRewards``)."""
     names = {"obs": "new_obs" if after else "obs"}
     for i in range(policy.num_state_tensors()):
         names[f"state_in_{i}"] = f"state_{'out' if after else 'in'}_{i}"
-    for prev, col in (("prev_actions", "actions"), ("prev_rewards", "rewards")):
+    for prev, next_col in NEXT_INPUTS_OF.items():
         if prev in batch:
-            names[prev] = col if after else prev
+            names[prev] = next_col if after else prev
     missing = [col for col in names.values() if col not in batch]
     if missing:
+        hint = ""
+        if any(col in NEXT_INPUTS_OF.values() for col in missing):
+            hint = (
+                " (the runner records new_prev_actions / new_prev_rewards next to new_obs; "
+                "a batch made elsewhere needs them, each row's next prev_* input)"
+            )
         raise ValueError(
             f"{who} needs columns {missing} to compute values with {type(policy).__name__}; "
-            f"the batch has {sorted(batch.keys())}"
+            f"the batch has {sorted(batch.keys())}{hint}"
         )
     if rows is None:
         return {key: batch[col] for key, col in names.items()}

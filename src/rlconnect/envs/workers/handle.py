@@ -86,6 +86,7 @@ class WorkerHandle:
         return hello
 
     def attach(self, name: str, layout: SharedLayout) -> None:
+        """Tell the worker to map the shared-memory block ``name`` laid out as ``layout``."""
         self.to_worker.send_bytes(pickle.dumps(("attach", name, layout)))
 
     def send(self, framed: bytes) -> None:

@@ -181,6 +181,8 @@ class WorkerEnvs(BaseEnv):
 
     # -- spaces ---------------------------------------------------------------------------
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The observation space of ``agent_id`` (the one space of a single-agent env);
+        KeyError listing the known agents."""
         if not self.is_multi_agent:
             return self._hello.obs_space
         try:
@@ -190,6 +192,8 @@ class WorkerEnvs(BaseEnv):
             raise KeyError(f"agent {agent_id!r} has no observation space; known: {known}") from None
 
     def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """The action space of ``agent_id`` (the one space of a single-agent env);
+        KeyError listing the known agents."""
         if not self.is_multi_agent:
             return self._hello.act_space
         try:
@@ -213,6 +217,8 @@ class WorkerEnvs(BaseEnv):
                 )
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        """Write the actions into the shared-memory block (by pipe when they do not match its
+        layout, or for multi-agent envs); RuntimeError if a sub-env's worker is polling."""
         if not len(env_ids):
             return
         self._idle_check(env_ids)
@@ -254,14 +260,18 @@ class WorkerEnvs(BaseEnv):
         self._a.cmd[env_ids] = CMD_STEP_PIPED
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        """Reset sub-env ``env_id`` at the next poll (a command its worker reads)."""
         self._idle_check([env_id])
         self._a.cmd[env_id] = CMD_RESET
 
     def soft_reset(self, env_id: int) -> None:
+        """Start a new episode in ``env_id`` at the next poll without resetting it."""
         self._idle_check([env_id])
         self._a.cmd[env_id] = CMD_SOFT
 
     def try_restart(self, env_id: int) -> None:
+        """Rebuild sub-env ``env_id``: in its worker, or by respawning the whole worker when
+        its process died."""
         self._idle_check([env_id])
         w = self.workers[int(self._of_env[env_id])]
         if env_id in self._respawned:  # its whole worker was replaced already
@@ -291,6 +301,9 @@ class WorkerEnvs(BaseEnv):
 
     # -- polling --------------------------------------------------------------------------
     def poll(self) -> EnvRows:
+        """Wake the workers that have work, wait for their answers (all, or enough for
+        ``poll_size`` sub-envs) and return the rows; a worker that died or timed out
+        reports its sub-envs' errors."""
         errors: dict[int, BaseException] = {}
         self._dispatch(errors)
         replies = self._collect(errors)
@@ -333,6 +346,8 @@ class WorkerEnvs(BaseEnv):
         return block_rows(self._a, spans, full, self._all_ids, infos, errors)
 
     def close(self) -> None:
+        """End every worker process (each closes its envs; a straggler is killed) and free
+        the shared memory."""
         self._a = None  # type: ignore[assignment]
         self._finalizer()
         self._block = None

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import tree
 
-from rlconnect.connectors._check_errors import _fail
-from rlconnect.connectors._check_replay import _clone, _reset_all, _Setup, _take
+from rlconnect.checker._errors import _fail
+from rlconnect.checker._replay import _clone, _reset_all, _Setup, _take
 from rlconnect.connectors._host_reads import HostReadCounter
 from rlconnect.connectors._tensors import numpy_of
 from rlconnect.connectors.action.convert_to_numpy import ConvertToNumpy
 from rlconnect.connectors.base import ActionData, AgentData
-from rlconnect.connectors.pipeline import ConnectorPipeline
+from rlconnect.connectors.pipeline import AgentConnectorPipeline, ConnectorPipeline
 
 __all__ = ["ATOL", "RTOL", "run_tensor_check"]
 
@@ -81,12 +81,12 @@ def _numpy_step(s: _Setup, pipe: ConnectorPipeline, t: int, real: np.ndarray) ->
     kind = AgentData if s.is_agent else ActionData
     data = kind(s.env_ids[real], tuple(np.asarray(s.agent_ids, object)[real]), _columns(s, idx, t))
     trace, data = _run_members(pipe, data, t, counted=False)
-    if s.is_agent:
+    if isinstance(pipe, AgentConnectorPipeline):  # s.is_agent, as the type checker sees it
         _feed_back(s, pipe, data, real, idx, None)
     return trace
 
 
-def _tensor_step(s: _Setup, pipe: ConnectorPipeline, t: int, real: np.ndarray, device: str):
+def _tensor_step(s: _Setup, pipe: ConnectorPipeline, t: int, real: np.ndarray, device: str) -> list:
     import torch
 
     idx = (np.arange(s.n) + t) % s.n
@@ -95,12 +95,19 @@ def _tensor_step(s: _Setup, pipe: ConnectorPipeline, t: int, real: np.ndarray, d
     mask = None if real.all() else torch.as_tensor(real, device=device)
     data = kind(env_ids, s.agent_ids, _tensors(_columns(s, idx, t), device), mask)
     trace, data = _run_members(pipe, data, t, counted=True)
-    if s.is_agent:
+    if isinstance(pipe, AgentConnectorPipeline):  # s.is_agent, as the type checker sees it
         _feed_back(s, pipe, data, real, idx, device)
     return trace
 
 
-def _feed_back(s, pipe, data, real, idx, device) -> None:  # type: ignore[no-untyped-def]
+def _feed_back(
+    s: _Setup,
+    pipe: AgentConnectorPipeline,
+    data: Any,
+    real: np.ndarray,
+    idx: np.ndarray,
+    device: str | None,
+) -> None:
     """``on_policy_output`` with seeded actions and RNN state, on the real rows."""
     rows = np.flatnonzero(real) if device is None else np.arange(s.n)
     cols: dict[str, Any] = {}
@@ -153,7 +160,9 @@ def _close(a: Any, b: Any) -> str | None:
     return None
 
 
-def _compare(pipe: ConnectorPipeline, got: list, want: list, real: np.ndarray, context: str):
+def _compare(
+    pipe: ConnectorPipeline, got: list, want: list, real: np.ndarray, context: str
+) -> None:
     rows = np.flatnonzero(real)
     for (name, on_numpy), (_, on_tensors) in zip(want, got):
         for col, value in on_numpy.items():
@@ -172,7 +181,14 @@ def _ended(s: _Setup, env_id: int, device: str) -> Any:
     return ended
 
 
-def _replay(s: _Setup, on_numpy, on_tensors, device: str, steps: range, label: str) -> None:  # type: ignore[no-untyped-def]
+def _replay(
+    s: _Setup,
+    on_numpy: ConnectorPipeline,
+    on_tensors: ConnectorPipeline,
+    device: str,
+    steps: range,
+    label: str,
+) -> None:
     """Feed the same rows to both; reset the first sub-env after the second step."""
     first_env = int(s.env_ids[0])
     for t in steps:

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import tree
 
-from rlconnect.connectors._check_errors import _fail
-from rlconnect.connectors._check_replay import Trace, _copy_leaf, _take
+from rlconnect.checker._errors import _fail
+from rlconnect.checker._replay import Trace, _copy_leaf, _take
 from rlconnect.connectors.pipeline import ConnectorPipeline
 
 

@@ -3,7 +3,7 @@
 A simulator thread blocks on a reply's event; a server's event loop gives each reply a
 ``notify`` callback instead, and the episode hub's delivery (``notify_each`` by default)
 calls them, so a server can have one sampling step's answers handed to its loop at once.
-Runner work (a ``Task``) carries its reply too.
+Work done on the sampling thread between two steps (a ``Task``) carries its reply too.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from rlconnect.envs.base import ServedInference
 
 __all__ = ["Reply", "Task", "notify_each"]
 
@@ -32,6 +34,8 @@ class Reply:
         self.error: BaseException | None = None
 
     def wait(self, timeout: float, what: str) -> Any:
+        """Block until the answer is set and return it; ``TimeoutError`` naming ``what`` after
+        ``timeout`` seconds."""
         assert self.event is not None, "a reply with a notify callback is not waited on"
         if not self.event.wait(timeout):
             raise TimeoutError(f"{what}: no action within {timeout:g} s (is the runner sampling?)")
@@ -47,5 +51,7 @@ def notify_each(replies: list[Reply]) -> None:
         reply.notify(reply)
 
 
-Task = tuple[Callable[[Any], Any], Reply]
-"""Runner work: ``fn(runner)`` run on the sampling thread, its result in the reply."""
+Task = tuple[Callable[[ServedInference], Any], Reply]
+"""Work for the sampling thread: ``fn(inference)``, given the runner's ``ServedInference``
+(what a served episode needs of the runner), run between two steps; its result in the
+reply."""

@@ -9,18 +9,34 @@ runner's step kernel puts in place of the policy's with ``apply_logged_actions``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import tree
 
-from rlconnect.envs.base import BaseEnv, EnvRows
-from rlconnect.envs.external_hub import NO_ACTION, EpisodeHub, _Event
+from rlconnect.envs.base import BaseEnv, EnvRows, ServedInference
+from rlconnect.envs.external.hub import NO_ACTION, EpisodeHub, _Event
 from rlconnect.envs.rows import EnvRowsBuilder, ExternalRows
 from rlconnect.errors import EnvError
 
-__all__ = ["ExternalEnvAdapter", "ExternalRows", "apply_logged_actions"]
+__all__ = ["ExternalEnvAdapter", "apply_logged_actions"]
+
+
+class _NoInference:
+    """The inference of an adapter no runner drives: served episodes cannot be answered."""
+
+    def compute_actions(
+        self, obs_by_agent: Mapping[Any, Any], *, explore: bool, env_id: int
+    ) -> dict[Any, Any]:
+        raise EnvError(
+            "no runner drives this ExternalEnv: build an rc.EnvRunner on it to serve "
+            "episodes started with training_enabled=False"
+        )
+
+    def reset(self, env_id: int) -> None:
+        """Nothing is kept without a runner."""
 
 
 def _unstack(actions: Any, n: int) -> list[Any]:
@@ -46,17 +62,19 @@ class ExternalEnvAdapter(BaseEnv):
         self.is_multi_agent = multi_agent
         self.possible_agents = tuple(getattr(external, "possible_agents", ()) or ())
         self._awaiting: dict[int, tuple[_Event, dict]] = {}
-        self._runner: Any = None
+        self._inference: ServedInference = _NoInference()
 
     def observation_space(self, agent_id: Any) -> gym.Space:
+        """The observation space of ``agent_id`` (the external env's, by agent)."""
         return self.external.agent_observation_space(agent_id)
 
     def action_space(self, agent_id: Any) -> gym.Space:
+        """The action space of ``agent_id`` (the external env's, by agent)."""
         return self.external.agent_action_space(agent_id)
 
-    def attach_runner(self, runner: Any) -> None:
-        """The runner whose policies serve episodes that are not recorded."""
-        self._runner = runner
+    def attach_inference(self, inference: ServedInference) -> None:
+        """What serves the episodes that are not recorded: the runner's inference."""
+        self._inference = inference
 
     def _check_thread(self) -> None:
         ext = self.external
@@ -69,13 +87,13 @@ class ExternalEnvAdapter(BaseEnv):
             raise EnvError("the ExternalEnv thread's run() returned: no more episodes will come")
 
     def poll(self) -> EnvRows:
-        """One batch: at most one event per lane, after the runner work queued with it
-        (served inference, checkpoints) ran here, between two steps."""
+        """One batch: at most one event per lane, after the work queued with it (served
+        inference, a server's checkpoints) ran here, between two steps."""
         self._check_thread()
         events, tasks = self.hub.take_batch(self.poll_timeout_s, self.external.is_alive)
         for fn, reply in tasks:
             try:
-                reply.value = fn(self._runner)
+                reply.value = fn(self._inference)
             except Exception as exc:  # handed to the waiting simulator call
                 reply.error = exc
         self.hub.complete([reply for _, reply in tasks])
@@ -127,6 +145,7 @@ class ExternalEnvAdapter(BaseEnv):
         self._awaiting.pop(env_id, None)
 
     def close(self) -> None:
+        """Close the hub: waiting callers get an error instead of blocking."""
         self.hub.close()
 
 

@@ -10,7 +10,7 @@ __all__ = ["PipelineCheckError"]
 class PipelineCheckError(ValueError):
     """A pipeline check failed: ``check``, ``member`` (None if not located) and ``detail``."""
 
-    __module__ = "rlconnect.connectors.checker"  # its public home, as shown in tracebacks
+    __module__ = "rlconnect.checker"  # its public home, as shown in tracebacks
 
     def __init__(self, check: str, detail: str, member: str | None = None, cls: str = "") -> None:
         where = ""

@@ -1,19 +1,21 @@
 """The episodes an ``ExternalEnv`` shares with the runner, behind one lock: ``EpisodeHub``.
 
-``EpisodeHub`` is a monitor: its lock, its episodes, its lanes (``external_lanes``), its
-queue of runner work and its limits (a frozen ``HubLimits``) are private, and every
+``EpisodeHub`` is a monitor: its lock, its episodes, its lanes (``lanes``), its queue of
+work for the sampling thread and its limits (a frozen ``HubLimits``) are private, and every
 operation takes the lock itself. Three kinds of caller use it, each in one direction:
 
 - the simulator side (an ``ExternalEnv``'s thread, or a policy server's event loop) starts
   episodes and queues their observations and rewards (``start``, ``observe``, ``act``,
-  ``add_returns``), asks for runner work (``submit``, ``withdraw``) and checks for room
-  (``admit``, ``forget_ended``);
+  ``add_returns``), asks for work on the sampling thread (``submit``, ``withdraw``) and
+  checks for room (``admit``, ``forget_ended``); every such call is checked here, before
+  anything is queued, whoever makes it (``checks``);
 - the runner's ``ExternalEnvAdapter.poll`` takes a batch (``take_batch``: one event per
-  ready lane, and the queued runner work) and answers it (``answer``, ``complete``);
+  ready lane, and the queued work) and answers it (``answer``, ``complete``); the work
+  gets the runner's ``ServedInference``, never the runner;
 - the owner sets the limits and the delivery of answers (``set_limits``,
   ``set_delivery``) and closes it.
 
-Answers come back as replies (``external_replies``): a waiting thread blocks on one, a
+Answers come back as replies (``replies``): a waiting thread blocks on one, a
 server gives each a ``notify`` callback and sets the hub's delivery, so one sampling step
 hands all its actions to the server's thread at once.
 """
@@ -31,19 +33,22 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external_checks import (
+from rlconnect.envs.base import ServedInference
+from rlconnect.envs.external.checks import (
     EpisodeError,
     QueueFullError,
     TooManyEpisodesError,
     UnknownEpisodeError,
-    check_action,
+    check_agent_dict,
     check_episode_id,
+    check_infos,
+    check_logged_actions,
     check_obs,
     check_rewards,
 )
-from rlconnect.envs.external_lanes import Lanes
-from rlconnect.envs.external_limits import HubLimits
-from rlconnect.envs.external_replies import Reply, Task, notify_each
+from rlconnect.envs.external.lanes import Lanes
+from rlconnect.envs.external.limits import HubLimits
+from rlconnect.envs.external.replies import Reply, Task, notify_each
 from rlconnect.errors import EnvError
 
 __all__ = ["NO_ACTION", "EpisodeHub"]
@@ -87,7 +92,17 @@ class _Event:
 
     __slots__ = ("ep", "first", "infos", "kind", "logged", "obs", "reply", "rewards")
 
-    def __init__(self, ep, kind, obs, rewards, infos, logged, reply, first) -> None:
+    def __init__(
+        self,
+        ep: _Episode,
+        kind: str,
+        obs: dict,
+        rewards: dict,
+        infos: dict,
+        logged: Any,
+        reply: Reply | None,
+        first: bool,
+    ) -> None:
         self.ep, self.kind, self.obs, self.rewards, self.infos = ep, kind, obs, rewards, infos
         self.logged, self.reply, self.first = logged, reply, first
 
@@ -95,7 +110,8 @@ class _Event:
 class EpisodeHub:
     """The thread-safe state shared by the simulator side and the runner's poll.
 
-    All values are dicts keyed by agent id (single-agent envs use ``DEFAULT_AGENT_ID``).
+    All values are dicts keyed by agent id (single-agent envs use ``DEFAULT_AGENT_ID``),
+    checked here whoever sends them: the one check of every call.
     """
 
     def __init__(
@@ -135,6 +151,7 @@ class EpisodeHub:
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called: no new episodes or steps are taken."""
         return self._closed
 
     @property
@@ -217,6 +234,8 @@ class EpisodeHub:
         return ep
 
     def start(self, eid: Any, training: bool) -> Any:
+        """Start an episode (``eid`` None: a fresh id) and return its id; ``training`` False
+        records no rows."""
         with self._lock:
             if self._closed:
                 raise EnvError("the external env is closed")
@@ -255,11 +274,13 @@ class EpisodeHub:
         with self._lock:
             ids.intersection_update(self._episodes)
 
-    def add_returns(self, eid: Any, rewards: dict, infos: dict | None) -> None:
+    def add_returns(self, eid: Any, rewards: Any, infos: Any) -> None:
+        """Add ``rewards`` (and merge ``infos``, or None) by agent to the episode's step."""
+        rewards, infos = check_rewards(rewards, eid), check_infos(infos, eid)
         with self._lock:
             ep = self._get(eid)
-            self._add_rewards(ep, check_rewards(rewards, eid))
-            for a, info in (infos or {}).items():
+            self._add_rewards(ep, rewards)
+            for a, info in infos.items():
                 ep.infos.setdefault(a, {}).update(info)
 
     @staticmethod
@@ -267,10 +288,10 @@ class EpisodeHub:
         for a, r in rewards.items():
             ep.rewards[a] = ep.rewards.get(a, 0.0) + r
 
-    def _checked_obs(self, eid: Any, obs: dict) -> dict:
+    def _checked_obs(self, eid: Any, obs: Any) -> dict:
         return {
             a: check_obs(self._obs_space(a), o, f"episode {eid!r}, agent {a!r}")
-            for a, o in obs.items()
+            for a, o in check_agent_dict(obs, "observations", eid).items()
         }
 
     def _make_room(self, events: int, what: str) -> None:
@@ -290,34 +311,33 @@ class EpisodeHub:
                 )
             self._lock.wait(min(left, 0.1))
 
-    def observe(self, eid: Any, obs: dict, logged: Any, kind: str = "obs") -> Reply | None:
-        """Queue an observation; returns where the action will come for ``get_action``."""
+    def observe(self, eid: Any, obs: Any, logged: Any, kind: str = "obs") -> Reply | None:
+        """Queue observations by agent, with the actions logged for them (or
+        ``NO_ACTION``); returns where the action will come for ``get_action``."""
         with self._lock:
             if kind == "obs":  # an episode's end is bounded by the episodes running
                 self._make_room(1, f"this step of episode {eid!r}")
             ep = self._get(eid)
             checked = self._checked_obs(eid, obs)
-            if logged is not NO_ACTION and self._act_space is not None:
-                logged = {
-                    a: check_action(self._act_space(a), x, f"episode {eid!r}, agent {a!r}")
-                    for a, x in logged.items()
-                }
+            if logged is not NO_ACTION:
+                logged = check_logged_actions(self._act_space, logged, checked, eid)
             reply = Reply() if logged is NO_ACTION and kind == "obs" else None
             self._record(ep, checked, logged, kind, reply)
             return reply
 
     def act(
-        self, steps: list[tuple[Any, dict, dict]], notify: Callable[[Reply], None] | None = None
+        self, steps: list[tuple[Any, Any, Any]], notify: Callable[[Reply], None] | None = None
     ) -> list[Reply]:
         """``get_action`` for several episodes, given as (id, observations, rewards of the
-        step before): everything is checked before anything is queued, so one bad part
-        refuses the whole call and changes nothing."""
+        step before or None), by agent: everything is checked before anything is queued,
+        so one bad part refuses the whole call and changes nothing."""
         with self._lock:
             self._make_room(len(steps), f"{len(steps)} steps")
             checked = []
             for eid, obs, rewards in steps:
                 ep = self._get(eid)
-                checked.append((ep, self._checked_obs(eid, obs), check_rewards(rewards, eid)))
+                got = {} if rewards is None else check_rewards(rewards, eid)
+                checked.append((ep, self._checked_obs(eid, obs), got))
             if len({id(ep) for ep, _, _ in checked}) < len(checked):
                 raise EpisodeError("an episode can ask for one action at a time, not two at once")
             replies = []
@@ -328,14 +348,15 @@ class EpisodeHub:
                 replies.append(reply)
             return replies
 
-    def submit(self, fn: Callable[[Any], Any]) -> Reply:
-        """Queue runner work: ``fn(runner)`` runs on the sampling thread at its next poll
-        (between two steps); the returned reply's event is set when it has run."""
+    def submit(self, fn: Callable[[], Any]) -> Reply:
+        """Queue work for the sampling thread: ``fn()`` runs there at its next poll
+        (between two steps, so never beside a step in flight); the returned reply's event
+        is set when it has run."""
         reply = Reply()
         with self._lock:
             if self._closed:
                 raise EnvError("the external env is closed: no runner work is taken any more")
-            self._tasks.append((fn, reply))
+            self._tasks.append((lambda inference: fn(), reply))
             self._lock.notify_all()
         return reply
 
@@ -349,7 +370,7 @@ class EpisodeHub:
                     return True
             return False
 
-    def _record(self, ep: _Episode, obs: dict, logged: Any, kind: str, reply: Reply | None):
+    def _record(self, ep: _Episode, obs: dict, logged: Any, kind: str, reply: Reply | None) -> None:
         """Queue checked observations of ``ep`` (lock held)."""
         if kind == "end":
             self._finish(ep)
@@ -378,11 +399,9 @@ class EpisodeHub:
         ep.rewards, ep.infos = {}, {}
         key = ep.lane  # a negative inference env id, distinct per episode
         if kind == "end":
-            self._tasks.append((functools.partial(_reset_inference, env_id=key), Reply()))
+            self._tasks.append((functools.partial(_end_served, env_id=key), Reply()))
         elif reply is not None:
-            self._tasks.append(
-                (lambda runner: runner.compute_actions(obs, explore=False, env_id=key), reply)
-            )
+            self._tasks.append((functools.partial(_serve, obs=obs, env_id=key), reply))
         self._lock.notify_all()
 
     def _finish(self, ep: _Episode) -> None:
@@ -471,6 +490,7 @@ class EpisodeHub:
             if ep.waiting:
                 continue
             if ep.training and ep.seen:  # queued before the lane is released
+                assert ep.last_obs is not None  # a seen episode has observed
                 ev = _Event(
                     ep, "timeout", ep.last_obs, ep.rewards, ep.infos, NO_ACTION, None, False
                 )
@@ -478,11 +498,15 @@ class EpisodeHub:
             self._finish(ep)
             self._timed_out.append(ep.eid)
             if not ep.training:  # drop its inference state, as end_episode does
-                reset = functools.partial(_reset_inference, env_id=ep.lane)
+                reset = functools.partial(_end_served, env_id=ep.lane)
                 self._tasks.append((reset, Reply()))
 
 
-def _reset_inference(runner: Any, env_id: int) -> None:
-    for pid in runner.policies:
-        runner.agent_pipeline(pid).reset(env_id)
-        runner.action_pipeline(pid).reset(env_id)
+def _serve(inference: ServedInference, obs: dict, env_id: int) -> dict:
+    """The actions of an episode that is served, not recorded (eval mode, its own state)."""
+    return inference.compute_actions(obs, explore=False, env_id=env_id)
+
+
+def _end_served(inference: ServedInference, env_id: int) -> None:
+    """A served episode ended (or timed out): its connector state goes."""
+    inference.reset(env_id)

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlconnect.connectors._check_errors import _fail
+from rlconnect.checker._errors import _fail
 from rlconnect.connectors.action.convert_to_numpy import to_numpy
 from rlconnect.connectors.base import (
     ActionConnector,
@@ -183,7 +183,16 @@ def _step(
     return trace
 
 
-def _policy_output(s, pipe, check, data, env_ids, agent_ids, idx, tags) -> None:
+def _policy_output(
+    s: _Setup,
+    pipe: ConnectorPipeline,
+    check: str,
+    data: Any,
+    env_ids: np.ndarray,
+    agent_ids: tuple,
+    idx: np.ndarray,
+    tags: np.ndarray,
+) -> None:
     cols: dict[str, Any] = {}
     if s.actions is not None:
         cols["actions"] = _take(s.actions, idx % s.n_actions)

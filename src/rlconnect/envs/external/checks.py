@@ -1,14 +1,14 @@
 """What a call on an external env's episodes must look like: its errors and its checks.
 
 Every simulator call (an ``ExternalEnv``'s thread, or a request a policy server decodes) is
-checked here before the episode hub queues anything: episode ids, observations, logged
-actions and the per-agent dicts of multi-agent calls. The errors' public home is
-``rlconnect.envs.external``.
+checked with these by the episode hub, once, before it queues anything: episode ids,
+observations, rewards, infos, logged actions, and that each of them is a dict keyed by
+agent id. The errors' public home is ``rlconnect.envs.external``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +29,8 @@ __all__ = [
     "check_action",
     "check_agent_dict",
     "check_episode_id",
+    "check_infos",
+    "check_logged_actions",
     "check_obs",
     "check_rewards",
 ]
@@ -219,18 +221,70 @@ def check_agent_dict(value: Any, what: str, episode_id: Any) -> Mapping:
     return value
 
 
-def check_rewards(rewards: Mapping[Any, Any], eid: Any) -> dict[Any, float]:
-    """``rewards`` by agent as floats, or BadRewardError: each must be a finite number (or
-    an array of size one)."""
+def check_rewards(rewards: Any, eid: Any) -> dict[Any, float]:
+    """``rewards`` (a non-empty dict keyed by agent id) as floats, or BadRewardError: each
+    must be a finite real number, or an array of size one holding one; bools and strings
+    are not numbers (though numpy would read ``True`` or ``"1.5"`` as one)."""
     out = {}
-    for a, value in rewards.items():
-        r = scalar_reward(value)
+    for a, value in check_agent_dict(rewards, "rewards", eid).items():
+        r = _real_number(value)
         if r is None:
             raise BadRewardError(
-                f"episode {eid!r}: reward {value!r} of agent {a!r} is not a number "
+                f"episode {eid!r}: reward {value!r:.80} of agent {a!r} is not a number "
                 "or an array of size one"
             )
         if not np.isfinite(r):
             raise BadRewardError(f"episode {eid!r}: reward {r} of agent {a!r} is not finite")
         out[a] = r
     return out
+
+
+def _real_number(value: Any) -> float | None:
+    """``value`` as a float when it is a real number (a Python int of any size within
+    float's range too) or an array of size one of real numbers, else None."""
+    if isinstance(value, bool | np.bool_ | str | bytes):
+        return None
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    try:
+        kind = np.asarray(value).dtype.kind
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return scalar_reward(value) if kind in "iuf" else None
+
+
+def check_logged_actions(
+    act_space: Callable[[Any], gym.Space] | None, actions: Any, obs: Mapping, eid: Any
+) -> dict:
+    """Logged ``actions`` (a dict keyed by agent id, one per agent in ``obs``), each one
+    checked against its agent's action space (``check_action``), or an episode error."""
+    actions = check_agent_dict(actions, "actions", eid)
+    if set(actions) != set(obs):
+        raise EpisodeError(
+            f"episode {eid!r}: log_action needs one action per observing agent; "
+            f"observations for {sorted(map(str, obs))}, actions for "
+            f"{sorted(map(str, actions))}"
+        )
+    if act_space is None:
+        return dict(actions)
+    return {
+        a: check_action(act_space(a), x, f"episode {eid!r}, agent {a!r}")
+        for a, x in actions.items()
+    }
+
+
+def check_infos(infos: Any, eid: Any) -> dict[Any, Mapping]:
+    """``infos`` (None, or a dict keyed by agent id of info dicts) as a dict, or
+    EpisodeError naming the agent whose info is not a dict."""
+    if infos is None:
+        return {}
+    for a, info in check_agent_dict(infos, "infos", eid).items():
+        if not isinstance(info, Mapping):
+            raise EpisodeError(
+                f"episode {eid!r}: the info of agent {a!r} must be a dict, got "
+                f"{type(info).__name__}"
+            )
+    return dict(infos)

@@ -23,9 +23,11 @@ get ``rewards``, ``terminateds``, ``truncateds`` and ``t`` columns, and between 
 has ``initial_states``), so connectors that buffer actions or RNN state are exercised too.
 For an action pipeline, ``observations`` is the batch of policy outputs it transforms.
 
-This module holds the checks; their machinery lives in private siblings: ``_check_replay``
-(the inputs, and feeding rows through the members), ``_check_compare`` (where two traces or
-statistics first differ) and ``_check_errors`` (``PipelineCheckError``).
+This module holds the checks; their machinery lives in private siblings: ``_replay``
+(the inputs, and feeding rows through the members), ``_compare`` (where two traces or
+statistics first differ), ``_errors`` (``PipelineCheckError``) and ``_tensor`` (the
+tensor path). The checker sits above ``rlconnect.connectors`` and
+``rlconnect.checkpoints``: ``save_load_reproduces`` runs a pipeline through its file.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlconnect.connectors._check_compare import _compare, _stats, _stats_diff
-from rlconnect.connectors._check_errors import PipelineCheckError, _fail
-from rlconnect.connectors._check_replay import (
+from rlconnect.checker._compare import _compare, _stats, _stats_diff
+from rlconnect.checker._errors import PipelineCheckError, _fail
+from rlconnect.checker._replay import (
     _all_rows,
     _clone,
     _copy_leaf,
@@ -53,7 +55,8 @@ from rlconnect.connectors._check_replay import (
     _step,
     _take,
 )
-from rlconnect.connectors._check_tensor import run_tensor_check
+from rlconnect.checker._tensor import run_tensor_check
+from rlconnect.checkpoints.pipelines import load_pipeline, save_pipeline
 from rlconnect.connectors.pipeline import ConnectorPipeline
 from rlconnect.spaces import batch_in_space, check_batch
 
@@ -136,8 +139,6 @@ def check_save_load_reproduces(
     pipeline_or_connector: Any, observations: Any = None, **kw: Any
 ) -> None:
     """Saved and loaded after a history, then both reset: identical inputs, identical outputs."""
-    from rlconnect.checkpoints import load_pipeline, save_pipeline
-
     s = _prepare(pipeline_or_connector, observations, **_kw(kw))
     check = "save_load_reproduces"
     pipe = _clone(s.pipe, check)
@@ -248,7 +249,7 @@ def check_isolation_and_reset(
         raise PipelineCheckError(check, exc.detail + hint, changed[0]) from exc
 
 
-def _isolation(s: _Setup, base, together, keys, check: str) -> None:
+def _isolation(s: _Setup, base: Any, together: Any, keys: Any, check: str) -> None:
     alone = [_clone(base, check) for _ in keys]
 
     def row(k: int, t: int) -> tuple[int, Any, int, float]:
@@ -326,7 +327,8 @@ def check_pipeline(
         pipeline_or_connector: an agent or action pipeline, or a single connector.
         observations: B rows of the context's ``observation_space`` (a stacked batch); for an
             action pipeline, B rows of policy outputs. None samples 8 rows (seeded).
-        env_ids, agent_ids: the B rows' identities (default ``range(B)`` and ``"agent0"``).
+        env_ids: the B rows' sub-env ids (default ``range(B)``).
+        agent_ids: the B rows' agent ids (default ``"agent0"`` for every row).
         rewards: B rewards (default: seeded normal values times 3).
         actions: rows of ``ctx.action_space`` given to ``on_policy_output`` (default: seeded
             samples of it).

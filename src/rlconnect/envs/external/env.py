@@ -13,12 +13,7 @@ A simulator that cannot be stepped (a game server, a robot, a web service) runs 
 sub-env id, ``0 .. max_concurrent - 1``); ``poll()`` hands out at most one queued event per
 lane, so every lane is a sequence of episodes exactly like a stepped sub-env.
 
-This module holds the user-facing ``ExternalEnv`` and re-exports the rest:
-``rlconnect.envs.external_checks`` (the episode errors and the checks of every call),
-``rlconnect.envs.external_hub`` (the episode state shared by both sides, behind one lock;
-``external_lanes``, ``external_limits`` and ``external_replies`` are its parts)
-and ``rlconnect.envs.external_adapter`` (the runner side: ``ExternalEnvAdapter``,
-``ExternalRows``, ``apply_logged_actions``).
+Every call is checked by the episode hub (``hub``), whichever side makes it.
 """
 
 from __future__ import annotations
@@ -31,36 +26,10 @@ from typing import Any
 import gymnasium as gym
 
 from rlconnect.batches import DEFAULT_AGENT_ID
-from rlconnect.envs.external_adapter import ExternalEnvAdapter, apply_logged_actions
-from rlconnect.envs.external_adapter import ExternalRows as ExternalRows
-from rlconnect.envs.external_adapter import _logp as _logp
-from rlconnect.envs.external_adapter import _unstack as _unstack
-from rlconnect.envs.external_checks import (
-    BadActionError,
-    BadObservationError,
-    BadRewardError,
-    EpisodeError,
-    QueueFullError,
-    TooManyEpisodesError,
-    UnknownEpisodeError,
-)
-from rlconnect.envs.external_checks import check_obs as check_obs
-from rlconnect.envs.external_hub import NO_ACTION, EpisodeHub
-from rlconnect.envs.external_limits import HubLimits
-from rlconnect.envs.external_replies import Reply as Reply
+from rlconnect.envs.external.hub import NO_ACTION, EpisodeHub
+from rlconnect.envs.external.limits import HubLimits
 
-__all__ = [
-    "BadActionError",
-    "BadObservationError",
-    "BadRewardError",
-    "EpisodeError",
-    "ExternalEnv",
-    "ExternalEnvAdapter",
-    "QueueFullError",
-    "TooManyEpisodesError",
-    "UnknownEpisodeError",
-    "apply_logged_actions",
-]
+__all__ = ["ExternalEnv"]
 
 
 class ExternalEnv(threading.Thread):
@@ -136,9 +105,11 @@ class ExternalEnv(threading.Thread):
 
     # spaces by agent id, for the adapter
     def agent_observation_space(self, agent_id: Any) -> gym.Space:
+        """Every agent of a single-agent external env sees ``observation_space``."""
         return self.observation_space
 
     def agent_action_space(self, agent_id: Any) -> gym.Space:
+        """Every agent of a single-agent external env acts in ``action_space``."""
         return self.action_space
 
     @property
@@ -149,6 +120,7 @@ class ExternalEnv(threading.Thread):
 
     @property
     def num_running_episodes(self) -> int:
+        """Episodes started and not yet ended."""
         return self._hub.running
 
     def start_episode(self, episode_id: Any = None, training_enabled: bool = True) -> Any:

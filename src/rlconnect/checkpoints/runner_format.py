@@ -11,7 +11,8 @@ A checkpoint is a folder::
 
 ``<folder>`` is the policy id when it is a plain name (letters, digits, ``_ . -``), else
 ``_policy_<i>``; the manifest maps ids to files, so the folder name carries no meaning.
-The manifest::
+The manifest (its first two entries are the header of ``RUNNER_CHECKPOINT``,
+``rlconnect.checkpoints.formats``)::
 
     {"format": "rlconnect.runner_checkpoint", "format_version": 1,
      "rlconnect_version": "0.1.0",
@@ -48,12 +49,12 @@ from typing import Any
 
 from rlconnect.checkpoints.damage import DIGEST_MISMATCH, size_damage
 from rlconnect.checkpoints.files import MAX_FILE_BYTES, open_regular_file, read_regular_file
+from rlconnect.checkpoints.formats import RUNNER_CHECKPOINT
 from rlconnect.errors import CheckpointError
 
 __all__ = [
-    "CHECKPOINT_FORMAT",
-    "CHECKPOINT_FORMAT_VERSION",
-    "CHECKPOINT_FORMAT_VERSIONS",
+    "FILE_NAMES",
+    "FILE_ROLES",
     "MANIFEST",
     "MAX_BLOB_BYTES",
     "MAX_MANIFEST_BYTES",
@@ -65,9 +66,6 @@ __all__ = [
     "write_folder_atomically",
 ]
 
-CHECKPOINT_FORMAT = "rlconnect.runner_checkpoint"
-CHECKPOINT_FORMAT_VERSION = 1
-CHECKPOINT_FORMAT_VERSIONS: frozenset[int] = frozenset({1})
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20
 """A manifest larger than this is rejected before it is read."""
@@ -79,6 +77,13 @@ FILE_ROLES = ("weights", "agent_pipeline", "action_pipeline", "learner_pipeline"
 REQUIRED_FILE_ROLES = FILE_ROLES[:3]
 """Every policy entry has these files; ``learner_pipeline`` is absent from checkpoints
 written before learner pipelines (an empty one is restored then)."""
+FILE_NAMES = {
+    "weights": "weights.safetensors",
+    "agent_pipeline": "agent_pipeline",
+    "action_pipeline": "action_pipeline",
+    "learner_pipeline": "learner_pipeline",
+}
+"""The name of each file in a policy's folder, by role."""
 MAX_POLICY_ID_CHARS = 256
 
 _SAFE_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
@@ -173,7 +178,7 @@ def _swap_into_place(tmp: str, target: str, parent: str, name: str) -> None:
 
 
 def _fsync_tree(root: str) -> None:
-    """fsync every file and folder below ``root`` (folders after their contents)."""
+    """Call fsync on every file and folder below ``root`` (folders after their contents)."""
     for here, _dirs, files in os.walk(root, topdown=False):
         for f in files:
             fd = os.open(os.path.join(here, f), os.O_RDONLY)
@@ -233,14 +238,7 @@ def read_manifest(root: str) -> dict[str, Any]:
 def _check_manifest(obj: Any, fail: Callable[[str], CheckpointError]) -> None:
     if not isinstance(obj, dict):
         raise fail(f"is a JSON {type(obj).__name__}, expected an object")
-    if obj.get("format") != CHECKPOINT_FORMAT:
-        raise fail(f"format {_short(obj.get('format'))} is not {CHECKPOINT_FORMAT!r}")
-    version = obj.get("format_version")
-    supported = sorted(CHECKPOINT_FORMAT_VERSIONS)
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise fail(f"malformed format_version {_short(version)}; supported versions: {supported}")
-    if version not in CHECKPOINT_FORMAT_VERSIONS:
-        raise fail(f"format version {version} is not supported; supported versions: {supported}")
+    RUNNER_CHECKPOINT.check(obj, where=MANIFEST, fail=fail)
     if not isinstance(obj.get("config"), dict):
         raise fail("'config' must be an object")
     omitted = obj.get("config_omitted", [])

@@ -3,14 +3,15 @@
 ``load_checkpoint(path)`` checks the manifest (schema, paths, sizes), reads every file and
 checks its SHA-256, parses the weights from the verified bytes and decodes the spaces. The
 pipelines are only verified here; they are built later for a connector context
-(``rlconnect.checkpoints.load_pipeline``), through the connector registry.
+(``rlconnect.checkpoints.load_pipeline``), through the connector registry: see
+``rlconnect.checkpoints.runner_restore``.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -18,18 +19,12 @@ import gymnasium as gym
 import numpy as np
 
 from rlconnect.checkpoints.container import unpack
+from rlconnect.checkpoints.formats import WEIGHTS_FILE
+from rlconnect.checkpoints.runner_format import FILE_ROLES, MANIFEST, read_blob, read_manifest
 from rlconnect.errors import CheckpointError
-from rlconnect.runner.checkpoint_format import FILE_ROLES, read_blob, read_manifest
-from rlconnect.runner.config import RunnerConfig
 from rlconnect.spaces import MAX_JSON_DEPTH, space_from_json
 
-__all__ = ["WEIGHTS_FORMAT", "LoadedCheckpoint", "PolicyRecord", "load_checkpoint"]
-
-WEIGHTS_FORMAT = "rlconnect.weights"
-WEIGHTS_FORMAT_VERSIONS = frozenset({1})
-PATH_FIELDS = ("output", "input")
-"""Config fields naming files or folders. A checkpoint never chooses where a rebuilt runner
-reads or writes: their saved values are ignored (pass them in ``config_overrides``)."""
+__all__ = ["LoadedCheckpoint", "PolicyRecord", "load_checkpoint"]
 
 
 @attrs.define
@@ -58,35 +53,30 @@ class LoadedCheckpoint:
     manifest: dict[str, Any]
     policies: dict[str, PolicyRecord]
 
-    def runner_config(self, overrides: Mapping[str, Any] | None = None) -> RunnerConfig:
-        """The saved RunnerConfig (CheckpointError if invalid), with ``overrides`` applied.
+    def saved_config(
+        self, fields: Collection[str], overridden: Collection[str] = ()
+    ) -> dict[str, Any]:
+        """The saved config's fields by name, for the runner to rebuild its config from;
+        ``CheckpointError`` for a field not among ``fields`` (the config class's).
 
-        The saved ``PATH_FIELDS`` (``output``, ``input``) are left at their defaults: a file
-        must not make the runner create, write or read files elsewhere. The saved
-        ``env_config`` is restored, as the env creator's own input (for a gymnasium id, the
-        ``gym.make`` keyword arguments), once checked to be plain JSON data (string keys,
-        finite numbers, at most ``MAX_JSON_DEPTH`` levels); ``overrides`` can replace it
-        when the checkpoint comes from someone else.
+        The saved ``env_config`` is kept, as the env creator's own input (for a gymnasium
+        id, the ``gym.make`` keyword arguments), once checked to be plain JSON data (string
+        keys, finite numbers, at most ``MAX_JSON_DEPTH`` levels), unless it is among
+        ``overridden`` (the caller replaces it, e.g. when the checkpoint comes from someone
+        else). Which saved values the runner keeps (never its file paths) is the runner's
+        choice.
         """
         saved = dict(self.manifest["config"])
-        overrides = dict(overrides or {})
-        if "env_config" in saved and "env_config" not in overrides:
+        if "env_config" in saved and "env_config" not in overridden:
             _check_plain(saved["env_config"], "env_config", 0, self.path)
-        fields = attrs.fields_dict(RunnerConfig)
         unknown = sorted(set(saved) - set(fields))
         if unknown:
-            raise CheckpointError(
-                f"checkpoint {self.path!r}: manifest.json: config has unknown fields {unknown}"
-            )
-        for key in PATH_FIELDS:
-            saved.pop(key, None)
-        try:
-            config = RunnerConfig(**saved)
-        except (ValueError, TypeError) as exc:
-            raise CheckpointError(
-                f"checkpoint {self.path!r}: manifest.json: invalid config: {exc}"
-            ) from None
-        return attrs.evolve(config, **overrides)
+            raise self.defect(f"config has unknown fields {unknown}")
+        return saved
+
+    def defect(self, msg: str) -> CheckpointError:
+        """A ``CheckpointError`` naming this checkpoint's manifest and ``msg``."""
+        return CheckpointError(f"checkpoint {self.path!r}: {MANIFEST}: {msg}")
 
 
 def _check_plain(value: Any, where: str, depth: int, path: str) -> None:
@@ -150,9 +140,7 @@ def _load_policy_record(root: str, entry: dict[str, Any]) -> PolicyRecord:
 
 
 def _parse_weights(data: bytes, source: str) -> dict[str, np.ndarray]:
-    _, nest = unpack(
-        data, format_name=WEIGHTS_FORMAT, versions=WEIGHTS_FORMAT_VERSIONS, source=source
-    )
+    _, nest = unpack(data, WEIGHTS_FILE, source=source)
     weights = nest.get("weights") if isinstance(nest, dict) else None
     if not isinstance(weights, dict) or not all(
         isinstance(v, np.ndarray) for v in weights.values()

@@ -1,7 +1,9 @@
 """The multi-agent ExternalEnv: observations, actions, rewards and infos are per-agent dicts.
 
 Only the agents in an observation dict act at that step; rewards logged for other agents
-are held until they next observe (or the episode ends), as for ``rc.MultiAgentEnv``.
+are held until they next observe (or the episode ends), as for ``rc.MultiAgentEnv``. The
+episode hub checks every dict (keyed by agent id, non-empty, one logged action per
+observing agent), as it checks a served request's.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlconnect.envs.external import NO_ACTION, EpisodeError, ExternalEnv
-from rlconnect.envs.external_checks import check_agent_dict
+from rlconnect.envs.external.checks import EpisodeError
+from rlconnect.envs.external.env import ExternalEnv
+from rlconnect.envs.external.hub import NO_ACTION
 
 __all__ = ["ExternalMultiAgentEnv"]
 
@@ -51,40 +54,29 @@ class ExternalMultiAgentEnv(ExternalEnv):
             ) from None
 
     def agent_observation_space(self, agent_id: Any) -> gym.Space:
+        """``agent_id``'s observation space: its entry of a Dict space, or the shared space."""
         return self._space(self.observation_space, agent_id, "observation")
 
     def agent_action_space(self, agent_id: Any) -> gym.Space:
+        """``agent_id``'s action space: its entry of a Dict space, or the shared space."""
         return self._space(self.action_space, agent_id, "action")
 
-    def get_action(self, episode_id: Any, observation_dict: Mapping) -> dict:  # type: ignore[override]
+    def get_action(self, episode_id: Any, observation_dict: Mapping) -> dict:
         """Record the agents' observations; return the policies' actions by agent (blocks)."""
-        obs = dict(check_agent_dict(observation_dict, "observations", episode_id))
-        reply = self._hub.observe(episode_id, obs, NO_ACTION)
+        reply = self._hub.observe(episode_id, observation_dict, NO_ACTION)
         assert reply is not None  # asking for an action always gets a reply
         return dict(reply.wait(self._hub.limits.get_action_timeout_s, f"episode {episode_id!r}"))
 
-    def log_action(  # type: ignore[override]
-        self, episode_id: Any, observation_dict: Mapping, action_dict: Mapping
-    ) -> None:
+    def log_action(self, episode_id: Any, observation_dict: Mapping, action_dict: Mapping) -> None:
         """Record observations and the actions the agents took (one per observing agent)."""
-        obs = dict(check_agent_dict(observation_dict, "observations", episode_id))
-        actions = dict(check_agent_dict(action_dict, "actions", episode_id))
-        if set(actions) != set(obs):
-            raise EpisodeError(
-                f"episode {episode_id!r}: log_action needs one action per observing agent; "
-                f"observations for {sorted(map(str, obs))}, actions for "
-                f"{sorted(map(str, actions))}"
-            )
-        self._hub.observe(episode_id, obs, actions)
+        self._hub.observe(episode_id, observation_dict, action_dict)
 
     def log_returns(  # type: ignore[override]
         self, episode_id: Any, reward_dict: Mapping, info_dict: Mapping | None = None
     ) -> None:
         """Add each agent's reward to its current step (summed until it next acts)."""
-        rewards = dict(check_agent_dict(reward_dict, "rewards", episode_id))
-        self._hub.add_returns(episode_id, rewards, None if info_dict is None else dict(info_dict))
+        self._hub.add_returns(episode_id, reward_dict, info_dict)
 
-    def end_episode(self, episode_id: Any, observation_dict: Mapping) -> None:  # type: ignore[override]
+    def end_episode(self, episode_id: Any, observation_dict: Mapping) -> None:
         """End the episode for every agent (``__all__`` terminated) with final observations."""
-        obs = dict(check_agent_dict(observation_dict, "observations", episode_id))
-        self._hub.observe(episode_id, obs, NO_ACTION, kind="end")
+        self._hub.observe(episode_id, observation_dict, NO_ACTION, kind="end")

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import rlconnect as rc
-from rlconnect.connectors.base import AgentConnector, AgentData, ObservationConnector
-from rlconnect.connectors.checker import (
+from rlconnect.checker import (
     CHECKS,
     CheckReport,
     PipelineCheckError,
@@ -22,6 +21,7 @@ from rlconnect.connectors.checker import (
     check_pipeline,
     check_save_load_reproduces,
 )
+from rlconnect.connectors.base import AgentConnector, AgentData, ObservationConnector
 from rlconnect.testing import ConnectorTestMixin
 
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
