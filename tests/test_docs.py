@@ -44,3 +44,27 @@ def test_every_page_is_collected():
     names = {p.relative_to(DOCS).as_posix() for p in PAGES}
     for expected in ("index.md", "connectors.md", "runner.md", "api/index.md"):
         assert expected in names
+
+
+def test_the_architecture_picture_is_drawn_from_the_imports():
+    """docs/img/architecture.svg is what docs/_ext/draw_architecture.py draws from the
+    package's imports today: a package moved to another layer updates the picture."""
+    import subprocess
+    import sys
+
+    script = DOCS / "_ext" / "draw_architecture.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_architecture_page_names_every_home_once():
+    """Each subpackage of rlconnect has exactly one row in docs/architecture.md's homes."""
+    import re
+
+    package = DOCS.parent / "src" / "rlconnect"
+    homes = sorted(p.name for p in package.iterdir() if (p / "__init__.py").is_file())
+    rows = re.findall(r"^\| `([a-z_]+)/?` \|", (DOCS / "architecture.md").read_text(), re.M)
+    assert sorted(r for r in rows if r != "errors") == homes
+    assert len(rows) == len(set(rows))
