@@ -153,6 +153,18 @@ def test_every_sub_env_gives_exactly_the_fragment_in_time_order(mode: Any) -> No
         assert torch.equal(steps[:, 1:][same_episode], steps[:, :-1][same_episode] + 1)
 
 
+@pytest.mark.parametrize("t", [1, 5])
+def test_a_kept_batch_is_not_written_over_by_later_samples(t: int) -> None:
+    """The runner's storage is reused by every sample(): batches own their rows."""
+    runner = _runner(BatchedCartPole(8, autoreset_mode=SAME), rollout_fragment_length=t)
+    first = runner.sample()
+    kept = {name: first[name].clone() for name in first}
+    runner.sample()
+    runner.sample()
+    for name, value in kept.items():
+        assert torch.equal(first[name], value), name
+
+
 def test_eps_ids_are_unique_and_metrics_match_the_rows() -> None:
     n, t = 16, 40
     runner = _runner(BatchedCartPole(n, autoreset_mode=SAME), rollout_fragment_length=t)
@@ -415,6 +427,9 @@ def test_vmas_agents_are_stacked_per_policy_and_reset_when_their_episodes_end() 
     )
     trunc = rows["truncateds"].reshape(3 * n, t)
     assert torch.equal(trunc, (rows["t"].reshape(3 * n, t) == 4))  # max_steps=5 ends them
+    obs, new_obs = rows["obs"].reshape(3 * n, t, -1), rows["new_obs"].reshape(3 * n, t, -1)
+    going_on = ~(trunc | rows["terminateds"].reshape(3 * n, t))[:, :-1]
+    assert torch.equal(obs[:, 1:][going_on], new_obs[:, :-1][going_on])
     records = runner.get_metrics()
     assert records and all(r["episode_length"] == 5 for r in records)
     assert set(records[0]["agent_rewards"]) == {(a, "shared") for a in names}
@@ -526,6 +541,8 @@ def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
         agent_pipelines=agent_pipelines,
     )
     first = runner.sample()
+    # located by a second read when found on the recorded rows, in that sample only
+    assert runner._kernel.reads == (1 if pipeline else 2)
     assert _rows_per_env(first, n) == [t] * 5 + [2] + [t] * 2
     assert torch.isfinite(first["obs"]).all() and torch.isfinite(first["new_obs"]).all()
     with pytest.raises(ValueError, match="faulty sub-envs"):
@@ -533,6 +550,7 @@ def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
     faulty = [r for r in runner.get_metrics() if r["episode_faulty"]]
     assert [(r["env_id"], r["episode_length"]) for r in faulty] == [(5, 3)]
     second = runner.sample()
+    assert runner._kernel.reads == (2 if pipeline else 3)
     assert _rows_per_env(second, n) == [t] * n and second.meta["rows_per_env"] == t
     rows5 = second["env_id"] == 5
     assert second["t"][rows5][0] == 0  # reset: a new episode, with a new id

@@ -340,6 +340,7 @@ class VmasEnv(TensorEnv):
             a: (_gymnasium_space(o), _gymnasium_space(s))
             for a, o, s in zip(self.agents, obs_list, act_list)
         }
+        self._obs: dict[Any, Nest] = {}  # the last step's observations, by agent
 
     def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
         return self._space_map[agent_id]
@@ -371,8 +372,9 @@ class VmasEnv(TensorEnv):
             terminated = dones.to(torch.bool) & ~truncated
         n = self.num_envs
         rewards = {a: r.to(torch.float32).reshape(n) for a, r in self._by_agent(rewards).items()}
+        self._obs = self._by_agent(obs)
         return TensorStep(
-            self._by_agent(obs),
+            self._obs,
             rewards,
             terminated.to(torch.bool),
             truncated.to(torch.bool),
@@ -381,7 +383,10 @@ class VmasEnv(TensorEnv):
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
         self.host_reads += 1  # VMAS resets by Python index: which ended is read here
-        return self.reset_where(ended, ended.nonzero().flatten().tolist())
+        indices = ended.nonzero().flatten().tolist()
+        if not indices:  # the step's observations are the next ones (not computed again)
+            return self._obs
+        return self.reset_where(ended, indices)
 
     def reset_where(self, mask: torch.Tensor, env_ids: list[int]) -> dict[Any, Nest]:
         for index in env_ids:

@@ -143,10 +143,12 @@ class TensorEpisodes:
 
     def begin_sample(self, rounds: int) -> None:
         """A ``sample()`` of ``rounds`` rounds starts: its log of ended episodes, one row
-        per round of (ended, length, eps_id, return per agent) for every sub-env."""
+        per round of (ended, length, eps_id, return per agent) for every sub-env (made
+        once, and written over by every sample: ``end`` writes each round's whole row)."""
         shape = (rounds, 3 + len(self.agents), self.num_envs)
-        self._log = torch.zeros(shape, dtype=torch.float64, device=self.device)
-        self._log_rows = [(row[0], row[1], row[2], row[3:]) for row in self._log.unbind(0)]
+        if self._log.shape != shape:
+            self._log = torch.zeros(shape, dtype=torch.float64, device=self.device)
+            self._log_rows = [(row[0], row[1], row[2], row[3:]) for row in self._log.unbind(0)]
 
     def end(self, k: int, ended: torch.Tensor) -> None:
         """Log round ``k``'s episodes that ``ended`` (N,); begin new ones in their sub-envs."""
@@ -162,14 +164,21 @@ class TensorEpisodes:
         self.returns.masked_fill_(ended, 0.0)
 
     def read_back(
-        self, flags: Sequence[torch.Tensor] = (), *, drop_bad: bool = False
+        self,
+        flags: Sequence[torch.Tensor] = (),
+        *,
+        drop_bad: bool = False,
+        locate: Callable[[list[bool]], bool] | None = None,
     ) -> SampleRead:
         """The one host read of a ``sample()``: the episodes that ended since the last
         call, the finite check, and the values of the 0-d bool ``flags`` (what else must be
         checked once per sample) that travel with them. A non-finite value raises
         ``EnvCheckError`` naming the first one's sub-env, field and episode step; with
         ``drop_bad`` its sub-env is in ``bad`` instead and the episodes that ended there
-        from that round on are left out (the open one at it recorded as faulty)."""
+        from that round on are left out (the open one at it recorded as faulty).
+        ``locate(flag values)``: True when it has just noted non-finite values
+        (``note_nonfinite``, on the device): the marks are then read again, a second read
+        made only in such a sample."""
         n = self.num_envs
         tail = [self._bad_poll, self._bad_field, self._bad_round]
         parts = [self._log.flatten(), *(t.to(torch.float64) for t in tail)]
@@ -179,8 +188,11 @@ class TensorEpisodes:
         self.next_id = int(flat[-1])
         flag_values = [bool(v) for v in flat[len(flat) - 1 - len(flags) : -1]]
         size = self._log.numel()
-        bad_poll, bad_field, bad_round = flat[size : size + 3 * n].reshape(3, n)
+        marks = flat[size : size + 3 * n].reshape(3, n)  # (views: the log is megabytes)
         rounds = flat[:size].reshape(-1, 3 + len(self.agents), n)
+        if locate is not None and locate(flag_values):  # the marks made after that read
+            marks = torch.stack([self._bad_poll, self._bad_field, self._bad_round]).cpu().numpy()
+        bad_poll, bad_field, bad_round = marks
         bad: dict[int, int] = {}
         if drop_bad:
             bad = {int(e): int(bad_round[e]) for e in np.flatnonzero(bad_poll != _NONE)}

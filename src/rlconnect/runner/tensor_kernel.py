@@ -32,6 +32,7 @@ store, its sub-envs' rows unequal in number.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -147,6 +148,11 @@ class TensorKernel:
         )
         self.poll_index = 0
         self._inputs: dict[str, dict[str, Any]] = {}  # per policy: what it acts on next
+        #: per policy: its rows' store, written over by every sample (``build`` copies out)
+        self._stores = {
+            pid: TensorStore(self.rounds, rows.rows, env.device)
+            for pid, rows in self.layouts.items()
+        }
         self._blank = {pid: _blank_rows(r.rows, env.device) for pid, r in self.layouts.items()}
         self._check_rows = False  # this sample's finite check is on its recorded rows
         self.reads = 0  #: the host reads of ``sample()`` calls (one each)
@@ -176,10 +182,7 @@ class TensorKernel:
         result is not handed out (``learner_flags`` None)."""
         if not self._inputs:
             self._start()
-        stores = {
-            pid: TensorStore(self.rounds, rows.rows, self.env.device)
-            for pid, rows in self.layouts.items()
-        }
+        stores = self._stores
         self.episodes.begin_sample(self.rounds)
         for infos in self._infos.values():
             infos.begin_sample()
@@ -191,13 +194,11 @@ class TensorKernel:
         )
         for k in range(self.rounds):
             self.step(k, stores)
-        if self._check_rows:
-            self._check_recorded(stores)
         batches, flags = None, []
         if learn is not None and not self.env.next_step_resets:
             batches = self._build(stores, None)
             flags = learn(batches)
-        read = self._read_back(flags)
+        read = self._read_back(stores, flags)
         valid = self._valid_rows(read)
         if valid is not None or batches is None:  # (re)built without the dropped rows
             batches, learned = self._build(stores, valid), None
@@ -258,19 +259,27 @@ class TensorKernel:
                 ep = self.episodes.episode(ended, i, runner)
                 self.hooks.call(self.hooks.callbacks.on_episode_end, ep.env_id, ep)
 
-    def _read_back(self, learner_flags: list[torch.Tensor]) -> SampleRead:
+    def _read_back(
+        self, stores: Mapping[str, TensorStore], learner_flags: list[torch.Tensor]
+    ) -> SampleRead:
         """The sample's one host read: the ended episodes, with every check deferred to
         it (the env's, the finite check, each agent connector's, the learner's flags)
         raised by name, the learner's left to the runner."""
         self.reads += 1
         check = self.env.deferred_check()
+        head = [check[0]] if check else []
+        # whether a recorded row may hold a NaN or inf: one sum per column
+        sums = [s.any_nonfinite(_CHECKED) for s in stores.values()] if self._check_rows else []
         pipes = [(pid, self.pipes.agent[pid]) for pid in self.layouts]
         pending = [
             (pid, name, flag) for pid, p in pipes for name, flag in p.pending_flags().items()
         ]
-        flags = ([check[0]] if check else []) + [flag for _, _, flag in pending]
+        flags = head + sums + [flag for _, _, flag in pending]
+        at = slice(len(head), len(head) + len(sums))
         read = self.episodes.read_back(
-            flags + learner_flags, drop_bad=self.config.restart_failed_sub_environments
+            flags + learner_flags,
+            drop_bad=self.config.restart_failed_sub_environments,
+            locate=functools.partial(self._locate, stores, at) if sums else None,
         )
         values = read.flags
         if check and values[0]:
@@ -374,9 +383,19 @@ class TensorKernel:
             timers=self.timers,
         )
 
+    def _locate(self, stores: Mapping[str, TensorStore], at: slice, values: list[bool]) -> bool:
+        """Whether a sum of recorded values (the read's ``values[at]``) was not finite:
+        then the bad rows are found and noted (``_check_recorded``), for the second read
+        that ``read_back`` then makes of them, in such a sample only."""
+        if not any(values[at]):
+            return False
+        self._check_recorded(stores)
+        self.reads += 1
+        return True
+
     def _check_recorded(self, stores: Mapping[str, TensorStore]) -> None:
-        """The finite check of a sample whose rows are what the env returned: on the
-        recorded ``obs``, ``new_obs`` and ``rewards``, per sub-env, at its episode step."""
+        """Where a sample whose rows are what the env returned holds a NaN or inf: in the
+        recorded ``obs``, ``new_obs`` or ``rewards``, per sub-env, at its episode step."""
         n = self.env.num_envs
         for pid, store in stores.items():
             rounds, is_reward, with_step = store.first_nonfinite()
@@ -505,6 +524,7 @@ class TensorKernel:
 
 
 _STEP_COLUMNS = frozenset({"obs", "rewards", "terminateds", "truncateds", "t"})
+_CHECKED = ("obs", "new_obs", "rewards")  #: the recorded columns the finite check reads
 
 #: the learner pipelines on a sample's batches, their checks deferred: their flags
 Learn = Callable[[dict[str, SampleBatch]], list[torch.Tensor]]
