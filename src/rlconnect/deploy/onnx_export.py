@@ -127,6 +127,8 @@ class OnnxPolicy(nn.Module):
         self.reads_rewards = any(f.reads_rewards for f in agent)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``inputs`` are the observation's leaves, then the rewards (when a form reads
+        them), then the forms' states; returns the actions and the forms' next states."""
         states = list(inputs[self.num_obs :])
         cols: dict[str, Any] = {"obs": _nest(self.obs_space, iter(inputs[: self.num_obs]))}
         if self.reads_rewards:

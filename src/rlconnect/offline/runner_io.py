@@ -63,7 +63,7 @@ class RunnerOutput:
         )
         self.runner = runner
         self.writer = writer.ParquetBatchWriter(
-            settings.output,  # type: ignore[arg-type]
+            settings.output,
             max_file_size=settings.output_max_file_size,
             compress_columns=settings.output_compress_columns,
             spaces=self._spaces(),

@@ -21,7 +21,7 @@ def _enum(kind: type[enum.Enum]) -> Callable[[Any], Any]:
         try:
             return kind(value)
         except ValueError:
-            allowed = ", ".join(repr(m.value) for m in kind)  # type: ignore[attr-defined]
+            allowed = ", ".join(repr(m.value) for m in kind)
             raise ValueError(f"{value!r} is not one of {allowed}") from None
 
     return convert

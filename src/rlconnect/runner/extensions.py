@@ -69,7 +69,7 @@ _SECTIONS: dict[str, type] = {}
 
 
 def register_config_section(field: str, cls: type) -> type:
-    """Make ``cls`` (an attrs class whose instances are ``ConfigSection``\\ s) the kind of
+    """Make ``cls`` (an attrs class, each instance a ``ConfigSection``) the kind of
     ``RunnerConfig.<field>``: a dict given there is built into a ``cls``, and each of
     ``cls``' settings is accepted as a keyword of ``RunnerConfig`` itself."""
     from rlconnect.runner.config import RunnerConfig

@@ -41,6 +41,7 @@ class FairDecoder:
             return sum(len(q) for q in self._queues.values())
 
     def submit(self, peer: str, body: bytes, done: Done) -> None:
+        """Queue ``body`` behind ``peer``'s others; RuntimeError once the decoder is stopped."""
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the decoder is stopped")

@@ -77,10 +77,12 @@ class DeployedEndpoints:
 
     # -- what the server asks of the service it answers for --------------------------------
     def failure(self) -> str | None:
-        return None  # no runner to fail: a failed call fails alone
+        """Always None: with no runner to fail, a failed call fails alone."""
+        return None
 
     @property
     def stopping(self) -> bool:
+        """True once ``close`` was called."""
         return self._closed
 
     def watch(self) -> None:
@@ -94,6 +96,8 @@ class DeployedEndpoints:
                 self._end(eid)
 
     def status(self) -> dict[str, Any]:
+        """What ``/v1/health`` reports: the open sessions and the policy's spaces (no queue,
+        no poll)."""
         return {
             "running_episodes": len(self.sessions),
             "max_concurrent": self.settings.max_concurrent,
@@ -105,11 +109,14 @@ class DeployedEndpoints:
         }
 
     def close(self) -> None:
+        """Stop the inference thread; actions not yet computed are cancelled."""
         self._closed = True
         self.worker.shutdown(wait=False, cancel_futures=True)
 
     # -- episode calls --------------------------------------------------------------------
     def start_episode(self, body: dict, call: Call) -> dict:
+        """Open a session (under the id sent, or a new one); an id in use or ended is
+        refused, as are sessions past ``max_concurrent`` or the client's share."""
         eid = _eid(body) if body.get("episode_id") is not None else uuid.uuid4().hex
         field(body, "training_enabled", (bool,), True)  # nothing is trained either way
         if eid in self.sessions or eid in self.ended:
@@ -125,6 +132,8 @@ class DeployedEndpoints:
         return {"episode_id": eid}
 
     def get_action(self, body: dict, call: Call) -> Any:
+        """The session's action for ``obs``, given the rewards since its previous action,
+        computed in the inference thread."""
         eid = _eid(body)
         steps = [self._step(eid, field(body, "obs"), body.get("reward"))]
         return self._compute(steps, call, lambda actions: {"action": plain(actions[0])})
@@ -146,6 +155,7 @@ class DeployedEndpoints:
         return self._compute(steps, call, lambda actions: {"actions": actions})
 
     def log_returns(self, body: dict, call: Call) -> dict:
+        """Add a reward, handed to the policy with the session's next action."""
         eid = _eid(body)
         session = self._get(eid)
         reward = check_rewards({DEFAULT_AGENT_ID: field(body, "reward")}, eid)
@@ -154,6 +164,7 @@ class DeployedEndpoints:
         return {}
 
     def end_episode(self, body: dict, call: Call) -> dict:
+        """End the session (its last observation is checked, not used)."""
         eid = _eid(body)
         self._get(eid)
         check_obs(self.policy.observation_space, field(body, "obs"), f"episode {eid!r}")

@@ -90,6 +90,7 @@ class Endpoints:
 
     @property
     def stopping(self) -> bool:
+        """True once the episode hub is closed: the server answers no more calls."""
         return self.hub.closed
 
     def watch(self) -> None:
@@ -120,6 +121,8 @@ class Endpoints:
 
     # -- episode calls --------------------------------------------------------------------
     def start_episode(self, body: dict, call: Call) -> dict:
+        """Start an episode (under the id sent, or a new one) and count it against this
+        client's share of ``max_concurrent``."""
         eid = _eid(body) if body.get("episode_id") is not None else None
         training = field(body, "training_enabled", (bool,), True)
         self.shares.check(call.episodes, 1)
@@ -139,6 +142,8 @@ class Endpoints:
         return plain(got[DEFAULT_AGENT_ID])
 
     def get_action(self, body: dict, call: Call) -> Any:
+        """Queue the episode's observation (and the reward since its previous action) for
+        the runner; answered with the action once a step computes it."""
         eid = _eid(body)
         reward = body.get("reward")
         step = (eid, self._by_agent(field(body, "obs")), _maybe(self._by_agent, reward))
@@ -181,12 +186,14 @@ class Endpoints:
         return PENDING
 
     def log_action(self, body: dict, call: Call) -> dict:
+        """Record an observation and the action the client took itself (off-policy)."""
         eid = _eid(body)
         obs, action = field(body, "obs"), field(body, "action")
         self.hub.observe(eid, self._by_agent(obs), self._by_agent(action))
         return {}
 
     def log_returns(self, body: dict, call: Call) -> dict:
+        """Add a reward to the episode's current step and merge an info into it."""
         eid = _eid(body)
         reward = field(body, "reward")
         info = field(body, "info", (dict, type(None)), None)
@@ -194,6 +201,7 @@ class Endpoints:
         return {}
 
     def end_episode(self, body: dict, call: Call) -> dict:
+        """End the episode with its last observation; its lane is free for the client."""
         eid = _eid(body)
         self.hub.observe(eid, self._by_agent(field(body, "obs")), NO_ACTION, kind="end")
         call.episodes.discard(eid)
@@ -230,12 +238,16 @@ class Endpoints:
         return {"applied": len(commands)}
 
     def checkpoint(self, body: dict, call: Call) -> Any:
+        """The runner's checkpoint files, for a local-inference client to build its policy
+        (single-agent only)."""
         if self.multi:
             raise BadRequest("local inference is not supported for multi-agent serving yet")
         runner = self.runner
         return self._in_runner(lambda: {"files": _checkpoint_files(runner)}, "checkpoint", call)
 
     def weights(self, body: dict, call: Call) -> Any:
+        """The runner's current weights and connector states, for a local-inference client
+        to refresh its copy."""
         runner = self.runner
 
         def weights() -> dict:

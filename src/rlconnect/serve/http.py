@@ -121,6 +121,8 @@ class HttpConnection(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Admit the connection (503 and closed for a peer at ``max_connections_per_peer``)
+        and turn off Nagle's delay."""
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         peer = transport.get_extra_info("peername")
@@ -133,6 +135,8 @@ class HttpConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Release the connection's budget and place; a request cut short is counted in
+        ``disconnects`` and its answer dropped."""
         self.listener.connections.discard(self)
         self.listener.leave(self)
         self._give_back(self.held)
@@ -143,6 +147,7 @@ class HttpConnection(asyncio.Protocol):
         self.seq += 1  # a later answer has nowhere to go
 
     def data_received(self, data: bytes) -> None:
+        """Feed the bytes to the parser (the rest of a refused request is dropped)."""
         if self._refused is not None:
             return  # the rest of a refused request: read and dropped
         self.last_byte = time.monotonic()
@@ -154,6 +159,8 @@ class HttpConnection(asyncio.Protocol):
             self._parse_error(exc, data)
 
     def eof_received(self) -> bool:
+        """The client is done sending: a body cut short is refused (400); otherwise keep
+        the transport open while answers are still owed."""
         if self._refused is not None:
             return False
         if self.started is not None and self._length is not None:
@@ -164,9 +171,11 @@ class HttpConnection(asyncio.Protocol):
 
     # -- httptools callbacks ------------------------------------------------------------
     def on_url(self, url: bytes) -> None:
+        """Collect the request's path (it may come in pieces)."""
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        """Note the headers the checks need; a chunked body is refused (411)."""
         lower = name.lower()
         if lower == b"content-length":
             self._length = int(value)
@@ -181,6 +190,8 @@ class HttpConnection(asyncio.Protocol):
             self.refuse(411, "LengthRequired", "send a Content-Length header, not chunks")
 
     def on_headers_complete(self) -> None:
+        """Check a request with a body before reading it (413, 415, the bytes budget) and
+        answer ``Expect: 100-continue``."""
         if self._refused is not None:
             return
         if self.parser.get_method() != b"POST" and not self._length:
@@ -194,6 +205,8 @@ class HttpConnection(asyncio.Protocol):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
+        """Charge the bytes that arrived to the budget, refusing the request (503) when they
+        would overflow it or the peer's share of it."""
         if self._refused is not None:
             return
         listener = self.listener
@@ -206,6 +219,7 @@ class HttpConnection(asyncio.Protocol):
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
+        """Queue the complete request; it is answered now, or after the one before it."""
         if self._refused is not None:
             return
         method = self.parser.get_method().decode("ascii", "replace")

@@ -191,6 +191,7 @@ class PolicyServer:
 
     @property
     def url(self) -> str:
+        """Where clients reach the server, ``http://address:port``."""
         return f"http://{self.address}:{self.port}"
 
     @property

@@ -191,7 +191,7 @@ def _items(data: memoryview, pos: int, b: int) -> int:
 
 
 def _same(obj: Any) -> Any:
-    """msgpack's list and map hook: a call into Python per container, where another
+    """The msgpack list and map hook: a call into Python per container, where another
     thread (the server's event loop) can take the interpreter lock."""
     return obj
 

@@ -48,6 +48,7 @@ class PrevActionsRewards(AgentConnector):
         self._rows = RowState()
 
     def __call__(self, data: AgentData) -> AgentData:
+        """Add ``prev_actions`` (zeros at an agent's first row) and ``prev_rewards``."""
         if data.on_tensors:
             return self._call_tensors(data)
         slots, new = self._table.lookup(data.row_keys())
@@ -91,6 +92,7 @@ class PrevActionsRewards(AgentConnector):
         return data
 
     def on_policy_output(self, output: ActionData) -> None:
+        """Record each known row's raw action as its agent's next ``prev_actions``."""
         if output.on_tensors:
             if self._rows.fresh is not None:  # rows seen before (as numpy: known keys only)
                 self._rows.put("actions", output["actions"], output.mask)
@@ -109,14 +111,18 @@ class PrevActionsRewards(AgentConnector):
         tree.map_structure(scatter, self._table["actions"], actions)
 
     def reset(self, env_id: int) -> None:
+        """Forget the history of ``env_id``'s agents: the next episode starts at zeros."""
         self._table.reset(env_id)
         self._rows.reset(env_id)
 
     def reset_where(self, ended: Any) -> None:
+        """Tensor path: the rows of the sub-envs in ``ended`` start again at zeros."""
         self._rows.reset_where(ended)
 
     def to(self, device: Any) -> None:
+        """Move the tensor path's previous actions to ``device``."""
         self._rows.to(device)
 
     def output_space(self, input_space: gym.Space) -> gym.Space:
+        """``input_space`` unchanged: the new columns sit beside ``obs``."""
         return input_space

@@ -43,6 +43,7 @@ class LearnerConnector(Connector):
     takes_tensors: ClassVar[bool] = False
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        """Return ``batch`` with this connector's columns added, computed with ``policy``."""
         raise NotImplementedError(f"{type(self).__name__} must implement __call__(batch, policy)")
 
     def check_policy(self, policy: Policy) -> None:

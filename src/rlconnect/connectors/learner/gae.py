@@ -51,9 +51,13 @@ class GAE(LearnerConnector):
         super().__init__(ctx, gamma=self.gamma, lambda_=self.lambda_)
 
     def check_policy(self, policy: Policy) -> None:
+        """ValueError unless ``policy`` has ``compute_values`` (for ``vf_preds`` and
+        the bootstrap values)."""
         require_values(policy, self.name)
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        """Add ``advantages`` and ``value_targets`` (and ``vf_preds`` when missing);
+        ValueError naming a missing, malformed or non-finite column."""
         if on_tensors(batch, "eps_id", "rewards"):
             from rlconnect.connectors.learner.torch_connectors import gae_on_tensors
 

@@ -43,7 +43,7 @@ def n_step_carried(batch: SampleBatch, policy: Policy, who: str) -> list[str]:
 
 @register_connector("NStepReturns")
 class NStepReturns(LearnerConnector):
-    """Adds, for row ``t`` of a trajectory of ``T`` rows, with ``k = min(n, T - t)``:
+    """Adds n-step targets: for row ``t`` of a trajectory of ``T`` rows, ``k = min(n, T - t)``.
 
     - ``n_step_rewards`` (float32): ``sum_{i<k} gamma**i * rewards[t+i]``;
     - ``n_step_new_obs``: ``new_obs[t+k-1]``, the same structure as ``new_obs``;
@@ -69,6 +69,8 @@ class NStepReturns(LearnerConnector):
         super().__init__(ctx, n=self.n, gamma=self.gamma)
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        """Add the ``n_step_*`` columns; ``policy`` only says how many state tensors to
+        carry (it is not called)."""
         if on_tensors(batch, "eps_id", "rewards"):
             from rlconnect.connectors.learner.torch_connectors import n_step_on_tensors
 

@@ -34,6 +34,8 @@ class NormalizeAdvantages(LearnerConnector):
     takes_tensors: ClassVar[bool] = True
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        """Put the standardised ``advantages`` in a new column (an empty batch is
+        returned as it is); ``policy`` is not used."""
         if on_tensors(batch, "advantages"):
             from rlconnect.connectors.learner.torch_connectors import normalize_on_tensors
 

@@ -43,6 +43,8 @@ class LearnerConnectorPipeline(ConnectorPipeline[LearnerConnector]):
     member_type = LearnerConnector
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        """Run the members in order on a shallow copy of ``batch`` and return the copy (an
+        empty pipeline returns ``batch`` itself)."""
         if not self._members:
             return batch
         with check_scope():  # (no checks, no read, on numpy)

@@ -45,9 +45,11 @@ class DiscountedReturns(LearnerConnector):
         super().__init__(ctx, gamma=self.gamma)
 
     def check_policy(self, policy: Policy) -> None:
+        """ValueError unless ``policy`` has ``compute_values`` (for the bootstrap values)."""
         require_values(policy, self.name)
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        """Add ``returns``; ValueError naming a missing, malformed or non-finite column."""
         if on_tensors(batch, "eps_id", "rewards"):
             from rlconnect.connectors.learner.torch_connectors import returns_on_tensors
 

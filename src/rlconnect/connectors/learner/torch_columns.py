@@ -68,6 +68,7 @@ class TensorTrajectories:
 
     @property
     def device(self) -> torch.device:
+        """The device of the masks (the batch's)."""
         return self.same_next.device
 
     @property

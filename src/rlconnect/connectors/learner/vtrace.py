@@ -77,6 +77,8 @@ class VTrace(LearnerConnector):
         )
 
     def check_policy(self, policy: Policy) -> None:
+        """ValueError unless ``policy`` has ``compute_values`` and gives log-likelihoods of
+        recorded actions (for the importance weights)."""
         require_values(policy, self.name)
         require_log_likelihoods(policy, self.name)
 
@@ -120,6 +122,8 @@ class VTrace(LearnerConnector):
         return targets, advantages
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
+        """Add ``vtrace_targets`` and ``pg_advantages``; ValueError naming a missing,
+        malformed or non-finite column (``actions``, ``action_logp``, ``rewards``, ...)."""
         if on_tensors(batch, "eps_id", "rewards"):
             from rlconnect.connectors.learner.torch_connectors import vtrace_on_tensors
 
