@@ -159,18 +159,23 @@ class TensorEnv(BaseEnv):
         raise NotImplementedError
 
     def poll(self) -> EnvRows:
+        """Refused: the tensor kernel steps a tensor env with ``start`` / ``step``."""
         raise TypeError(f"{type(self).__name__} is a tensor env: the tensor kernel drives it")
 
     def send_actions(self, env_ids: np.ndarray, agent_ids: tuple, actions: Any) -> None:
+        """Refused: actions reach a tensor env as tensors through ``step``."""
         raise TypeError(f"{type(self).__name__} is a tensor env: the tensor kernel drives it")
 
     def try_reset(self, env_id: int, *, seed: int | None = None) -> None:
+        """Refused: a tensor env's sub-envs restart by mask (``restart``, ``reset_where``)."""
         raise TypeError(f"{type(self).__name__} is a tensor env: episodes restart by mask")
 
     def observation_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """``agent_id``'s observation space (one sub-env's, gymnasium's kind)."""
         return self._spaces(agent_id)[0]
 
     def action_space(self, agent_id: Any = DEFAULT_AGENT_ID) -> gym.Space:
+        """``agent_id``'s action space (one sub-env's, gymnasium's kind)."""
         return self._spaces(agent_id)[1]
 
     def _spaces(self, agent_id: Any) -> tuple[gym.Space, gym.Space]:
@@ -226,11 +231,14 @@ class TorchVectorEnv(TensorEnv):
         return self._space_pair
 
     def start(self, seed: int | None) -> dict[Any, Nest]:
+        """Reset the vector env (seeded with ``seed``) and check its first observations."""
         obs, _ = self.venv.reset(seed=seed)
         check_tensors("obs", obs, self.device, self.num_envs)
         return {DEFAULT_AGENT_ID: obs}
 
     def step(self, actions: Mapping[Any, torch.Tensor]) -> TensorStep:
+        """Step the vector env; on its first steps, check what it returns (types, devices,
+        rows), and note a SAME_STEP end without ``final_obs`` for the deferred check."""
         obs, rewards, terminated, truncated, infos = self.venv.step(actions[DEFAULT_AGENT_ID])
         final = infos.get("final_obs") if isinstance(infos, Mapping) else None
         if self._checks_left:  # what the env returns, checked on its first steps
@@ -263,6 +271,7 @@ class TorchVectorEnv(TensorEnv):
             check_tensors('infos["final_obs"]', final, device, n)
 
     def deferred_check(self) -> tuple[torch.Tensor, str] | None:
+        """In SAME_STEP mode: whether a sub-env ended without ``infos["final_obs"]``."""
         if self.mode is not gym.vector.AutoresetMode.SAME_STEP:
             return None
         return self._lost_final, (
@@ -274,6 +283,7 @@ class TorchVectorEnv(TensorEnv):
         )
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
+        """DISABLED mode resets the ended sub-envs by mask; the other modes already did."""
         if self.mode is not gym.vector.AutoresetMode.DISABLED:
             return {DEFAULT_AGENT_ID: self._next}
         obs, _ = self.venv.reset(options={"reset_mask": ended})
@@ -281,6 +291,8 @@ class TorchVectorEnv(TensorEnv):
         return {DEFAULT_AGENT_ID: obs}
 
     def reset_where(self, mask: torch.Tensor, env_ids: list[int]) -> dict[Any, Nest]:
+        """Reset ``mask``'s sub-envs with ``reset(options={"reset_mask": mask})``;
+        ``EnvError`` naming them when the env cannot take a mask."""
         try:
             obs, _ = self.venv.reset(options={"reset_mask": mask})
         except Exception as exc:
@@ -296,6 +308,7 @@ class TorchVectorEnv(TensorEnv):
         return {DEFAULT_AGENT_ID: obs}
 
     def close(self) -> None:
+        """Close the vector env."""
         self.venv.close()
 
 
@@ -351,6 +364,8 @@ class VmasEnv(TensorEnv):
         return dict(zip(self.agents, values))
 
     def start(self, seed: int | None) -> dict[Any, Nest]:
+        """Reset the VMAS env (reseeded only when ``seed`` is given): each agent's first
+        observations."""
         if seed is not None:
             self.env.seed(seed)
         obs = self._by_agent(self.env.reset())
@@ -359,6 +374,8 @@ class VmasEnv(TensorEnv):
         return obs
 
     def step(self, actions: Mapping[Any, torch.Tensor]) -> TensorStep:
+        """Step VMAS with each agent's actions; its ``dones`` split into terminations and
+        truncations at ``max_steps`` when it has one."""
         out = self.env.step([actions[a] for a in self.agents])
         if len(out) == 5:
             obs, rewards, terminated, truncated, infos = out
@@ -382,6 +399,7 @@ class VmasEnv(TensorEnv):
         )
 
     def restart(self, ended: torch.Tensor) -> dict[Any, Nest]:
+        """Reset the ended sub-envs by index (one host read: which ended)."""
         self.host_reads += 1  # VMAS resets by Python index: which ended is read here
         indices = ended.nonzero().flatten().tolist()
         if not indices:  # the step's observations are the next ones (not computed again)
@@ -389,6 +407,7 @@ class VmasEnv(TensorEnv):
         return self.reset_where(ended, indices)
 
     def reset_where(self, mask: torch.Tensor, env_ids: list[int]) -> dict[Any, Nest]:
+        """Reset ``env_ids`` one by one with VMAS's ``reset_at``; every agent's observations."""
         for index in env_ids:
             self.env.reset_at(index, return_observations=False)
         return self._by_agent(
