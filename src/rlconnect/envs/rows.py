@@ -105,6 +105,10 @@ class _RowFields(NamedTuple):
     also_stepped: tuple[int, ...] = ()
 
 
+#: the defaults of the fields after ``single_agent`` (``EnvRowsBuilder.columns`` sets none)
+_DEFAULTS = tuple(_RowFields._field_defaults[f] for f in _RowFields._fields[9:])
+
+
 class EnvRows(_RowFields):
     """What one ``poll()`` returns, column by column: row ``i`` is agent ``agent_ids[i]`` of
     sub-env ``env_ids[i]``. A frozen record made by ``EnvRowsBuilder``, read by the runner.
@@ -150,8 +154,8 @@ class EnvRows(_RowFields):
         stacked = facts["stacked"] = type(self.obs) is not list
         if single:  # (read here, not through the fact: one call less)
             ascending = facts["ascending"] = len(ids) < 2 or strictly_ascending(ids)
-        else:
-            ascending = False
+        else:  # (one row, e.g. a turn-based env's: its sub-env stepped or not, no sort)
+            ascending = len(ids) < 2
         facts["dense"] = (
             single and stacked and ascending and not self.errors and not self.extra_rewards
         )
@@ -524,7 +528,7 @@ class EnvRowsBuilder:
         unfit: Mapping[int, BaseException] = {}
         if stack is not None:
             obs, unfit = stack(obs, ids)
-        rows = EnvRows(  # (positional: cheaper)
+        fields = (
             env_ids,
             tuple(self._agents),
             obs,
@@ -539,6 +543,7 @@ class EnvRowsBuilder:
             errors,
             tuple(also_stepped),
         )
+        rows = tuple.__new__(EnvRows, fields)  # (``EnvRows(...)``: one more Python call)
         if logged_actions is not None:
             rows = ExternalRows.of(rows, logged_actions)
         return rows.without_envs(unfit) if unfit else rows
@@ -607,7 +612,8 @@ class EnvRowsBuilder:
             rew = rew.copy()  # (np.where goes through a Python wrapper)
             rew[is_first] = 0.0
             term, trunc = term & keep, trunc & keep
-        rows = EnvRows(env_ids, agents, obs, rew, term, trunc, infos, is_first, True)
+        fields = (env_ids, agents, obs, rew, term, trunc, infos, is_first, True, *_DEFAULTS)
+        rows = tuple.__new__(EnvRows, fields)  # (``EnvRows(...)``: one more Python call)
         return rows.without_envs(bad) if bad else rows
 
 

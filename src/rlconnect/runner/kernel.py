@@ -349,7 +349,8 @@ class StepKernel:
         if self.config.keep_raw_obs:
             record["raw_obs"] = step.obs
         last = step.done if facts.some_done else False
-        return RowChunk(step.pid, traj, record, last, step.outputs, step.acted)
+        chunk = (step.pid, traj, record, last, step.outputs, step.acted)
+        return tuple.__new__(RowChunk, chunk)  # (``RowChunk(...)``: one more Python call)
 
     def _record(self, poll: int, chunks: list[RowChunk], taken: EnvStepsTaken | None) -> None:
         """The step's one write into the collectors: the poll's rows (``chunks``), what
