@@ -292,8 +292,12 @@ def falses(n: int) -> np.ndarray:
 
 
 def some_true(flags: np.ndarray) -> bool:
-    """Whether a bool column has a True (a shared ``falses`` column is known not to)."""
-    return flags is not _FALSES.get(len(flags)) and bool(np.count_nonzero(flags))
+    """Whether a bool column has a True (a shared ``falses`` column is known not to; a
+    short one is looked at as a list: ``np.count_nonzero`` is two Python calls more)."""
+    n = len(flags)
+    if flags is _FALSES.get(n):
+        return False
+    return True in flags.tolist() if n <= _PYTHON_SORT_MAX else bool(np.count_nonzero(flags))
 
 
 def strictly_ascending(env_ids: np.ndarray) -> bool:
