@@ -146,6 +146,11 @@ def test_columns_hints_give_the_rows_the_derivation_gives(as_lists):
         ids, np.ones((4, 2)), [0.0] * 4, [False] * 4, [False] * 4, [{}] * 4, None
     )
     assert calm.done_envs == {} and calm.dense
+    assert calm.plain and calm.is_first is calm.terminateds  # (one shared column of False)
+    both = np.array([False, True, False, False])  # one array for both flags: rows of its own
+    shared = EnvRowsBuilder.columns(ids, np.ones((4, 2)), [0.0] * 4, both, both, [{}] * 4, None)
+    assert not shared.is_first.any() and shared.done_envs == {1: (True, True)}
+    assert not shared.plain
 
 
 def _agents_rows(flags: dict[str, bool], *, first: bool = False) -> rc.envs.EnvRows:

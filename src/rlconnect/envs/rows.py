@@ -105,6 +105,10 @@ class _RowFields(NamedTuple):
     also_stepped: tuple[int, ...] = ()
 
 
+#: the defaults of the fields after ``single_agent`` (``EnvRowsBuilder.columns`` sets none)
+_DEFAULTS = tuple(_RowFields._field_defaults[f] for f in _RowFields._fields[9:])
+
+
 class EnvRows(_RowFields):
     """What one ``poll()`` returns, column by column: row ``i`` is agent ``agent_ids[i]`` of
     sub-env ``env_ids[i]``. A frozen record made by ``EnvRowsBuilder``, read by the runner.
@@ -143,17 +147,25 @@ class EnvRows(_RowFields):
         return tuple.__new__(cls, iterable)
 
     def _derive(self) -> dict[str, Any]:
-        """The facts every poll reads (``stacked``, ``dense``, ``stepped``, ``done_envs``;
-        single-agent: ``ascending``), derived together at the first read of one."""
+        """The facts every poll reads (``stacked``, ``dense``, ``stepped``, ``done_envs``,
+        ``plain``; single-agent: ``ascending``), derived together at the first read of one."""
         facts = self.__dict__
         single, ids = self.single_agent, self.env_ids
         stacked = facts["stacked"] = type(self.obs) is not list
-        ascending = single and self.ascending
+        if single:  # (read here, not through the fact: one call less)
+            ascending = facts["ascending"] = len(ids) < 2 or strictly_ascending(ids)
+        else:  # (one row, e.g. a turn-based env's: its sub-env stepped or not, no sort)
+            ascending = len(ids) < 2
         facts["dense"] = (
             single and stacked and ascending and not self.errors and not self.extra_rewards
         )
-        first = self.is_first
-        if some_true(first):
+        first, term, trunc = self.is_first, self.terminateds, self.truncateds
+        if first is term and term is trunc:  # one shared column (``falses``): one look
+            any_first = any_term = any_trunc = some_true(first)
+        else:
+            any_first, any_term, any_trunc = some_true(first), some_true(term), some_true(trunc)
+        facts["plain"] = not (any_first or any_term or any_trunc)
+        if any_first:
             ids = ids[~first]
         also = self.also_stepped
         if not also and ascending:
@@ -163,8 +175,7 @@ class EnvRows(_RowFields):
         else:
             facts["stepped"] = np.union1d(ids, np.asarray(also, dtype=np.int64))
         ended = self.ended if type(self.ended) is dict else dict(self.ended)
-        term, trunc = self.terminateds, self.truncateds
-        if single and (some_true(term) or some_true(trunc)):
+        if single and (any_term or any_trunc):
             found = done_envs_of(self.env_ids, term, trunc)
             ended = {**ended, **found} if ended else found
         facts["done_envs"] = ended
@@ -207,9 +218,7 @@ class EnvRows(_RowFields):
     def plain(self) -> bool:
         """No row is a first one and none has a flag set (``is_first``, ``terminateds``
         and ``truncateds`` all False)."""
-        return not (
-            some_true(self.is_first) or some_true(self.terminateds) or some_true(self.truncateds)
-        )
+        return bool(self._derive()["plain"])
 
     def without_envs(self, errors: Mapping[int, BaseException]) -> EnvRows:
         """These rows minus every row of the sub-envs in ``errors``, which are added to
@@ -283,8 +292,12 @@ def falses(n: int) -> np.ndarray:
 
 
 def some_true(flags: np.ndarray) -> bool:
-    """Whether a bool column has a True (a shared ``falses`` column is known not to)."""
-    return flags is not _FALSES.get(len(flags)) and bool(np.count_nonzero(flags))
+    """Whether a bool column has a True (a shared ``falses`` column is known not to; a
+    short one is looked at as a list: ``np.count_nonzero`` is two Python calls more)."""
+    n = len(flags)
+    if flags is _FALSES.get(n):
+        return False
+    return True in flags.tolist() if n <= _PYTHON_SORT_MAX else bool(np.count_nonzero(flags))
 
 
 def strictly_ascending(env_ids: np.ndarray) -> bool:
@@ -519,7 +532,7 @@ class EnvRowsBuilder:
         unfit: Mapping[int, BaseException] = {}
         if stack is not None:
             obs, unfit = stack(obs, ids)
-        rows = EnvRows(  # (positional: cheaper)
+        fields = (
             env_ids,
             tuple(self._agents),
             obs,
@@ -534,6 +547,7 @@ class EnvRowsBuilder:
             errors,
             tuple(also_stepped),
         )
+        rows = tuple.__new__(EnvRows, fields)  # (``EnvRows(...)``: one more Python call)
         if logged_actions is not None:
             rows = ExternalRows.of(rows, logged_actions)
         return rows.without_envs(unfit) if unfit else rows
@@ -589,19 +603,21 @@ class EnvRowsBuilder:
         # flags given as a few Python lists with none set: one shared column of False
         # (``any`` on the lists costs less than numpy; ``some_true`` then needs no look)
         calm = n <= 64 and type(terminateds) is list and type(truncateds) is list
-        if calm and not (any(terminateds) or any(truncateds)):
+        calm = calm and not (any(terminateds) or any(truncateds))
+        if calm:
             term = trunc = falses(n)
         else:
             term = np.asarray(terminateds, dtype=bool)
             trunc = np.asarray(truncateds, dtype=bool)
-        if is_first is None:
-            is_first = falses(n)
+        if is_first is None:  # (``falses(n)`` again: the same column, ``_derive`` looks once)
+            is_first = term if calm else falses(n)
         elif np.count_nonzero(is_first):
             keep = ~is_first
             rew = rew.copy()  # (np.where goes through a Python wrapper)
             rew[is_first] = 0.0
             term, trunc = term & keep, trunc & keep
-        rows = EnvRows(env_ids, agents, obs, rew, term, trunc, infos, is_first, True)
+        fields = (env_ids, agents, obs, rew, term, trunc, infos, is_first, True, *_DEFAULTS)
+        rows = tuple.__new__(EnvRows, fields)  # (``EnvRows(...)``: one more Python call)
         return rows.without_envs(bad) if bad else rows
 
 

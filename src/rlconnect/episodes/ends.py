@@ -44,9 +44,6 @@ class EpisodeEnds:
         self.agent_steps: int | None = None
         self.dropped: list[int] = []
 
-    def __bool__(self) -> bool:
-        return bool(self.closing or self.finished or self.dropped)
-
     def finish(self, eps_ids: list[int], env_steps: int, agent_steps: int | None) -> None:
         """Episodes ``eps_ids`` ended whole after these steps in total."""
         self.finished += eps_ids

@@ -67,7 +67,7 @@ class EpisodeTracker:
         multi = settings.multi_agent
         self._after_send = not multi and len(settings.policy_ids) == 1 and not hooks.on_created
         self._unmade: tuple[list[int], list[int]] | None = None  # (new, firsts) to make
-        self._ends = EpisodeEnds()
+        self._ends: EpisodeEnds | None = None  # (made at the first end: most polls end nothing)
         self.metrics: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_METRICS)
         self._reward_keys: dict[tuple[Any, str], tuple[Any, str]] = {}
         #: multi-agent: the agents of every running episode (unused by single-agent ones)
@@ -87,14 +87,14 @@ class EpisodeTracker:
 
     def ends(self) -> EpisodeEnds:
         """The ends noted since the last ``take_ends`` (to add to)."""
-        return self._ends
+        ends = self._ends
+        if ends is None:
+            ends = self._ends = EpisodeEnds()
+        return ends
 
     def take_ends(self) -> EpisodeEnds | None:
         """What ended since the last call (None: nothing), for the collectors."""
-        ends = self._ends
-        if not ends:
-            return None
-        self._ends = EpisodeEnds()
+        ends, self._ends = self._ends, None
         return ends
 
     def is_open(self, env_id: int) -> bool:
@@ -271,13 +271,13 @@ class EpisodeTracker:
         else:
             self.trajectories.close_single([e for e, _ in ended])
         if faulty:
-            self._ends.dropped += [ep.episode_id for _, ep in ended]
+            self.ends().dropped += [ep.episode_id for _, ep in ended]
             return
         table = self.table
         table.sum_agent_steps()
         env_steps = sum(ep.length for _, ep in ended)
         agent_steps = sum(int(table.agent_steps[e]) for e, _ in ended) if multi else None
-        self._ends.finish([ep.episode_id for _, ep in ended], env_steps, agent_steps)
+        self.ends().finish([ep.episode_id for _, ep in ended], env_steps, agent_steps)
 
     def _reward_key(self, agent_id: Any, episode: Episode) -> tuple[Any, str]:
         """``(agent_id, policy_id)``, one tuple per pair for every episode: the collector
