@@ -14,17 +14,23 @@ class EpisodeCallbacks(Protocol):
     """What the hooks call: ``rc.Callbacks`` (``overrides(name)`` says which hooks a
     subclass overrides) and its ``on_episode_*`` methods."""
 
-    def overrides(self, name: str) -> bool: ...
+    def overrides(self, name: str) -> bool:
+        """Whether the user's callbacks override hook ``name`` (others are not called)."""
 
-    def on_episode_created(self, **kwargs: Any) -> None: ...
+    def on_episode_created(self, **kwargs: Any) -> None:
+        """An episode object was made for a sub-env, before its first observation."""
 
-    def on_episode_start(self, **kwargs: Any) -> None: ...
+    def on_episode_start(self, **kwargs: Any) -> None:
+        """An episode's first observation arrived."""
 
-    def on_episode_step(self, **kwargs: Any) -> None: ...
+    def on_episode_step(self, **kwargs: Any) -> None:
+        """An episode took a step."""
 
-    def on_episode_end(self, **kwargs: Any) -> None: ...
+    def on_episode_end(self, **kwargs: Any) -> None:
+        """An episode ended (terminated, truncated or cut by the horizon)."""
 
-    def on_postprocess_trajectory(self, **kwargs: Any) -> None: ...
+    def on_postprocess_trajectory(self, **kwargs: Any) -> None:
+        """An agent's trajectory was postprocessed into rows."""
 
 
 class EpisodeHooks:

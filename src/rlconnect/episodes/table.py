@@ -24,29 +24,53 @@ class PollRows(Protocol):
     """The fields of a poll's rows (``rlconnect.envs.EnvRows``) that episodes read."""
 
     @property
-    def env_ids(self) -> np.ndarray: ...
+    def env_ids(self) -> np.ndarray:
+        """Each row's sub-env."""
+
     @property
-    def agent_ids(self) -> tuple: ...
+    def agent_ids(self) -> tuple:
+        """Each row's agent id."""
+
     @property
-    def obs(self) -> Any: ...
+    def obs(self) -> Any:
+        """Each row's observation."""
+
     @property
-    def rewards(self) -> np.ndarray: ...
+    def rewards(self) -> np.ndarray:
+        """Each row's reward."""
+
     @property
-    def terminateds(self) -> np.ndarray: ...
+    def terminateds(self) -> np.ndarray:
+        """Whether each row's agent terminated."""
+
     @property
-    def truncateds(self) -> np.ndarray: ...
+    def truncateds(self) -> np.ndarray:
+        """Whether each row's agent was truncated."""
+
     @property
-    def is_first(self) -> np.ndarray: ...
+    def is_first(self) -> np.ndarray:
+        """Whether each row is its episode's first observation."""
+
     @property
-    def extra_rewards(self) -> Sequence[tuple[int, Any, float, bool, bool]]: ...
+    def extra_rewards(self) -> Sequence[tuple[int, Any, float, bool, bool]]:
+        """Rewards of agents with no row this poll: (env, agent, reward, terminated, truncated)."""
+
     @property
-    def stepped(self) -> np.ndarray: ...
+    def stepped(self) -> np.ndarray:
+        """The sub-envs that took an env step this poll (resets do not count), ascending."""
+
     @property
-    def done_envs(self) -> dict[int, tuple[bool, bool]]: ...
+    def done_envs(self) -> dict[int, tuple[bool, bool]]:
+        """``{env_id: (terminated, truncated)}`` of the sub-envs whose episode ended."""
+
     @property
-    def dense(self) -> bool: ...
+    def dense(self) -> bool:
+        """Single-agent rows, at most one per sub-env in ascending order, no errors or extra
+        rewards: the columnar fast path applies."""
+
     @property
-    def plain(self) -> bool: ...
+    def plain(self) -> bool:
+        """No row is a first one and none has a flag set (a calm poll)."""
 
 
 class EpisodeTable:
