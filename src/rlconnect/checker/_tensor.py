@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import tree
 
+from rlconnect.checker._compare import _path_text
 from rlconnect.checker._errors import _fail
 from rlconnect.checker._replay import _clone, _reset_all, _Setup, _take
 from rlconnect.connectors._host_reads import HostReadCounter
@@ -143,7 +144,7 @@ def _close(a: Any, b: Any) -> str | None:
         return f": structure differs ({exc})"
     for (path, x), (_, y) in zip(tree.flatten_with_path(a), tree.flatten_with_path(b)):
         x, y = np.asarray(x), np.asarray(y)
-        where = "".join(f"[{p!r}]" for p in path)
+        where = _path_text(path)
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"{where}: {x.dtype}{x.shape} on numpy vs {y.dtype}{y.shape} on tensors"
         if x.dtype.kind in "fc":
