@@ -64,6 +64,9 @@ class ConnectorPipeline(Generic[C]):
             c = self._check_type(spec)
             self._members.append((self._unique_name(c.name), c))
         self._output_space = self._rebind(self._members)
+        #: no member: the runner skips the pipeline (reading this costs no Python call,
+        #: ``len()`` does, at every poll)
+        self.empty = not self._members
         #: accumulated seconds spent in each member, by name (see ``timings``)
         self._seconds: dict[str, float] = {name: 0.0 for name, _ in self._members}
         self._calls = 0
@@ -108,6 +111,7 @@ class ConnectorPipeline(Generic[C]):
         elif edit:
             self._check_consumer(out, edit)
         self._members = members
+        self.empty = not members
         self._output_space = out
         for name, _ in members:
             self._seconds.setdefault(name, 0.0)
@@ -164,6 +168,7 @@ class ConnectorPipeline(Generic[C]):
 
     def _restore(self, members: list[tuple[str, C]]) -> None:
         self._members = members
+        self.empty = not members
         self._output_space = self._rebind(members)
 
     def _index(self, name: str) -> int:

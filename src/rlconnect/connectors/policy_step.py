@@ -98,6 +98,6 @@ def respond(
     for i, s in enumerate(state_outs):
         outputs[SampleBatch.state_out(i)] = s
     out = ActionData.trusted(env_ids, agent_ids, dict(outputs))
-    if len(agent_pipe):
+    if not agent_pipe.empty:
         agent_pipe.on_policy_output(out)
     return outputs, action_pipe(out)["actions"]

@@ -24,7 +24,8 @@ def _to_env_action(space: gym.Space, batch: Any) -> list:
     """Per-row actions as the envs expect them: numpy scalars or arrays (numpy integers pass
     gymnasium's ``Discrete.contains`` faster than Python ints)."""
     if isinstance(batch, np.ndarray):
-        return list(batch)
+        # (one row by index: iterating an array ends in an IndexError numpy formats)
+        return [batch[0]] if len(batch) == 1 else list(batch)
     if isinstance(batch, list):
         return batch
     return unstack_batch(batch)
@@ -198,7 +199,8 @@ class GymEnvs(BaseEnv):
                 if reset_ok:
                     first = np.zeros(self.num_envs, dtype=bool)
                     first[reset_ok] = True
-                return DenseColumns(stacked, rewards, term, trunc, infos, first)
+                dense = (stacked, rewards, term, trunc, infos, first)
+                return tuple.__new__(DenseColumns, dense)  # (no namedtuple ``__new__`` call)
         # the general path names and drops the culprits
         return self._redo(obs, rew, term, trunc, infos, set(reset_ok), errors)
 

@@ -42,6 +42,7 @@ __all__ = [
 
 _ALL = {"__all__"}
 _BOOL = np.dtype(bool)  #: (a dtype object: cheaper for ``np.zeros`` than ``dtype=bool``)
+_FLOAT64 = np.dtype(np.float64)
 _ZERO = repeat(0.0)  #: the reward of an agent a rewards dict leaves out (``map``'s default)
 _MEMO_MAX = 64  #: columns a ``LayoutMemo`` keeps of each kind (forgotten all at once)
 _PYTHON_SORT_MAX = 64  #: up to this many rows, ``stepped`` is sorted in Python
@@ -161,7 +162,8 @@ class EnvRows(_RowFields):
         )
         first, term, trunc = self.is_first, self.terminateds, self.truncateds
         if first is term and term is trunc:  # one shared column (``falses``): one look
-            any_first = any_term = any_trunc = some_true(first)
+            shared = first is not _FALSES.get(len(first)) and some_true(first)
+            any_first = any_term = any_trunc = shared
         else:
             any_first, any_term, any_trunc = some_true(first), some_true(term), some_true(trunc)
         facts["plain"] = not (any_first or any_term or any_trunc)
@@ -599,13 +601,18 @@ class EnvRowsBuilder:
         """
         n = len(env_ids)
         agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
-        rew, bad = reward_column(rewards, env_ids, agents)
+        if type(rewards) is np.ndarray and rewards.dtype is _FLOAT64 and rewards.shape == (n,):
+            rew, bad = rewards, _NO_ERRORS  # (one float64 per row: e.g. checked by the adapter)
+        else:
+            rew, bad = reward_column(rewards, env_ids, agents)
         # flags given as a few Python lists with none set: one shared column of False
         # (``any`` on the lists costs less than numpy; ``some_true`` then needs no look)
         calm = n <= 64 and type(terminateds) is list and type(truncateds) is list
         calm = calm and not (any(terminateds) or any(truncateds))
         if calm:
-            term = trunc = falses(n)
+            term = trunc = _FALSES.get(n)  # (read here: ``falses`` is a call)
+            if term is None:
+                term = trunc = falses(n)
         else:
             term = np.asarray(terminateds, dtype=bool)
             trunc = np.asarray(truncateds, dtype=bool)

@@ -233,10 +233,11 @@ class StepKernel:
             "infos": rows.infos,
             "t": lengths.copy() if full else lengths[rows.env_ids],
         }
-        return PollFacts(
+        facts = (
             poll, rows, full, firsts, columns, done, some_done, done_envs, agent_steps, traj,
             agent_index, policies,
         )  # fmt: skip
+        return tuple.__new__(PollFacts, facts)  # (``PollFacts(...)``: one more Python call)
 
     def _policy_rows(self, facts: PollFacts) -> list[tuple[str, np.ndarray | None]]:
         """Each policy's rows of the poll (None: every row; one policy maps no rows)."""
@@ -313,7 +314,7 @@ class StepKernel:
             obs = columns["obs"] = stack_samples(pipe.input_space, obs)
         made = (columns["terminateds"], columns["truncateds"], columns["t"])
         data = AgentData.trusted(env_ids, agent_ids, columns)
-        if len(pipe):
+        if not pipe.empty:
             data = pipe(data)
             check_agent_output(pid, pipe, data["obs"])
         return PolicyStep(

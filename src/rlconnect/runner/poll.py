@@ -6,7 +6,7 @@ and ``PolicyStep`` (3), each policy's rows, pipeline data and outputs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -16,62 +16,33 @@ from rlconnect.envs.rows import EnvRows
 __all__ = ["PolicyStep", "PollFacts"]
 
 
-class PollFacts:
+class PollFacts(NamedTuple):
     """Shape (2): what the kernel adds to a poll's ``EnvRows``, derived once and read by
     every phase of its step: episode begins (``firsts``), ends (``done``, ``done_envs``),
     and for multi-agent rows each row's trajectory, agent index and policy.
 
     ``columns`` are the poll's rows as the agent pipelines take them: each policy's
     ``AgentData`` holds its rows of these columns (a policy that takes every row holds
-    the dict itself), and what the pipeline leaves in it is what gets recorded."""
+    the dict itself), and what the pipeline leaves in it is what gets recorded. A frozen
+    record (the kernel makes one per poll with ``tuple.__new__``: no Python call)."""
 
-    __slots__ = (
-        "agent_index",
-        "agent_steps",
-        "columns",
-        "done",
-        "done_envs",
-        "firsts",
-        "full",
-        "policies",
-        "poll",
-        "rows",
-        "some_done",
-        "traj",
-    )
-
-    def __init__(
-        self,
-        poll: int,
-        rows: EnvRows,
-        full: bool,
-        firsts: list[int],
-        columns: dict[str, Any],
-        done: np.ndarray,
-        some_done: bool,
-        done_envs: Mapping[int, tuple[bool, bool]],
-        agent_steps: np.ndarray | None,
-        traj: np.ndarray | None,
-        agent_index: np.ndarray | None,
-        policies: np.ndarray | None,
-    ) -> None:
-        self.poll = poll  #: the poll's number
-        self.rows = rows  #: the rows, screened
-        self.full = full  #: row i is sub-env i (single-agent rows of every sub-env)
-        self.firsts = firsts  #: sub-envs whose episode begins at this poll
-        #: per row: ``obs`` (``observation_fn`` applied), ``rewards`` (multi-agent: with
-        #: those held for it), ``terminateds``, ``truncateds`` (by the horizon too),
-        #: ``infos`` and ``t`` (the episode's length)
-        self.columns = columns
-        self.done = done  #: per row: done (it does not act)
-        self.some_done = some_done  #: whether any row is done
-        self.done_envs = done_envs  #: sub-envs whose episode ends, with its flags
-        #: multi-agent (else None): transitions each sub-env completed; per row: its
-        #: trajectory id, agent index and policy (``AgentSlots.look_up``)
-        self.agent_steps = agent_steps
-        self.traj = traj
-        self.agent_index = agent_index
-        self.policies = policies
+    poll: int  #: the poll's number
+    rows: EnvRows  #: the rows, screened
+    full: bool  #: row i is sub-env i (single-agent rows of every sub-env)
+    firsts: list[int]  #: sub-envs whose episode begins at this poll
+    #: per row: ``obs`` (``observation_fn`` applied), ``rewards`` (multi-agent: with those
+    #: held for it), ``terminateds``, ``truncateds`` (by the horizon too), ``infos`` and
+    #: ``t`` (the episode's length)
+    columns: dict[str, Any]
+    done: np.ndarray  #: per row: done (it does not act)
+    some_done: bool  #: whether any row is done
+    done_envs: Mapping[int, tuple[bool, bool]]  #: sub-envs whose episode ends, with its flags
+    #: multi-agent (else None): transitions each sub-env completed; per row: its
+    #: trajectory id, agent index and policy (``AgentSlots.look_up``)
+    agent_steps: np.ndarray | None
+    traj: np.ndarray | None
+    agent_index: np.ndarray | None
+    policies: np.ndarray | None
 
 
 class PolicyStep:
