@@ -66,12 +66,12 @@ class TurnPolicy(rc.RandomPolicy):
         return (t // 2) % 3, [], {}
 
 
-def _pipeline(order: str):
+def _pipeline(order: str, limit: float = LIMIT):
     def make(ctx):
         members = {
             "prev": [rc.PrevActionsRewards(ctx)],
-            "prev_clip": [rc.PrevActionsRewards(ctx), rc.ClipReward(ctx, limit=LIMIT)],
-            "clip_prev": [rc.ClipReward(ctx, limit=LIMIT), rc.PrevActionsRewards(ctx)],
+            "prev_clip": [rc.PrevActionsRewards(ctx), rc.ClipReward(ctx, limit=limit)],
+            "clip_prev": [rc.ClipReward(ctx, limit=limit), rc.PrevActionsRewards(ctx)],
         }[order]
         return rc.AgentConnectorPipeline(ctx, members)
 
@@ -141,3 +141,48 @@ def test_closing_transition_holds_what_the_agent_would_be_fed_next(end, turns, o
     assert b["n_step_new_prev_rewards"].tolist() == [[*got, fed][k] for k in reach]
     want = [r + (0.99 * rewards[i + 1] if i + 1 < n else 0.0) for i, r in enumerate(rewards)]
     assert b["n_step_rewards"].tolist() == pytest.approx(want)
+
+
+class Moves(rc.RandomPolicy):
+    """Plays ``moves`` in order, one per call (one agent moves per poll in turns)."""
+
+    def __init__(self, *args, moves: list[int], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.moves = iter(moves)
+
+    def compute_actions(self, input_batch, explore=True):
+        return np.array([next(self.moves) for _ in range(len(input_batch["obs"]))]), [], {}
+
+
+@pytest.mark.parametrize("order", ["prev", "prev_clip"])
+def test_turn_based_pettingzoo_agent_waiting_at_the_horizon(order):
+    """rock-paper-scissors in turns (PettingZoo AEC): the horizon cuts the episode after
+    player_1's second move, while player_0 holds the turn; player_1, waiting for its own
+    turn, closes with the second round's reward (a tie) and its second move."""
+    pytest.importorskip("pygame")  # (pettingzoo.classic imports it)
+    rps_v2 = pytest.importorskip("pettingzoo.classic.rps_v2")
+    raw = rps_v2.env()
+    ospace, aspace = raw.observation_space("player_0"), raw.action_space("player_0")
+    # rock (0) loses to paper (1): player_1 gets +1 at t=2; scissors (2) ties at t=4
+    policy = Moves(ospace, aspace, moves=[0, 1, 2, 2])
+    runner = rc.EnvRunner(
+        lambda ctx: rps_v2.env(),
+        policy,
+        config=rc.RunnerConfig(
+            rollout_fragment_length=4, batch_mode="complete_episodes", horizon=4, seed=0
+        ),
+        agent_pipelines={"default_policy": _pipeline(order, limit=0.5)},
+    )
+    try:
+        pb = runner.sample().policy_batches["default_policy"]
+    finally:
+        runner.stop()
+    p1 = pb.take(np.flatnonzero((pb["eps_id"] == pb["eps_id"][0]) & (pb["agent_index"] == 1)))
+    assert p1["t"].tolist() == [1, 3] and p1["actions"].tolist() == [1, 2]
+    won = 0.5 if order == "prev_clip" else 1.0
+    assert p1["rewards"].tolist() == [won, 0.0]
+    assert p1["prev_rewards"].tolist() == [0.0, 1.0]
+    assert p1["new_prev_actions"].tolist() == [1, 2]  # (copied from its last row: [1, 1])
+    assert p1["new_prev_rewards"].tolist() == [1.0, 0.0]  # (copied: [1.0, 1.0])
+    assert p1["truncateds"].tolist() == [False, True]
+    assert not p1["terminateds"].any()

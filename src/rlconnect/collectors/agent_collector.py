@@ -69,8 +69,7 @@ class AgentCollector:
         cols["infos"] = [EMPTY_INFO]
         cols["t"] = np.asarray([t], dtype=np.int64)
         for name, value in inputs.items():
-            like = cols.get(name)
-            cols[name] = value if like is None else tree.map_structure(_cast_like, value, like)
+            cols[name] = _cast_like(value, cols.get(name))
         self.collector.add_rows(np.asarray([self.traj_id]), poll, cols, last=True)
         return True
 
@@ -78,6 +77,11 @@ class AgentCollector:
         return f"AgentCollector(policy={self.collector.policy_id!r}, traj={self.traj_id})"
 
 
-def _cast_like(value: Any, like: np.ndarray) -> np.ndarray:
-    """``value`` as an array of ``like``'s dtype (the store's column keeps one dtype)."""
-    return np.asarray(value, dtype=like.dtype)
+def _cast_like(value: Any, like: Any) -> Any:
+    """``value`` in the dtype of ``like``, an array or a nest of arrays (leaf by leaf), so
+    a stored column keeps one dtype; as it is when ``like`` is None (a new column)."""
+    if like is None:
+        return value
+    if isinstance(like, np.ndarray):
+        return np.asarray(value, dtype=like.dtype)
+    return tree.map_structure(lambda v, x: np.asarray(v, dtype=x.dtype), value, like)
