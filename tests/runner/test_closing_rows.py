@@ -186,3 +186,45 @@ def test_turn_based_pettingzoo_agent_waiting_at_the_horizon(order):
     assert p1["new_prev_rewards"].tolist() == [1.0, 0.0]  # (copied: [1.0, 1.0])
     assert p1["truncateds"].tolist() == [False, True]
     assert not p1["terminateds"].any()
+
+
+class ValuesSeen(rc.MLPPolicy):
+    """An MLPPolicy that keeps the input of every ``compute_values`` call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.values_inputs: list[dict[str, Any]] = []
+
+    def compute_values(self, input_batch):
+        self.values_inputs.append({k: np.array(v) for k, v in input_batch.items()})
+        return super().compute_values(input_batch)
+
+
+def test_gae_bootstraps_a_closing_agent_cut_by_the_horizon_from_its_next_inputs():
+    """``b`` waits for its turn when the horizon truncates the episode: GAE bootstraps its
+    last transition from its last observation, with its last action and the reward since
+    (unclipped: PrevActionsRewards sees it before ClipReward) as the policy's next inputs."""
+    env = WaitingAgent("horizon", turns=True)
+    space, act = env.observation_spaces["a"], env.action_spaces["a"]
+    policy = ValuesSeen(space, act, hiddens=(8,), vf_head=True, seed=0)
+    runner = rc.EnvRunner(
+        lambda ctx: WaitingAgent("horizon", turns=True),
+        policy,
+        config=rc.RunnerConfig(
+            rollout_fragment_length=5, batch_mode="complete_episodes", horizon=5, seed=0
+        ),
+        agent_pipelines={"default_policy": _pipeline("prev_clip")},
+        learner_pipelines={"default_policy": lambda ctx: [rc.GAE(ctx)]},
+    )
+    try:
+        pb = runner.sample().policy_batches["default_policy"]
+    finally:
+        runner.stop()
+    boot = policy.values_inputs[-1]  # the one call: the rows' values are recorded already
+    first = pb["eps_id"] == pb["eps_id"][0]
+    b = pb.take(np.flatnonzero(first & (pb["obs"][:, 0] == 1)))
+    assert b["truncateds"].tolist() == [False, False, True]
+    (k,) = np.flatnonzero(boot["obs"][:, 0] == 1)  # b's row among the bootstrapped ones
+    np.testing.assert_array_equal(boot["obs"][k], b["obs"][-1])
+    assert boot["prev_actions"][k] == b["actions"][-1]
+    assert boot["prev_rewards"][k] == 32.0 and b["rewards"][-1] == LIMIT

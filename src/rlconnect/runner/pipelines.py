@@ -102,8 +102,7 @@ class PolicyPipelines:
         data = AgentData.trusted(
             np.array([env_id], np.int64), (agent_id,), {"rewards": np.array([reward])}
         )
-        pipe = self.agent[pid]
-        return pipe.closing_row(data).columns if len(pipe) else data.columns
+        return self.agent[pid].closing_row(data).columns
 
     def episode_resets(self) -> list[Callable[[int], None]]:
         """The ``reset(env_id)`` of every member that keeps per-episode state: what an
