@@ -62,3 +62,21 @@ def test_an_agent_collector_closes_a_trajectory_with_its_last_row_repeated():
     assert batch["new_obs"].ravel().tolist() == [5.0]  # no observation made up
     assert batch["rewards"].tolist() == [2.5] and batch["truncateds"].tolist() == [True]
     assert batch["actions"].tolist() == [1]
+
+
+def test_a_closing_row_takes_the_columns_its_pipeline_made():
+    group = PolicyCollectorGroup(["p"], num_envs=1)
+    chunk = _chunk([4], [10], [3.0])
+    chunk.columns["prev_actions"] = np.array([7])
+    chunk.columns["prev_rewards"] = np.array([0.25], np.float32)
+    group.record(0, [chunk], None, (np.array([0]), np.array([10]), 1))
+    ends = EpisodeEnds()
+    made = {"rewards": [1.0], "prev_actions": [2], "prev_rewards": np.array([9.0])}
+    ends.closing.append(ClosingRow("p", 4, 9.0, False, True, 1, made))
+    group.record(1, [], ends, (np.array([0]), np.array([10]), 1))
+    batch, _ = group.build("truncate_episodes", 2, "env_steps")[0]["p"]
+    assert batch["rewards"].tolist() == [1.0] and batch["truncateds"].tolist() == [True]
+    assert batch["new_prev_actions"].tolist() == [2] and batch["prev_actions"].tolist() == [7]
+    assert batch["new_prev_rewards"].tolist() == [9.0]
+    assert batch["new_prev_rewards"].dtype == np.float32  # the column's own dtype
+    assert batch["new_obs"].ravel().tolist() == [3.0]

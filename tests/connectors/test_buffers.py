@@ -9,12 +9,17 @@ from rlconnect.connectors import (
     ActionData,
     AgentConnectorPipeline,
     AgentData,
+    AgentLambda,
+    ClipReward,
     ConnectorContext,
     PrevActionsRewards,
     StateBuffer,
 )
+from rlconnect.connectors.registry import register_lambda
 
 OBS = gym.spaces.Box(-1, 1, (1,), np.float32)
+NEG = "test_buffers_negate"
+register_lambda(NEG, np.negative, override=True)
 
 
 def _rows(keys, rewards=None):
@@ -64,6 +69,39 @@ def test_prev_actions_dict_space_and_unknown_rows_ignored():
     d = c(_rows([(0, "a"), (5, "z")]))
     np.testing.assert_array_equal(d["prev_actions"]["m"], [2, 0])
     np.testing.assert_allclose(d["prev_actions"]["x"], [[0.5], [0.0]])
+
+
+def _closing(keys, rewards):
+    """The rows an agent pipeline gets for agents that ended without an observation."""
+    rew = np.asarray(rewards, np.float64)
+    return AgentData([k[0] for k in keys], [k[1] for k in keys], {"rewards": rew})
+
+
+def test_prev_actions_rewards_closing_row_is_the_next_row_and_changes_nothing():
+    ctx = ConnectorContext(OBS, gym.spaces.Dict({"m": gym.spaces.Discrete(3, start=1)}))
+    negate = AgentLambda(ctx, fn=NEG, column="rewards")
+    pipe = AgentConnectorPipeline(
+        ctx, [PrevActionsRewards(ctx), ClipReward(ctx, limit=1.0), negate]
+    )
+    keys = [(0, "a"), (1, "a")]
+    pipe(_rows(keys, rewards=[0, 0]))
+    pipe.on_policy_output(_out(keys, actions={"m": np.array([2, 3])}))
+    d = pipe.closing_row(_closing([(1, "a"), (0, "a"), (0, "new")], [5.0, -0.5, 2.0]))
+    assert "obs" not in d  # nothing observed, nothing made up
+    np.testing.assert_array_equal(d["prev_actions"]["m"], [3, 2, 1])  # start: never acted
+    np.testing.assert_array_equal(d["prev_rewards"], [5.0, -0.5, 0.0])  # before the clip
+    assert d["prev_rewards"].dtype == np.float32
+    np.testing.assert_array_equal(d["rewards"], [-1.0, 0.5, -1.0])  # clipped, then "neg"
+    again = pipe(_rows([(0, "a"), (0, "new")], rewards=[1, 1]))  # the state is as it was
+    np.testing.assert_array_equal(again["prev_actions"]["m"], [2, 1])
+    np.testing.assert_array_equal(again["prev_rewards"], [1.0, 0.0])
+
+
+def test_closing_row_of_connectors_that_only_observe_is_unchanged():
+    ctx = ConnectorContext(OBS, gym.spaces.Discrete(2))
+    pipe = AgentConnectorPipeline(ctx, [AgentLambda(ctx, fn=NEG), StateBuffer(_state_ctx())])
+    d = pipe.closing_row(_closing([(0, "a")], [3.0]))
+    assert list(d.keys()) == ["rewards"] and d["rewards"].tolist() == [3.0]
 
 
 def _state_ctx():

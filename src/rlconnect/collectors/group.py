@@ -115,7 +115,7 @@ class PolicyCollectorGroup:
     def _record_ends(self, poll: int, ends: EpisodeEnds) -> None:
         for row in ends.closing:  # (agents that ended without a final observation)
             self.agent(row.policy_id, row.traj_id).close(
-                poll, row.reward, row.terminated, row.truncated, row.t
+                poll, row.reward, row.terminated, row.truncated, row.t, row.inputs
             )
         for eps_id in ends.dropped:
             self._drop_episode(eps_id)

@@ -438,6 +438,16 @@ class AgentConnector(Connector):
     def on_policy_output(self, output: ActionData) -> None:
         """See what the policy answered for these rows (to buffer actions or RNN state)."""
 
+    def closing_row(self, data: AgentData) -> AgentData:
+        """An agent ended without a final observation (numpy rows): ``data`` is its next
+        row as far as there is one, its ``rewards`` (received since it last acted) and no
+        ``obs``. Return it with what this connector would add to or change in that row,
+        changing no state of its own: the runner records it as the row that closes the
+        agent's trajectory, so its last transition's ``rewards`` and ``new_prev_*`` mean
+        what they mean in every other. A connector that maps rewards, or adds a column the
+        policy is fed, overrides it; default: unchanged (nothing to observe)."""
+        return data
+
 
 class ActionConnector(Connector):
     """Transforms what the policy output, before the env receives it. Override ``__call__``."""
@@ -489,6 +499,10 @@ class RewardConnector(ObservationConnector):
 
     column = "rewards"
     optional = True
+
+    def closing_row(self, data: AgentData) -> AgentData:
+        """The rewards of an agent's closing row mapped like every other row's."""
+        return self(data)
 
 
 class ColumnActionConnector(ActionConnector):

@@ -431,6 +431,13 @@ class AgentConnectorPipeline(ConnectorPipeline[AgentConnector]):
         for _, c in self._members:
             c.on_policy_output(output)
 
+    def closing_row(self, data: AgentData) -> AgentData:
+        """The row that closes the trajectory of an agent without a final observation,
+        through every member's ``AgentConnector.closing_row`` in order (untimed: rare)."""
+        for _, c in self._members:
+            data = c.closing_row(data)
+        return data
+
 
 class ActionConnectorPipeline(ConnectorPipeline[ActionConnector]):
     """Action connectors in order; callable on an ``ActionData`` like a single connector."""

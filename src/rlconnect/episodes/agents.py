@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rlconnect.episodes.ends import ClosingRow, EpisodeEnds
+from rlconnect.episodes.ends import ClosingRow
 from rlconnect.episodes.episode import Episode
 from rlconnect.episodes.table import EpisodeTable, PollRows
 from rlconnect.episodes.trajectories import TrajectoryIds
@@ -54,20 +54,20 @@ class AgentSlots:
     goes to the table's ``ret``). A poll's rows are looked up and updated with a few numpy
     operations (``look_up``); Python runs per agent only where one joins (the mapping
     function, a new trajectory), ends or gets a reward without an observation. An agent
-    that ends without a final observation is noted in ``ends`` (a ``ClosingRow``): the
-    rows themselves are the collectors'.
+    that ends without a final observation is told to ``closing(env_id, agent_id, row)``
+    (a ``ClosingRow``, for the tracker's ends): the rows themselves are the collectors'.
     """
 
     def __init__(
         self,
         table: EpisodeTable,
         trajectories: TrajectoryIds,
-        ends: Callable[[], EpisodeEnds],
+        closing: Callable[[int, Any, ClosingRow], None],
         policy_ids: Sequence[str],
     ) -> None:
         self._table = table
         self._traj = trajectories
-        self._ends = ends  #: the tracker's record of ends not yet handed over
+        self._closing = closing  #: notes a closing row in the tracker's ends
         self.policy_ids = list(policy_ids)
         self._codes: dict[Any, int] = {}
         self._agents: list[Any] = []  # code -> agent id
@@ -268,7 +268,7 @@ class AgentSlots:
         self._era += 1
         pending, self._pending_at[slot] = float(self._pending_at[slot]), 0.0
         t = int(self._table.length[e])
-        self._ends().closing.append(ClosingRow(pid, traj_id, pending, *flags, t))
+        self._closing(e, self._agents[code], ClosingRow(pid, traj_id, pending, *flags, t))
         agent_steps[e] += 1
 
     def close_open_agents(

@@ -8,7 +8,9 @@ writer passes the record to ``PolicyCollectorGroup.record`` with the poll's rows
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 __all__ = ["ClosingRow", "EpisodeEnds"]
 
@@ -16,7 +18,12 @@ __all__ = ["ClosingRow", "EpisodeEnds"]
 class ClosingRow(NamedTuple):
     """The last row of a trajectory whose agent ended without a final observation: it
     repeats the agent's last row (so ``new_obs`` is its last observation) with the reward
-    accumulated since its last action, the flags and the episode length ``t``."""
+    accumulated since its last action, the flags and the episode length ``t``.
+
+    ``inputs``: what the agent pipeline makes of that reward for the agent's next row
+    (``AgentConnectorPipeline.closing_row``: ``rewards`` as every row records them,
+    ``prev_actions`` / ``prev_rewards`` what the agent would be fed next), one row per
+    column, replacing the repeated ones; empty: ``reward`` is recorded as it is."""
 
     policy_id: str
     traj_id: int
@@ -24,6 +31,7 @@ class ClosingRow(NamedTuple):
     terminated: bool
     truncated: bool
     t: int
+    inputs: Mapping[str, Any] = MappingProxyType({})
 
 
 class EpisodeEnds:

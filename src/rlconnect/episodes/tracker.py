@@ -17,31 +17,39 @@ import numpy as np
 
 from rlconnect.batches import DEFAULT_AGENT_ID
 from rlconnect.episodes.agents import AgentSlots
-from rlconnect.episodes.ends import EpisodeEnds
+from rlconnect.episodes.ends import ClosingRow, EpisodeEnds
 from rlconnect.episodes.episode import Episode
 from rlconnect.episodes.hooks import EpisodeHooks
 from rlconnect.episodes.table import EpisodeTable, PollRows
 from rlconnect.episodes.trajectories import TrajectoryIds
 from rlconnect.errors import EnvError
 
-__all__ = ["MAX_METRICS", "EpisodeSettings", "EpisodeTracker", "episode_flags"]
+__all__ = ["MAX_METRICS", "ClosingInputs", "EpisodeSettings", "EpisodeTracker", "episode_flags"]
 
 MAX_METRICS = 100_000
 """Episode records kept for ``get_metrics()``; a loop that never asks keeps the latest."""
+
+#: ``(policy_id, env_id, agent_id, reward) -> columns``: what the agent pipeline of an
+#: agent that ended without a final observation makes of the reward it got since it last
+#: acted, for the row that closes its trajectory (``ClosingRow.inputs``)
+ClosingInputs = Callable[[str, int, Any, float], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
 class EpisodeSettings:
     """What an ``EpisodeTracker`` is built with: whether agents are many, the runner's
     policy ids and mapping function (``policy_mapping_fn(agent_id, episode, worker=)``),
-    the first episode id, and ``connector_resets()``: the ``reset(env_id)`` of every
-    connector that keeps per-episode state (called for each ended episode's sub-env)."""
+    the first episode id, ``connector_resets()``: the ``reset(env_id)`` of every
+    connector that keeps per-episode state (called for each ended episode's sub-env), and
+    ``closing_inputs``: what the agent pipelines make of the reward of an agent that ended
+    without a final observation (``ClosingInputs``; None: the reward as it is)."""
 
     multi_agent: bool
     policy_ids: Sequence[str]
     mapping_fn: Callable[..., str]
     first_id: int = 0
     connector_resets: Callable[[], list[Callable[[int], None]]] = list
+    closing_inputs: ClosingInputs | None = None
 
 
 class EpisodeTracker:
@@ -71,7 +79,7 @@ class EpisodeTracker:
         self.metrics: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_METRICS)
         self._reward_keys: dict[tuple[Any, str], tuple[Any, str]] = {}
         #: multi-agent: the agents of every running episode (unused by single-agent ones)
-        self.agents = AgentSlots(self.table, self.trajectories, self.ends, settings.policy_ids)
+        self.agents = AgentSlots(self.table, self.trajectories, self._closing, settings.policy_ids)
 
     def __getitem__(self, env_id: int) -> Episode:
         return self.table[env_id]
@@ -91,6 +99,15 @@ class EpisodeTracker:
         if ends is None:
             ends = self._ends = EpisodeEnds()
         return ends
+
+    def _closing(self, env_id: int, agent_id: Any, row: ClosingRow) -> None:
+        """Note ``row``, which closes the trajectory of agent ``agent_id`` of sub-env
+        ``env_id``, in the ends, with what the agent pipeline makes of its reward (now:
+        before the episode's end resets the connectors' state)."""
+        make = self.settings.closing_inputs
+        if make is not None:
+            row = row._replace(inputs=make(row.policy_id, env_id, agent_id, row.reward))
+        self.ends().closing.append(row)
 
     def take_ends(self) -> EpisodeEnds | None:
         """What ended since the last call (None: nothing), for the collectors."""

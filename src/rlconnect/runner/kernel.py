@@ -96,6 +96,7 @@ class StepKernel:
             mapping_fn=mapping_fn,
             first_id=config.worker_index << 40,
             connector_resets=pipes.episode_resets,
+            closing_inputs=pipes.closing_inputs,
         )
         self.episodes = EpisodeTracker(n, settings, hooks)
         self.faults = SubEnvFaults(

@@ -26,6 +26,7 @@ from rlconnect.batches import DEFAULT_AGENT_ID, SampleBatch
 from rlconnect.connectors import (
     ActionConnectorPipeline,
     AgentConnectorPipeline,
+    AgentData,
     Connector,
     ConnectorContext,
     ConnectorPipeline,
@@ -90,6 +91,18 @@ class PolicyPipelines:
                 check_learner(pipe, pid, policies[pid])
                 self._checked[pid] = tuple(pipe.names)
             batches[pid] = pipe(batch, policies[pid])
+
+    def closing_inputs(self, pid: str, env_id: int, agent_id: Any, reward: float) -> dict[str, Any]:
+        """The columns of the row that closes the trajectory of agent ``agent_id`` of
+        sub-env ``env_id``, which ended without a final observation having received
+        ``reward`` since it last acted: what policy ``pid``'s agent pipeline makes of it
+        (``AgentConnectorPipeline.closing_row``: the ``rewards`` as every row records
+        them, the ``prev_actions`` / ``prev_rewards`` the agent would be fed next), one
+        row each. Called before the episode's end resets the pipeline's state."""
+        data = AgentData.trusted(
+            np.array([env_id], np.int64), (agent_id,), {"rewards": np.array([reward])}
+        )
+        return self.agent[pid].closing_row(data).columns
 
     def episode_resets(self) -> list[Callable[[int], None]]:
         """The ``reset(env_id)`` of every member that keeps per-episode state: what an

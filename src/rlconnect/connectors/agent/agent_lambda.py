@@ -38,3 +38,8 @@ class AgentLambda(AgentConnector):
         """Replace ``column`` with ``fn`` of it (``fn`` sees the whole batch at once)."""
         data[self.column] = self._fn(data[self.column])
         return data
+
+    def closing_row(self, data: AgentData) -> AgentData:
+        """A closing row's ``column`` mapped like every other row's, when it has one (its
+        ``rewards``: a lambda on ``obs`` has nothing to map there)."""
+        return self(data) if self.column in data else data

@@ -52,10 +52,7 @@ class PrevActionsRewards(AgentConnector):
         if data.on_tensors:
             return self._call_tensors(data)
         slots, new = self._table.lookup(data.row_keys())
-        prev = tree.map_structure(lambda store: store[slots], self._table["actions"])
-        if new.any():  # Discrete/MultiDiscrete "zero" is their start value
-            zeros = zeros_batch(self.ctx.action_space, int(new.sum()))
-            tree.map_structure(lambda out, z: out.__setitem__(new, z), prev, zeros)
+        prev = self._previous_actions(slots, new)
         rewards = data.get("rewards")
         if rewards is None:
             prev_rewards = np.zeros(len(data), np.float32)
@@ -63,6 +60,29 @@ class PrevActionsRewards(AgentConnector):
             prev_rewards = np.asarray(rewards, np.float32).copy()
             prev_rewards[new] = 0.0
         data["prev_actions"] = prev
+        data["prev_rewards"] = prev_rewards
+        return data
+
+    def _previous_actions(self, slots: np.ndarray, new: np.ndarray) -> Any:
+        """The stored actions of ``slots``, zeros for the ``new`` rows (a copy)."""
+        prev = tree.map_structure(lambda store: store[slots], self._table["actions"])
+        if new.any():  # Discrete/MultiDiscrete "zero" is their start value
+            zeros = zeros_batch(self.ctx.action_space, int(new.sum()))
+            tree.map_structure(lambda out, z: out.__setitem__(new, z), prev, zeros)
+        return prev
+
+    def closing_row(self, data: AgentData) -> AgentData:
+        """An agent's closing row gets what its next row would: its last action as
+        ``prev_actions`` and the reward since as ``prev_rewards`` (its slot is kept)."""
+        slots = self._table.find(data.row_keys())
+        unknown = slots < 0  # (an agent that never acted: zeros, as at a first row)
+        data["prev_actions"] = self._previous_actions(np.where(unknown, 0, slots), unknown)
+        rewards = data.get("rewards")
+        if rewards is None:
+            prev_rewards = np.zeros(len(data), np.float32)
+        else:
+            prev_rewards = np.array(rewards, np.float32)
+            prev_rewards[unknown] = 0.0
         data["prev_rewards"] = prev_rewards
         return data
 
