@@ -228,19 +228,21 @@ def _memo_poll(memo: LayoutMemo, agents: tuple[str, ...], *, first: bool = False
 
 
 def test_a_memo_shares_the_read_only_columns_of_polls_laid_out_alike():
-    """``env_ids`` and an ``is_first`` of zeros recur while the same agents act: one
-    read-only array each; the flag columns (which connectors see) stay each poll's own,
-    and another layout gets its own columns."""
+    """``env_ids`` recur while the same agents act: one read-only array; a poll where no
+    flag is set and no episode begins has one shared read-only column of False for
+    ``is_first`` and both flags (a connector writing into it fails loudly, as on the dense
+    single-agent path), a poll with flags its own columns, and another layout its own."""
     memo = LayoutMemo()
     one, two = _memo_poll(memo, ("a", "b")), _memo_poll(memo, ("a", "b"))
     assert one.env_ids is two.env_ids and one.stepped.tolist() == two.stepped.tolist()
     assert one.is_first is two.is_first and not one.is_first.any()
     assert one.env_ids.tolist() == [0, 0, 2] and one.stepped.tolist() == [0, 2]
+    assert one.terminateds is one.truncateds is one.is_first is two.terminateds
     for column in (one.env_ids, one.is_first):
         with pytest.raises(ValueError, match="read-only"):
             column[0] = 1
-    assert one.terminateds is not two.terminateds and one.terminateds.flags.writeable
     other = _memo_poll(memo, ("a",), first=True)
+    assert other.terminateds is not one.terminateds and other.terminateds.flags.writeable
     assert other.env_ids.tolist() == [0, 2] and other.stepped.tolist() == [2]
     assert other.is_first.tolist() == [True, False] and not other.plain
     b = EnvRowsBuilder(memo=memo)  # sub-envs in another order: stepped still ascends

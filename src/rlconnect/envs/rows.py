@@ -172,6 +172,8 @@ class EnvRows(_RowFields):
         also = self.also_stepped
         if not also and ascending:
             facts["stepped"] = ids  # (a subset of ascending ids ascends)
+        elif not also and not ids.flags.writeable:  # a recurring column (``LayoutMemo``'s)
+            facts["stepped"] = _unique_ids(ids)
         elif len(ids) <= _PYTHON_SORT_MAX:  # (a few ids: Python's set and sort cost less)
             facts["stepped"] = np.array(sorted({*ids.tolist(), *also}), dtype=np.int64)
         else:
@@ -302,6 +304,25 @@ def some_true(flags: np.ndarray) -> bool:
     return True in flags.tolist() if n <= _PYTHON_SORT_MAX else bool(np.count_nonzero(flags))
 
 
+#: ``_unique_ids`` of read-only id columns, by ``id()`` (with the column: never a stale id)
+_UNIQUE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _unique_ids(ids: np.ndarray) -> np.ndarray:
+    """The sorted unique values of a read-only id column, kept while it recurs: a
+    multi-agent poll's ``env_ids`` come from a ``LayoutMemo`` as long as the same agents
+    act, so their sub-envs are sorted once, not at every poll."""
+    kept = _UNIQUE.get(id(ids))
+    if kept is not None and kept[0] is ids:
+        return kept[1]
+    if len(_UNIQUE) >= _MEMO_MAX:
+        _UNIQUE.clear()
+    out = np.unique(ids)
+    out.flags.writeable = False
+    _UNIQUE[id(ids)] = (ids, out)
+    return out
+
+
 def strictly_ascending(env_ids: np.ndarray) -> bool:
     """Whether ``env_ids`` rise strictly (``count_nonzero``: one C call; ``all()`` is not)."""
     return len(env_ids) < 2 or not np.count_nonzero(env_ids[1:] <= env_ids[:-1])
@@ -317,10 +338,10 @@ def done_envs_of(env_ids: np.ndarray, term: np.ndarray, trunc: np.ndarray) -> di
 
 
 class LayoutMemo:
-    """Read-only columns kept from poll to poll: a multi-agent poll's ``env_ids`` recur
-    as long as the same agents act, and an ``is_first`` of zeros as long
-    as no episode begins. One of each (at most ``_MEMO_MAX`` kept) instead of a numpy call
-    per column and poll; read-only, so a reader that writes fails loudly instead of
+    """Read-only ``env_ids`` columns kept from poll to poll: a multi-agent poll's recur as
+    long as the same agents act (and a builder with a memo gives the shared ``falses``
+    columns when no flag is set and no episode begins). One of each (at most
+    ``_MEMO_MAX`` kept) instead of a numpy call per column and poll; read-only, so a reader that writes fails loudly instead of
     changing a later poll's rows (the runner only reads them; ``GymEnvs`` shares its
     ``env_ids`` likewise)."""
 
@@ -336,10 +357,6 @@ class LayoutMemo:
         if arr is None:
             arr = _frozen(self._ids, key, np.array(values, dtype=np.int64))
         return arr
-
-    def zeros(self, n: int) -> np.ndarray:
-        """A read-only bool array of ``n`` False (``falses``)."""
-        return falses(n)
 
 
 def _frozen(kept: dict[Any, np.ndarray], key: Any, arr: np.ndarray) -> np.ndarray:
@@ -558,12 +575,15 @@ class EnvRowsBuilder:
         """``terminateds``, ``truncateds`` and ``is_first`` of every row added: zeros, and
         the runs of rows that have some set."""
         n = len(self._ids)
+        if self.memo is not None and not (self._flags or self._firsts):  # the common poll:
+            none = falses(n)  # one shared column, which ``_derive`` looks at once
+            return none, none, none
         term, trunc = np.zeros(n, _BOOL), np.zeros(n, _BOOL)
         for k, te, tr in self._flags:
             term[k : k + len(te)] = te
             trunc[k : k + len(tr)] = tr
         if self.memo is not None and not self._firsts:  # (only the runner reads is_first)
-            return term, trunc, self.memo.zeros(n)
+            return term, trunc, falses(n)
         first = np.zeros(n, _BOOL)
         for k, count in self._firsts:
             first[k : k + count] = True
