@@ -199,37 +199,90 @@ def test_a_same_step_env_cannot_take_a_horizon() -> None:
         _runner(BatchedCartPole(2, autoreset_mode=SAME), horizon=5)
 
 
-def test_next_step_rows_equal_the_numpy_path_and_reset_steps_are_no_rows() -> None:
+def test_next_step_rows_equal_the_numpy_path_with_exactly_the_fragment_per_sub_env() -> None:
     """NEXT_STEP: the step after a sub-env ended only resets it; on both paths that step
-    is no row, so each sub-env's rows over two samples are the numpy path's rows of it,
-    and a sub-env gives one row fewer per reset (time_major() says why it cannot fold)."""
-    n, t = 6, 60
+    is no row. The tensor path makes up for it with extra rounds, carrying the rows beyond
+    the fragment into the next sample: every sub-env has exactly T rows in every sample,
+    ``time_major()`` folds them, and each sub-env's rows over consecutive samples are the
+    numpy path's rows of it, with the same episode cuts and no row lost or repeated."""
+    n, t, samples = 6, 60, 3
     tensor_env = BatchedCartPole(n, autoreset_mode=NEXT)
     numpy_env = NumpyView(BatchedCartPole(n, autoreset_mode=NEXT))
     tp, np_policy = _policy(tensor_env), _policy(tensor_env)
     np_policy.set_weights(tp.get_weights())
     runner = _runner(tensor_env, tp, rollout_fragment_length=t, explore=False)
-    tbs = [runner.sample() for _ in range(2)]
+    tbs = []
+    for _ in range(samples):
+        with HostReadCounter() as reads:
+            tbs.append(runner.sample())
+        assert reads.by_name["cpu"] <= 2  # the sample's read, and its extra rounds'
     nb = _runner(
-        numpy_env, np_policy, rollout_fragment_length=3 * t, explore=False, tensor=False
+        numpy_env, np_policy, rollout_fragment_length=2 * samples * t, explore=False, tensor=False
     ).sample()
-    resets = 0
+    for b in tbs:
+        assert _rows_per_env(b, n) == [t] * n and b.meta["rows_per_env"] == t
+        tm = b.time_major()
+        assert tm["obs"].shape == (t, n, 4) and torch.equal(tm["env_id"][0], torch.arange(n))
+    ends = 0
+    columns = ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t")
     for e in range(n):
         mine = {
             k: np.concatenate([b[k][b["env_id"] == e].numpy() for b in tbs])
-            for k in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t")
+            for k in (*columns, "eps_id")
         }
         theirs = {k: v[nb["env_id"] == e] for k, v in nb.items() if k != "infos"}
-        rows = len(mine["obs"])
-        ends = int(mine["terminateds"][:-1].sum()) + int(mine["truncateds"][:-1].sum())
-        assert rows <= 2 * t and rows >= 2 * t - ends - 1
-        for col, value in mine.items():
-            np.testing.assert_allclose(value, theirs[col][:rows], atol=1e-6, err_msg=col)
-        resets += 2 * t - rows
-    assert resets >= n  # the comparison crossed reset steps
-    assert sum(len(b) for b in tbs) == 2 * n * t - resets  # reset steps are no rows
-    with pytest.raises(ValueError, match="drops the rows of NEXT_STEP resets"):
-        next(b for b in tbs if "rows_per_env" not in b.meta).time_major()
+        assert len(mine["obs"]) == samples * t <= len(theirs["obs"])
+        for col in columns:
+            np.testing.assert_allclose(
+                mine[col], theirs[col][: samples * t], atol=1e-6, err_msg=col
+            )
+        cuts = np.flatnonzero(np.diff(mine["eps_id"]))
+        np.testing.assert_array_equal(
+            cuts, np.flatnonzero(np.diff(theirs["eps_id"][: samples * t]))
+        )
+        ends += int(mine["terminateds"].sum())
+    assert ends >= 2 * n  # the comparison crossed reset steps
+    records = runner.get_metrics()
+    ended = torch.cat([b["eps_id"][b["terminateds"] | b["truncateds"]] for b in tbs])
+    assert set(ended.tolist()) <= {r["episode_id"] for r in records}
+
+
+def test_next_step_episode_records_and_callbacks_match_the_rows() -> None:
+    """The episodes that end in the extra rounds are reported by the sample that polled
+    them: one record and one on_episode_end per end, their lengths and returns those of
+    the rows, ids unique; carried rows keep the weights_seq they were recorded with."""
+    ends: list[tuple[int, int, float]] = []
+
+    class Ends(rc.Callbacks):
+        def on_episode_end(self, *, episode: rc.Episode, env_index: int, **kwargs: Any) -> None:
+            ends.append((episode.episode_id, episode.length, episode.total_reward))
+
+    n, t = 16, 24
+    env = BatchedCartPole(n, autoreset_mode=NEXT)
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        callbacks=Ends(),
+        config=rc.RunnerConfig(num_envs=n, rollout_fragment_length=t, seed=0),
+    )
+    batches = []
+    for i in range(6):
+        batches.append(runner.sample())
+        runner.set_weights({"default_policy": runner.get_weights()["default_policy"]})
+        assert int(batches[-1]["weights_seq"].max()) == i  # (a carried row: an older one)
+    records = runner.get_metrics()
+    assert sorted((r["episode_id"], r["episode_length"]) for r in records) == sorted(
+        (eps, length) for eps, length, _ in ends
+    )
+    assert len({r["episode_id"] for r in records}) == len(records)
+    rows = {k: torch.cat([b[k] for b in batches]) for k in ("eps_id", "terminateds", "t")}
+    by_id = {r["episode_id"]: r for r in records}
+    last = rows["terminateds"]
+    for eps, t_last in zip(rows["eps_id"][last].tolist(), rows["t"][last].tolist()):
+        assert by_id[eps]["episode_length"] == t_last + 1
+        assert by_id[eps]["episode_reward"] == pytest.approx(t_last + 1)
+    assert set(rows["eps_id"][last].tolist()) <= set(by_id)  # (perhaps a sample early)
+    assert any(int(b["weights_seq"].min()) < int(b["weights_seq"].max()) for b in batches)
 
 
 class _NoFinalObs(gym.vector.VectorWrapper):
@@ -512,15 +565,29 @@ def _rows_per_env(batch: rc.SampleBatch, n: int) -> list[int]:
     return torch.bincount(batch["env_id"], minlength=n).tolist()
 
 
-@pytest.mark.parametrize("mode", [DISABLED, SAME])
+class _EpisodeEnds(rc.Callbacks):
+    """Records every on_episode_end: (env_index, id, length, total reward, faulty)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[tuple[int, int, int, float, bool]] = []
+
+    def on_episode_end(self, *, episode: rc.Episode, env_index: int, **kwargs: Any) -> None:
+        ep = episode
+        self.ends.append((env_index, ep.episode_id, ep.length, ep.total_reward, ep.faulty))
+
+
+@pytest.mark.parametrize("mode", [DISABLED, SAME, NEXT])
 @pytest.mark.parametrize("pipeline", [False, True])
 def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
     mode: Any, pipeline: bool
 ) -> None:
     """restart_failed_sub_environments: the sub-env that returned a NaN at its third step
     (round 2) keeps its rows before it, is reset, and gives whole fragments again; its
-    episode is reported faulty; the value reaches no row. Found on the recorded rows
-    (empty agent pipeline) or at each round (a pipeline): the same outcome."""
+    episode is reported faulty, with on_episode_end, its length and return those of the
+    two steps before the bad one (as on the numpy path); the value reaches no row. Found
+    on the recorded rows (empty agent pipeline) or at each round (a pipeline, and every
+    NEXT_STEP env): the same outcome."""
     n, t = 8, 6
     env = _PoisonAt(BatchedCartPole(n, autoreset_mode=mode), sub_env=5, step=3)
     agent_pipelines = (
@@ -532,9 +599,11 @@ def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
         if pipeline
         else None
     )
+    callbacks = _EpisodeEnds()
     runner = rc.EnvRunner(
         env,
         _policy(env),
+        callbacks=callbacks,
         config=rc.RunnerConfig(
             num_envs=n, rollout_fragment_length=t, seed=0, restart_failed_sub_environments=True
         ),
@@ -542,15 +611,18 @@ def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
     )
     first = runner.sample()
     # located by a second read when found on the recorded rows, in that sample only
-    assert runner._kernel.reads == (1 if pipeline else 2)
+    assert runner._kernel.reads == (1 if pipeline or mode is NEXT else 2)
     assert _rows_per_env(first, n) == [t] * 5 + [2] + [t] * 2
     assert torch.isfinite(first["obs"]).all() and torch.isfinite(first["new_obs"]).all()
     with pytest.raises(ValueError, match="faulty sub-envs"):
         first.time_major()
     faulty = [r for r in runner.get_metrics() if r["episode_faulty"]]
-    assert [(r["env_id"], r["episode_length"]) for r in faulty] == [(5, 3)]
+    assert [(r["env_id"], r["episode_length"], r["episode_reward"]) for r in faulty] == [
+        (5, 2, 2.0)
+    ]
+    assert faulty[0]["agent_rewards"] == {("agent0", "default_policy"): 2.0}
+    assert callbacks.ends == [(5, faulty[0]["episode_id"], 2, 2.0, True)]
     second = runner.sample()
-    assert runner._kernel.reads == (2 if pipeline else 3)
     assert _rows_per_env(second, n) == [t] * n and second.meta["rows_per_env"] == t
     rows5 = second["env_id"] == 5
     assert second["t"][rows5][0] == 0  # reset: a new episode, with a new id
