@@ -114,8 +114,11 @@ def test_stateful_connectors_give_the_numpy_path_rows(mode: Any) -> None:
     assert ended >= n // 2  # the comparison crossed episode ends (new stacks, masked)
 
 
-def test_a_round_reads_nothing_and_a_sample_reads_once() -> None:
-    env = BatchedCartPole(64, autoreset_mode=SAME)
+@pytest.mark.parametrize("mode", [SAME, NEXT])
+def test_a_round_reads_nothing_and_a_sample_reads_once(mode: Any) -> None:
+    """A NEXT_STEP env's sample reads twice where a sub-env reset (its extra rounds'
+    read); its extra rounds read nothing either."""
+    env = BatchedCartPole(64, autoreset_mode=mode)
     runner = _runner(env, rollout_fragment_length=16)
     runner.sample()  # the first sample resets and builds what it needs
     kernel = runner._kernel
@@ -130,8 +133,9 @@ def test_a_round_reads_nothing_and_a_sample_reads_once() -> None:
     kernel.step = counted  # type: ignore[method-assign]
     with HostReadCounter() as whole:
         batch = runner.sample()
-    assert len(per_round) == 16 and all(reads == {} for reads in per_round)
-    assert whole.by_name["cpu"] == 1  # the one transfer
+    assert len(per_round) >= 16 and all(reads == {} for reads in per_round)
+    assert whole.by_name["cpu"] == (1 if mode is SAME else 2)  # the one transfer (two)
+    assert len(per_round) > 16 or mode is SAME  # (64 sub-envs: some reset in 16 rounds)
     assert set(whole.by_name) <= {"cpu", "numpy", "__array__"}  # ... and its host copy
     assert len(batch) == 64 * 16
 
@@ -629,6 +633,58 @@ def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
     assert second["eps_id"][rows5][0] not in first["eps_id"].tolist()
     assert second.time_major()["obs"].shape == (t, n, 4)
     assert runner.failure is None
+
+
+class _BadRestart(_PoisonAt):
+    """As ``_PoisonAt``, and a reset by mask (a restart) gives its sub-env a NaN
+    observation."""
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        obs, info = self.env.reset(seed=seed, options=options)
+        if options:
+            obs = obs.clone()
+            obs[self.sub_env, 1] = float("nan")
+        return obs, info
+
+
+@pytest.mark.parametrize("mode", [DISABLED, NEXT])
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_restart_that_resets_to_a_nan_fails_again_and_reaches_no_row(
+    mode: Any, pipeline: bool
+) -> None:
+    """The reset observations of a restarted sub-env are finite-checked with the next
+    sample's read (no read of their own): a NaN there is a failure of that sub-env again
+    (its rows dropped, its episode faulty, the MeanStdFilter never fed it), until the
+    restart limit names it, as on the numpy path."""
+    n, t = 6, 5
+    env = _BadRestart(BatchedCartPole(n, autoreset_mode=mode), sub_env=2, step=2)
+    runner = _runner(
+        env,
+        rollout_fragment_length=t,
+        restart_failed_sub_environments=True,
+        sub_env_restart_limit=2,
+        observation_filter="MeanStdFilter" if pipeline else "NoFilter",
+    )
+    assert _rows_per_env(runner.sample(), n) == [t, t, 1, t, t, t]
+    with HostReadCounter() as reads:
+        second = runner.sample()  # the reset's NaN: found by this sample's read
+    # a second read: NEXT_STEP's extra rounds, or the rows search on the recorded rows
+    # (the MeanStdFilter's sync point makes one of its own in every sample)
+    if mode is NEXT:
+        assert reads.by_name["cpu"] <= 2 + pipeline
+    else:
+        assert reads.by_name["cpu"] == (1 if pipeline else 2) + pipeline
+    assert _rows_per_env(second, n) == [t, t, 0, t, t, t]
+    assert torch.isfinite(second["obs"]).all() and torch.isfinite(second["new_obs"]).all()
+    faulty = [
+        (r["env_id"], r["episode_length"]) for r in runner.get_metrics() if r["episode_faulty"]
+    ]
+    assert faulty == [(2, 1), (2, 0)]
+    if pipeline:
+        stats = runner.get_connector_states()["default_policy"]["agent"]["MeanStdFilter"]
+        assert np.isfinite(stats["mean"]).all() and np.isfinite(stats["m2"]).all()
+    with pytest.raises(rc.EnvError, match=r"sub-env 2 failed 3 times in a row"):
+        runner.sample()
 
 
 class _PoisonAlways(gym.vector.VectorWrapper):

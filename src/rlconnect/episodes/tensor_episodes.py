@@ -158,6 +158,10 @@ class TensorEpisodes:
         step = self.length + 1 if resets is None else self.length + ~resets
         self._marks.mark(~(obs_ok & reward_ok), step, k, obs_ok, self.returns)
 
+    def faulty(self) -> torch.Tensor:
+        """(N,) bool: the sub-envs that returned a non-finite value since their restart."""
+        return self._marks.step != NONE
+
     def note_nonfinite(
         self, step: torch.Tensor, is_reward: torch.Tensor, bad: torch.Tensor, rounds: torch.Tensor
     ) -> None:

@@ -408,8 +408,12 @@ class TensorKernel:
         term, trunc, ended = self.episodes.advance(
             rewards, term, trunc, self.config.horizon, resets
         )
+        skip = resets  # rows left out of the agent pipelines: reset steps, faulty sub-envs'
+        if self.config.restart_failed_sub_environments and not check_rows:
+            faulty = self.episodes.faulty()
+            skip = faulty if skip is None else skip | faulty
         finals = {  # each policy's step rows through its pipeline, with what it answered
-            pid: PolicyStep(pid, self._step_rows(pid, rows, step, term, trunc, resets))
+            pid: PolicyStep(pid, self._step_rows(pid, rows, step, term, trunc, skip))
             for pid, rows in self.layouts.items()
         }
         t0 = _clock()
@@ -491,8 +495,10 @@ class TensorKernel:
     ) -> AgentData:
         """Policy ``pid``'s rows of the step (final observations where episodes ended)
         through its agent pipeline: ``new_obs``, ``rewards`` and the flags as recorded.
-        A NEXT_STEP env's reset rows (``resets``) are left out of the pipeline's call:
-        their observations are new first ones, taken by ``_finish``."""
+        The sub-envs of ``resets`` are left out of the pipeline's call: a NEXT_STEP env's
+        reset rows (their observations are new first ones, taken by ``_finish``) and,
+        with restarts, faulty sub-envs' from their bad value on (rows to drop: no
+        statistic sees them, as on numpy)."""
         names, length = self.env.agents, self.episodes.length
         columns = {
             "obs": rows.stack(step.obs, names),
