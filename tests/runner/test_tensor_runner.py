@@ -762,6 +762,28 @@ def test_record_infos_fills_a_missing_key_with_zeros_and_leaves_out_non_rows() -
     assert batch["infos"]["odd"].tolist() == [1, 0, 3, 0, 1, 0, 3, 0]
 
 
+def test_next_step_carried_rows_keep_their_nested_infos_and_time_order() -> None:
+    """A nested column (``infos``) goes through the carry like the others: per sub-env,
+    the env step each row was recorded at (``infos["odd"]``, at odd steps) runs on over
+    consecutive samples, skipping exactly the reset steps, none lost or repeated."""
+    n, t = 8, 10
+    runner = _runner(
+        _SometimesInfo(BatchedCartPole(n, autoreset_mode=NEXT)),
+        rollout_fragment_length=t,
+        record_infos=True,
+    )
+    batches = [runner.sample() for _ in range(8)]
+    assert all(_rows_per_env(b, n) == [t] * n for b in batches)
+    for e in range(n):
+        odd = torch.cat([b["infos"]["odd"][b["env_id"] == e] for b in batches])
+        done = torch.cat([(b["terminateds"] | b["truncateds"])[b["env_id"] == e] for b in batches])
+        # row i is env step i + 1 + (ends before it): each end costs one reset step
+        ends_before = torch.cumsum(done.to(torch.int64), 0) - done.to(torch.int64)
+        step = torch.arange(len(odd)) + 1 + ends_before
+        assert torch.equal(odd, torch.where(step % 2 == 1, step, 0))
+        assert int(done.sum()) >= 1  # (CartPole ends within 80 steps of a random policy)
+
+
 def test_a_learner_pipeline_adds_no_host_read_and_its_errors_lose_one_batch() -> None:
     """GAE's checks travel with the sample's one read; a check that fails raises from
     sample() and the runner samples on."""
