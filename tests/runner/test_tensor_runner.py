@@ -251,6 +251,66 @@ def test_next_step_rows_equal_the_numpy_path_with_exactly_the_fragment_per_sub_e
     assert set(ended.tolist()) <= {r["episode_id"] for r in records}
 
 
+class _Lengths(gym.vector.VectorEnv):
+    """A NEXT_STEP torch vector env whose sub-env ``e`` ends every episode after
+    ``e + 1`` steps (sub-env 0 after every step: reset, step, reset, ...); its
+    observation is (env steps so far, episode step)."""
+
+    metadata = {"autoreset_mode": NEXT}
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs, self.device = num_envs, torch.device("cpu")
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.length = torch.arange(num_envs) + 1
+        self.steps = 0
+        self.t = torch.zeros(num_envs, dtype=torch.int64)
+        self.ended = torch.zeros(num_envs, dtype=torch.bool)
+
+    def _obs(self) -> torch.Tensor:
+        return torch.stack([torch.full((self.num_envs,), self.steps), self.t], 1).float()
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        self.steps, self.t, self.ended = 0, torch.zeros_like(self.t), torch.zeros_like(self.ended)
+        return self._obs(), {}
+
+    def step(self, actions: Any) -> Any:
+        self.steps += 1
+        resetting = self.ended
+        self.t = torch.where(resetting, 0, self.t + 1)
+        term = ~resetting & (self.t >= self.length)
+        self.ended = term
+        reward = (~resetting).float()
+        return self._obs(), reward, term, torch.zeros_like(term), {}
+
+
+def test_next_step_extra_rounds_cover_the_worst_deficit_in_one_more_read() -> None:
+    """Sub-env 0 spends every other step on a reset, the others fewer: each sample still
+    gives every sub-env exactly T rows with at most two reads, and each sub-env's rows
+    are its env steps less its reset steps, in order, across samples."""
+    n, t, samples = 4, 7, 5
+    runner = _runner(_Lengths(n), rollout_fragment_length=t)
+    batches = []
+    for _ in range(samples):
+        with HostReadCounter() as reads:
+            batches.append(runner.sample())
+        assert reads.by_name["cpu"] == 2
+    for b in batches:
+        assert _rows_per_env(b, n) == [t] * n and b.time_major()["obs"].shape == (t, n, 2)
+    for e in range(n):
+        steps = torch.cat([b["new_obs"][b["env_id"] == e][:, 0] for b in batches])
+        every = torch.arange(1, 3 * samples * t, dtype=torch.float32)
+        transitions = every[every % (e + 2) != 0]  # step k * (length + 1) only resets
+        assert torch.equal(steps, transitions[: samples * t]), e
+        rows = {k: torch.cat([b[k][b["env_id"] == e] for b in batches]) for k in ("t", "rewards")}
+        assert torch.equal(rows["t"], torch.arange(samples * t) % (e + 1))
+        assert bool((rows["rewards"] == 1).all())
+
+
 def test_next_step_episode_records_and_callbacks_match_the_rows() -> None:
     """The episodes that end in the extra rounds are reported by the sample that polled
     them: one record and one on_episode_end per end, their lengths and returns those of

@@ -115,8 +115,7 @@ class NextStepRows:
         r = store.rows
         agents = r // valid.shape[1]
         carry = self._carry.setdefault(pid, _Carry(r))
-        quota = np.full(valid.shape[1], store.rounds, dtype=np.int64)
-        quota[list(bad)] = np.iinfo(np.int64).max
+        quota = _quota(valid.shape[1], store.rounds, bad)
         plan = _plan(
             np.tile(valid.T, (agents, 1)), carry.counts, np.tile(quota, agents), carry, self.device
         )
@@ -156,16 +155,26 @@ class NextStepRows:
         carry.counts = carry.counts + np.tile(valid.sum(0), store.rows // valid.shape[1])
         carry.counts -= plan.counts
 
-    def finish(self, valid: np.ndarray, ended_last: np.ndarray, bad: Mapping[int, int]) -> None:
-        """After the batches are built: the per-sub-env carried counts, and which
-        sub-envs' next step (the next sample's first) only resets them (not the
-        faulty ones: they are reset by mask)."""
-        any_carry = next(iter(self._carry.values()), None)
-        n = valid.shape[1]
-        if any_carry is not None:
-            self.carried = any_carry.counts[:n].copy()
+    def finish(
+        self, valid: np.ndarray, ended_last: np.ndarray, bad: Mapping[int, int], rounds: int
+    ) -> int:
+        """After the batches (of ``rounds`` rows per sub-env) are built: the rows each
+        sub-env carries on, and which sub-envs' next step (the next sample's first) only
+        resets them (not the faulty ones: they are reset by mask); the env steps handed
+        out."""
+        have = self.carried + valid.sum(0)
+        out = np.minimum(have, _quota(valid.shape[1], rounds, bad))
+        self.carried = have - out
         self.first_resets = ended_last.copy()
         self.first_resets[list(bad)] = False
+        return int(out.sum())
+
+
+def _quota(num_envs: int, rounds: int, bad: Mapping[int, int]) -> np.ndarray:
+    """(N,) the most rows each sub-env hands out: ``rounds``, all for a faulty one."""
+    quota = np.full(num_envs, rounds, dtype=np.int64)
+    quota[list(bad)] = np.iinfo(np.int64).max
+    return quota
 
 
 def rows_meta(counts: np.ndarray) -> dict[str, Any]:

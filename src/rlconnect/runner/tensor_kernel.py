@@ -238,10 +238,8 @@ class TensorKernel:
             pid: rows.build(pid, store, valid, bad, self._constant(pid))
             for pid, store in stores.items()
         }
-        rows.finish(valid, ended[-1], bad)
+        steps = rows.finish(valid, ended[-1], bad, self.rounds)
         self._close_sample(reads, bad)
-        first = next(iter(batches.values()), None)
-        steps = 0 if first is None else len(first) // len(self.layouts[next(iter(batches))].agents)
         return TensorSample(batches, steps, None)
 
     def _constant(self, pid: str) -> dict[str, Any]:
