@@ -267,7 +267,7 @@ class _Lengths(gym.vector.VectorEnv):
         )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.length = torch.arange(num_envs) + 1
-        self.steps = 0
+        self.steps, self.poison_at = 0, 0
         self.t = torch.zeros(num_envs, dtype=torch.int64)
         self.ended = torch.zeros(num_envs, dtype=torch.bool)
 
@@ -275,7 +275,11 @@ class _Lengths(gym.vector.VectorEnv):
         return torch.stack([torch.full((self.num_envs,), self.steps), self.t], 1).float()
 
     def reset(self, *, seed: Any = None, options: Any = None) -> Any:
-        self.steps, self.t, self.ended = 0, torch.zeros_like(self.t), torch.zeros_like(self.ended)
+        mask = (options or {}).get("reset_mask")
+        if mask is None:
+            self.steps = 0
+            mask = torch.ones_like(self.ended)
+        self.t, self.ended = self.t.masked_fill(mask, 0), self.ended & ~mask
         return self._obs(), {}
 
     def step(self, actions: Any) -> Any:
@@ -285,7 +289,10 @@ class _Lengths(gym.vector.VectorEnv):
         term = ~resetting & (self.t >= self.length)
         self.ended = term
         reward = (~resetting).float()
-        return self._obs(), reward, term, torch.zeros_like(term), {}
+        obs = self._obs()
+        if self.steps == self.poison_at:  # sub-env 3's observation
+            obs[3, 1] = float("nan")
+        return obs, reward, term, torch.zeros_like(term), {}
 
 
 def test_next_step_extra_rounds_cover_the_worst_deficit_in_one_more_read() -> None:
@@ -309,6 +316,36 @@ def test_next_step_extra_rounds_cover_the_worst_deficit_in_one_more_read() -> No
         rows = {k: torch.cat([b[k][b["env_id"] == e] for b in batches]) for k in ("t", "rewards")}
         assert torch.equal(rows["t"], torch.arange(samples * t) % (e + 1))
         assert bool((rows["rewards"] == 1).all())
+
+
+def test_a_next_step_fault_before_extra_rounds_drops_the_rest_of_its_sample() -> None:
+    """Sub-env 3 returns a NaN at its third step, found by the first read; the extra
+    rounds (sub-env 0 resets every other step) step it on, but none of its rows from the
+    bad one on is handed out or carried, its later episode ends are left out, and it is
+    restarted once, after the sample's second read: its next sample starts afresh."""
+    n, t = 4, 7
+    env = _Lengths(n)
+    env.poison_at = 3
+    callbacks = _EpisodeEnds()
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        callbacks=callbacks,
+        config=rc.RunnerConfig(
+            num_envs=n, rollout_fragment_length=t, seed=0, restart_failed_sub_environments=True
+        ),
+    )
+    first = runner.sample()
+    assert runner._kernel.reads == 2 and _rows_per_env(first, n) == [t, t, t, 2]
+    assert torch.isfinite(first["new_obs"]).all()
+    faulty = [e for e in callbacks.ends if e[4]]
+    assert [(e[0], e[2], e[3]) for e in faulty] == [(3, 2, 2.0)]
+    assert not [e for e in callbacks.ends if e[0] == 3 and not e[4]]  # (ends after it)
+    second = runner.sample()
+    assert _rows_per_env(second, n) == [t] * n and second.meta["rows_per_env"] == t
+    rows3 = second["env_id"] == 3
+    assert second["t"][rows3].tolist() == [0, 1, 2, 3, 0, 1, 2]  # a new episode, length 4
+    assert runner.failure is None
 
 
 def test_next_step_episode_records_and_callbacks_match_the_rows() -> None:
