@@ -681,8 +681,6 @@ MANY_ATTRIBUTES = {
     "serve/http.py:Listener": "a server socket's accept loop, limits and live connections",
     "envs/envpool_env.py:EnvPoolEnv": "the pool, its spaces and its asynchronous-send state",
     "envs/workers/pool.py:WorkerEnvs": "worker processes, their shared blocks and faults",
-    "runner/tensor_kernel.py:TensorKernel": "the tensor poll's layouts and inputs, with the "
-    "NEXT_STEP resets, faults and infos of the features that joined it last",
 }
 
 

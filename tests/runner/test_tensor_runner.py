@@ -114,8 +114,11 @@ def test_stateful_connectors_give_the_numpy_path_rows(mode: Any) -> None:
     assert ended >= n // 2  # the comparison crossed episode ends (new stacks, masked)
 
 
-def test_a_round_reads_nothing_and_a_sample_reads_once() -> None:
-    env = BatchedCartPole(64, autoreset_mode=SAME)
+@pytest.mark.parametrize("mode", [SAME, NEXT])
+def test_a_round_reads_nothing_and_a_sample_reads_once(mode: Any) -> None:
+    """A NEXT_STEP env's sample reads twice where a sub-env reset (its extra rounds'
+    read); its extra rounds read nothing either."""
+    env = BatchedCartPole(64, autoreset_mode=mode)
     runner = _runner(env, rollout_fragment_length=16)
     runner.sample()  # the first sample resets and builds what it needs
     kernel = runner._kernel
@@ -130,8 +133,9 @@ def test_a_round_reads_nothing_and_a_sample_reads_once() -> None:
     kernel.step = counted  # type: ignore[method-assign]
     with HostReadCounter() as whole:
         batch = runner.sample()
-    assert len(per_round) == 16 and all(reads == {} for reads in per_round)
-    assert whole.by_name["cpu"] == 1  # the one transfer
+    assert len(per_round) >= 16 and all(reads == {} for reads in per_round)
+    assert whole.by_name["cpu"] == (1 if mode is SAME else 2)  # the one transfer (two)
+    assert len(per_round) > 16 or mode is SAME  # (64 sub-envs: some reset in 16 rounds)
     assert set(whole.by_name) <= {"cpu", "numpy", "__array__"}  # ... and its host copy
     assert len(batch) == 64 * 16
 
@@ -199,37 +203,187 @@ def test_a_same_step_env_cannot_take_a_horizon() -> None:
         _runner(BatchedCartPole(2, autoreset_mode=SAME), horizon=5)
 
 
-def test_next_step_rows_equal_the_numpy_path_and_reset_steps_are_no_rows() -> None:
+def test_next_step_rows_equal_the_numpy_path_with_exactly_the_fragment_per_sub_env() -> None:
     """NEXT_STEP: the step after a sub-env ended only resets it; on both paths that step
-    is no row, so each sub-env's rows over two samples are the numpy path's rows of it,
-    and a sub-env gives one row fewer per reset (time_major() says why it cannot fold)."""
-    n, t = 6, 60
+    is no row. The tensor path makes up for it with extra rounds, carrying the rows beyond
+    the fragment into the next sample: every sub-env has exactly T rows in every sample,
+    ``time_major()`` folds them, and each sub-env's rows over consecutive samples are the
+    numpy path's rows of it, with the same episode cuts and no row lost or repeated."""
+    n, t, samples = 6, 60, 3
     tensor_env = BatchedCartPole(n, autoreset_mode=NEXT)
     numpy_env = NumpyView(BatchedCartPole(n, autoreset_mode=NEXT))
     tp, np_policy = _policy(tensor_env), _policy(tensor_env)
     np_policy.set_weights(tp.get_weights())
     runner = _runner(tensor_env, tp, rollout_fragment_length=t, explore=False)
-    tbs = [runner.sample() for _ in range(2)]
+    tbs = []
+    for _ in range(samples):
+        with HostReadCounter() as reads:
+            tbs.append(runner.sample())
+        assert reads.by_name["cpu"] <= 2  # the sample's read, and its extra rounds'
     nb = _runner(
-        numpy_env, np_policy, rollout_fragment_length=3 * t, explore=False, tensor=False
+        numpy_env, np_policy, rollout_fragment_length=2 * samples * t, explore=False, tensor=False
     ).sample()
-    resets = 0
+    for b in tbs:
+        assert _rows_per_env(b, n) == [t] * n and b.meta["rows_per_env"] == t
+        tm = b.time_major()
+        assert tm["obs"].shape == (t, n, 4) and torch.equal(tm["env_id"][0], torch.arange(n))
+    ends = 0
+    columns = ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t")
     for e in range(n):
         mine = {
             k: np.concatenate([b[k][b["env_id"] == e].numpy() for b in tbs])
-            for k in ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds", "t")
+            for k in (*columns, "eps_id")
         }
         theirs = {k: v[nb["env_id"] == e] for k, v in nb.items() if k != "infos"}
-        rows = len(mine["obs"])
-        ends = int(mine["terminateds"][:-1].sum()) + int(mine["truncateds"][:-1].sum())
-        assert rows <= 2 * t and rows >= 2 * t - ends - 1
-        for col, value in mine.items():
-            np.testing.assert_allclose(value, theirs[col][:rows], atol=1e-6, err_msg=col)
-        resets += 2 * t - rows
-    assert resets >= n  # the comparison crossed reset steps
-    assert sum(len(b) for b in tbs) == 2 * n * t - resets  # reset steps are no rows
-    with pytest.raises(ValueError, match="drops the rows of NEXT_STEP resets"):
-        next(b for b in tbs if "rows_per_env" not in b.meta).time_major()
+        assert len(mine["obs"]) == samples * t <= len(theirs["obs"])
+        for col in columns:
+            np.testing.assert_allclose(
+                mine[col], theirs[col][: samples * t], atol=1e-6, err_msg=col
+            )
+        cuts = np.flatnonzero(np.diff(mine["eps_id"]))
+        np.testing.assert_array_equal(
+            cuts, np.flatnonzero(np.diff(theirs["eps_id"][: samples * t]))
+        )
+        ends += int(mine["terminateds"].sum())
+    assert ends >= 2 * n  # the comparison crossed reset steps
+    records = runner.get_metrics()
+    ended = torch.cat([b["eps_id"][b["terminateds"] | b["truncateds"]] for b in tbs])
+    assert set(ended.tolist()) <= {r["episode_id"] for r in records}
+
+
+class _Lengths(gym.vector.VectorEnv):
+    """A NEXT_STEP torch vector env whose sub-env ``e`` ends every episode after
+    ``e + 1`` steps (sub-env 0 after every step: reset, step, reset, ...); its
+    observation is (env steps so far, episode step)."""
+
+    metadata = {"autoreset_mode": NEXT}
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs, self.device = num_envs, torch.device("cpu")
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self.length = torch.arange(num_envs) + 1
+        self.steps, self.poison_at = 0, 0
+        self.t = torch.zeros(num_envs, dtype=torch.int64)
+        self.ended = torch.zeros(num_envs, dtype=torch.bool)
+
+    def _obs(self) -> torch.Tensor:
+        return torch.stack([torch.full((self.num_envs,), self.steps), self.t], 1).float()
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        mask = (options or {}).get("reset_mask")
+        if mask is None:
+            self.steps = 0
+            mask = torch.ones_like(self.ended)
+        self.t, self.ended = self.t.masked_fill(mask, 0), self.ended & ~mask
+        return self._obs(), {}
+
+    def step(self, actions: Any) -> Any:
+        self.steps += 1
+        resetting = self.ended
+        self.t = torch.where(resetting, 0, self.t + 1)
+        term = ~resetting & (self.t >= self.length)
+        self.ended = term
+        reward = (~resetting).float()
+        obs = self._obs()
+        if self.steps == self.poison_at:  # sub-env 3's observation
+            obs[3, 1] = float("nan")
+        return obs, reward, term, torch.zeros_like(term), {}
+
+
+def test_next_step_extra_rounds_cover_the_worst_deficit_in_one_more_read() -> None:
+    """Sub-env 0 spends every other step on a reset, the others fewer: each sample still
+    gives every sub-env exactly T rows with at most two reads, and each sub-env's rows
+    are its env steps less its reset steps, in order, across samples."""
+    n, t, samples = 4, 7, 5
+    runner = _runner(_Lengths(n), rollout_fragment_length=t)
+    batches = []
+    for _ in range(samples):
+        with HostReadCounter() as reads:
+            batches.append(runner.sample())
+        assert reads.by_name["cpu"] == 2
+    for b in batches:
+        assert _rows_per_env(b, n) == [t] * n and b.time_major()["obs"].shape == (t, n, 2)
+    for e in range(n):
+        steps = torch.cat([b["new_obs"][b["env_id"] == e][:, 0] for b in batches])
+        every = torch.arange(1, 3 * samples * t, dtype=torch.float32)
+        transitions = every[every % (e + 2) != 0]  # step k * (length + 1) only resets
+        assert torch.equal(steps, transitions[: samples * t]), e
+        rows = {k: torch.cat([b[k][b["env_id"] == e] for b in batches]) for k in ("t", "rewards")}
+        assert torch.equal(rows["t"], torch.arange(samples * t) % (e + 1))
+        assert bool((rows["rewards"] == 1).all())
+
+
+def test_a_next_step_fault_before_extra_rounds_drops_the_rest_of_its_sample() -> None:
+    """Sub-env 3 returns a NaN at its third step, found by the first read; the extra
+    rounds (sub-env 0 resets every other step) step it on, but none of its rows from the
+    bad one on is handed out or carried, its later episode ends are left out, and it is
+    restarted once, after the sample's second read: its next sample starts afresh."""
+    n, t = 4, 7
+    env = _Lengths(n)
+    env.poison_at = 3
+    callbacks = _EpisodeEnds()
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        callbacks=callbacks,
+        config=rc.RunnerConfig(
+            num_envs=n, rollout_fragment_length=t, seed=0, restart_failed_sub_environments=True
+        ),
+    )
+    first = runner.sample()
+    assert runner._kernel.reads == 2 and _rows_per_env(first, n) == [t, t, t, 2]
+    assert torch.isfinite(first["new_obs"]).all()
+    faulty = [e for e in callbacks.ends if e[4]]
+    assert [(e[0], e[2], e[3]) for e in faulty] == [(3, 2, 2.0)]
+    assert not [e for e in callbacks.ends if e[0] == 3 and not e[4]]  # (ends after it)
+    second = runner.sample()
+    assert _rows_per_env(second, n) == [t] * n and second.meta["rows_per_env"] == t
+    rows3 = second["env_id"] == 3
+    assert second["t"][rows3].tolist() == [0, 1, 2, 3, 0, 1, 2]  # a new episode, length 4
+    assert runner.failure is None
+
+
+def test_next_step_episode_records_and_callbacks_match_the_rows() -> None:
+    """The episodes that end in the extra rounds are reported by the sample that polled
+    them: one record and one on_episode_end per end, their lengths and returns those of
+    the rows, ids unique; carried rows keep the weights_seq they were recorded with."""
+    ends: list[tuple[int, int, float]] = []
+
+    class Ends(rc.Callbacks):
+        def on_episode_end(self, *, episode: rc.Episode, env_index: int, **kwargs: Any) -> None:
+            ends.append((episode.episode_id, episode.length, episode.total_reward))
+
+    n, t = 16, 24
+    env = BatchedCartPole(n, autoreset_mode=NEXT)
+    runner = rc.EnvRunner(
+        env,
+        _policy(env),
+        callbacks=Ends(),
+        config=rc.RunnerConfig(num_envs=n, rollout_fragment_length=t, seed=0),
+    )
+    batches = []
+    for i in range(6):
+        batches.append(runner.sample())
+        runner.set_weights({"default_policy": runner.get_weights()["default_policy"]})
+        assert int(batches[-1]["weights_seq"].max()) == i  # (a carried row: an older one)
+    records = runner.get_metrics()
+    assert sorted((r["episode_id"], r["episode_length"]) for r in records) == sorted(
+        (eps, length) for eps, length, _ in ends
+    )
+    assert len({r["episode_id"] for r in records}) == len(records)
+    rows = {k: torch.cat([b[k] for b in batches]) for k in ("eps_id", "terminateds", "t")}
+    by_id = {r["episode_id"]: r for r in records}
+    last = rows["terminateds"]
+    for eps, t_last in zip(rows["eps_id"][last].tolist(), rows["t"][last].tolist()):
+        assert by_id[eps]["episode_length"] == t_last + 1
+        assert by_id[eps]["episode_reward"] == pytest.approx(t_last + 1)
+    assert set(rows["eps_id"][last].tolist()) <= set(by_id)  # (perhaps a sample early)
+    assert any(int(b["weights_seq"].min()) < int(b["weights_seq"].max()) for b in batches)
 
 
 class _NoFinalObs(gym.vector.VectorWrapper):
@@ -512,15 +666,29 @@ def _rows_per_env(batch: rc.SampleBatch, n: int) -> list[int]:
     return torch.bincount(batch["env_id"], minlength=n).tolist()
 
 
-@pytest.mark.parametrize("mode", [DISABLED, SAME])
+class _EpisodeEnds(rc.Callbacks):
+    """Records every on_episode_end: (env_index, id, length, total reward, faulty)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[tuple[int, int, int, float, bool]] = []
+
+    def on_episode_end(self, *, episode: rc.Episode, env_index: int, **kwargs: Any) -> None:
+        ep = episode
+        self.ends.append((env_index, ep.episode_id, ep.length, ep.total_reward, ep.faulty))
+
+
+@pytest.mark.parametrize("mode", [DISABLED, SAME, NEXT])
 @pytest.mark.parametrize("pipeline", [False, True])
 def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
     mode: Any, pipeline: bool
 ) -> None:
     """restart_failed_sub_environments: the sub-env that returned a NaN at its third step
     (round 2) keeps its rows before it, is reset, and gives whole fragments again; its
-    episode is reported faulty; the value reaches no row. Found on the recorded rows
-    (empty agent pipeline) or at each round (a pipeline): the same outcome."""
+    episode is reported faulty, with on_episode_end, its length and return those of the
+    two steps before the bad one (as on the numpy path); the value reaches no row. Found
+    on the recorded rows (empty agent pipeline) or at each round (a pipeline, and every
+    NEXT_STEP env): the same outcome."""
     n, t = 8, 6
     env = _PoisonAt(BatchedCartPole(n, autoreset_mode=mode), sub_env=5, step=3)
     agent_pipelines = (
@@ -532,9 +700,11 @@ def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
         if pipeline
         else None
     )
+    callbacks = _EpisodeEnds()
     runner = rc.EnvRunner(
         env,
         _policy(env),
+        callbacks=callbacks,
         config=rc.RunnerConfig(
             num_envs=n, rollout_fragment_length=t, seed=0, restart_failed_sub_environments=True
         ),
@@ -542,21 +712,76 @@ def test_restarts_drop_a_faulty_sub_envs_rows_from_the_bad_step_and_reset_it(
     )
     first = runner.sample()
     # located by a second read when found on the recorded rows, in that sample only
-    assert runner._kernel.reads == (1 if pipeline else 2)
+    assert runner._kernel.reads == (1 if pipeline or mode is NEXT else 2)
     assert _rows_per_env(first, n) == [t] * 5 + [2] + [t] * 2
     assert torch.isfinite(first["obs"]).all() and torch.isfinite(first["new_obs"]).all()
     with pytest.raises(ValueError, match="faulty sub-envs"):
         first.time_major()
     faulty = [r for r in runner.get_metrics() if r["episode_faulty"]]
-    assert [(r["env_id"], r["episode_length"]) for r in faulty] == [(5, 3)]
+    assert [(r["env_id"], r["episode_length"], r["episode_reward"]) for r in faulty] == [
+        (5, 2, 2.0)
+    ]
+    assert faulty[0]["agent_rewards"] == {("agent0", "default_policy"): 2.0}
+    assert callbacks.ends == [(5, faulty[0]["episode_id"], 2, 2.0, True)]
     second = runner.sample()
-    assert runner._kernel.reads == (2 if pipeline else 3)
     assert _rows_per_env(second, n) == [t] * n and second.meta["rows_per_env"] == t
     rows5 = second["env_id"] == 5
     assert second["t"][rows5][0] == 0  # reset: a new episode, with a new id
     assert second["eps_id"][rows5][0] not in first["eps_id"].tolist()
     assert second.time_major()["obs"].shape == (t, n, 4)
     assert runner.failure is None
+
+
+class _BadRestart(_PoisonAt):
+    """As ``_PoisonAt``, and a reset by mask (a restart) gives its sub-env a NaN
+    observation."""
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        obs, info = self.env.reset(seed=seed, options=options)
+        if options:
+            obs = obs.clone()
+            obs[self.sub_env, 1] = float("nan")
+        return obs, info
+
+
+@pytest.mark.parametrize("mode", [DISABLED, NEXT])
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_a_restart_that_resets_to_a_nan_fails_again_and_reaches_no_row(
+    mode: Any, pipeline: bool
+) -> None:
+    """The reset observations of a restarted sub-env are finite-checked with the next
+    sample's read (no read of their own): a NaN there is a failure of that sub-env again
+    (its rows dropped, its episode faulty, the MeanStdFilter never fed it), until the
+    restart limit names it, as on the numpy path."""
+    n, t = 6, 5
+    env = _BadRestart(BatchedCartPole(n, autoreset_mode=mode), sub_env=2, step=2)
+    runner = _runner(
+        env,
+        rollout_fragment_length=t,
+        restart_failed_sub_environments=True,
+        sub_env_restart_limit=2,
+        observation_filter="MeanStdFilter" if pipeline else "NoFilter",
+    )
+    assert _rows_per_env(runner.sample(), n) == [t, t, 1, t, t, t]
+    with HostReadCounter() as reads:
+        second = runner.sample()  # the reset's NaN: found by this sample's read
+    # a second read: NEXT_STEP's extra rounds, or the rows search on the recorded rows
+    # (the MeanStdFilter's sync point makes one of its own in every sample)
+    if mode is NEXT:
+        assert reads.by_name["cpu"] <= 2 + pipeline
+    else:
+        assert reads.by_name["cpu"] == (1 if pipeline else 2) + pipeline
+    assert _rows_per_env(second, n) == [t, t, 0, t, t, t]
+    assert torch.isfinite(second["obs"]).all() and torch.isfinite(second["new_obs"]).all()
+    faulty = [
+        (r["env_id"], r["episode_length"]) for r in runner.get_metrics() if r["episode_faulty"]
+    ]
+    assert faulty == [(2, 1), (2, 0)]
+    if pipeline:
+        stats = runner.get_connector_states()["default_policy"]["agent"]["MeanStdFilter"]
+        assert np.isfinite(stats["mean"]).all() and np.isfinite(stats["m2"]).all()
+    with pytest.raises(rc.EnvError, match=r"sub-env 2 failed 3 times in a row"):
+        runner.sample()
 
 
 class _PoisonAlways(gym.vector.VectorWrapper):
@@ -632,6 +857,28 @@ def test_record_infos_fills_a_missing_key_with_zeros_and_leaves_out_non_rows() -
     batch = runner.sample()
     assert set(batch["infos"]) == {"odd"}
     assert batch["infos"]["odd"].tolist() == [1, 0, 3, 0, 1, 0, 3, 0]
+
+
+def test_next_step_carried_rows_keep_their_nested_infos_and_time_order() -> None:
+    """A nested column (``infos``) goes through the carry like the others: per sub-env,
+    the env step each row was recorded at (``infos["odd"]``, at odd steps) runs on over
+    consecutive samples, skipping exactly the reset steps, none lost or repeated."""
+    n, t = 8, 10
+    runner = _runner(
+        _SometimesInfo(BatchedCartPole(n, autoreset_mode=NEXT)),
+        rollout_fragment_length=t,
+        record_infos=True,
+    )
+    batches = [runner.sample() for _ in range(8)]
+    assert all(_rows_per_env(b, n) == [t] * n for b in batches)
+    for e in range(n):
+        odd = torch.cat([b["infos"]["odd"][b["env_id"] == e] for b in batches])
+        done = torch.cat([(b["terminateds"] | b["truncateds"])[b["env_id"] == e] for b in batches])
+        # row i is env step i + 1 + (ends before it): each end costs one reset step
+        ends_before = torch.cumsum(done.to(torch.int64), 0) - done.to(torch.int64)
+        step = torch.arange(len(odd)) + 1 + ends_before
+        assert torch.equal(odd, torch.where(step % 2 == 1, step, 0))
+        assert int(done.sum()) >= 1  # (CartPole ends within 80 steps of a random policy)
 
 
 def test_a_learner_pipeline_adds_no_host_read_and_its_errors_lose_one_batch() -> None:

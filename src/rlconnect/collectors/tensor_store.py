@@ -38,6 +38,7 @@ class TensorStore:
 
     def __init__(self, rounds: int, rows: int, device: torch.device) -> None:
         self.rounds, self.rows, self.device = rounds, rows, device
+        self.capacity = rounds  #: the rounds the columns have room for (``reserve``)
         self._columns: dict[str, Any] = {}
         self._rounds: dict[str, list[Any]] = {}  # per column: the view of each round's row
         self._written: set[str] = set()  # the columns this sample wrote
@@ -52,8 +53,34 @@ class TensorStore:
             rows = self._rounds.get(name)
             if rows is None:
                 store = self._columns[name] = self._alloc(value)
-                rows = self._rounds[name] = _round_views(store, self.rounds)
+                rows = self._rounds[name] = _round_views(store, self.capacity)
             _write(rows[k], value)
+
+    def reserve(self, rounds: int) -> None:
+        """Room for ``rounds`` rounds (a NEXT_STEP sample's extra rounds): the columns
+        grown, the rows written so far kept; ``build`` still hands out the first
+        ``rounds`` given at construction unless told otherwise."""
+        if rounds <= self.capacity:
+            return
+        old, self.capacity = self.capacity, rounds
+
+        def grow(store: torch.Tensor) -> torch.Tensor:
+            out = torch.empty((rounds, *store.shape[1:]), dtype=store.dtype, device=self.device)
+            out[:old] = store
+            return out
+
+        for name, store in self._columns.items():
+            self._columns[name] = _map(grow, store)
+            self._rounds[name] = _round_views(self._columns[name], rounds)
+
+    def rows_of(self, name: str, rounds: int) -> Any:
+        """Column ``name``'s first ``rounds`` rounds as time-major rows ``(rounds * R, ...)``
+        (views; a nest for a nested column)."""
+        return _map(lambda x: x[:rounds].reshape(-1, *x.shape[2:]), self._columns[name])
+
+    def written(self) -> list[str]:
+        """The columns this sample wrote."""
+        return [name for name in self._columns if name in self._written]
 
     def _alloc(self, value: Any) -> Any:
         if isinstance(value, Mapping):
@@ -62,8 +89,8 @@ class TensorStore:
             return tuple(self._alloc(v) for v in value)
         if isinstance(value, int | float):
             dtype = torch.int64 if isinstance(value, int) else torch.float32
-            return torch.empty((self.rounds, self.rows), dtype=dtype, device=self.device)
-        shape = (self.rounds, self.rows, *value.shape[1:])
+            return torch.empty((self.capacity, self.rows), dtype=dtype, device=self.device)
+        shape = (self.capacity, self.rows, *value.shape[1:])
         return torch.empty(shape, dtype=value.dtype, device=self.device)
 
     def build(self, constant: Mapping[str, Any], keep: torch.Tensor | None = None) -> SampleBatch:
@@ -73,7 +100,7 @@ class TensorStore:
         of the rows to hand out (the others are dropped; the caller sets the layout meta);
         None: all."""
         t, r = self.rounds, self.rows
-        fn: Callable[[torch.Tensor], torch.Tensor] = _slot_major
+        fn: Callable[[torch.Tensor], torch.Tensor] = functools.partial(_slot_major, rounds=t)
         count = r * t
         if keep is not None:  # one gather: slot-major row s * T + k is storage row k * R + s
             fn, count = functools.partial(_gather, at=(keep % t) * r + keep // t), len(keep)
@@ -95,7 +122,7 @@ class TensorStore:
         whose sum overflows (a false alarm ``first_nonfinite`` clears; a float64 sum would
         not overflow for float32 values, but converts the column first, 15x the cost)."""
         sums = [
-            leaf.sum()
+            leaf[: self.rounds].sum()
             for name in names
             for leaf in _leaves(self._columns[name])
             if leaf.is_floating_point()
@@ -116,7 +143,7 @@ class TensorStore:
             ok = torch.ones((t, r), dtype=torch.bool, device=self.device)
             for leaf in _leaves(self._columns[name]):
                 if leaf.is_floating_point():
-                    ok &= torch.isfinite(leaf.reshape(t, r, -1)).all(2)
+                    ok &= torch.isfinite(leaf[:t].reshape(t, r, -1)).all(2)
             return torch.where(ok, t, rounds).amin(0)
 
         before, reward = first("obs"), first("rewards")
@@ -133,12 +160,14 @@ class TensorStore:
 _ONE_ELEMENT = {2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
 
 
-def _slot_major(store: torch.Tensor) -> torch.Tensor:
-    """``[T, R, ...]`` storage as ``(R * T, ...)`` rows, slot major, in a new tensor.
+def _slot_major(store: torch.Tensor, rounds: int) -> torch.Tensor:
+    """The first ``rounds`` rounds (T) of ``[rounds+, R, ...]`` storage as ``(R * T, ...)``
+    rows, slot major, in a new tensor.
 
     torch's CPU copy transposes a 2-D tensor in cache-sized blocks but a ``[T, R, k]`` one
     element by element: a row of 2 to 16 bytes (``obs`` of 4 float32, say) is moved as
     one element of a dtype that wide, 1.5x-2x faster there (the same bytes either way)."""
+    store = store[:rounds]
     t, r = store.shape[:2]
     out = torch.empty((r, t, *store.shape[2:]), dtype=store.dtype, device=store.device)
     wide = _ONE_ELEMENT.get(store[0, 0].numel() * store.element_size())

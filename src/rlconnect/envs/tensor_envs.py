@@ -202,8 +202,9 @@ class TorchVectorEnv(TensorEnv):
     sub-env ends without it). DISABLED: ``restart`` calls
     ``reset(options={"reset_mask": ended})`` at every round (the mask is mostly all False;
     the env must accept that without work). NEXT_STEP: the step after a sub-env ended
-    returns its reset observation and ignores its action; that step is no transition, so
-    such a sub-env gives one row fewer per reset in a ``sample()``. ``reset_where``
+    returns its reset observation and ignores its action; that step is no transition (the
+    kernel polls extra steps to make up for it: ``rlconnect.collectors.tensor_carry``).
+    ``reset_where``
     (restarts after a non-finite value) needs ``reset(options={"reset_mask": mask})``.
     """
 

@@ -6,7 +6,8 @@
   multi-agent ``AgentSlots``; what ends comes back as an ``EpisodeEnds`` record for the
   collectors;
 - ``EpisodeHooks``: the episode callbacks with the arguments every call passes;
-- ``tensor_episodes``: the same table as tensors, for the tensor path (needs torch).
+- ``tensor_episodes``: the same table as tensors, for the tensor path (needs torch),
+  with ``finite_marks``, its deferred finite check.
 """
 
 from rlconnect.episodes.agents import AgentSlots

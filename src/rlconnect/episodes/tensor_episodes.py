@@ -5,7 +5,10 @@ ones end is device data. ``TensorEpisodes`` keeps the table of the running episo
 length, return per agent) on the device and updates it with masked whole-tensor
 operations, so a round reads nothing back. The episodes that end are logged, a tensor per
 round, and read back once per ``sample()`` (``read_back``): one transfer that also
-carries the first non-finite value each sub-env returned (the deferred finite check).
+carries the first non-finite value each sub-env returned (the deferred finite check). A
+``sample()`` may read its rounds in two parts (``read_back(rounds=...)``: a NEXT_STEP
+env's extra rounds); a faulty sub-env is reported once, at the read that finds it, and
+its marks stay until it is restarted (``restart_where``).
 Per-episode records are made from that read only when ``get_metrics()`` asks for them;
 ``metrics()`` folds the arrays (``hand_over``).
 """
@@ -21,23 +24,36 @@ import numpy as np
 import torch
 
 from rlconnect.episodes.episode import Episode
+from rlconnect.episodes.finite_marks import NONE, FiniteMarks
 from rlconnect.errors import EnvCheckError
 
 __all__ = ["EndedEpisodes", "SampleRead", "TensorEpisodes"]
 
 _FIELDS = ("obs", "reward")  #: what a non-finite value was found in, by code
-_NONE = -1  #: no non-finite value (an episode step otherwise)
 
 
 class EndedEpisodes:
     """The episodes that ended during one ``sample()``, as host arrays: ``eps_id``,
     ``env_id``, ``length`` (N_ended,) and ``returns`` (N_ended, A), agents in ``agents``
-    order."""
+    order; ``faulty``: they were dropped as faulty (restart_failed_sub_environments)."""
 
     def __init__(
-        self, eps_id: np.ndarray, env_id: np.ndarray, length: np.ndarray, returns: np.ndarray
+        self,
+        eps_id: np.ndarray,
+        env_id: np.ndarray,
+        length: np.ndarray,
+        returns: np.ndarray,
+        *,
+        faulty: bool = False,
     ) -> None:
         self.eps_id, self.env_id, self.length, self.returns = eps_id, env_id, length, returns
+        self.faulty = faulty
+
+    @classmethod
+    def empty(cls, agents: int) -> EndedEpisodes:
+        """No episodes (of ``agents`` agents)."""
+        no = np.zeros(0, dtype=np.int64)
+        return cls(no, no, no, np.zeros((0, agents)))
 
     def __len__(self) -> int:
         return len(self.eps_id)
@@ -45,22 +61,29 @@ class EndedEpisodes:
     def where(self, keep: np.ndarray) -> EndedEpisodes:
         """The episodes where the bool array ``keep`` is True."""
         return EndedEpisodes(
-            self.eps_id[keep], self.env_id[keep], self.length[keep], self.returns[keep]
+            self.eps_id[keep],
+            self.env_id[keep],
+            self.length[keep],
+            self.returns[keep],
+            faulty=self.faulty,
         )
 
 
 @attrs.frozen
 class SampleRead:
-    """What the one host read of a ``sample()`` brought back: the episodes that ended
+    """What a host read of a ``sample()`` brought back: the episodes that ended
     (``ended``, without those of faulty sub-envs), the values of the flags read with it,
-    which sub-envs ended at each round (``ended_rounds`` (T, N) bool) and, when faulty
-    sub-envs are dropped rather than refused, ``bad``: sub-env -> the first round whose
-    values were not finite."""
+    which sub-envs ended at each round read (``ended_rounds`` (rounds, N) bool) and, when
+    faulty sub-envs are dropped rather than refused, ``bad``: sub-env -> the first round
+    whose values were not finite (those found by earlier reads of the sample too), and
+    ``faulty``: the episodes this read found faulty (length and returns of the steps
+    before the bad one)."""
 
     ended: EndedEpisodes
     flags: list[bool]
     ended_rounds: np.ndarray
     bad: dict[int, int]
+    faulty: EndedEpisodes
 
 
 class TensorEpisodes:
@@ -89,11 +112,12 @@ class TensorEpisodes:
         self._next = torch.zeros((), dtype=torch.int64, device=device)
         self._log = torch.zeros((0, 3 + len(self.agents), num_envs), dtype=torch.float64)
         self._log_rows: list[tuple[torch.Tensor, ...]] = []  # per round: views of its row
-        self._bad_poll = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
-        self._bad_round = torch.full((num_envs,), _NONE, dtype=torch.int64, device=device)
-        self._bad_field = torch.zeros(num_envs, dtype=torch.int64, device=device)
+        self._rounds = 0  # the rounds of this sample so far (``reserve``)
+        self._marks = FiniteMarks(num_envs, len(self.agents), device)
+        #: the returns as a sample began (what the recorded rows' check takes at round 0)
+        self._start_returns = torch.zeros_like(self.returns)
         self._ended: list[EndedEpisodes] = []
-        self._faulty: list[dict[str, Any]] = []  # records of episodes dropped as faulty
+        self._faulty: list[EndedEpisodes] = []  # episodes dropped as faulty
 
     def start(self) -> None:
         """Every sub-env begins an episode (the first round)."""
@@ -120,15 +144,23 @@ class TensorEpisodes:
             truncated = truncated | (self.length >= horizon)
         return terminated, truncated, terminated | truncated
 
-    def check_finite(self, obs_ok: torch.Tensor, reward_ok: torch.Tensor, k: int) -> None:
-        """Keep, per sub-env, the episode step (lengths advanced) and the round ``k`` at
-        which its observation or reward (N,) was first not finite (checked once per
-        ``sample()``, in ``read_back``): 0 for the observation, 1 for the reward in
-        ``_bad_field``."""
-        first = ~(obs_ok & reward_ok) & (self._bad_poll == _NONE)
-        self._bad_poll = torch.where(first, self.length, self._bad_poll)
-        self._bad_round.masked_fill_(first, k)
-        self._bad_field = torch.where(first, obs_ok, self._bad_field)
+    def check_finite(
+        self,
+        obs_ok: torch.Tensor,
+        reward_ok: torch.Tensor,
+        k: int,
+        resets: torch.Tensor | None = None,
+    ) -> None:
+        """Keep, per sub-env, the episode step and the round ``k`` at which its
+        observation or reward (N,) was first not finite (checked once per ``sample()``, in
+        ``read_back``): 0 for the observation, 1 for the reward in ``_bad_field``; and the
+        returns before that step. Called before ``advance`` (with its ``resets``)."""
+        step = self.length + 1 if resets is None else self.length + ~resets
+        self._marks.mark(~(obs_ok & reward_ok), step, k, obs_ok, self.returns)
+
+    def faulty(self) -> torch.Tensor:
+        """(N,) bool: the sub-envs that returned a non-finite value since their restart."""
+        return self._marks.step != NONE
 
     def note_nonfinite(
         self, step: torch.Tensor, is_reward: torch.Tensor, bad: torch.Tensor, rounds: torch.Tensor
@@ -136,19 +168,38 @@ class TensorEpisodes:
         """The finite check done on a sample's recorded rows (``TensorStore``): per sub-env
         (N,) whether it found a NaN or inf (``bad``), at which episode step and round, and
         whether in the reward; kept unless an earlier one is."""
-        first = bad & (self._bad_poll == _NONE)
-        self._bad_poll = torch.where(first, step, self._bad_poll)
-        self._bad_round = torch.where(first, rounds, self._bad_round)
-        self._bad_field = torch.where(first, is_reward.to(torch.int64), self._bad_field)
+        self._marks.mark(bad, step, rounds, is_reward, self._returns_before(rounds))
+
+    def _returns_before(self, rounds: torch.Tensor) -> torch.Tensor:
+        """(A, N): each sub-env's returns before round ``rounds`` (N,) of this sample, from
+        the log (0 where its episode ended the round before; the start's at round 0)."""
+        log = self._log[: self._rounds]
+        before = torch.cat([self._start_returns.unsqueeze(0), log[:-1, 3:]])  # (T, A, N)
+        ended = torch.cat([torch.zeros_like(log[:1, 0]), log[:-1, 0]]) > 0.5  # (T, N)
+        before = before.masked_fill(ended.unsqueeze(1), 0.0)
+        at = rounds.clamp(0, len(log) - 1).reshape(1, 1, -1).expand(1, len(self.agents), -1)
+        return before.gather(0, at).squeeze(0)
 
     def begin_sample(self, rounds: int) -> None:
         """A ``sample()`` of ``rounds`` rounds starts: its log of ended episodes, one row
         per round of (ended, length, eps_id, return per agent) for every sub-env (made
         once, and written over by every sample: ``end`` writes each round's whole row)."""
-        shape = (rounds, 3 + len(self.agents), self.num_envs)
-        if self._log.shape != shape:
-            self._log = torch.zeros(shape, dtype=torch.float64, device=self.device)
-            self._log_rows = [(row[0], row[1], row[2], row[3:]) for row in self._log.unbind(0)]
+        self._rounds = 0
+        self.reserve(rounds)
+        self._start_returns.copy_(self.returns)
+
+    def reserve(self, rounds: int) -> None:
+        """Room in the log for ``rounds`` rounds of this sample (grown, rows kept, when a
+        NEXT_STEP env's sample needs extra rounds)."""
+        self._rounds = rounds
+        if len(self._log) >= rounds:
+            return
+        log = torch.zeros(
+            (rounds, 3 + len(self.agents), self.num_envs), dtype=torch.float64, device=self.device
+        )
+        log[: len(self._log)] = self._log
+        self._log = log
+        self._log_rows = [(row[0], row[1], row[2], row[3:]) for row in log.unbind(0)]
 
     def end(self, k: int, ended: torch.Tensor) -> None:
         """Log round ``k``'s episodes that ``ended`` (N,); begin new ones in their sub-envs."""
@@ -169,81 +220,79 @@ class TensorEpisodes:
         *,
         drop_bad: bool = False,
         locate: Callable[[list[bool]], bool] | None = None,
+        rounds: range | None = None,
     ) -> SampleRead:
-        """The one host read of a ``sample()``: the episodes that ended since the last
-        call, the finite check, and the values of the 0-d bool ``flags`` (what else must be
-        checked once per sample) that travel with them. A non-finite value raises
-        ``EnvCheckError`` naming the first one's sub-env, field and episode step; with
-        ``drop_bad`` its sub-env is in ``bad`` instead and the episodes that ended there
-        from that round on are left out (the open one at it recorded as faulty).
+        """A host read of a ``sample()``: the episodes that ended at ``rounds`` (all of
+        the sample's: None), the finite check, and the values of the 0-d bool ``flags``
+        (what else must be checked once per sample) that travel with them. A non-finite
+        value raises ``EnvCheckError`` naming the first one's sub-env, field and episode
+        step; with ``drop_bad`` its sub-env is in ``bad`` instead and the episodes that
+        ended there from that round on are left out (the open one at it is ``faulty``).
         ``locate(flag values)``: True when it has just noted non-finite values
         (``note_nonfinite``, on the device): the marks are then read again, a second read
         made only in such a sample."""
-        n = self.num_envs
-        tail = [self._bad_poll, self._bad_field, self._bad_round]
-        parts = [self._log.flatten(), *(t.to(torch.float64) for t in tail)]
+        rounds = range(self._rounds) if rounds is None else rounds
+        n, a = self.num_envs, len(self.agents)
+        log = self._log[rounds.start : rounds.stop]
+        parts = [log.flatten(), *self._marks.tensors()]
         parts += [f.to(torch.float64).reshape(1) for f in flags]
         parts.append(self._next.to(torch.float64).reshape(1))
         flat = torch.cat(parts).cpu().numpy()  # the read
         self.next_id = int(flat[-1])
         flag_values = [bool(v) for v in flat[len(flat) - 1 - len(flags) : -1]]
-        size = self._log.numel()
-        marks = flat[size : size + 3 * n].reshape(3, n)  # (views: the log is megabytes)
-        rounds = flat[:size].reshape(-1, 3 + len(self.agents), n)
+        size = log.numel()
+        marks = flat[size : size + FiniteMarks.size(n, a)]  # (views: the log is megabytes)
+        read = flat[:size].reshape(-1, 3 + a, n)
         if locate is not None and locate(flag_values):  # the marks made after that read
-            marks = torch.stack([self._bad_poll, self._bad_field, self._bad_round]).cpu().numpy()
-        bad_poll, bad_field, bad_round = marks
-        bad: dict[int, int] = {}
-        if drop_bad:
-            bad = {int(e): int(bad_round[e]) for e in np.flatnonzero(bad_poll != _NONE)}
-        else:
-            self._refuse_nonfinite(bad_poll, bad_field)
-        ended_rounds = rounds[:, 0] > 0.5
+            marks = torch.cat(self._marks.tensors()).cpu().numpy()
+        bad, faulty = self._faults(read, marks, rounds.start, drop_bad)
+        ended_rounds = read[:, 0] > 0.5
         ended_at, env = np.nonzero(ended_rounds)
         out = EndedEpisodes(
-            rounds[ended_at, 2, env].astype(np.int64),
+            read[ended_at, 2, env].astype(np.int64),
             env.astype(np.int64),
-            rounds[ended_at, 1, env].astype(np.int64),
-            rounds[ended_at, 3:, env],
+            read[ended_at, 1, env].astype(np.int64),
+            read[ended_at, 3:, env],
         )
         if bad:
-            out = self._drop_faulty(out, ended_at, rounds, bad, bad_poll)
+            first_bad = np.full(n, rounds.stop, dtype=np.int64)
+            for e, k in bad.items():
+                first_bad[e] = k
+            out = out.where(ended_at + rounds.start < first_bad[out.env_id])
         self._ended.append(out)  # (until the runner's hand_over, once per sample())
-        return SampleRead(out, flag_values, ended_rounds, bad)
+        if len(faulty):
+            self._faulty.append(faulty)
+        return SampleRead(out, flag_values, ended_rounds, bad, faulty)
 
-    def _drop_faulty(
-        self,
-        ended: EndedEpisodes,
-        ended_at: np.ndarray,
-        rounds: np.ndarray,
-        bad: dict[int, int],
-        bad_poll: np.ndarray,
-    ) -> EndedEpisodes:
-        """``ended`` without the episodes of faulty sub-envs from their bad round on; the
-        episode open at that round is recorded as faulty (its length the steps before the
-        bad one; no return, since it would hold the value), and the bad marks cleared."""
-        first_bad = np.full(self.num_envs, len(rounds), dtype=np.int64)
-        for e, k in bad.items():
-            first_bad[e] = k
-            self._faulty.append(
-                {
-                    "episode_id": int(rounds[k, 2, e]),
-                    "env_id": e,
-                    "episode_length": int(bad_poll[e]),
-                    "episode_reward": 0.0,
-                    "agent_rewards": {},
-                    "custom_metrics": {},
-                    "hist_data": {},
-                    "episode_faulty": True,
-                }
-            )
-        for mark in (self._bad_poll, self._bad_round):
-            mark.fill_(_NONE)
-        return ended.where(ended_at < first_bad[ended.env_id])
+    def _faults(
+        self, read: np.ndarray, marks: np.ndarray, first_round: int, drop_bad: bool
+    ) -> tuple[dict[int, int], EndedEpisodes]:
+        """From the read marks: the faulty sub-envs (-> bad round; all of the sample's) and
+        the episodes newly found faulty: each open at its sub-env's bad round, its length
+        the steps before the bad one and its returns theirs; refused unless ``drop_bad``."""
+        n = self.num_envs
+        step, field, bad_round = marks[: 3 * n].reshape(3, n)
+        if not drop_bad:
+            self._refuse_nonfinite(step, field)
+            return {}, EndedEpisodes.empty(len(self.agents))
+        new = self._marks.new_bad(step, bad_round)
+        envs = np.array(sorted(new), dtype=np.int64)
+        at = np.array([new[e] - first_round for e in sorted(new)], dtype=np.int64)
+        returns = marks[3 * n :].reshape(len(self.agents), n)
+        faulty = EndedEpisodes(
+            read[at, 2, envs].astype(np.int64) if len(envs) else np.zeros(0, np.int64),
+            envs,
+            np.maximum(step[envs] - 1, 0).astype(np.int64),
+            returns[:, envs].T.copy(),
+            faulty=True,
+        )
+        return dict(self._marks.known), faulty
 
-    def restart_where(self, mask: torch.Tensor) -> None:
-        """New episodes (new ids, length and returns 0) in the sub-envs where ``mask``
-        (N,), whatever their episodes did: what a restarted faulty sub-env begins."""
+    def restart_where(self, mask: torch.Tensor, env_ids: list[int]) -> None:
+        """New episodes (new ids, length and returns 0) in the sub-envs ``env_ids``
+        (``mask`` (N,), the same ones), whatever their episodes did: what a restarted
+        faulty sub-env begins (its finite marks cleared)."""
+        self._marks.clear(mask, env_ids)
         new_ids = self._next + torch.cumsum(mask, 0, dtype=torch.int64) - 1
         self.eps_id = torch.where(mask, new_ids, self.eps_id)
         self._next += mask.sum()
@@ -251,7 +300,7 @@ class TensorEpisodes:
         self.returns.masked_fill_(mask, 0.0)
 
     def _refuse_nonfinite(self, bad_poll: np.ndarray, bad_field: np.ndarray) -> None:
-        bad = np.flatnonzero(bad_poll != _NONE)
+        bad = np.flatnonzero(bad_poll != NONE)
         if not len(bad):
             return
         env = int(bad[np.argmin(bad_poll[bad])])
@@ -274,10 +323,11 @@ class TensorEpisodes:
                 run_metrics.add_episode_arrays(ended.length, ended.returns, pairs)
                 log.extend_lazy(len(ended), functools.partial(self.records, ended))
         self._ended.clear()
-        if self._faulty:
-            faulty, self._faulty = self._faulty, []
-            run_metrics.add_episodes(faulty)
-            log.extend_lazy(len(faulty), lambda: faulty)
+        for faulty in self._faulty:  # (counted apart, as on the numpy path)
+            records = self.records(faulty)
+            run_metrics.add_episodes(records)
+            log.extend_lazy(len(records), functools.partial(list, records))
+        self._faulty.clear()
 
     def records(self, ended: EndedEpisodes) -> list[dict[str, Any]]:
         """The ``get_metrics()`` records of ``ended``: one dict each, made from lists."""
@@ -298,13 +348,14 @@ class TensorEpisodes:
                 "agent_rewards": dict(zip(pairs, returns)),
                 "custom_metrics": {},
                 "hist_data": {},
-                "episode_faulty": False,
+                "episode_faulty": ended.faulty,
             }
             for eps, env, length, total, returns in rows
         ]
 
     def episode(self, ended: EndedEpisodes, i: int, runner: Any) -> Episode:
-        """An ``Episode`` of ended episode ``i``, for ``on_episode_end`` callbacks."""
+        """An ``Episode`` of ended episode ``i``, for ``on_episode_end`` callbacks (a
+        faulty one with ``episode.faulty`` set, as on the numpy path)."""
 
         def mapping(agent_id: Any, episode: Episode, **kwargs: Any) -> str:
             return self._policy_of(agent_id)
@@ -312,6 +363,7 @@ class TensorEpisodes:
         ep = Episode(int(ended.eps_id[i]), int(ended.env_id[i]), mapping, worker=runner)
         ep.length = int(ended.length[i])
         ep.total_reward = float(ended.returns[i].sum())
+        ep.faulty = ended.faulty
         for a in self.agents:
             ep.policy_for(a)
         ep.agent_rewards = {

@@ -23,11 +23,16 @@ batch is a view of ``[T, R]`` storage. Episode metrics and callbacks come once p
 deferred checks (the env's, the finite check, the agent and learner connectors').
 
 Rows that are no transition are recorded like the others and dropped when the batch is
-built, from what the read says: a NEXT_STEP env's reset steps (the round after its
-sub-env ended: the action was ignored, the observation is the new episode's first), and,
-with ``restart_failed_sub_environments``, a faulty sub-env's rows from its bad round on
-(the sub-env is then reset by mask, once per sample). Such a batch is gathered from the
-store, its sub-envs' rows unequal in number.
+built, from what the read says. A NEXT_STEP env's reset steps (the round after its
+sub-env ended: the action was ignored, the observation is the new episode's first) are
+made up for: the read tells each sub-env's deficit, the kernel polls the extra rounds
+that cover it and reads them once more, and ``NextStepRows`` hands out exactly
+``rollout_fragment_length`` rows per sub-env, carrying the rest on the device into the
+next sample (so such a sample makes two reads where a sub-env reset). With
+``restart_failed_sub_environments``, a faulty sub-env's rows from its bad round on are
+dropped, its episode reported faulty (``on_episode_end`` too, as on numpy), and the
+sub-env reset by mask once per sample, its reset observations checked with the next
+sample's read; such a batch is gathered from the store, its sub-envs' rows unequal.
 """
 
 from __future__ import annotations
@@ -44,8 +49,8 @@ import torch
 
 from rlconnect.batches import SampleBatch
 from rlconnect.batches.columns import NEXT_INPUTS_OF
-from rlconnect.batches.time_major import ROWS_PER_ENV, UNEQUAL_ROWS
 from rlconnect.collectors import BatchMode, CountStepsBy
+from rlconnect.collectors.tensor_carry import NextStepRows, rows_meta
 from rlconnect.collectors.tensor_infos import TensorInfos
 from rlconnect.collectors.tensor_store import TensorStore
 from rlconnect.connectors import AgentData, ConnectorPipeline
@@ -68,7 +73,8 @@ _clock = time.perf_counter
 
 class PolicyRows:
     """The fixed row layout of one policy: ``agents`` (indices into the env's agents),
-    each with every sub-env, agent-major; ``env_ids`` and ``agent_index`` (R,) tensors."""
+    each with every sub-env, agent-major; ``env_ids`` and ``agent_index`` (R,) tensors,
+    and ``blank``: the zero columns of first rows (no reward, no end, step 0)."""
 
     def __init__(self, agents: list[int], agent_ids: tuple, num_envs: int, device: Any) -> None:
         self.agents = agents
@@ -79,6 +85,8 @@ class PolicyRows:
         index = torch.tensor(agents, dtype=torch.int64, device=device)
         self.agent_index = index.repeat_interleave(num_envs)
         self.agent_ids = tuple(agent_ids[a] for a in agents for _ in range(num_envs))
+        #: the zero columns of an episode's first rows, made once (read only)
+        self.blank = _blank_rows(self.rows, device)
 
     def stack(self, by_agent: Mapping[Any, Nest], names: tuple) -> Nest:
         """This policy's rows of per-agent tensors ``{agent id: (N, ...)}``."""
@@ -153,13 +161,9 @@ class TensorKernel:
             pid: TensorStore(self.rounds, rows.rows, env.device)
             for pid, rows in self.layouts.items()
         }
-        self._blank = {pid: _blank_rows(r.rows, env.device) for pid, r in self.layouts.items()}
-        self._check_rows = False  # this sample's finite check is on its recorded rows
-        self.reads = 0  #: the host reads of ``sample()`` calls (one each)
-        #: NEXT_STEP: the sub-envs whose next step only resets them (on the device), and
-        #: the same as of the last read (the sample's first round's, on the host)
-        self._resets = torch.zeros(n, dtype=torch.bool, device=env.device)
-        self._resets_host = np.zeros(n, dtype=bool)
+        self.reads = 0  #: the host reads of ``sample()`` calls (one or two each)
+        #: NEXT_STEP: its reset steps, the rows carried into the next sample
+        self._next = NextStepRows(n, env.device) if env.next_step_resets else None
         self._faults = SubEnvFaults(n, restart=True, limit=config.sub_env_restart_limit)
         self._infos = (
             {pid: TensorInfos(n, env.device) for pid in self.layouts} if config.record_infos else {}
@@ -177,9 +181,9 @@ class TensorKernel:
 
         ``learn(batches)`` (the learner pipelines, their checks deferred) runs on the
         batches before the sample's one read and returns its checks' flags, read with it.
-        A NEXT_STEP env's batches are built after the read (it drops rows), so ``learn``
-        is not called; if the read drops rows after ``learn`` ran (a faulty sub-env), its
-        result is not handed out (``learner_flags`` None)."""
+        A NEXT_STEP env's batches are built after its reads (``_sample_next_step``), so
+        ``learn`` is not called; if the read drops rows after ``learn`` ran (a faulty
+        sub-env), its result is not handed out (``learner_flags`` None)."""
         if not self._inputs:
             self._start()
         stores = self._stores
@@ -187,29 +191,76 @@ class TensorKernel:
         for infos in self._infos.values():
             infos.begin_sample()
         # rows the agent pipelines leave as the env gave them are checked once recorded
-        self._check_rows = (
+        check_rows = (
             self.config.check_finite
-            and not self.env.next_step_resets
+            and self._next is None
             and not any(len(self.pipes.agent[pid]) for pid in self.layouts)
         )
         for k in range(self.rounds):
-            self.step(k, stores)
+            self.step(k, stores, check_rows)
+        if self._next is not None:
+            return self._sample_next_step(self._next, stores)
         batches, flags = None, []
-        if learn is not None and not self.env.next_step_resets:
+        if learn is not None:
             batches = self._build(stores, None)
             flags = learn(batches)
-        read = self._read_back(stores, flags)
+        read = self._read_back(stores, flags, check_rows)
         valid = self._valid_rows(read)
         if valid is not None or batches is None:  # (re)built without the dropped rows
             batches, learned = self._build(stores, valid), None
         else:
             learned = read.flags[len(read.flags) - len(flags) :]
-        self._faults.episodes_completed(read.ended.env_id.tolist())  # (all before a fault)
-        if read.bad:
-            self._restart_faulty(read.bad)
-        self._episode_ends(read.ended)
+        self._close_sample([read], read.bad)
         steps = self.rounds * self.env.num_envs if valid is None else int(valid.sum())
         return TensorSample(batches, steps, learned)
+
+    def _sample_next_step(
+        self, rows: NextStepRows, stores: Mapping[str, TensorStore]
+    ) -> TensorSample:
+        """A NEXT_STEP env's sample after its ``rounds`` rounds: the read, the extra rounds
+        that make up each sub-env's reset steps and their read, then exactly ``rounds``
+        rows per sub-env (``NextStepRows``), the rest carried into the next sample."""
+        reads = [self._read_back(stores, [], False)]
+        ended, bad = reads[0].ended_rounds, reads[0].bad
+        valid = rows.valid(ended, bad)
+        extra = rows.extra_rounds(valid, ended[-1], bad, self.rounds)
+        if extra:
+            total = self.rounds + extra
+            self.episodes.reserve(total)
+            for store in stores.values():
+                store.reserve(total)
+            for k in range(self.rounds, total):
+                self.step(k, stores, False)
+            reads.append(self._read_back(stores, [], False, range(self.rounds, total)))
+            ended, bad = np.concatenate([ended, reads[1].ended_rounds]), reads[1].bad
+            valid = rows.valid(ended, bad)
+        batches = {
+            pid: rows.build(pid, store, valid, bad, self._constant(pid))
+            for pid, store in stores.items()
+        }
+        steps = rows.finish(valid, ended[-1], bad, self.rounds)
+        self._close_sample(reads, bad)
+        return TensorSample(batches, steps, None)
+
+    def _constant(self, pid: str) -> dict[str, Any]:
+        """The columns of policy ``pid``'s rows that are the same at every round."""
+        rows = self.layouts[pid]
+        return {
+            "env_id": rows.env_ids,
+            "agent_index": rows.agent_index,
+            "weights_seq": int(self.policies[pid].weights_seq),
+        }
+
+    def _close_sample(self, reads: list[SampleRead], bad: Mapping[int, int]) -> None:
+        """After a sample's reads: the episodes completed count for the restart limit
+        (all before a fault), faulty sub-envs restarted, ``on_episode_end`` called."""
+        for read in reads:
+            self._faults.episodes_completed(read.ended.env_id.tolist())
+        if bad:
+            self._restart_faulty(bad)
+        for read in reads:
+            self._episode_ends(read.ended)
+            self._episode_ends(read.faulty)
 
     def _build(
         self, stores: Mapping[str, TensorStore], valid: np.ndarray | None
@@ -222,37 +273,24 @@ class TensorKernel:
             if valid is not None:
                 slots = np.tile(valid.T, (len(rows.agents), 1))  # (R, T), slot major
                 keep = torch.as_tensor(np.flatnonzero(slots), device=self.env.device)
-                meta = _rows_meta(slots.sum(1))
-            batch = store.build(
-                {
-                    "env_id": rows.env_ids,
-                    "agent_index": rows.agent_index,
-                    "weights_seq": int(self.policies[pid].weights_seq),
-                },
-                keep,
-            )
+                meta = rows_meta(slots.sum(1))
+            batch = store.build(self._constant(pid), keep)
             batch.meta.update(meta)
             out[pid] = batch
         return out
 
     def _valid_rows(self, read: SampleRead) -> np.ndarray | None:
         """Which rows ``(T, N)`` are transitions to hand out, from what the read brought:
-        not a NEXT_STEP env's reset step (the round after its sub-env ended), not a
-        faulty sub-env's from its bad round on. None: every row is."""
-        valid = None
-        if self.env.next_step_resets:
-            valid = np.ones((self.rounds, self.env.num_envs), dtype=bool)
-            valid[0] = ~self._resets_host
-            valid[1:] = ~read.ended_rounds[:-1]
-            self._resets_host = read.ended_rounds[-1].copy()
+        not a faulty sub-env's from its bad round on. None: every row is."""
+        if not read.bad:
+            return None
+        valid = np.ones((self.rounds, self.env.num_envs), dtype=bool)
         for e, k in read.bad.items():
-            if valid is None:
-                valid = np.ones((self.rounds, self.env.num_envs), dtype=bool)
             valid[k:, e] = False
-            self._resets_host[e] = False  # (restarted by mask below)
-        return None if valid is None or valid.all() else valid
+        return valid
 
     def _episode_ends(self, ended: EndedEpisodes) -> None:
+        """``on_episode_end`` of each of ``ended`` (faulty ones too, as on numpy)."""
         if self.hooks.on_end:
             runner = self.hooks.runner
             for i in range(len(ended)):
@@ -260,16 +298,22 @@ class TensorKernel:
                 self.hooks.call(self.hooks.callbacks.on_episode_end, ep.env_id, ep)
 
     def _read_back(
-        self, stores: Mapping[str, TensorStore], learner_flags: list[torch.Tensor]
+        self,
+        stores: Mapping[str, TensorStore],
+        learner_flags: list[torch.Tensor],
+        check_rows: bool,
+        rounds: range | None = None,
     ) -> SampleRead:
-        """The sample's one host read: the ended episodes, with every check deferred to
-        it (the env's, the finite check, each agent connector's, the learner's flags)
-        raised by name, the learner's left to the runner."""
+        """A host read of the sample (its one, or one of a NEXT_STEP env's two; of its
+        ``rounds``, None: all): the ended episodes, with every check deferred to it (the
+        env's, the finite check, on the recorded rows where ``check_rows``, each agent
+        connector's, the learner's flags) raised by name, the learner's left to the
+        runner."""
         self.reads += 1
         check = self.env.deferred_check()
         head = [check[0]] if check else []
         # whether a recorded row may hold a NaN or inf: one sum per column
-        sums = [s.any_nonfinite(_CHECKED) for s in stores.values()] if self._check_rows else []
+        sums = [s.any_nonfinite(_CHECKED) for s in stores.values()] if check_rows else []
         pipes = [(pid, self.pipes.agent[pid]) for pid in self.layouts]
         pending = [
             (pid, name, flag) for pid, p in pipes for name, flag in p.pending_flags().items()
@@ -280,6 +324,7 @@ class TensorKernel:
             flags + learner_flags,
             drop_bad=self.config.restart_failed_sub_environments,
             locate=functools.partial(self._locate, stores, at) if sums else None,
+            rounds=rounds,
         )
         values = read.flags
         if check and values[0]:
@@ -297,7 +342,9 @@ class TensorKernel:
         """Sub-envs that returned a non-finite value (their rows from it on are dropped):
         counted against ``sub_env_restart_limit``, reset by mask, new episodes begun and
         their connectors' per-episode state dropped; the next actions are for their new
-        first observations."""
+        first observations. Those are checked like a step's (noted for the next read: a
+        sub-env that resets to a NaN fails again), and rows that are not finite are kept
+        out of the agent pipelines."""
         ids = sorted(bad)
         for e in ids:
             self._faults.on_error(
@@ -305,16 +352,23 @@ class TensorKernel:
             )
         mask = torch.zeros(self.env.num_envs, dtype=torch.bool, device=self.env.device)
         mask[ids] = True
-        self.episodes.restart_where(mask)
-        self._resets &= ~mask
+        self.episodes.restart_where(mask, ids)
+        if self._next is not None:
+            self._next.resets &= ~mask
         for pid in self.layouts:
             for pipe in (self.pipes.agent[pid], self.pipes.action[pid]):
                 if len(pipe):
                     pipe.reset_where(mask)
         first = self.env.reset_where(mask, ids)
+        fine = mask
+        if self.config.check_finite:  # (step 0 of the new episodes, round 0 of the next)
+            ok = _finite_rows(first)
+            if ok is not None:
+                self.episodes.check_finite(ok | ~mask, ok | True, 0, resets=mask)
+                fine = mask & ok
         for pid, rows in self.layouts.items():
             row_mask, current = rows.rows_of(mask), self._inputs[pid]
-            fresh = self._first_rows(pid, first, mask=row_mask)
+            fresh = self._first_rows(pid, first, mask=rows.rows_of(fine))
             self._inputs[pid] = {
                 name: where_rows(row_mask, fresh[name], value)
                 for name, value in current.items()
@@ -328,8 +382,9 @@ class TensorKernel:
         for pid in self.layouts:
             self._inputs[pid] = self._first_rows(pid, first, mask=None)
 
-    def step(self, k: int, stores: Mapping[str, TensorStore]) -> None:
-        """Round ``k``: act, step, advance, record, finish (see the module docstring)."""
+    def step(self, k: int, stores: Mapping[str, TensorStore], check_rows: bool) -> None:
+        """Round ``k``: act, step, advance, record, finish (see the module docstring);
+        the finite check here unless ``check_rows`` (then on the recorded rows)."""
         self.poll_index += 1
         names = self.env.agents
         actions: dict[Any, Nest] = {}
@@ -343,16 +398,20 @@ class TensorKernel:
         self.timers.steps += 1
         rewards = torch.stack([step.rewards[a] for a in names])
         term, trunc = step.terminateds, step.truncateds
-        resets = self._resets if self.env.next_step_resets else None
+        resets = None if self._next is None else self._next.resets
         if resets is not None:  # steps that only reset: no transition (dropped at build)
             rewards, term, trunc = rewards.masked_fill(resets, 0.0), term & ~resets, trunc & ~resets
+        if self.config.check_finite and not check_rows:  # (before the returns grow)
+            self._check_finite(step.obs, rewards, k, resets)
         term, trunc, ended = self.episodes.advance(
             rewards, term, trunc, self.config.horizon, resets
         )
-        if self.config.check_finite and not self._check_rows:
-            self._check_finite(step.obs, rewards, k)
+        skip = resets  # rows left out of the agent pipelines: reset steps, faulty sub-envs'
+        if self.config.restart_failed_sub_environments and not check_rows:
+            faulty = self.episodes.faulty()
+            skip = faulty if skip is None else skip | faulty
         finals = {  # each policy's step rows through its pipeline, with what it answered
-            pid: PolicyStep(pid, self._step_rows(pid, rows, step, term, trunc, resets))
+            pid: PolicyStep(pid, self._step_rows(pid, rows, step, term, trunc, skip))
             for pid, rows in self.layouts.items()
         }
         t0 = _clock()
@@ -365,8 +424,8 @@ class TensorKernel:
         self.timers.seconds["mean_recording_ms"] += _clock() - t0
         self.episodes.end(k, ended)
         self._finish(ended, ended if resets is None else resets, finals)
-        if resets is not None:
-            self._resets = ended
+        if self._next is not None:
+            self._next.resets = ended
 
     # -- the phases of a round ----------------------------------------------------------
     def _act(self, pid: str, rows: PolicyRows) -> tuple[dict[str, Any], Nest]:
@@ -409,13 +468,19 @@ class TensorKernel:
                 step[pick], is_reward[pick], bad.reshape(agents, n).any(0), rounds[pick]
             )
 
-    def _check_finite(self, obs: Mapping[Any, Nest], rewards: torch.Tensor, k: int) -> None:
+    def _check_finite(
+        self,
+        obs: Mapping[Any, Nest],
+        rewards: torch.Tensor,
+        k: int,
+        resets: torch.Tensor | None,
+    ) -> None:
         """Per sub-env: whether every observation and reward of round ``k`` is finite."""
-        leaves = [leaf for nest in obs.values() for leaf in _float_leaves(nest)]
-        oks = [torch.isfinite(leaf.reshape(leaf.shape[0], -1)).all(1) for leaf in leaves]
-        obs_ok = oks[0] if len(oks) == 1 else torch.stack(oks).all(0) if oks else None
+        obs_ok = _finite_rows(obs)
         reward_ok = torch.isfinite(rewards).all(0)
-        self.episodes.check_finite(reward_ok if obs_ok is None else obs_ok, reward_ok, k)
+        self.episodes.check_finite(
+            reward_ok if obs_ok is None else obs_ok, reward_ok, k, resets=resets
+        )
 
     def _step_rows(
         self,
@@ -428,8 +493,10 @@ class TensorKernel:
     ) -> AgentData:
         """Policy ``pid``'s rows of the step (final observations where episodes ended)
         through its agent pipeline: ``new_obs``, ``rewards`` and the flags as recorded.
-        A NEXT_STEP env's reset rows (``resets``) are left out of the pipeline's call:
-        their observations are new first ones, taken by ``_finish``."""
+        The sub-envs of ``resets`` are left out of the pipeline's call: a NEXT_STEP env's
+        reset rows (their observations are new first ones, taken by ``_finish``) and,
+        with restarts, faulty sub-envs' from their bad value on (rows to drop: no
+        statistic sees them, as on numpy)."""
         names, length = self.env.agents, self.episodes.length
         columns = {
             "obs": rows.stack(step.obs, names),
@@ -519,7 +586,7 @@ class TensorKernel:
         """Policy ``pid``'s first rows of new episodes (``mask``: the rows that are;
         None: all) through its agent pipeline (the zero columns made once, read only)."""
         rows = self.layouts[pid]
-        columns = {"obs": rows.stack(first, self.env.agents), **self._blank[pid]}
+        columns = {"obs": rows.stack(first, self.env.agents), **rows.blank}
         return dict(self._through_pipeline(pid, rows, columns, mask).columns)
 
 
@@ -541,17 +608,12 @@ def _blank_rows(rows: int, device: torch.device) -> dict[str, torch.Tensor]:
     }
 
 
-def _rows_meta(counts: np.ndarray) -> dict[str, Any]:
-    """The layout meta of a batch whose slots kept ``counts`` rows each: ``rows_per_env``
-    when they are equal, else why ``time_major()`` cannot fold it."""
-    if len(counts) and counts.min() == counts.max():
-        return {ROWS_PER_ENV: int(counts[0])}
-    return {
-        UNEQUAL_ROWS: "the tensor path drops the rows of NEXT_STEP resets and of faulty "
-        "sub-envs (restart_failed_sub_environments), so its sub-envs gave "
-        f"{int(counts.min())} to {int(counts.max())} rows; use a SAME_STEP or DISABLED "
-        "env for equal rows, or the flat rows"
-    }
+def _finite_rows(obs: Mapping[Any, Nest]) -> torch.Tensor | None:
+    """(N,) bool: whether every float observation of each sub-env (all agents') is
+    finite; None when no observation is a float."""
+    leaves = [leaf for nest in obs.values() for leaf in _float_leaves(nest)]
+    oks = [torch.isfinite(leaf.reshape(leaf.shape[0], -1)).all(1) for leaf in leaves]
+    return oks[0] if len(oks) == 1 else torch.stack(oks).all(0) if oks else None
 
 
 def _float_leaves(nest: Nest) -> list[torch.Tensor]:
