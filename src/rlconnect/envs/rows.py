@@ -341,9 +341,9 @@ class LayoutMemo:
     """Read-only ``env_ids`` columns kept from poll to poll: a multi-agent poll's recur as
     long as the same agents act (and a builder with a memo gives the shared ``falses``
     columns when no flag is set and no episode begins). One of each (at most
-    ``_MEMO_MAX`` kept) instead of a numpy call per column and poll; read-only, so a reader that writes fails loudly instead of
-    changing a later poll's rows (the runner only reads them; ``GymEnvs`` shares its
-    ``env_ids`` likewise)."""
+    ``_MEMO_MAX`` kept) instead of a numpy call per column and poll; read-only, so a
+    reader that writes fails loudly instead of changing a later poll's rows (the runner
+    only reads them; ``GymEnvs`` shares its ``env_ids`` likewise)."""
 
     __slots__ = ("_ids",)
 
