@@ -304,3 +304,32 @@ def test_rows_are_a_frozen_record_whose_facts_are_derived_when_read():
     waiting = b.build()
     assert waiting.stepped.tolist() == [0, 1] and waiting.also_stepped == (1,)
     assert waiting.done_envs == {0: (False, True)} and not waiting.dense and waiting.plain
+
+
+_FACTS = ("stacked", "ascending", "dense", "plain", "stepped", "done_envs")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_facts_columns_gives_are_those_its_fields_derive(seed: int):
+    """``EnvRowsBuilder.columns`` sets the facts as it makes the rows; the same fields in
+    a fresh record (``_make``: nothing set) derive the same facts, whatever the flags,
+    first rows, order of ids and hint."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 7))
+    ids = rng.permutation(n) if seed % 3 == 0 else np.arange(n)
+    ids = ids.astype(np.int64)
+    term, trunc = rng.random(n) < 0.3, rng.random(n) < 0.2
+    flags: tuple = (term.tolist(), trunc.tolist()) if seed % 2 else (term, trunc)
+    first = None if seed % 4 == 1 else rng.random(n) < 0.3
+    in_order = seed % 3 != 0 and bool(rng.integers(2))
+    rows = EnvRowsBuilder.columns(
+        ids, np.zeros((n, 2)), rng.random(n), *flags, [{}] * n, first, in_order=in_order
+    )
+    fresh = type(rows)._make(rows)
+    assert not fresh.__dict__
+    for fact in _FACTS:
+        given, derived = getattr(rows, fact), getattr(fresh, fact)
+        if isinstance(given, np.ndarray):
+            np.testing.assert_array_equal(given, derived)
+        else:
+            assert given == derived, fact

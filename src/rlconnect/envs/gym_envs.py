@@ -119,7 +119,7 @@ class GymEnvs(BaseEnv):
         if not isinstance(out, DenseColumns):
             return out
         ids, agents = self._all_ids, self._agent_ids
-        return EnvRowsBuilder.columns(ids, *out, agent_ids=agents)
+        return EnvRowsBuilder.columns(ids, *out, agent_ids=agents, in_order=True)
 
     def poll_columns(self) -> DenseColumns | EnvRows:
         """``poll()``, except that a dense poll that went well (every sub-env stepped or

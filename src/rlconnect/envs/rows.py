@@ -11,7 +11,8 @@ An adapter either adds rows one at a time while it steps its sub-envs::
 or hands over whole columns (``EnvRowsBuilder.columns``). The builder makes each reward a
 float (a size-one array is its scalar, other shapes an ``EnvCheckError`` of the sub-env)
 and leaves out every row of a sub-env with an error. ``EnvRows`` holds data only; what it
-implies (``stepped``, ``done_envs``, ``stacked``, ``dense``, ``plain``) is derived when read.
+implies (``stepped``, ``done_envs``, ``stacked``, ``dense``, ``plain``) is derived when read
+(``columns`` derives it as it makes the rows: the columns tell most of it for free).
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class EnvRows(_RowFields):
       without a row: every agent waits).
 
     What the fields imply is derived when first read (and kept): ``stacked``,
-    ``stepped``, ``done_envs``, ``dense``, ``plain`` and ``ascending``.
+    ``stepped``, ``done_envs``, ``dense``, ``plain`` and ``ascending`` (rows made by
+    ``EnvRowsBuilder.columns`` come with them).
     """
 
     def __len__(self) -> int:  # (rows, not fields)
@@ -612,12 +614,16 @@ class EnvRowsBuilder:
         is_first: np.ndarray | None,
         *,
         agent_ids: tuple | None = None,
+        in_order: bool = False,
     ) -> EnvRows:
         """Single-agent rows from whole columns (``obs`` already one stacked batch): for
         adapters that step sub-envs as arrays. ``agent_ids`` defaults to
         ``DEFAULT_AGENT_ID`` per row; first rows get reward 0 and no flags.
 
-        ``is_first=None`` means no row is a first observation (no column to look at).
+        What an adapter knows for free it may say: ``is_first=None`` means no row is a
+        first observation (no column to look at), ``in_order=True`` that ``env_ids`` rise
+        strictly (e.g. every sub-env in order). The facts the rows imply are derived here,
+        where the columns' making already tells most of them, not at their first read.
         """
         n = len(env_ids)
         agents = (DEFAULT_AGENT_ID,) * n if agent_ids is None else agent_ids
@@ -630,22 +636,34 @@ class EnvRowsBuilder:
         calm = n <= 64 and type(terminateds) is list and type(truncateds) is list
         calm = calm and not (any(terminateds) or any(truncateds))
         if calm:
-            term = trunc = _FALSES.get(n)  # (read here: ``falses`` is a call)
-            if term is None:
-                term = trunc = falses(n)
+            none = _FALSES.get(n)  # (read here: ``falses`` is a call)
+            term = trunc = falses(n) if none is None else none
         else:
             term = np.asarray(terminateds, dtype=bool)
             trunc = np.asarray(truncateds, dtype=bool)
-        if is_first is None:  # (``falses(n)`` again: the same column, ``_derive`` looks once)
+        stepped = env_ids
+        if is_first is None:  # (``falses(n)`` again: the same column for all three flags)
             is_first = term if calm else falses(n)
         elif np.count_nonzero(is_first):
             keep = ~is_first
             rew = rew.copy()  # (np.where goes through a Python wrapper)
             rew[is_first] = 0.0
-            term, trunc = term & keep, trunc & keep
+            term, trunc, stepped = term & keep, trunc & keep, env_ids[keep]
         fields = (env_ids, agents, obs, rew, term, trunc, infos, is_first, True, *_DEFAULTS)
         rows = tuple.__new__(EnvRows, fields)  # (``EnvRows(...)``: one more Python call)
-        return rows.without_envs(bad) if bad else rows
+        if bad:
+            return rows.without_envs(bad)  # (its facts are derived when read)
+        ascending = in_order or strictly_ascending(env_ids)
+        ended = {} if calm else done_envs_of(env_ids, term, trunc)
+        rows.__dict__.update(  # (what ``_derive`` would find, known here for less)
+            stacked=True,
+            ascending=ascending,
+            dense=ascending,
+            plain=stepped is env_ids and not ended,
+            stepped=stepped if ascending else np.unique(stepped),
+            done_envs=ended,
+        )
+        return rows
 
 
 def errors_only(errors: Mapping[int, BaseException]) -> EnvRows:
