@@ -633,9 +633,8 @@ class EnvRowsBuilder:
             rew, bad = reward_column(rewards, env_ids, agents)
         # flags given as a few Python lists with none set: one shared column of False
         # (``any`` on the lists costs less than numpy; ``some_true`` then needs no look)
-        calm = n <= 64 and type(terminateds) is list and type(truncateds) is list
-        calm = calm and not (any(terminateds) or any(truncateds))
-        if calm:
+        lists = n <= 64 and type(terminateds) is list and type(truncateds) is list
+        if calm := lists and not (any(terminateds) or any(truncateds)):
             none = _FALSES.get(n)  # (read here: ``falses`` is a call)
             term = trunc = falses(n) if none is None else none
         else:
