@@ -11,7 +11,7 @@ sampling. On a loaded machine the rounds spread widely, so the pipeline's own CP
 batch (the same batches, called again) is printed too, as a share of a ``sample()``.
 
     python benchmarks/bench_learner_sampling.py            # 9 rounds of 3 s each (~1 min)
-    python benchmarks/bench_learner_sampling.py --quick    # smoke run (~10 s)
+    python benchmarks/bench_learner_sampling.py --quick    # smoke run (N=8 x 50, seconds)
 """
 
 from __future__ import annotations
@@ -27,16 +27,17 @@ from _common import machine, median_range, print_table, ratios, take_turns
 import rlconnect as rc
 
 NUM_ENVS, FRAGMENT = 64, 200
+QUICK_NUM_ENVS, QUICK_FRAGMENT = 8, 50  # --quick: small batches, every figure printed
 
 
 def learner_pipeline(ctx: rc.ConnectorContext) -> rc.LearnerConnectorPipeline:
     return rc.LearnerConnectorPipeline(ctx, [rc.GAE(ctx), rc.NormalizeAdvantages(ctx)])
 
 
-def make_runner(with_learner: bool) -> rc.EnvRunner:
+def make_runner(with_learner: bool, num_envs: int, fragment: int) -> rc.EnvRunner:
     env = gym.make("CartPole-v1")
     policy = rc.MLPPolicy(env.observation_space, env.action_space, vf_head=True, seed=0)
-    config = rc.RunnerConfig(num_envs=NUM_ENVS, rollout_fragment_length=FRAGMENT, seed=0)
+    config = rc.RunnerConfig(num_envs=num_envs, rollout_fragment_length=fragment, seed=0)
     learners = {"default_policy": learner_pipeline} if with_learner else None
     return rc.EnvRunner("CartPole-v1", policy, config=config, learner_pipelines=learners)
 
@@ -71,9 +72,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--seconds", type=float, default=3.0, help="CPU seconds per turn")
     args = parser.parse_args()
-    rounds, seconds = (2, 1.0) if args.quick else (args.rounds, args.seconds)
+    rounds, seconds = (1, 0.05) if args.quick else (args.rounds, args.seconds)
+    n, frag = (QUICK_NUM_ENVS, QUICK_FRAGMENT) if args.quick else (NUM_ENVS, FRAGMENT)
     torch.set_num_threads(1)
-    runners = {"plain": make_runner(False), "GAE + NormalizeAdvantages": make_runner(True)}
+    runners = {
+        "plain": make_runner(False, n, frag),
+        "GAE + NormalizeAdvantages": make_runner(True, n, frag),
+    }
     for r in runners.values():  # warm-up: the first polls check the env, torch warms up
         r.sample()
     batch = runners["GAE + NormalizeAdvantages"].sample()
@@ -84,7 +89,7 @@ def main() -> None:
     share = pipeline_share(runners["GAE + NormalizeAdvantages"], batch)
     for r in runners.values():
         r.stop()
-    print(f"sample() of CartPole-v1, N={NUM_ENVS} x {FRAGMENT}, MLPPolicy(vf_head=True)")
+    print(f"sample() of CartPole-v1, N={n} x {frag}, MLPPolicy(vf_head=True)")
     print(machine())
     plain = results["plain"]
     rows = [

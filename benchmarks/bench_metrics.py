@@ -13,7 +13,7 @@ writer's thread included). The ratio is per round; its median and range are prin
 part's own CPU time per batch is printed as a share of a ``sample()`` as well.
 
     python benchmarks/bench_metrics.py            # 9 rounds of 3 s each (~1 min)
-    python benchmarks/bench_metrics.py --quick    # smoke run (~10 s)
+    python benchmarks/bench_metrics.py --quick    # smoke run (N=8 x 50, seconds)
 """
 
 from __future__ import annotations
@@ -31,11 +31,12 @@ import rlconnect as rc
 from rlconnect.runner.metrics import PerfTimers, RunMetrics
 
 NUM_ENVS, FRAGMENT = 64, 200
+QUICK_NUM_ENVS, QUICK_FRAGMENT = 8, 50  # --quick: small batches, every figure printed
 
 
-def make_runner(log_dir: Path | None) -> rc.EnvRunner:
+def make_runner(log_dir: Path | None, num_envs: int, fragment: int) -> rc.EnvRunner:
     env = gym.make("CartPole-v1")
-    config = rc.RunnerConfig(num_envs=NUM_ENVS, rollout_fragment_length=FRAGMENT, seed=0)
+    config = rc.RunnerConfig(num_envs=num_envs, rollout_fragment_length=fragment, seed=0)
     runner = rc.EnvRunner(
         "CartPole-v1", ConstantPolicy(env.observation_space, env.action_space), config=config
     )
@@ -90,11 +91,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--seconds", type=float, default=3.0, help="CPU seconds per turn")
     args = parser.parse_args()
-    rounds, seconds = (2, 1.0) if args.quick else (args.rounds, args.seconds)
+    rounds, seconds = (1, 0.05) if args.quick else (args.rounds, args.seconds)
+    n, frag = (QUICK_NUM_ENVS, QUICK_FRAGMENT) if args.quick else (NUM_ENVS, FRAGMENT)
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
         runners = {
-            "no loggers": make_runner(None),
-            "JSONL + CSV + TensorBoard": make_runner(Path(tmp)),
+            "no loggers": make_runner(None, n, frag),
+            "JSONL + CSV + TensorBoard": make_runner(Path(tmp), n, frag),
         }
         for r in runners.values():  # warm-up: the first polls check the env
             r.sample()
@@ -106,7 +108,7 @@ def main() -> None:
         )
         for r in runners.values():
             r.stop()
-    print(f"sample() of CartPole-v1, N={NUM_ENVS} x {FRAGMENT}, ConstantPolicy")
+    print(f"sample() of CartPole-v1, N={n} x {frag}, ConstantPolicy")
     print(machine())
     plain = results["no loggers"]
     rows = [

@@ -21,9 +21,9 @@ warmed up once, then they take turns for ``--rounds`` rounds of ``--seconds``; t
 gives the median env steps/s [min-max] and the median over rounds of the ratio to the
 in-process runner's run of the same round (host load that lasts a round or more hits
 both); each target line also lists that ratio round by round. Contenders whose package is
-missing (ale-py, envpool) are skipped. ``--quick``: one short round each; ``--only
-in-process,envpool``: the contenders whose name has one of the words (and the in-process
-runner, which the ratios are to).
+missing (ale-py, envpool) are skipped. ``--quick``: one short round each, on 4 sub-envs
+(Pong: 2); ``--only in-process,envpool``: the contenders whose name has one of the words
+(and the in-process runner, which the ratios are to).
 
 ``--hand-busy-us K``: the hand-written loops spin K microseconds per step, standing in for
 what a runner does besides stepping (policy, records). With K chosen so that "1 process by
@@ -66,6 +66,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "cartpole": {"n": 64, "gym": "CartPole-v1", "envpool": "CartPole-v1", "frag": 50},
     "pong": {"n": 8, "gym": "ALE/Pong-v5", "envpool": "Pong-v5", "frag": 50},
 }
+#: ``--quick``: the sub-envs of each workload (every contender still runs, 2 workers too)
+QUICK_N = {"cartpole": 4, "pong": 2}
 
 
 def _gym_maker(workload: str) -> Callable[[], gym.Env]:
@@ -112,19 +114,19 @@ def _runner_loop(runner: rc.EnvRunner) -> Runner:
     return lambda seconds: sample_for(runner, seconds)
 
 
-def _rlconnect(workload: str, env: Any, **cfg: Any) -> tuple[Runner, Callable[[], None]]:
-    w = WORKLOADS[workload]
-    runner = build_runner(env, w["n"], rc.RandomPolicy, w["frag"], **cfg)
+def _rlconnect(workload: str, env: Any, n: int, **cfg: Any) -> tuple[Runner, Callable[[], None]]:
+    runner = build_runner(env, n, rc.RandomPolicy, WORKLOADS[workload]["frag"], **cfg)
     return _runner_loop(runner), runner.stop
 
 
 def contenders(
-    workload: str, busy_s: float = 0.0
+    workload: str, busy_s: float = 0.0, n: int | None = None
 ) -> dict[str, Callable[[], tuple[Runner, Callable[[], None]]]]:
     """name -> builder of (run, close); built lazily so a missing package skips one.
-    ``busy_s``: what the hand-written loops spin per step."""
+    ``busy_s``: what the hand-written loops spin per step; ``n``: sub-envs (default: the
+    workload's)."""
     w = WORKLOADS[workload]
-    n, make = w["n"], _gym_maker(workload)
+    n, make = n or w["n"], _gym_maker(workload)
     spec = "CartPole-v1" if workload == "cartpole" else "ALE/Pong-v5"
     preset = {} if workload == "cartpole" else {"preset": "atari"}
     pool = f"envpool:{w['envpool']}"
@@ -145,15 +147,19 @@ def contenders(
         "EnvPool by hand (2 threads)": envpool_raw,
         "1 process by hand": lambda: hand_loop(make, n, busy_s),
         "2 processes by hand": lambda: hand_workers(make, n, busy_s),
-        "rlconnect in-process": lambda: _rlconnect(workload, spec, **preset),
-        "rlconnect remote_envs": lambda: _rlconnect(workload, spec, remote_envs=True, **preset),
-        "rlconnect 1 env worker": lambda: _rlconnect(workload, spec, num_env_workers=1, **preset),
-        "rlconnect 2 env workers": lambda: _rlconnect(workload, spec, num_env_workers=2, **preset),
-        "rlconnect 2 workers async": lambda: _rlconnect(
-            workload, spec, num_env_workers=2, env_poll_size=n // 2, **preset
+        "rlconnect in-process": lambda: _rlconnect(workload, spec, n, **preset),
+        "rlconnect remote_envs": lambda: _rlconnect(workload, spec, n, remote_envs=True, **preset),
+        "rlconnect 1 env worker": lambda: _rlconnect(
+            workload, spec, n, num_env_workers=1, **preset
         ),
-        "rlconnect envpool sync": lambda: _rlconnect(workload, pool),
-        "rlconnect envpool async": lambda: _rlconnect(workload, pool, env_poll_size=n // 2),
+        "rlconnect 2 env workers": lambda: _rlconnect(
+            workload, spec, n, num_env_workers=2, **preset
+        ),
+        "rlconnect 2 workers async": lambda: _rlconnect(
+            workload, spec, n, num_env_workers=2, env_poll_size=n // 2, **preset
+        ),
+        "rlconnect envpool sync": lambda: _rlconnect(workload, pool, n),
+        "rlconnect envpool async": lambda: _rlconnect(workload, pool, n, env_poll_size=n // 2),
     }
 
 
@@ -166,10 +172,12 @@ def _cpu_ns(pids: list[int]) -> list[int]:
     return [int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) for pid in pids]
 
 
-def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s: float) -> None:
+def measure(
+    workload: str, rounds: int, seconds: float, only: list[str], busy_s: float, n: int
+) -> None:
     built: dict[str, tuple[Runner, Callable[[], None]]] = {}
     kids: dict[str, list[int]] = {}  # the worker processes each contender started
-    for name, build in contenders(workload, busy_s).items():
+    for name, build in contenders(workload, busy_s, n).items():
         if only and name != "rlconnect in-process" and not any(w in name for w in only):
             continue
         before = {p.pid for p in multiprocessing.active_children()}
@@ -191,7 +199,7 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
             pids = [os.getpid(), *kids[name]] if linux and name in ACCOUNTED else []
             start = _cpu_ns(pids)
             steps, secs = built[name][0](seconds)
-            polls = steps / WORKLOADS[workload]["n"]
+            polls = steps / n
             return steps / secs, [(b - a) / polls / 1e3 for a, b in zip(start, _cpu_ns(pids))]
 
         return run
@@ -208,8 +216,7 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
         """The median over rounds of ``name``'s rate over that of ``to`` in the same round."""
         return statistics.median(ratios(rates[name], rates[to]))
 
-    w = WORKLOADS[workload]
-    print(f"\n{workload}: N={w['n']} sub-envs, env steps/s, median [min-max] of {rounds} rounds")
+    print(f"\n{workload}: N={n} sub-envs, env steps/s, median [min-max] of {rounds} rounds")
     table = [(name, median_range(v), f"{ratio(name):.2f}x") for name, v in rates.items()]
     print_table(("contender", "env steps/s", "vs in-process"), table)
     targets = {
@@ -234,7 +241,7 @@ def measure(workload: str, rounds: int, seconds: float, only: list[str], busy_s:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="one short round per contender")
+    ap.add_argument("--quick", action="store_true", help="one short round each, 2-4 sub-envs")
     ap.add_argument("--workload", choices=("cartpole", "pong", "all"), default="all")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -250,10 +257,11 @@ def main() -> None:
     if args.hand_busy_us < 0:
         ap.error("--hand-busy-us must be >= 0")
     only = [w for w in args.only.split(",") if w]
-    rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
+    rounds, seconds = (1, 0.1) if args.quick else (args.rounds, args.seconds)
     print(f"{machine()}; RandomPolicy / random actions")
     for workload in ("cartpole", "pong") if args.workload == "all" else (args.workload,):
-        measure(workload, rounds, seconds, only, args.hand_busy_us * 1e-6)
+        n = QUICK_N[workload] if args.quick else WORKLOADS[workload]["n"]
+        measure(workload, rounds, seconds, only, args.hand_busy_us * 1e-6, n)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ index, ``rlconnect.batches.frame_stacks``) and ``frames once + LZ4``
 ``batch["new_obs"]`` (materialising them) costs per transition.
 
     python benchmarks/bench_pixels.py            # full (~1-2 min)
-    python benchmarks/bench_pixels.py --quick    # smoke run (~20 s)
+    python benchmarks/bench_pixels.py --quick    # smoke run (N = 1, 2; seconds)
 """
 
 from __future__ import annotations
@@ -214,17 +214,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--game", default="ALE/Pong-v5")
     parser.add_argument("--rounds", type=int, default=None, help="alternations per N")
     args = parser.parse_args(argv)
-    steps = 128 if args.quick else 4000
-    rounds = args.rounds or (2 if args.quick else 10)
+    # quick: every contender, table and layout once, on the fewest envs and steps
+    steps, sizes = (32, (1, 2)) if args.quick else (4000, (1, 8))
+    rounds = args.rounds or (1 if args.quick else 10)
 
     print(machine())
     print(f"{args.game}, {steps} env steps per N (4 frames each) in {rounds} rounds, env steps/s")
-    rows = [speed_row(n, bench_speed(args.game, n, steps, rounds)) for n in (1, 8)]
+    rows = [speed_row(n, bench_speed(args.game, n, steps, rounds)) for n in sizes]
     header = ("N", "rlconnect preset", "gymnasium loop", "ratio", "by CPU")
     print_table((*header, "with Resize connector", "preset vs it", "by CPU"), rows)
 
-    mem = bench_memory(args.game, 8, steps)
-    print("\nmemory of stored batches (preset, N=8): bytes per transition -> per 1M transitions")
+    mem = bench_memory(args.game, sizes[-1], steps)
+    print(
+        f"\nmemory of stored batches (preset, N={sizes[-1]}): bytes per transition -> "
+        "per 1M transitions"
+    )
     layouts = [
         ("plain (stacks stored whole)", *mem["plain"], "copying"),
         ("frames once (the default)", *mem["frames once"], "reading"),

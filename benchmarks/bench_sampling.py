@@ -345,11 +345,12 @@ def main() -> None:
     if args.peers:
         peers_report([1, 8, 64], 2_000 if args.quick else args.steps)
         return
-    steps, rounds = (2_000, 1) if args.quick else (args.steps, args.rounds)
+    steps, rounds = (512, 1) if args.quick else (args.steps, args.rounds)
+    turns = rounds if args.quick else max(rounds, 3)  # quick: one turn of each, every table
     print(machine())
     report([1, 8, 64], steps, rounds)
-    finite_check_cost([1, 64], steps, max(rounds, 3))
-    recurrent_cost(64, steps, max(rounds, 3))
+    finite_check_cost([1, 64], steps, turns)
+    recurrent_cost(64, steps, turns)
 
 
 if __name__ == "__main__":

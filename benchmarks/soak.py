@@ -25,7 +25,7 @@ script exits 1 when growth >= ``--max-growth-mb`` or a check fails. ``--tracemal
 where the memory allocated after warm-up still lives (slows it down).
 
     python benchmarks/soak.py                  # 2M steps + 100k requests (10-30 min)
-    python benchmarks/soak.py --quick          # smoke run (~30 s)
+    python benchmarks/soak.py --quick          # smoke run (~15 s)
     python benchmarks/soak.py --only sampling --steps 500000 --json /tmp/soak.json
 """
 
@@ -217,7 +217,7 @@ def check(name: str, s: dict, limit: float) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke run (~30 s)")
+    ap.add_argument("--quick", action="store_true", help="smoke run (~15 s)")
     ap.add_argument("--only", choices=("sampling", "serving"), help="run one soak")
     ap.add_argument("--steps", type=int, default=2_000_000, help="env steps to sample")
     ap.add_argument("--checkpoint-every", type=int, default=20, help="batches per checkpoint")
@@ -234,10 +234,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the series and summaries here")
     args = ap.parse_args()
-    if args.quick:
-        args.steps, args.checkpoint_every, args.points = 64_000, 4, 10
-        args.requests, args.clients, args.kills = 3_000, 4, 1
-        args.fault_every, args.episode_timeout, args.interval = 50, 1.0, 0.5
+    if args.quick:  # every path once: 2 checkpoints (one rebuilt, one restored), faults, a kill
+        args.steps, args.checkpoint_every, args.points = 12_800, 2, 4
+        args.requests, args.clients, args.kills = 600, 2, 1
+        args.fault_every, args.episode_timeout, args.interval = 10, 0.5, 0.25
     report: dict[str, Any] = {}
     failures: list[str] = []
     if args.only != "serving":

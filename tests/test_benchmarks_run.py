@@ -71,13 +71,37 @@ BENCHMARKS = {
         ("working tree vs HEAD", "work / base per round", "cartpole-workers", "cartpole-inprocess"),
     ),
     "soak.py": (240, ("steps/s", "RSS MB", "growth", "requests/s", "timed out", "answering True")),
+    "bench_tensor.py": (
+        240,
+        (
+            "BatchedCartPole, 64x64 tanh MLP",
+            "VMAS balance, 3 agents",
+            "ratio to hand loop",
+            "rlconnect / TorchRL Collector per round",
+            "Targets (issue 53)",
+        ),
+    ),
 }
 
+#: scripts that need a local Ray runtime (started by the script): run under the ``ray`` marker
+RAY_BENCHMARKS = {
+    "bench_scaling.py": (
+        300,
+        (
+            "Steps/s by number of remote runners",
+            "vs K=0",
+            "Ray overhead per batch",
+            "round trip ms (K=1)",
+            "sync_weights",
+        ),
+    ),
+}
 
-@pytest.mark.slow
-@pytest.mark.parametrize("script", sorted(BENCHMARKS))
-def test_benchmark_quick_mode_prints_its_table(script: str) -> None:
-    timeout, words = BENCHMARKS[script]
+#: script -> why no test runs its quick mode (none now; a new script must be added above or here)
+EXEMPT: dict[str, str] = {}
+
+
+def _run_quick(script: str, timeout: int, words: tuple[str, ...]) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), "--quick"],
         capture_output=True,
@@ -90,11 +114,42 @@ def test_benchmark_quick_mode_prints_its_table(script: str) -> None:
         assert word in proc.stdout, f"{script} printed no {word!r}"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(BENCHMARKS))
+def test_benchmark_quick_mode_prints_its_table(script: str) -> None:
+    _run_quick(script, *BENCHMARKS[script])
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.parametrize("script", sorted(RAY_BENCHMARKS))
+def test_ray_benchmark_quick_mode_prints_its_table(script: str) -> None:
+    pytest.importorskip("ray")
+    _run_quick(script, *RAY_BENCHMARKS[script])
+
+
 def _scripts(folder: Path) -> list[str]:
     """The runnable scripts of ``folder`` (helpers such as ``_common.py`` left out)."""
     return sorted(
         p.name for p in folder.glob("*.py") if p.name.startswith("bench_") or p.name == "soak.py"
     )
+
+
+def test_every_script_is_run_or_exempted():
+    """Each runnable script of ``benchmarks/`` and ``benchmarks/dev/`` has its quick mode run
+    by a test above or is exempted with a reason: exactly one of the three, and no entry
+    names a script that is gone."""
+    scripts = _scripts(ROOT / "benchmarks") + [
+        f"dev/{s}" for s in _scripts(ROOT / "benchmarks" / "dev")
+    ]
+    places = {"BENCHMARKS": BENCHMARKS, "RAY_BENCHMARKS": RAY_BENCHMARKS, "EXEMPT": EXEMPT}
+    nowhere = [s for s in scripts if not any(s in d for d in places.values())]
+    assert not nowhere, f"scripts no test runs and none exempts: {nowhere}"
+    twice = [s for s in scripts if sum(s in d for d in places.values()) > 1]
+    assert not twice, f"scripts in more than one of {sorted(places)}: {twice}"
+    stale = sorted(set().union(*places.values()) - set(scripts))
+    assert not stale, f"entries for scripts that do not exist: {stale}"
+    assert all(reason.strip() for reason in EXEMPT.values()), "an exemption gives no reason"
 
 
 def test_every_script_is_in_the_guide_in_its_place():

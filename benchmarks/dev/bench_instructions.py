@@ -15,7 +15,7 @@ with ``valgrind --tool=callgrind`` for an ``EnvRunner`` with a policy that costs
 
     python benchmarks/dev/bench_instructions.py                      # this source tree (~5 min)
     python benchmarks/dev/bench_instructions.py --base-src OTHER/src # and another, with ratios
-    python benchmarks/dev/bench_instructions.py --quick              # smoke run (N = 1, 8)
+    python benchmarks/dev/bench_instructions.py --quick              # smoke run (N = 1, 64 steps)
     python benchmarks/dev/bench_instructions.py --workloads rps rps_parallel four  # multi-agent
 
 How: one process per source tree runs under callgrind. For each N it builds the runner
@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for
 
 SIZES = (1, 8, 64)
 ENV_STEPS = 4_096  # env steps measured per N (fewer with --quick)
+QUICK_SIZES, QUICK_STEPS = [1], 64  # --quick: every workload and table, once, at N = 1
 BATCHES = 4  # the measured batches, of ENV_STEPS / BATCHES env steps each
 WORKLOAD_NAMES = ["cartpole", "rps", "rps_parallel", "four"]
 MULTI_MAX_N = 8  # the multi-agent workloads are measured at N = 1 and 8
@@ -211,17 +212,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--base-src", help="another source tree (its src/) to compare with")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
-    parser.add_argument("--steps", type=int, default=ENV_STEPS, help="env steps per N")
+    parser.add_argument("--sizes", type=int, nargs="+", help=f"sub-envs (default {SIZES})")
+    parser.add_argument("--steps", type=int, help=f"env steps per N (default {ENV_STEPS})")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOAD_NAMES, default=WORKLOAD_NAMES)
     args = parser.parse_args()
+    sizes = args.sizes or (QUICK_SIZES if args.quick else list(SIZES))
+    steps = args.steps or (QUICK_STEPS if args.quick else ENV_STEPS)
     if args.inner:
-        _measure(args.workloads, args.sizes, args.steps)
+        _measure(args.workloads, sizes, steps)
         return
     if shutil.which("valgrind") is None:
         print("valgrind not found: no instructions per env step counted (install valgrind)")
         sys.exit(0 if args.quick else 1)
-    sizes, steps = ([1, 8], 256) if args.quick else (args.sizes, args.steps)
     here = str(Path(__file__).resolve().parents[2] / "src")
     trees = {"this": here, **({"base": args.base_src} if args.base_src else {})}
     counts = {name: count(src, args.workloads, sizes, steps) for name, src in trees.items()}

@@ -16,6 +16,10 @@ process. A workload whose package is missing (ale-py, envpool) is skipped.
 
     python benchmarks/dev/bench_vs_commit.py [BASE] [--rounds 5] [--seconds 3] [--only w1,w2]
     python benchmarks/dev/bench_vs_commit.py --quick        # HEAD against HEAD, one short round
+
+``--quick`` times, unless ``--only`` names others, the two CartPole workloads that cover
+both kinds of runner (env workers and in-process): each timing is a fresh process (and
+its env workers' processes), which is what a smoke run pays for.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ WORKLOADS: dict[str, tuple[str, int, dict]] = {
     "cartpole-envpool": ("envpool:CartPole-v1", 64, {}),
     "cartpole-inprocess": ("CartPole-v1", 8, {}),
 }
+QUICK_WORKLOADS = ["cartpole-workers", "cartpole-inprocess"]
 
 
 def child(workload: str, seconds: float) -> None:
@@ -134,17 +139,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--only", default="", help="comma-separated workload names")
-    ap.add_argument("--quick", action="store_true", help="one round of 0.3 s")
+    ap.add_argument("--quick", action="store_true", help="one round of 0.1 s, 2 workloads")
     ap.add_argument("--child", choices=sorted(WORKLOADS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child, args.seconds)
         return
-    workloads = [w for w in args.only.split(",") if w] or list(WORKLOADS)
+    default = QUICK_WORKLOADS if args.quick else list(WORKLOADS)
+    workloads = [w for w in args.only.split(",") if w] or default
     unknown = sorted(set(workloads) - set(WORKLOADS))
     if unknown:
         ap.error(f"unknown workloads {unknown}; choose from {sorted(WORKLOADS)}")
-    rounds, seconds = (1, 0.3) if args.quick else (args.rounds, args.seconds)
+    rounds, seconds = (1, 0.1) if args.quick else (args.rounds, args.seconds)
     compare(args.base, workloads, rounds, seconds)
 
 
