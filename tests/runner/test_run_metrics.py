@@ -193,3 +193,52 @@ def test_async_sampling_loses_no_episode_between_the_two_readers():
     counted += last["num_episodes"]
     assert counted == len(records) == last["num_episodes_lifetime"] > 0
     assert last["env_steps_lifetime"] == steps == 800
+
+
+class _FakeClock:
+    """``time.perf_counter`` stand-in: time passes only when an env steps (1 s each)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("polls", [40, 3000])
+def test_timings_of_a_share_of_polls_estimate_all_of_them(polls, monkeypatch):
+    """The clock is read on the first polls and a weighted random eighth of the rest
+    (``rlconnect._timing``): a short run is measured, a long one estimated within a few
+    per cent; the phases never get time that was not spent."""
+    import time
+
+    import rlconnect.runner.kernel as kernel
+
+    clock = _FakeClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(kernel, "_clock", clock)
+
+    class SlowEnv(CounterEnv):
+        def step(self, action):
+            clock.now += 1.0
+            return super().step(action)
+
+    space = SlowEnv().observation_space
+    runner = rc.EnvRunner(
+        lambda ctx: SlowEnv(),
+        rc.RandomPolicy(space, SlowEnv().action_space),
+        config=rc.RunnerConfig(num_envs=1, rollout_fragment_length=polls, seed=0),
+    )
+    runner.sample()
+    m = runner.metrics()
+    steps = clock.now  # one env step per second: the env's true time
+    assert m["time/sample"] == steps
+    if polls <= 64:
+        assert m["time/env"] == steps  # every poll timed
+    else:
+        assert m["time/env"] == pytest.approx(steps, rel=0.1), (m["time/env"], steps)
+        assert m["time/env"] != steps  # (estimated: a share of polls was timed)
+    assert m["time/inference"] == m["time/agent_connectors"] == m["time/recording"] == 0.0
+    assert runner.perf_stats()["mean_env_wait_ms"] == pytest.approx(
+        1000.0 * m["time/env"] / runner.timers.steps
+    )

@@ -9,6 +9,7 @@ from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 
+from rlconnect._timing import TIMED_MASK, WEIGHT
 from rlconnect.connectors.base import (
     ActionConnector,
     ActionData,
@@ -55,6 +56,9 @@ class ConnectorPipeline(Generic[C]):
     """
 
     member_type: type[C]  # set by each subclass: the class its members must be
+    #: every call is timed (learner pipelines: once per batch); else the first calls and
+    #: a weighted random share of the rest, as the runner's polls (``rlconnect._timing``)
+    times_every_call = False
     _ctx_space = "observation_space"
 
     def __init__(self, ctx: ConnectorContext, connectors: Iterable[C | MemberSpec] = ()) -> None:
@@ -257,15 +261,22 @@ class ConnectorPipeline(Generic[C]):
     # -- running --------------------------------------------------------------------------
     def _run(self, data: Any, *args: Any) -> Any:
         """Pass ``data`` (and ``args``, e.g. a learner connector's policy) through every
-        member in order, timing each."""
+        member in order, timing each on the first calls and a weighted random share of
+        the rest (``rlconnect._timing``; every call with ``times_every_call``)."""
+        members: list[tuple[str, Any]] = self._members  # every member kind is callable
+        calls = self._calls
+        self._calls = calls + 1
+        weight = 1.0 if self.times_every_call else WEIGHT[calls & TIMED_MASK]
+        if not weight:
+            for _, c in members:
+                data = c(data, *args)
+            return data
         clock = time.perf_counter
         seconds = self._seconds
-        members: list[tuple[str, Any]] = self._members  # every member kind is callable
         for name, c in members:
             t0 = clock()
             data = c(data, *args)
-            seconds[name] += clock() - t0
-        self._calls += 1
+            seconds[name] += (clock() - t0) * weight
         return data
 
     def timings(self, reset: bool = False) -> dict[str, float]:

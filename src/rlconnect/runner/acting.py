@@ -90,7 +90,8 @@ def act(
     inference and action-processing time.
     """
     clock = time.perf_counter
-    t0 = clock()
+    weight = 0.0 if timers is None else timers.weight  # (0.0: an untimed poll, see PerfTimers)
+    t0 = clock() if weight else 0.0
     try:
         actions, state_outs, fetches = policy.compute_actions(inputs, explore=explore)
     except Exception as exc:
@@ -103,14 +104,14 @@ def act(
         actions, fetches = apply_logged_actions(
             policy, logged, env_ids, agent_ids, actions, fetches
         )
-    t1 = clock()
+    t1 = clock() if weight else 0.0
     outputs, env_actions = respond(
         pipes.agent[pid], pipes.action[pid], env_ids, agent_ids, actions, state_outs, fetches
     )
     if check is not None and not logged:  # never step an env with an action outside its space
         check(env_actions, env_ids, agent_ids)
-    if timers is not None:
+    if weight and timers is not None:
         secs = timers.seconds
-        secs["mean_inference_ms"] += t1 - t0
-        secs["mean_action_processing_ms"] += clock() - t1
+        secs["mean_inference_ms"] += (t1 - t0) * weight
+        secs["mean_action_processing_ms"] += (clock() - t1) * weight
     return outputs, env_actions

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from rlconnect._timing import TIMED_MASK, WEIGHT
 from rlconnect.batches.take import take_rows
 from rlconnect.collectors import BatchMode, CountStepsBy, PolicyCollectorGroup
 from rlconnect.collectors.group import EnvStepsTaken, RowChunk
@@ -128,10 +129,13 @@ class StepKernel:
                 break
             elif endless_check and self.poll_index % ENDLESS_CHECK_EVERY == 0:
                 self.episodes.refuse_endless(max(ENDLESS_EPISODE_STEPS, 100 * target))
-            t0 = clock()
+            steps = timers.steps
+            timers.steps = steps + 1
+            timers.weight = weight = WEIGHT[steps & TIMED_MASK]  # (see rlconnect._timing)
+            t0 = clock() if weight else 0.0
             rows = env.poll()
-            timers.seconds["mean_env_wait_ms"] += clock() - t0
-            timers.steps += 1
+            if weight:
+                timers.seconds["mean_env_wait_ms"] += (clock() - t0) * weight
             self.step(rows)
         if self.multi:
             self.episodes.agents.write_open_returns()
@@ -148,21 +152,23 @@ class StepKernel:
         steps = []
         for pid, idx in self._policy_rows(facts):
             steps.append(self._act(pid, idx, facts))
-        seconds = self.timers.seconds
-        t0 = _clock()
+        weight = self.timers.weight  # (0.0 at most polls: no clock read, see PerfTimers)
+        t0 = _clock() if weight else 0.0
         self.env.all_actions_sent()  # an env that steps as one batch starts here
-        t1 = _clock()  # (the wait's end starts the recording: one read for both)
-        seconds["mean_env_wait_ms"] += t1 - t0
+        t1 = _clock() if weight else 0.0  # (the wait's end starts the recording)
         if facts.firsts:  # episodes begun at this poll are made once the actions are out
             self.episodes.actions_sent()
         chunks = []  # (a loop: a list comprehension is one more call)
         for policy_step in steps:
             chunks.append(self._chunk(policy_step, facts))
-        t2 = _clock()
+        t2 = _clock() if weight else 0.0
         taken = self._finish(facts)
-        t3 = _clock()
+        t3 = _clock() if weight else 0.0
         self._record(poll, chunks, taken)
-        seconds["mean_recording_ms"] += t2 - t1 + _clock() - t3
+        if weight:
+            seconds = self.timers.seconds
+            seconds["mean_env_wait_ms"] += (t1 - t0) * weight
+            seconds["mean_recording_ms"] += (t2 - t1 + _clock() - t3) * weight
 
     # -- the phases of a step -------------------------------------------------------------
     def _screen(self, rows: EnvRows, poll: int) -> EnvRows:
@@ -263,9 +269,12 @@ class StepKernel:
         """The rows ``idx`` of policy ``pid`` (None: all) through its agent pipeline; then,
         for the rows that are not done, the policy and the action pipeline, and the env
         actions sent."""
-        t0 = _clock()
+        timers = self.timers
+        weight = timers.weight  # (0.0: an untimed poll)
+        t0 = _clock() if weight else 0.0
         step = self._agent_rows(pid, idx, facts)
-        self.timers.seconds["mean_raw_obs_processing_ms"] += _clock() - t0
+        if weight:
+            timers.seconds["mean_raw_obs_processing_ms"] += (_clock() - t0) * weight
         policy = self.policies[pid]
         inputs: Any = step.data
         env_ids, agent_ids = step.data.env_ids, step.data.agent_ids
@@ -287,14 +296,15 @@ class StepKernel:
             explore=cfg.explore,
             check=self._action_checks[pid],
             logged=getattr(facts.rows, "logged_actions", None),
-            timers=self.timers,
+            timers=timers,
         )
         if cfg.record_env_actions:
             outputs["env_actions"] = env_actions
         step.outputs = outputs
-        t0 = _clock()
+        t0 = _clock() if weight else 0.0
         self.env.send_actions(env_ids, agent_ids, env_actions)
-        self.timers.seconds["mean_env_wait_ms"] += _clock() - t0
+        if weight:
+            timers.seconds["mean_env_wait_ms"] += (_clock() - t0) * weight
         return step
 
     def _agent_rows(self, pid: str, idx: np.ndarray | None, facts: PollFacts) -> PolicyStep:

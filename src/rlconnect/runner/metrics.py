@@ -54,21 +54,24 @@ OWN_PHASES = ("time/recording", "time/other")
 
 
 class PerfTimers:
-    """Seconds accumulated per stage and the number of runner steps they cover, plus
-    the seconds of whole ``sample()`` calls spent sampling envs (``sampling``) and in
-    learner pipelines (``learner``)."""
+    """Seconds per stage of all runner steps so far, the steps (polls), and the seconds of
+    whole ``sample()`` calls spent sampling envs (``sampling``) and in learner pipelines
+    (``learner``).
 
-    __slots__ = ("learner", "sampling", "seconds", "steps")
+    The numpy kernel times its first polls and then a random eighth of them
+    (``rlconnect._timing``: reading the clock twice per stage would cost more than some
+    stages), each timing multiplied by its ``weight`` (8 there): the seconds are
+    estimates of all polls' seconds. ``weight`` is the poll under way's (0.0: untimed;
+    the tensor path times every poll, weight 1)."""
+
+    __slots__ = ("learner", "sampling", "seconds", "steps", "weight")
 
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(STAGES, 0.0)
         self.steps = 0
+        self.weight = 1.0
         self.sampling = 0.0
         self.learner = 0.0
-
-    def add(self, stage: str, seconds: float) -> None:
-        """Add ``seconds`` to ``stage``."""
-        self.seconds[stage] += seconds
 
     def means(self) -> dict[str, float]:
         """Mean milliseconds per step of every stage."""

@@ -41,6 +41,7 @@ class LearnerConnectorPipeline(ConnectorPipeline[LearnerConnector]):
     """
 
     member_type = LearnerConnector
+    times_every_call = True  # (once per batch: the clock costs nothing beside it)
 
     def __call__(self, batch: SampleBatch, policy: Policy) -> SampleBatch:
         """Run the members in order on a shallow copy of ``batch`` and return the copy (an
