@@ -333,3 +333,31 @@ def test_the_facts_columns_gives_are_those_its_fields_derive(seed: int):
             np.testing.assert_array_equal(given, derived)
         else:
             assert given == derived, fact
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_facts_build_gives_are_those_its_fields_derive(seed: int):
+    """Multi-agent rows of ``build`` (a memo or not, agents that wait, flags, first rows
+    and episode ends or none): the facts ``build`` sets are those a fresh record derives."""
+    rng = np.random.default_rng(seed)
+    b = EnvRowsBuilder(memo=LayoutMemo() if seed % 2 else None)
+    for e in rng.permutation(4).tolist():
+        agents = [a for a in "xyz" if rng.random() < 0.7]
+        if not agents:
+            b.mark_stepped(e)
+            continue
+        flags = {a: True for a in agents if seed % 4 == 3 and rng.random() < 0.3}
+        b.add_agent_rows(
+            e, {a: np.zeros(2) for a in agents}, {a: 1.0 for a in agents}, flags, {}, {},
+            first=seed % 8 == 5,
+        )  # fmt: skip
+        if seed % 3 == 0 and rng.random() < 0.3:
+            b.end_episode(e, True, False)
+    rows = b.build()
+    fresh = type(rows)._make(rows)
+    for fact in _FACTS:
+        given, derived = getattr(rows, fact), getattr(fresh, fact)
+        if isinstance(given, np.ndarray):
+            np.testing.assert_array_equal(given, derived)
+        else:
+            assert given == derived, fact

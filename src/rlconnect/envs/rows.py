@@ -171,15 +171,7 @@ class EnvRows(_RowFields):
         facts["plain"] = not (any_first or any_term or any_trunc)
         if any_first:
             ids = ids[~first]
-        also = self.also_stepped
-        if not also and ascending:
-            facts["stepped"] = ids  # (a subset of ascending ids ascends)
-        elif not also and not ids.flags.writeable:  # a recurring column (``LayoutMemo``'s)
-            facts["stepped"] = _unique_ids(ids)
-        elif len(ids) <= _PYTHON_SORT_MAX:  # (a few ids: Python's set and sort cost less)
-            facts["stepped"] = np.array(sorted({*ids.tolist(), *also}), dtype=np.int64)
-        else:
-            facts["stepped"] = np.union1d(ids, np.asarray(also, dtype=np.int64))
+        facts["stepped"] = _stepped_envs(ids, self.also_stepped, ascending)
         ended = self.ended if type(self.ended) is dict else dict(self.ended)
         if single and (any_term or any_trunc):
             found = done_envs_of(self.env_ids, term, trunc)
@@ -323,6 +315,17 @@ def _unique_ids(ids: np.ndarray) -> np.ndarray:
     out.flags.writeable = False
     _UNIQUE[id(ids)] = (ids, out)
     return out
+
+
+def _stepped_envs(ids: np.ndarray, also: tuple[int, ...], ascending: bool) -> np.ndarray:
+    """The sorted unique sub-envs of ``ids`` (rows that are not first ones) and ``also``."""
+    if not also and ascending:
+        return ids  # (a subset of ascending ids ascends)
+    if not also and not ids.flags.writeable:  # a recurring column (``LayoutMemo``'s)
+        return _unique_ids(ids)
+    if len(ids) <= _PYTHON_SORT_MAX:  # (a few ids: Python's set and sort cost less)
+        return np.array(sorted({*ids.tolist(), *also}), dtype=np.int64)
+    return np.union1d(ids, np.asarray(also, dtype=np.int64))
 
 
 def strictly_ascending(env_ids: np.ndarray) -> bool:
@@ -571,7 +574,21 @@ class EnvRowsBuilder:
         rows = tuple.__new__(EnvRows, fields)  # (``EnvRows(...)``: one more Python call)
         if logged_actions is not None:
             rows = ExternalRows.of(rows, logged_actions)
-        return rows.without_envs(unfit) if unfit else rows
+        if unfit:
+            return rows.without_envs(unfit)
+        if not (self.single_agent or errors or self._flags or self._firsts):
+            # the common multi-agent poll: no flag, first row or error; its facts known here
+            ascending = len(env_ids) < 2  # (several rows: agents, not sub-envs, in order)
+            stacked = type(obs) is not list
+            rows.__dict__.update(
+                stacked=stacked,
+                ascending=ascending,
+                dense=False,
+                plain=True,
+                stepped=_stepped_envs(env_ids, rows.also_stepped, ascending),
+                done_envs=ended,
+            )
+        return rows
 
     def _flag_columns(self) -> Flags:
         """``terminateds``, ``truncateds`` and ``is_first`` of every row added: zeros, and
