@@ -309,6 +309,18 @@ def test_rows_are_a_frozen_record_whose_facts_are_derived_when_read():
 _FACTS = ("stacked", "ascending", "dense", "plain", "stepped", "done_envs")
 
 
+def _assert_facts_as_derived(rows) -> None:
+    """The facts ``rows`` came with are those a fresh record of its fields derives."""
+    fresh = type(rows)._make(rows)
+    assert not fresh.__dict__
+    for fact in _FACTS:
+        given, derived = getattr(rows, fact), getattr(fresh, fact)
+        if isinstance(given, np.ndarray):
+            np.testing.assert_array_equal(given, derived)
+        else:
+            assert given == derived, fact
+
+
 @pytest.mark.parametrize("seed", range(24))
 def test_the_facts_columns_gives_are_those_its_fields_derive(seed: int):
     """``EnvRowsBuilder.columns`` sets the facts as it makes the rows; the same fields in
@@ -325,14 +337,7 @@ def test_the_facts_columns_gives_are_those_its_fields_derive(seed: int):
     rows = EnvRowsBuilder.columns(
         ids, np.zeros((n, 2)), rng.random(n), *flags, [{}] * n, first, in_order=in_order
     )
-    fresh = type(rows)._make(rows)
-    assert not fresh.__dict__
-    for fact in _FACTS:
-        given, derived = getattr(rows, fact), getattr(fresh, fact)
-        if isinstance(given, np.ndarray):
-            np.testing.assert_array_equal(given, derived)
-        else:
-            assert given == derived, fact
+    _assert_facts_as_derived(rows)
 
 
 @pytest.mark.parametrize("seed", range(16))
@@ -348,16 +353,10 @@ def test_the_facts_build_gives_are_those_its_fields_derive(seed: int):
             continue
         flags = {a: True for a in agents if seed % 4 == 3 and rng.random() < 0.3}
         b.add_agent_rows(
-            e, {a: np.zeros(2) for a in agents}, {a: 1.0 for a in agents}, flags, {}, {},
+            e, {a: np.zeros(2) for a in agents}, dict.fromkeys(agents, 1.0), flags, {}, {},
             first=seed % 8 == 5,
         )  # fmt: skip
         if seed % 3 == 0 and rng.random() < 0.3:
             b.end_episode(e, True, False)
     rows = b.build()
-    fresh = type(rows)._make(rows)
-    for fact in _FACTS:
-        given, derived = getattr(rows, fact), getattr(fresh, fact)
-        if isinstance(given, np.ndarray):
-            np.testing.assert_array_equal(given, derived)
-        else:
-            assert given == derived, fact
+    _assert_facts_as_derived(rows)
