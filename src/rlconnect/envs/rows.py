@@ -676,7 +676,7 @@ class EnvRowsBuilder:
             ascending=ascending,
             dense=ascending,
             plain=stepped is env_ids and not ended,
-            stepped=stepped if ascending else np.unique(stepped),
+            stepped=_stepped_envs(stepped, (), ascending),
             done_envs=ended,
         )
         return rows
