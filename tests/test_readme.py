@@ -67,7 +67,7 @@ def test_one_test_duration_everywhere() -> None:
     paragraphs = [_DURATION.findall(p.read_text(encoding="utf-8")) for p in PAGES]
     assert all(len(found) == 1 for found in paragraphs), paragraphs
     assert paragraphs[0] == paragraphs[1]
-    assert "minutes on" in paragraphs[0][0] and "November 2026" in paragraphs[0][0]
+    assert "minutes on" in paragraphs[0][0] and "December 2026" in paragraphs[0][0]
     for page in PAGES:
         rest = _DURATION.sub("", page.read_text(encoding="utf-8"))
         assert not re.search(r"\d+(-\d+)? ?min(utes)?\b", rest), page.name
